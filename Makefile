@@ -1,0 +1,39 @@
+# Everything a fresh machine needs (Python 3.11, Java 17, Maven) is set up by these targets.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+
+.PHONY: setup demo test test-unit lint bench clean kafka-stop
+
+setup: $(STAMP) .ingest/jars/.ready
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+.ingest/jars/.ready: $(STAMP) ingestion/jvm.py
+	$(BIN)/ingest jars
+	touch $@
+
+demo: setup
+	$(BIN)/ingest demo
+
+test: setup
+	$(BIN)/pytest tests
+
+test-unit: setup
+	$(BIN)/pytest tests/unit
+
+lint: setup
+	$(BIN)/ruff check ingestion tests benchmarks
+	$(BIN)/mypy ingestion
+
+kafka-stop:
+	-$(BIN)/ingest kafka stop
+
+clean: kafka-stop
+	rm -rf .ingest spark-warehouse

@@ -1,0 +1,56 @@
+"""Pure DataFrame functions from Kafka rows to bronze rows: decode, name the metadata columns, summarize."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from ingestion.decode import PAYLOAD, BatchDecoder, DecodeSpec
+from ingestion.errors import SchemaError
+
+# The bronze columns that follow the payload's own fields, in order (documented in the README).
+METADATA_COLUMNS = (
+    "_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_timestamp_type",
+    "_kafka_key", "_kafka_headers", "_kafka_tombstone", "_schema_id", "_batch_id", "_ingested_at",
+)
+
+
+def decode(kafka_rows: DataFrame, spec: DecodeSpec) -> DataFrame:
+    """Kafka source rows -> decoded rows (payload struct, schema id, error columns, Kafka columns)."""
+    clash = set(spec.payload_type.fieldNames()) & set(METADATA_COLUMNS)
+    if clash:
+        raise SchemaError(f"payload fields {sorted(clash)} clash with bronze metadata columns")
+    return kafka_rows.mapInArrow(BatchDecoder(spec), spec.output_schema(kafka_rows.schema))
+
+
+def bronze_rows(decoded: DataFrame, *, batch_id: int, ingested_at: dt.datetime, key_format: str) -> DataFrame:
+    """Decoded rows that carry a payload or are tombstones, as bronze columns."""
+    key = F.col("key").cast("string") if key_format == "string" else F.col("key")
+    return decoded.where(F.col("_error_class").isNull()).select(
+        f"{PAYLOAD}.*",
+        F.col("topic").alias("_kafka_topic"),
+        F.col("partition").alias("_kafka_partition"),
+        F.col("offset").alias("_kafka_offset"),
+        F.col("timestamp").alias("_kafka_timestamp"),
+        F.col("timestampType").alias("_kafka_timestamp_type"),
+        key.alias("_kafka_key"),
+        F.col("headers").alias("_kafka_headers"),
+        F.col("_tombstone").alias("_kafka_tombstone"),
+        F.col("_schema_id"),
+        F.lit(batch_id).cast("long").alias("_batch_id"),
+        F.lit(ingested_at).cast("timestamp").alias("_ingested_at"),
+    )
+
+
+def offset_ranges(decoded: DataFrame) -> DataFrame:
+    """One row per topic partition: first and last offset, record count, newest Kafka timestamp, schema ids."""
+    return decoded.groupBy("topic", "partition").agg(
+        F.min("offset").alias("first"),
+        F.max("offset").alias("last"),
+        F.count(F.lit(1)).alias("count"),
+        F.max("timestamp").alias("max_timestamp"),
+        F.sort_array(F.collect_set("_schema_id")).alias("schema_ids"),
+        F.sum(F.col("_error_class").isNotNull().cast("long")).alias("errors"),
+    )

@@ -1,0 +1,45 @@
+"""The txnAppId lives inside the checkpoint folder, so it is reused on restart and new with a new checkpoint.
+
+Delta skips a write whose (txnAppId, txnVersion) it has already committed. Batch ids restart at 0 with a new
+checkpoint, so a new checkpoint must come with a new app id, or Delta would silently skip its first batches.
+Keeping the id in the checkpoint folder ties the two together: lose one, lose both.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from pyspark.sql import SparkSession
+
+APP_ID_FILE = "_ingest_app_id"
+
+
+def _fs(spark: SparkSession, location: str) -> tuple[object, object]:
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    path = jvm.org.apache.hadoop.fs.Path(location)
+    return path.getFileSystem(spark._jsc.hadoopConfiguration()), path  # type: ignore[attr-defined]
+
+
+def has_progress(spark: SparkSession, location: str) -> bool:
+    """True when the checkpoint has started batches (Spark's `offsets/` log exists and is not empty)."""
+    fs, path = _fs(spark, location.rstrip("/") + "/offsets")
+    return bool(fs.exists(path)) and len(fs.listStatus(path)) > 0  # type: ignore[attr-defined]
+
+
+def app_id(spark: SparkSession, location: str, pipeline: str) -> tuple[str, bool]:
+    """(txnAppId, created) for the checkpoint at `location`, creating the id when the checkpoint has none."""
+    fs, path = _fs(spark, location.rstrip("/") + "/" + APP_ID_FILE)
+    if fs.exists(path):  # type: ignore[attr-defined]
+        stream = fs.open(path)  # type: ignore[attr-defined]
+        try:
+            data = spark._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")  # type: ignore[attr-defined]
+        finally:
+            stream.close()
+        return str(data).strip(), False
+    new_id = f"{pipeline}-{uuid.uuid4().hex[:16]}"
+    out = fs.create(path, False)  # type: ignore[attr-defined]
+    try:
+        out.write(bytearray(new_id.encode()))
+    finally:
+        out.close()
+    return new_id, True

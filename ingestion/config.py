@@ -1,0 +1,243 @@
+"""Typed, frozen pipeline configs read from YAML: unknown keys, wrong types and contradictions are rejected.
+
+Every error names the file, the key (dotted path) and the offending value. `${VAR}` and `${VAR:-default}` are
+replaced from the environment, so secrets stay out of files; `redacted()` hides them again for printing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from ingestion.errors import ConfigError
+from ingestion.paths import conf_dir, state_dir
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_SECRET = re.compile(r"password|secret|jaas|token|credentials|key\.pem|basic\.auth\.user\.info", re.I)
+
+
+def _key(name: str) -> dict[str, str]:
+    """Field metadata: the key as written in the file, when it differs from the Python name."""
+    return {"key": name}
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Spark Kafka source options, under the names Spark documents."""
+
+    starting_offsets: str = field(default="earliest", metadata=_key("startingOffsets"))
+    max_offsets_per_trigger: int | None = field(default=None, metadata=_key("maxOffsetsPerTrigger"))
+    fail_on_data_loss: bool = field(default=True, metadata=_key("failOnDataLoss"))
+    min_partitions: int | None = field(default=None, metadata=_key("minPartitions"))
+
+
+@dataclass(frozen=True)
+class ValueFormat:
+    """How record values are encoded. `confluent`: magic byte 0, 4-byte big-endian schema id, Avro body."""
+
+    format: Literal["confluent"] = "confluent"
+    subject: str = ""
+    max_bytes: int = field(default=8 * 1024 * 1024, metadata=_key("maxBytes"))
+
+
+@dataclass(frozen=True)
+class KeyFormat:
+    format: Literal["bytes", "string"] = "bytes"
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    table: str = ""
+    checkpoint_location: str = field(default="", metadata=_key("checkpointLocation"))
+    trigger: str = "10 seconds"
+    on_error: Literal["fail"] = "fail"
+
+
+@dataclass(frozen=True)
+class MetricsOptions:
+    experiment: str = ""
+    log_every_batch: bool = True
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    name: str
+    topic: str
+    value: ValueFormat
+    kafka: Mapping[str, str] = field(default_factory=dict)
+    source: SourceOptions = field(default_factory=SourceOptions)
+    key: KeyFormat = field(default_factory=KeyFormat)
+    sink: SinkOptions = field(default_factory=SinkOptions)
+    metrics: MetricsOptions = field(default_factory=MetricsOptions)
+    spark: Mapping[str, str] = field(default_factory=dict)
+    file: Path = field(default=Path("<memory>"), metadata={"internal": True})
+
+    @property
+    def table_path(self) -> str:
+        return self.sink.table or str(state_dir() / "tables" / self.name)
+
+    @property
+    def checkpoint_path(self) -> str:
+        return self.sink.checkpoint_location or str(state_dir() / "checkpoints" / self.name)
+
+    @property
+    def experiment(self) -> str:
+        return self.metrics.experiment or f"ingest/{self.name}"
+
+    def bootstrap_servers(self) -> str:
+        """From the config, else `$KAFKA_BOOTSTRAP_SERVERS`, else the local dev broker's address file."""
+        from ingestion.devstack import Broker
+
+        servers = self.kafka.get("bootstrap.servers") or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+        servers = servers or Broker.default().bootstrap_servers()
+        if not servers:
+            raise ConfigError(f"{self.file}: no 'kafka.bootstrap.servers', no $KAFKA_BOOTSTRAP_SERVERS and no "
+                              "local broker (start one with `ingest kafka start`)")
+        return servers
+
+    def kafka_client_settings(self) -> dict[str, str]:
+        """The Kafka client settings for confluent-kafka clients, bootstrap resolved."""
+        return {**self.kafka, "bootstrap.servers": self.bootstrap_servers()}
+
+    def redacted(self) -> dict[str, Any]:
+        """The config as a dict with every secret-looking Kafka or Spark setting replaced by '***'."""
+        out = dataclasses.asdict(self)
+        for section in ("kafka", "spark"):
+            out[section] = {k: "***" if _SECRET.search(k) else v for k, v in out[section].items()}
+        out["file"] = str(self.file)
+        return out
+
+
+def load_pipeline(name_or_path: str | Path) -> PipelineConfig:
+    """Load `conf/pipelines/<name>.yaml`, or the YAML file at the given path."""
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = conf_dir() / "pipelines" / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in (conf_dir() / "pipelines").glob("*.yaml"))
+        raise ConfigError(f"no pipeline config {str(name_or_path)!r}: {path} does not exist (known: {known})")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    return parse_pipeline(data, path)
+
+
+def list_pipelines() -> list[Path]:
+    return sorted((conf_dir() / "pipelines").glob("*.yaml"))
+
+
+def parse_pipeline(data: object, file: Path) -> PipelineConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{file}: expected a mapping of settings at the top level, got {data!r}")
+    config = _build(PipelineConfig, _interpolate(data, file, ""), file, "")
+    config = dataclasses.replace(config, file=file)
+    _check(config)
+    return config
+
+
+def _check(config: PipelineConfig) -> None:
+    """Contradictions no single key can show."""
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", config.name):
+        raise ConfigError(f"{config.file}: key 'name' must be letters, digits, '_', '-' or '.', got {config.name!r}")
+    if config.value.format == "confluent" and not config.value.subject:
+        raise ConfigError(f"{config.file}: key 'value.subject' is required for value.format 'confluent'")
+    if (config.source.max_offsets_per_trigger or 1) <= 0:
+        raise ConfigError(f"{config.file}: key 'source.maxOffsetsPerTrigger' must be positive, "
+                          f"got {config.source.max_offsets_per_trigger!r}")
+    for key in config.kafka:
+        if key.startswith("kafka."):
+            raise ConfigError(f"{config.file}: key 'kafka.{key}': write Kafka client settings without the "
+                              f"'kafka.' prefix (it is added for Spark), got {key!r}")
+
+
+def _interpolate(value: Any, file: Path, where: str) -> Any:
+    if isinstance(value, dict):
+        return {k: _interpolate(v, file, f"{where}{k}.") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, file, where) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def sub(match: re.Match[str]) -> str:
+        var, default = match.group(1), match.group(2)
+        if var in os.environ:
+            return os.environ[var]
+        if default is not None:
+            return default
+        raise ConfigError(f"{file}: key {where.rstrip('.')!r} uses ${{{var}}}, which is not set in the environment")
+
+    return _ENV.sub(sub, value)
+
+
+def _build(cls: type[Any], data: Mapping[str, Any], file: Path, prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    remaining = dict(data)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("internal"):
+            continue
+        key = f.metadata.get("key", f.name)
+        if key not in remaining:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ConfigError(f"{file}: missing required key {prefix + key!r}")
+            continue
+        kwargs[f.name] = _coerce(hints[f.name], remaining.pop(key), file, prefix + key)
+    if remaining:
+        key, value = next(iter(remaining.items()))
+        known = sorted(f.metadata.get("key", f.name) for f in dataclasses.fields(cls) if not f.metadata.get("internal"))
+        raise ConfigError(f"{file}: unknown key {prefix + str(key)!r} (value {value!r}); "
+                          f"known keys here: {', '.join(known)}")
+    return cls(**kwargs)
+
+
+def _coerce(hint: Any, value: Any, file: Path, key: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [h for h in typing.get_args(hint) if h is not type(None)]
+        if value is None and len(options) < len(typing.get_args(hint)):
+            return None
+        return _coerce(options[0], value, file, key)
+    if origin is Literal:
+        allowed = typing.get_args(hint)
+        if value not in allowed:
+            raise ConfigError(f"{file}: key {key!r} must be one of {list(allowed)}, got {value!r}")
+        return value
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{file}: key {key!r} must be a mapping, got {value!r}")
+        return _build(typing.cast(type, hint), value, file, key + ".")
+    if origin in (Mapping, dict):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{file}: key {key!r} must be a mapping of settings, got {value!r}")
+        bad = {k: v for k, v in value.items() if not isinstance(v, (str, int, float, bool))}
+        if bad:
+            sub, val = next(iter(bad.items()))
+            raise ConfigError(f"{file}: key '{key}.{sub}' must be a plain value, got {val!r}")
+        return {str(k): _scalar_text(v) for k, v in value.items()}
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{file}: key {key!r} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{file}: key {key!r} must be an integer, got {value!r}")
+        return value
+    if hint is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ConfigError(f"{file}: key {key!r} must be a string, got {value!r}")
+        return str(value)
+    raise ConfigError(f"{file}: key {key!r} has an unsupported type {hint!r}")  # pragma: no cover
+
+
+def _scalar_text(value: str | int | float | bool) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)

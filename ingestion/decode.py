@@ -1,0 +1,165 @@
+"""Decoding Kafka values on the executors, one Arrow batch at a time.
+
+The Confluent wire format is a magic byte 0, a 4-byte big-endian schema id, then the Avro body written with that
+schema. `BatchDecoder` is the function given to `mapInArrow`: it gets Arrow batches of Kafka rows and returns
+Arrow batches of decoded rows. It carries its schemas with it (a small id -> schema map built on the driver), so
+executors never call a registry. Rows that cannot be decoded come back with an error class and message, or stop
+the batch with a DecodeError naming topic, partition and offset when the policy is `fail`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from fastavro import parse_schema, schemaless_reader
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_type
+
+from ingestion import avro
+from ingestion.errors import DecodeError
+
+MAGIC = 0
+HEADER_SIZE = 5
+_HEADER = struct.Struct(">bI")
+
+# Kafka source columns the decoder passes through untouched (zero-copy), in this order.
+PASSTHROUGH = ("key", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
+PAYLOAD = "_payload"
+
+
+def encode(schema_id: int, body: bytes) -> bytes:
+    """Frame an Avro body in the Confluent wire format."""
+    return _HEADER.pack(MAGIC, schema_id) + body
+
+
+def split(value: bytes) -> tuple[int, memoryview]:
+    """(schema id, Avro body) of a wire-format value; WireFormatError when it has no valid header."""
+    if len(value) < HEADER_SIZE:
+        raise WireFormatError(f"value of {len(value)} bytes is shorter than the 5-byte header")
+    magic, schema_id = _HEADER.unpack_from(value)
+    if magic != MAGIC:
+        raise WireFormatError(f"magic byte is {magic}, expected {MAGIC}")
+    return schema_id, memoryview(value)[HEADER_SIZE:]
+
+
+class WireFormatError(ValueError):
+    """The value does not start with a Confluent wire-format header."""
+
+
+class UnknownSchemaError(LookupError):
+    """The header names a schema id this pipeline does not know."""
+
+
+class TrailingBytesError(ValueError):
+    """The Avro body has bytes left after the record: it was not written with the schema its header names."""
+
+
+class RecordTooLargeError(ValueError):
+    """The value is larger than the pipeline's `value.maxBytes`."""
+
+
+@dataclass(frozen=True)
+class DecodeSpec:
+    """What an executor needs to decode a batch; built on the driver, pickled with the task."""
+
+    writer_schemas: dict[int, str]  # schema id -> schema JSON
+    reader_schema: str  # the table's current schema JSON
+    max_bytes: int
+    fail_fast: bool
+
+    @property
+    def payload_type(self) -> T.StructType:
+        return avro.spark_schema(json.loads(self.reader_schema))
+
+    def output_schema(self, source: T.StructType) -> T.StructType:
+        """The Spark schema of the decoder's output rows, given the Kafka source's schema."""
+        passthrough = [source[name] for name in PASSTHROUGH]
+        return T.StructType([
+            T.StructField(PAYLOAD, self.payload_type, True),
+            T.StructField("_schema_id", T.IntegerType(), True),
+            T.StructField("_tombstone", T.BooleanType(), False),
+            T.StructField("_error_class", T.StringType(), True),
+            T.StructField("_error_message", T.StringType(), True),
+            *passthrough,
+        ])
+
+
+class BatchDecoder:
+    """`mapInArrow` function: Kafka rows in, decoded rows out, one Arrow batch at a time."""
+
+    def __init__(self, spec: DecodeSpec) -> None:
+        self.spec = spec
+        self._ready = False
+
+    def _prepare(self) -> None:
+        # Parsed on the executor, once per task: parsed fastavro schemas are not worth pickling.
+        reader_json = json.loads(self.spec.reader_schema)
+        self._reader = parse_schema(reader_json)
+        self._writers = {sid: parse_schema(json.loads(text)) for sid, text in self.spec.writer_schemas.items()}
+        self._same = {sid for sid, text in self.spec.writer_schemas.items() if text == self.spec.reader_schema}
+        self._convert = avro.converter(reader_json)
+        self._payload_type = to_arrow_type(self.spec.payload_type)
+        self._ready = True
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        if not self._ready:
+            self._prepare()
+        for batch in batches:
+            yield self.decode_batch(batch)
+
+    def decode_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        values = batch.column("value").to_pylist()
+        n = len(values)
+        payloads: list[Any] = [None] * n
+        schema_ids: list[int | None] = [None] * n
+        tombstones = [False] * n
+        error_classes: list[str | None] = [None] * n
+        messages: list[str | None] = [None] * n
+        for i, value in enumerate(values):
+            if value is None:
+                tombstones[i] = True
+                continue
+            try:
+                schema_ids[i], payloads[i] = self.decode_value(value, schema_ids, i)
+            except Exception as exc:
+                if self.spec.fail_fast:
+                    raise DecodeError(f"cannot decode {_where(batch, i)}: {type(exc).__name__}: {exc}") from exc
+                error_classes[i], messages[i] = type(exc).__name__, str(exc)[:1000]
+        columns = [
+            pa.array(payloads, type=self._payload_type),
+            pa.array(schema_ids, type=pa.int32()),
+            pa.array(tombstones, type=pa.bool_()),
+            pa.array(error_classes, type=pa.string()),
+            pa.array(messages, type=pa.string()),
+            *(batch.column(name) for name in PASSTHROUGH),
+        ]
+        return pa.RecordBatch.from_arrays(columns, names=[PAYLOAD, "_schema_id", "_tombstone", "_error_class",
+                                                          "_error_message", *PASSTHROUGH])
+
+    def decode_value(self, value: bytes, schema_ids: list[int | None], i: int) -> tuple[int, Any]:
+        if len(value) > self.spec.max_bytes:
+            raise RecordTooLargeError(f"value of {len(value)} bytes exceeds value.maxBytes={self.spec.max_bytes}")
+        schema_id, body = split(value)
+        schema_ids[i] = schema_id  # kept for the quarantine row even when the body fails below
+        writer = self._writers.get(schema_id)
+        if writer is None:
+            raise UnknownSchemaError(f"schema id {schema_id} is not a version of this pipeline's subject")
+        stream = io.BytesIO(body)
+        record = schemaless_reader(stream, writer, None if schema_id in self._same else self._reader)
+        if stream.tell() != len(body):
+            raise TrailingBytesError(f"{len(body) - stream.tell()} bytes left after the record "
+                                     f"(schema id {schema_id})")
+        return schema_id, self._convert(record) if self._convert else record
+
+
+def _where(batch: pa.RecordBatch, i: int) -> str:
+    topic = batch.column("topic")[i].as_py()
+    partition = batch.column("partition")[i].as_py()
+    offset = batch.column("offset")[i].as_py()
+    return f"record {topic}/{partition}@{offset}"

@@ -1,0 +1,31 @@
+"""One error hierarchy: every failure the project reports is an IngestionError."""
+
+from __future__ import annotations
+
+
+class IngestionError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class ConfigError(IngestionError):
+    """A pipeline config file is wrong; the message names the file, the key and the value."""
+
+
+class SchemaError(IngestionError):
+    """An Avro schema cannot be found, parsed or mapped to Spark types."""
+
+
+class DecodeError(IngestionError):
+    """A Kafka record cannot be decoded; the message names topic, partition and offset."""
+
+
+class JvmError(IngestionError):
+    """A JVM artifact could not be resolved from Maven."""
+
+
+class BrokerError(IngestionError):
+    """The local development Kafka broker could not be started, reached or stopped."""
+
+
+class CheckpointError(IngestionError):
+    """A checkpoint and its table disagree in a way that needs the user's decision."""

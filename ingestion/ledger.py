@@ -1,0 +1,100 @@
+"""The offsets a table holds, recorded in the same Delta commit as the data and read back from its history.
+
+Each commit the pipeline makes carries `userMetadata` (Delta's commit-info field) with a JSON document:
+`{"ingest": {"pipeline", "app_id", "batch_id", "kind", "rows", "schema_ids", "ranges": [{topic, partition,
+first, last, count}]}}`. Because it is written in the same atomic commit as the rows, the table alone can say
+which Kafka offsets each version holds, rebuild a lost checkpoint and be audited against Kafka.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+METADATA_KEY = "ingest"
+
+
+@dataclass(frozen=True)
+class PartitionRange:
+    topic: str
+    partition: int
+    first: int
+    last: int
+    count: int
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """What one commit of the pipeline holds."""
+
+    pipeline: str
+    app_id: str
+    batch_id: int
+    kind: str  # stream | replay | rewind | redecode
+    rows: int
+    schema_ids: tuple[int, ...]
+    ranges: tuple[PartitionRange, ...]
+    version: int | None = field(default=None, compare=False)
+    committed_at: dt.datetime | None = field(default=None, compare=False)
+
+    def to_user_metadata(self) -> str:
+        body = asdict(self)
+        body.pop("version")
+        body.pop("committed_at")
+        return json.dumps({METADATA_KEY: body}, separators=(",", ":"))
+
+    @classmethod
+    def from_user_metadata(cls, text: str | None, version: int | None = None,
+                           committed_at: dt.datetime | None = None) -> BatchRecord | None:
+        """The record in a commit's userMetadata, or None when the commit was not made by this pipeline."""
+        if not text:
+            return None
+        try:
+            body: dict[str, Any] = json.loads(text)[METADATA_KEY]
+        except (ValueError, KeyError, TypeError):
+            return None
+        return cls(
+            pipeline=body["pipeline"], app_id=body["app_id"], batch_id=int(body["batch_id"]), kind=body["kind"],
+            rows=int(body["rows"]), schema_ids=tuple(body["schema_ids"]),
+            ranges=tuple(PartitionRange(**r) for r in body["ranges"]), version=version, committed_at=committed_at,
+        )
+
+
+def is_table(spark: SparkSession, path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return bool(DeltaTable.isDeltaTable(spark, path))
+
+
+def table_version(spark: SparkSession, path: str) -> int | None:
+    """The table's latest version, or None when there is no table yet."""
+    from delta.tables import DeltaTable
+
+    if not is_table(spark, path):
+        return None
+    return int(DeltaTable.forPath(spark, path).history(1).select("version").first()[0])  # type: ignore[index]
+
+
+def history(spark: SparkSession, path: str) -> list[BatchRecord]:
+    """Every commit of the table that records offsets, oldest first."""
+    from delta.tables import DeltaTable
+
+    if not is_table(spark, path):
+        return []
+    rows = DeltaTable.forPath(spark, path).history().select("version", "timestamp", "userMetadata").collect()
+    records = [BatchRecord.from_user_metadata(r["userMetadata"], r["version"], r["timestamp"]) for r in rows]
+    return sorted((r for r in records if r is not None), key=lambda r: r.version or 0)
+
+
+def next_offsets(records: list[BatchRecord]) -> dict[str, dict[str, int]]:
+    """Per topic and partition, the offset after the last one recorded: where a stream resumes."""
+    out: dict[str, dict[str, int]] = {}
+    for record in records:
+        for r in record.ranges:
+            partitions = out.setdefault(r.topic, {})
+            partitions[str(r.partition)] = max(partitions.get(str(r.partition), 0), r.last + 1)
+    return out

@@ -1,0 +1,67 @@
+"""Where writer schemas come from, looked up on the driver only.
+
+The schema folder mirrors a registry: `schemas/<subject>/<schema id>.avsc`. Ids are global, as in a Confluent
+Schema Registry: the same id under two subjects must be the same schema. The newest id of a subject is its
+current version, the reader schema the table is built from.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ingestion.errors import SchemaError
+
+AvroSchema = Any  # parsed JSON of an .avsc: a dict, a list (union) or a str (primitive or named reference)
+
+
+@dataclass(frozen=True)
+class Subject:
+    """All known versions of one subject: schema id -> schema JSON text, oldest first."""
+
+    name: str
+    versions: dict[int, str]
+
+    @property
+    def latest_id(self) -> int:
+        return max(self.versions)
+
+    @property
+    def latest(self) -> AvroSchema:
+        return json.loads(self.versions[self.latest_id])
+
+
+def load_subject(folder: Path, subject: str) -> Subject:
+    """Read every `<id>.avsc` of a subject; raise SchemaError naming the file when one is invalid."""
+    directory = folder / subject
+    files = sorted(directory.glob("*.avsc")) if directory.is_dir() else []
+    if not files:
+        raise SchemaError(f"no schemas for subject {subject!r}: expected files like {directory / '1.avsc'}")
+    versions: dict[int, str] = {}
+    for file in files:
+        if not file.stem.isdigit():
+            raise SchemaError(f"{file}: schema files are named by their schema id, like 1.avsc; got {file.name!r}")
+        try:
+            parsed = json.loads(file.read_text())
+        except json.JSONDecodeError as exc:
+            raise SchemaError(f"{file}: not valid JSON: {exc}") from None
+        versions[int(file.stem)] = canonical_json(parsed)
+    _check_global_ids(folder, subject, versions)
+    return Subject(subject, dict(sorted(versions.items())))
+
+
+def _check_global_ids(folder: Path, subject: str, versions: dict[int, str]) -> None:
+    for other in folder.iterdir():
+        if not other.is_dir() or other.name == subject:
+            continue
+        for schema_id, text in versions.items():
+            twin = other / f"{schema_id}.avsc"
+            if twin.is_file() and canonical_json(json.loads(twin.read_text())) != text:
+                raise SchemaError(f"schema id {schema_id} means two different schemas: "
+                                  f"{folder / subject / twin.name} and {twin}")
+
+
+def canonical_json(schema: AvroSchema) -> str:
+    return json.dumps(schema, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,33 @@
+"""The Kafka side of a pipeline: Spark Kafka source options, under the names Spark documents."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+
+from ingestion.config import PipelineConfig
+
+# Options the Spark Kafka source manages itself and refuses as `kafka.*` (see its integration guide).
+SPARK_MANAGED = ("group.id", "auto.offset.reset", "key.deserializer", "value.deserializer",
+                 "enable.auto.commit", "interceptor.classes")
+
+
+def kafka_options(config: PipelineConfig, starting_offsets: str | None = None) -> dict[str, str]:
+    """Options for `spark.readStream.format("kafka")`: the config's Kafka client settings as `kafka.*`."""
+    options = {f"kafka.{key}": value for key, value in config.kafka.items() if key not in SPARK_MANAGED}
+    options["kafka.bootstrap.servers"] = config.bootstrap_servers()
+    options["subscribe"] = config.topic
+    options["startingOffsets"] = starting_offsets or config.source.starting_offsets
+    options["failOnDataLoss"] = str(config.source.fail_on_data_loss).lower()
+    options["includeHeaders"] = "true"
+    if config.source.max_offsets_per_trigger:
+        options["maxOffsetsPerTrigger"] = str(config.source.max_offsets_per_trigger)
+    if config.source.min_partitions:
+        options["minPartitions"] = str(config.source.min_partitions)
+    return options
+
+
+def read_stream(spark: SparkSession, config: PipelineConfig, starting_offsets: str | None = None) -> DataFrame:
+    reader = spark.readStream.format("kafka")
+    for key, value in kafka_options(config, starting_offsets).items():
+        reader = reader.option(key, value)
+    return reader.load()

@@ -1,0 +1,59 @@
+"""The one SparkSession factory: Delta and the Kafka connector by jar path, quiet logs, small-machine defaults."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from ingestion import jvm
+
+LOG4J_CONFIG = Path(__file__).parent / "data" / "log4j2.properties"
+
+# Defaults sized for one machine; every key can be overridden by the pipeline config's `spark:` section or by
+# spark-submit, which wins because it starts the JVM before this code runs.
+DEFAULTS: dict[str, str] = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.databricks.delta.optimizeWrite.enabled": "false",
+    "spark.driver.memory": "2g",
+    # Streaming queries read their source options on every restart; keep the log of batches small.
+    "spark.sql.streaming.minBatchesToRetain": "100",
+}
+
+
+def builder(app_name: str = "ingest", master: str | None = None,
+            conf: Mapping[str, str] | None = None) -> SparkSession.Builder:
+    """A session builder with Delta, the Kafka source and quiet logging; compose more `.config()` on it."""
+    # Bind the driver to loopback unless told otherwise: this project only ever talks to local addresses by default.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Python workers must see the same packages (fastavro, pyarrow) as the driver: the same interpreter by default.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    b = SparkSession.builder.appName(app_name)
+    master = master or os.environ.get("INGEST_SPARK_MASTER") or ("local[*]" if "SPARK_HOME" not in os.environ else None)
+    if master:
+        b = b.master(master)
+    settings = dict(DEFAULTS)
+    settings["spark.jars"] = ",".join(str(jar) for jar in jvm.resolve(jvm.SPARK_JARS))
+    java_opts = f"-Dlog4j2.configurationFile={LOG4J_CONFIG}"
+    settings["spark.driver.extraJavaOptions"] = java_opts
+    settings["spark.executor.extraJavaOptions"] = java_opts
+    settings.update(conf or {})
+    for key, value in settings.items():
+        b = b.config(key, value)
+    return b
+
+
+def get_session(app_name: str = "ingest", master: str | None = None,
+                conf: Mapping[str, str] | None = None) -> SparkSession:
+    spark = builder(app_name, master, conf).getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
