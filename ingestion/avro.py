@@ -72,6 +72,8 @@ def _to_spark(schema: AvroSchema, names: _Names, namespace: str | None) -> T.Dat
     if isinstance(schema, list):
         return _union(schema, names, namespace)
     kind = schema.get("type")
+    if kind in ("enum", "fixed"):
+        names.defined[names.full_name(schema, namespace)] = schema
     logical = _logical(schema)
     if logical is not None:
         return logical
@@ -84,7 +86,6 @@ def _to_spark(schema: AvroSchema, names: _Names, namespace: str | None) -> T.Dat
         names.open.pop()
         return T.StructType(fields)
     if kind in ("enum", "fixed"):
-        names.defined[names.full_name(schema, namespace)] = schema
         return T.StringType() if kind == "enum" else T.BinaryType()
     if kind == "array":
         return T.ArrayType(_to_spark(schema["items"], names, namespace), True)
@@ -115,10 +116,17 @@ def _logical(schema: dict[str, Any]) -> T.DataType | None:
     return table.get((str(logical), base)) if logical else None
 
 
+# Unions Spark's from_avro widens to one type instead of a struct of members.
+_WIDENED: dict[frozenset[str], str] = {frozenset({"int", "long"}): "long", frozenset({"float", "double"}): "double"}
+
+
 def _union(branches: list[AvroSchema], names: _Names, namespace: str | None) -> T.DataType:
     non_null = [b for b in branches if b != "null"]
     if len(non_null) == 1:
         return _to_spark(non_null[0], names, namespace)
+    widened = _WIDENED.get(frozenset(b for b in non_null if isinstance(b, str)))
+    if widened and all(isinstance(b, str) for b in non_null):
+        return _PRIMITIVES[widened]
     members = [T.StructField(f"member{i}", _to_spark(b, names, namespace), True) for i, b in enumerate(non_null)]
     return T.StructType(members)
 
@@ -190,6 +198,8 @@ def _convert_union(branches: list[AvroSchema], names: _Names, namespace: str | N
     non_null = [b for b in branches if b != "null"]
     if len(non_null) == 1:
         return _convert(non_null[0], names, namespace)
+    if all(isinstance(b, str) for b in non_null) and frozenset(non_null) in _WIDENED:
+        return None
     # fastavro returns the bare value of the branch it read; the branch is found again from the value's type,
     # taking the first branch that can hold it (as Avro's own writer resolution does).
     convs = [_convert(b, names, namespace) for b in non_null]
@@ -219,7 +229,7 @@ def _branch_test(schema: AvroSchema, names: _Names, namespace: str | None) -> Ca
         return lambda v: isinstance(v, (uuid.UUID, str))
     simple: dict[str, Callable[[Any], bool]] = {
         "boolean": lambda v: isinstance(v, bool),
-        "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "int": lambda v: isinstance(v, int) and not isinstance(v, bool) and -(2**31) <= v < 2**31,
         "long": lambda v: isinstance(v, int) and not isinstance(v, bool),
         "float": lambda v: isinstance(v, float),
         "double": lambda v: isinstance(v, float),

@@ -26,8 +26,8 @@ def has_progress(spark: SparkSession, location: str) -> bool:
     return bool(fs.exists(path)) and len(fs.listStatus(path)) > 0  # type: ignore[attr-defined]
 
 
-def app_id(spark: SparkSession, location: str, pipeline: str) -> tuple[str, bool]:
-    """(txnAppId, created) for the checkpoint at `location`, creating the id when the checkpoint has none."""
+def app_id(spark: SparkSession, location: str, pipeline: str) -> str:
+    """The txnAppId of the checkpoint at `location`, created when the checkpoint has none."""
     fs, path = _fs(spark, location.rstrip("/") + "/" + APP_ID_FILE)
     if fs.exists(path):  # type: ignore[attr-defined]
         stream = fs.open(path)  # type: ignore[attr-defined]
@@ -35,11 +35,11 @@ def app_id(spark: SparkSession, location: str, pipeline: str) -> tuple[str, bool
             data = spark._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")  # type: ignore[attr-defined]
         finally:
             stream.close()
-        return str(data).strip(), False
+        return str(data).strip()
     new_id = f"{pipeline}-{uuid.uuid4().hex[:16]}"
     out = fs.create(path, False)  # type: ignore[attr-defined]
     try:
         out.write(bytearray(new_id.encode()))
     finally:
         out.close()
-    return new_id, True
+    return new_id

@@ -151,7 +151,7 @@ def _check(config: PipelineConfig) -> None:
         raise ConfigError(f"{config.file}: key 'name' must be letters, digits, '_', '-' or '.', got {config.name!r}")
     if config.value.format == "confluent" and not config.value.subject:
         raise ConfigError(f"{config.file}: key 'value.subject' is required for value.format 'confluent'")
-    if (config.source.max_offsets_per_trigger or 1) <= 0:
+    if config.source.max_offsets_per_trigger is not None and config.source.max_offsets_per_trigger <= 0:
         raise ConfigError(f"{config.file}: key 'source.maxOffsetsPerTrigger' must be positive, "
                           f"got {config.source.max_offsets_per_trigger!r}")
     for key in config.kafka:
@@ -170,13 +170,20 @@ def _interpolate(value: Any, file: Path, where: str) -> Any:
 
     def sub(match: re.Match[str]) -> str:
         var, default = match.group(1), match.group(2)
-        if var in os.environ:
+        if os.environ.get(var):
             return os.environ[var]
-        if default is not None:
+        if default is not None:  # as in the shell, ${VAR:-x} also falls back when VAR is set but empty
             return default
+        if var in os.environ:
+            return ""
         raise ConfigError(f"{file}: key {where.rstrip('.')!r} uses ${{{var}}}, which is not set in the environment")
 
-    return _ENV.sub(sub, value)
+    text = _ENV.sub(sub, value)
+    if _ENV.fullmatch(value):
+        # A value that is only `${VAR}` gets the type YAML would give the text (`${N}` -> 500 for N=500).
+        typed = yaml.safe_load(text) if text else text
+        return typed if isinstance(typed, (int, float, bool)) else text
+    return text
 
 
 def _build(cls: type[Any], data: Mapping[str, Any], file: Path, prefix: str) -> Any:

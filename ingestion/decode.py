@@ -132,7 +132,7 @@ class BatchDecoder:
                     raise DecodeError(f"cannot decode {_where(batch, i)}: {type(exc).__name__}: {exc}") from exc
                 error_classes[i], messages[i] = type(exc).__name__, str(exc)[:1000]
         columns = [
-            pa.array(payloads, type=self._payload_type),
+            self._payload_array(batch, payloads, error_classes, messages),
             pa.array(schema_ids, type=pa.int32()),
             pa.array(tombstones, type=pa.bool_()),
             pa.array(error_classes, type=pa.string()),
@@ -141,6 +141,24 @@ class BatchDecoder:
         ]
         return pa.RecordBatch.from_arrays(columns, names=[PAYLOAD, "_schema_id", "_tombstone", "_error_class",
                                                           "_error_message", *PASSTHROUGH])
+
+    def _payload_array(self, batch: pa.RecordBatch, payloads: list[Any], error_classes: list[str | None],
+                       messages: list[str | None]) -> pa.Array:
+        try:
+            return pa.array(payloads, type=self._payload_type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            pass
+        # Rare: a decoded value Arrow cannot hold for the column type. Find the rows, fail or flag only them.
+        for i, payload in enumerate(payloads):
+            if payload is None:
+                continue
+            try:
+                pa.array([payload], type=self._payload_type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+                if self.spec.fail_fast:
+                    raise DecodeError(f"cannot decode {_where(batch, i)}: ArrowConversionError: {exc}") from exc
+                payloads[i], error_classes[i], messages[i] = None, "ArrowConversionError", str(exc)[:1000]
+        return pa.array(payloads, type=self._payload_type)
 
     def decode_value(self, value: bytes, schema_ids: list[int | None], i: int) -> tuple[int, Any]:
         if len(value) > self.spec.max_bytes:

@@ -55,13 +55,14 @@ class BatchRecord:
             return None
         try:
             body: dict[str, Any] = json.loads(text)[METADATA_KEY]
-        except (ValueError, KeyError, TypeError):
+            return cls(
+                pipeline=body["pipeline"], app_id=body["app_id"], batch_id=int(body["batch_id"]),
+                kind=body["kind"], rows=int(body["rows"]), schema_ids=tuple(body["schema_ids"]),
+                ranges=tuple(PartitionRange(**r) for r in body["ranges"]), version=version,
+                committed_at=committed_at,
+            )
+        except (ValueError, KeyError, TypeError):  # another tool's userMetadata, or not JSON at all
             return None
-        return cls(
-            pipeline=body["pipeline"], app_id=body["app_id"], batch_id=int(body["batch_id"]), kind=body["kind"],
-            rows=int(body["rows"]), schema_ids=tuple(body["schema_ids"]),
-            ranges=tuple(PartitionRange(**r) for r in body["ranges"]), version=version, committed_at=committed_at,
-        )
 
 
 def is_table(spark: SparkSession, path: str) -> bool:

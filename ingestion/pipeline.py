@@ -45,7 +45,7 @@ def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = 
     spec = decode_spec(config)
     location = config.checkpoint_path
     resumed = checkpoint.has_progress(spark, location)
-    app_id, created = checkpoint.app_id(spark, location, config.name)
+    app_id = checkpoint.app_id(spark, location, config.name)
     starting = None if resumed else _resume_from_table(spark, config)
     log.info("%s: %s checkpoint %s, txnAppId %s%s", config.name, "resuming" if resumed else "new", location,
              app_id, f", starting from the table's offsets {starting}" if starting else "")

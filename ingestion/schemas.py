@@ -58,7 +58,13 @@ def _check_global_ids(folder: Path, subject: str, versions: dict[int, str]) -> N
             continue
         for schema_id, text in versions.items():
             twin = other / f"{schema_id}.avsc"
-            if twin.is_file() and canonical_json(json.loads(twin.read_text())) != text:
+            if not twin.is_file():
+                continue
+            try:
+                twin_text = canonical_json(json.loads(twin.read_text()))
+            except json.JSONDecodeError as exc:
+                raise SchemaError(f"{twin}: not valid JSON: {exc}") from None
+            if twin_text != text:
                 raise SchemaError(f"schema id {schema_id} means two different schemas: "
                                   f"{folder / subject / twin.name} and {twin}")
 

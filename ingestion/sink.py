@@ -53,6 +53,7 @@ class BronzeWriter:
         self.app_id = app_id
         self.spec = spec
         self.on_batch = on_batch
+        self._version: int | None = None  # the table version after this writer's last batch
 
     def __call__(self, kafka_rows: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
@@ -61,6 +62,7 @@ class BronzeWriter:
         decoded = bronze.decode(kafka_rows, self.spec).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             stats = bronze.offset_ranges(decoded).collect()
+            log.debug("batch %d: decoded and summarized in %.2fs", batch_id, time.monotonic() - started)
             if not stats:
                 return
             ranges = tuple(sorted((PartitionRange(s["topic"], s["partition"], s["first"], s["last"], s["count"])
@@ -71,7 +73,7 @@ class BronzeWriter:
             record = BatchRecord(pipeline=self.config.name, app_id=self.app_id, batch_id=batch_id, kind="stream",
                                  rows=rows, schema_ids=schema_ids, ranges=ranges)
             path = self.config.table_path
-            before = ledger.table_version(spark, path)
+            before = self._version if self._version is not None else ledger.table_version(spark, path)
             _fault_point("before_commit", batch_id)
             (bronze.bronze_rows(decoded, batch_id=batch_id, ingested_at=ingested_at,
                                 key_format=self.config.key.format)
@@ -79,7 +81,8 @@ class BronzeWriter:
              .option("txnAppId", self.app_id).option("txnVersion", batch_id)
              .option("userMetadata", record.to_user_metadata())
              .save(path))
-            after = ledger.table_version(spark, path)
+            after = self._version = ledger.table_version(spark, path)
+            log.debug("batch %d: written in %.2fs", batch_id, time.monotonic() - started)
             committed = after != before
             _fault_point("after_commit", batch_id)
         finally:

@@ -30,6 +30,13 @@ DEFAULTS: dict[str, str] = {
 }
 
 
+# Delta rebuilds a snapshot's state (needed for the txnAppId check on every write) with 50 tasks by default; on a
+# small machine that is seconds of task overhead per batch (measured: 4-6 s -> 0.8 s per write with 2).
+LOCAL_DEFAULTS: dict[str, str] = {
+    "spark.databricks.delta.snapshotPartitions": "2",
+}
+
+
 def builder(app_name: str = "ingest", master: str | None = None,
             conf: Mapping[str, str] | None = None) -> SparkSession.Builder:
     """A session builder with Delta, the Kafka source and quiet logging; compose more `.config()` on it."""
@@ -42,6 +49,8 @@ def builder(app_name: str = "ingest", master: str | None = None,
     if master:
         b = b.master(master)
     settings = dict(DEFAULTS)
+    if master and master.startswith("local"):
+        settings.update(LOCAL_DEFAULTS)
     settings["spark.jars"] = ",".join(str(jar) for jar in jvm.resolve(jvm.SPARK_JARS))
     java_opts = f"-Dlog4j2.configurationFile={LOG4J_CONFIG}"
     settings["spark.driver.extraJavaOptions"] = java_opts

@@ -1,0 +1,311 @@
+"""parse_pipeline / load_pipeline: the shipped config loads; every rejection names file, key and value."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ingestion.config import (
+    KeyFormat,
+    MetricsOptions,
+    PipelineConfig,
+    SinkOptions,
+    SourceOptions,
+    ValueFormat,
+    load_pipeline,
+    parse_pipeline,
+)
+from ingestion.errors import ConfigError
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+MINIMAL = """\
+name: demo
+topic: demo-topic
+value:
+  subject: demo-value
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "pipe.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def config_error(path: Path) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(path)
+    return str(info.value)
+
+
+# --- the shipped config -----------------------------------------------------------------------------------------
+
+def test_shipped_orders_config_loads_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INGEST_CONF_DIR", str(CONF))
+    config = load_pipeline("orders")
+    path = CONF / "pipelines" / "orders.yaml"
+    assert config == PipelineConfig(
+        name="orders",
+        topic="orders",
+        value=ValueFormat(format="confluent", subject="orders-value", max_bytes=8 * 1024 * 1024),
+        kafka={"client.id": "ingest-orders"},
+        source=SourceOptions(starting_offsets="earliest", max_offsets_per_trigger=20000, fail_on_data_loss=True,
+                             min_partitions=None),
+        key=KeyFormat(format="string"),
+        sink=SinkOptions(table="", checkpoint_location="", trigger="10 seconds", on_error="fail"),
+        metrics=MetricsOptions(experiment="", log_every_batch=True),
+        spark={},
+        file=path,
+    )
+    assert config.file == path
+    assert config.experiment == "ingest/orders"
+
+
+def test_shipped_orders_config_loads_by_path() -> None:
+    path = CONF / "pipelines" / "orders.yaml"
+    config = load_pipeline(path)
+    assert config.name == "orders"
+    assert config.topic == "orders"
+    assert config.value.subject == "orders-value"
+    assert config.source.max_offsets_per_trigger == 20000
+    assert config.file == path
+
+
+def test_unknown_pipeline_name_lists_known(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INGEST_CONF_DIR", str(CONF))
+    with pytest.raises(ConfigError) as info:
+        load_pipeline("nope")
+    message = str(info.value)
+    assert "'nope'" in message
+    assert str(CONF / "pipelines" / "nope.yaml") in message
+    assert "['orders']" in message
+
+
+def test_minimal_config_gets_defaults(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL)
+    config = load_pipeline(path)
+    assert config == PipelineConfig(name="demo", topic="demo-topic", value=ValueFormat(subject="demo-value"),
+                                    file=path)
+    assert config.source == SourceOptions(starting_offsets="earliest", max_offsets_per_trigger=None,
+                                          fail_on_data_loss=True, min_partitions=None)
+    assert config.key == KeyFormat(format="bytes")
+    assert config.kafka == {}
+    assert config.value.max_bytes == 8 * 1024 * 1024
+
+
+def test_kafka_and_spark_values_become_strings(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL + "kafka:\n  linger.ms: 5\n  enable.idempotence: true\n"
+                                     "spark:\n  spark.sql.shuffle.partitions: 4\n")
+    config = load_pipeline(path)
+    assert config.kafka == {"linger.ms": "5", "enable.idempotence": "true"}
+    assert config.spark == {"spark.sql.shuffle.partitions": "4"}
+
+
+def test_not_a_mapping_rejected(tmp_path: Path) -> None:
+    path = write(tmp_path, "- a\n- b\n")
+    message = config_error(path)
+    assert message == f"{path}: expected a mapping of settings at the top level, got ['a', 'b']"
+
+
+def test_invalid_yaml_rejected(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: [unclosed\n")
+    message = config_error(path)
+    assert message.startswith(f"{path}: not valid YAML: ")
+
+
+# --- unknown keys -----------------------------------------------------------------------------------------------
+
+def test_unknown_top_level_key(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL + "sinks:\n  table: x\n")
+    message = config_error(path)
+    assert str(path) in message
+    assert "unknown key 'sinks'" in message
+    assert "(value {'table': 'x'})" in message
+    assert "known keys here: kafka, key, metrics, name, sink, source, spark, topic, value" in message
+
+
+def test_unknown_nested_key_typo(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL + "source:\n  startingOffset: latest\n")
+    message = config_error(path)
+    assert message == (f"{path}: unknown key 'source.startingOffset' (value 'latest'); known keys here: "
+                       "failOnDataLoss, maxOffsetsPerTrigger, minPartitions, startingOffsets")
+
+
+def test_python_field_name_is_not_a_key(tmp_path: Path) -> None:
+    # The file uses Spark's spelling; the Python attribute name is not accepted in its place.
+    path = write(tmp_path, MINIMAL + "source:\n  max_offsets_per_trigger: 10\n")
+    message = config_error(path)
+    assert "unknown key 'source.max_offsets_per_trigger' (value 10)" in message
+
+
+# --- wrong types ------------------------------------------------------------------------------------------------
+
+def test_max_offsets_not_an_integer(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL + "source:\n  maxOffsetsPerTrigger: ten\n")
+    message = config_error(path)
+    assert message == f"{path}: key 'source.maxOffsetsPerTrigger' must be an integer, got 'ten'"
+
+
+def test_max_offsets_bool_is_not_an_integer(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL + "source:\n  maxOffsetsPerTrigger: true\n")
+    message = config_error(path)
+    assert message == f"{path}: key 'source.maxOffsetsPerTrigger' must be an integer, got True"
+
+
+def test_fail_on_data_loss_string_yes(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL + 'source:\n  failOnDataLoss: "yes"\n')
+    message = config_error(path)
+    assert message == f"{path}: key 'source.failOnDataLoss' must be true or false, got 'yes'"
+
+
+def test_section_not_a_mapping(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL + "source: earliest\n")
+    message = config_error(path)
+    assert message == f"{path}: key 'source' must be a mapping, got 'earliest'"
+
+
+def test_kafka_nested_value_rejected(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL + "kafka:\n  sasl:\n    mechanism: PLAIN\n")
+    message = config_error(path)
+    assert message == f"{path}: key 'kafka.sasl' must be a plain value, got {{'mechanism': 'PLAIN'}}"
+
+
+def test_literal_violation_names_allowed_values(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: demo\ntopic: t\nvalue:\n  format: json\n  subject: s\n")
+    message = config_error(path)
+    assert message == f"{path}: key 'value.format' must be one of ['confluent'], got 'json'"
+
+
+def test_key_format_literal_violation(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL + "key:\n  format: avro\n")
+    message = config_error(path)
+    assert message == f"{path}: key 'key.format' must be one of ['bytes', 'string'], got 'avro'"
+
+
+# --- required keys ----------------------------------------------------------------------------------------------
+
+def test_missing_topic(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: demo\nvalue:\n  subject: s\n")
+    message = config_error(path)
+    assert message == f"{path}: missing required key 'topic'"
+
+
+def test_missing_subject_for_confluent(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: demo\ntopic: t\nvalue:\n  format: confluent\n")
+    message = config_error(path)
+    assert message == f"{path}: key 'value.subject' is required for value.format 'confluent'"
+
+
+# --- ${VAR} interpolation ---------------------------------------------------------------------------------------
+
+def test_env_interpolation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INGEST_TEST_TOPIC", "orders-eu")
+    monkeypatch.setenv("INGEST_TEST_PASSWORD", "s3cr3t")
+    path = write(tmp_path, "name: demo\ntopic: ${INGEST_TEST_TOPIC}\nvalue:\n  subject: ${INGEST_TEST_TOPIC}-value\n"
+                           "kafka:\n  sasl.password: ${INGEST_TEST_PASSWORD}\n")
+    config = load_pipeline(path)
+    assert config.topic == "orders-eu"
+    assert config.value.subject == "orders-eu-value"
+    assert config.kafka == {"sasl.password": "s3cr3t"}
+
+
+def test_env_default_used_when_unset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INGEST_TEST_UNSET", raising=False)
+    path = write(tmp_path, "name: demo\ntopic: ${INGEST_TEST_UNSET:-fallback-topic}\nvalue:\n  subject: s\n"
+                           "kafka:\n  client.id: ${INGEST_TEST_UNSET:-}\n")
+    config = load_pipeline(path)
+    assert config.topic == "fallback-topic"
+    assert config.kafka == {"client.id": ""}
+
+
+def test_env_set_wins_over_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INGEST_TEST_SET", "from-env")
+    path = write(tmp_path, "name: demo\ntopic: ${INGEST_TEST_SET:-fallback}\nvalue:\n  subject: s\n")
+    assert load_pipeline(path).topic == "from-env"
+
+
+def test_env_unset_raises_naming_key_and_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INGEST_TEST_MISSING", raising=False)
+    path = write(tmp_path, MINIMAL + "kafka:\n  sasl.password: ${INGEST_TEST_MISSING}\n")
+    message = config_error(path)
+    assert message == (f"{path}: key 'kafka.sasl.password' uses ${{INGEST_TEST_MISSING}}, "
+                       "which is not set in the environment")
+
+
+def test_env_unset_top_level_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INGEST_TEST_MISSING", raising=False)
+    path = write(tmp_path, "name: demo\ntopic: pre-${INGEST_TEST_MISSING}\nvalue:\n  subject: s\n")
+    message = config_error(path)
+    assert message == f"{path}: key 'topic' uses ${{INGEST_TEST_MISSING}}, which is not set in the environment"
+
+
+# --- kafka settings and secrets ---------------------------------------------------------------------------------
+
+def test_kafka_prefix_rejected(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL + "kafka:\n  kafka.bootstrap.servers: localhost:9092\n")
+    message = config_error(path)
+    assert str(path) in message
+    assert "'kafka.kafka.bootstrap.servers'" in message
+    assert "without the 'kafka.' prefix" in message
+    assert "got 'kafka.bootstrap.servers'" in message
+
+
+def test_redacted_hides_secrets_keeps_the_rest(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL + "kafka:\n  client.id: me\n  sasl.password: hunter2\n  ssl.key.password: pw\n"
+                                     "  sasl.username: alice\n"
+                                     "spark:\n  spark.hadoop.fs.s3a.secret.key: abc\n  spark.app.name: x\n")
+    out = load_pipeline(path).redacted()
+    assert out["kafka"] == {"client.id": "me", "sasl.password": "***", "ssl.key.password": "***",
+                            "sasl.username": "alice"}
+    assert out["spark"] == {"spark.hadoop.fs.s3a.secret.key": "***", "spark.app.name": "x"}
+    assert out["file"] == str(path)
+    assert out["name"] == "demo"
+    assert out["value"] == {"format": "confluent", "subject": "demo-value", "max_bytes": 8 * 1024 * 1024}
+    assert "hunter2" not in repr(out)
+
+
+def test_redacted_does_not_change_the_config(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL + "kafka:\n  sasl.password: hunter2\n")
+    config = load_pipeline(path)
+    config.redacted()
+    assert config.kafka == {"sasl.password": "hunter2"}
+
+
+# --- contradictions ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["a/b", "../orders", "has space", ""])
+def test_bad_pipeline_name(tmp_path: Path, name: str) -> None:
+    path = write(tmp_path, f"name: {name!r}\ntopic: t\nvalue:\n  subject: s\n")
+    message = config_error(path)
+    assert message == f"{path}: key 'name' must be letters, digits, '_', '-' or '.', got {name!r}"
+
+
+@pytest.mark.parametrize("name", ["orders", "orders.v2", "orders_eu-1", "_x"])
+def test_good_pipeline_names(tmp_path: Path, name: str) -> None:
+    path = write(tmp_path, f"name: {name}\ntopic: t\nvalue:\n  subject: s\n")
+    assert load_pipeline(path).name == name
+
+
+def test_max_offsets_negative_rejected(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL + "source:\n  maxOffsetsPerTrigger: -5\n")
+    message = config_error(path)
+    assert message == f"{path}: key 'source.maxOffsetsPerTrigger' must be positive, got -5"
+
+
+def test_max_offsets_zero_rejected(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL + "source:\n  maxOffsetsPerTrigger: 0\n")
+    with pytest.raises(ConfigError, match=re.escape("key 'source.maxOffsetsPerTrigger' must be positive, got 0")):
+        load_pipeline(path)
+
+
+def test_parse_pipeline_in_memory() -> None:
+    file = Path("/nowhere/x.yaml")
+    config = parse_pipeline({"name": "x", "topic": "t", "value": {"subject": "s"}}, file)
+    assert config.file == file
+    assert config.value == ValueFormat(format="confluent", subject="s", max_bytes=8 * 1024 * 1024)
+    with pytest.raises(ConfigError) as info:
+        parse_pipeline({"name": "x", "topic": "t", "value": {"subject": "s"}, "bogus": 1}, file)
+    assert str(info.value).startswith("/nowhere/x.yaml: unknown key 'bogus' (value 1); ")
