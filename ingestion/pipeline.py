@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from importlib import metadata
 
@@ -21,6 +22,9 @@ from ingestion.schemas import canonical_json, load_subject
 from ingestion.sink import BatchResult, BronzeWriter
 
 log = logging.getLogger(__name__)
+
+# How one of our errors raised on an executor or in foreachBatch appears in Spark's failure text.
+_OUR_ERROR = re.compile(r"^\s*ingestion\.errors\.\w+: (.*)$")
 
 
 def decode_spec(config: PipelineConfig) -> DecodeSpec:
@@ -89,8 +93,9 @@ def failure_reason(exc: Exception) -> str:
     """The line of a Spark failure that says why (a DecodeError names topic, partition and offset)."""
     lines = str(exc).splitlines()
     for line in lines:
-        if "DecodeError" in line or "IngestionError" in line:
-            return line.strip()
+        found = _OUR_ERROR.search(line)
+        if found:
+            return found.group(1)
     return lines[0] if lines else repr(exc)
 
 

@@ -1,0 +1,95 @@
+"""Shared fixtures: one Kafka broker and one SparkSession per test session, a unique topic per test.
+
+Set KAFKA_BOOTSTRAP_SERVERS to run against an existing cluster instead of starting a local broker.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Everything the tests write goes below one temporary state folder; jars and schemas come from the repository.
+os.environ.setdefault("INGEST_JAR_CACHE", str(REPO / ".ingest" / "jars"))
+os.environ["INGEST_SCHEMAS_DIR"] = str(REPO / "schemas")
+os.environ["TZ"] = "UTC"
+time.tzset()
+
+
+@pytest.fixture(scope="session")
+def state_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("ingest-home")
+    os.environ["INGEST_HOME"] = str(home)
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{home / 'mlflow.db'}"
+    return home
+
+
+@pytest.fixture(scope="session")
+def kafka_servers(state_home: Path) -> Iterator[str]:
+    existing = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if existing:
+        yield existing
+        return
+    from ingestion.devstack import Broker
+
+    broker = Broker(state_home / "kafka")
+    servers = broker.start()
+    try:
+        yield servers
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(state_home: Path) -> Iterator[Any]:
+    from ingestion.spark import get_session
+
+    session = get_session("ingest-tests", conf={"spark.sql.shuffle.partitions": "2"})
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def make_topic(kafka_servers: str, request: pytest.FixtureRequest) -> Callable[..., str]:
+    """Create a uniquely named topic: make_topic(partitions=3) -> name."""
+    from ingestion.kafka_admin import create_topic
+
+    def make(partitions: int = 3) -> str:
+        name = f"t-{request.node.name[:40].replace('[', '-').replace(']', '')}-{uuid.uuid4().hex[:6]}"
+        create_topic({"bootstrap.servers": kafka_servers}, name, partitions)
+        return name
+
+    return make
+
+
+@pytest.fixture
+def orders_schema() -> dict[str, Any]:
+    from ingestion.samples import load_schema
+
+    return load_schema(str(REPO / "schemas" / "orders-value" / "1.avsc"))
+
+
+def pipeline_yaml(tmp_path: Path, *, topic: str, servers: str, extra: str = "", name: str = "orders") -> Path:
+    """A pipeline config file with its table and checkpoint under tmp_path."""
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"""name: {name}
+topic: {topic}
+kafka:
+  bootstrap.servers: "{servers}"
+value:
+  format: confluent
+  subject: orders-value
+key:
+  format: string
+sink:
+  table: {tmp_path / 'tables' / name}
+  checkpointLocation: {tmp_path / 'checkpoints' / name}
+{extra}""")
+    return path

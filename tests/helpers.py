@@ -1,0 +1,51 @@
+"""Assertions shared by integration and e2e tests."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from ingestion.samples import Produced
+
+
+def as_produced(row: dict[str, Any]) -> dict[str, Any]:
+    """A bronze row's payload in the shape the producer wrote it (Spark Rows -> plain values, UTC datetimes)."""
+    placed = row["placed_at"]
+    return {
+        "order_id": row["order_id"], "customer_id": row["customer_id"], "status": row["status"],
+        "amount": Decimal(row["amount"]), "currency": row["currency"],
+        "items": [dict(i.asDict()) for i in row["items"]],
+        "placed_at": placed.replace(tzinfo=dt.timezone.utc) if placed.tzinfo is None else placed,
+        "note": row["note"],
+    }
+
+
+def assert_exactly_produced(rows: list[Any], produced: list[Produced]) -> None:
+    """The bronze rows are exactly the produced records: same (partition, offset) set, no duplicates, and each
+    payload equal field by field to what was produced."""
+    keys = Counter((r["_kafka_partition"], r["_kafka_offset"]) for r in rows)
+    duplicates = {k: n for k, n in keys.items() if n > 1}
+    assert not duplicates, f"duplicated (partition, offset): {sorted(duplicates)[:10]}"
+    expected = {(p.partition, p.offset): p for p in produced}
+    missing = sorted(set(expected) - set(keys))
+    extra = sorted(set(keys) - set(expected))
+    assert not missing and not extra, f"missing {missing[:10]}, unexpected {extra[:10]}"
+    for row in rows:
+        want = expected[(row["_kafka_partition"], row["_kafka_offset"])]
+        assert as_produced(row.asDict(recursive=False)) == want.record, (row["_kafka_partition"], row["_kafka_offset"])
+        assert row["_kafka_key"] == want.key
+
+
+def delta_txns(table: Path) -> list[tuple[int, str, int]]:
+    """(commit version, txn appId, txn version) of every SetTransaction action in the table's JSON log."""
+    found = []
+    for commit in sorted((table / "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            if "txn" in action:
+                found.append((int(commit.stem), action["txn"]["appId"], int(action["txn"]["version"])))
+    return found
