@@ -19,7 +19,7 @@ def as_produced(row: dict[str, Any]) -> dict[str, Any]:
         "order_id": row["order_id"], "customer_id": row["customer_id"], "status": row["status"],
         "amount": Decimal(row["amount"]), "currency": row["currency"],
         "items": [dict(i.asDict()) for i in row["items"]],
-        "placed_at": placed.replace(tzinfo=dt.timezone.utc) if placed.tzinfo is None else placed,
+        "placed_at": placed.replace(tzinfo=dt.UTC) if placed.tzinfo is None else placed,
         "note": row["note"],
     }
 
