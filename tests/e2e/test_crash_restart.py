@@ -1,0 +1,103 @@
+"""`ingest run` killed with SIGKILL at several moments and restarted: no duplicate, no gap.
+
+The process group (Python driver and its Spark JVM) is killed at once, as a crashed machine would be. Fault
+points (INGEST_TEST_FAULT) hold the writer right after a Delta commit and right before one, so the kill lands
+exactly between the Delta commit and Spark's checkpoint, the window exactly-once depends on.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ingestion.samples import produce_orders
+from tests.conftest import pipeline_yaml
+from tests.helpers import assert_exactly_produced, delta_txns
+
+pytestmark = pytest.mark.e2e
+
+INGEST = str(Path(sys.executable).parent / "ingest")
+
+
+class IngestProcess:
+    def __init__(self, config: Path, log: Path, fault: str | None = None) -> None:
+        self.log = log
+        self.marker = log.with_suffix(".fault")
+        env = dict(os.environ)
+        if fault:
+            env.update({"INGEST_TEST_FAULT": fault, "INGEST_TEST_FAULT_FILE": str(self.marker)})
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen([INGEST, "run", str(config), "--available-now"], stdout=out,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                         start_new_session=True)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, predicate: object, timeout: float = 240) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():  # type: ignore[operator]
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"ingest exited with {self.proc.returncode} too early:\n{self.text()[-3000:]}")
+            time.sleep(0.1)
+        self.kill()
+        raise AssertionError(f"timed out waiting; log:\n{self.text()[-3000:]}")
+
+    def kill(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)  # the group of the process we started: driver and its JVM
+        self.proc.wait(30)
+
+
+def test_sigkill_at_several_moments_then_restart_loses_and_duplicates_nothing(
+        spark, kafka_servers, make_topic, orders_schema, tmp_path: Path) -> None:
+    topic = make_topic(partitions=3)
+    produced = produce_orders(kafka_servers, topic, 600, schema_id=1, schema=orders_schema)
+    config = pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers,
+                           extra="source:\n  maxOffsetsPerTrigger: 100\n")
+    table = tmp_path / "tables" / "orders"
+    commits = tmp_path / "checkpoints" / "orders" / "commits"
+
+    # 1. Killed right after batch 1's Delta commit, before Spark's checkpoint marks batch 1 done.
+    run1 = IngestProcess(config, tmp_path / "run1.log", fault="after_commit:1")
+    run1.wait_for(run1.marker.exists)
+    run1.kill()
+    assert [v for _, _, v in delta_txns(table)] == [0, 1]
+    assert not (commits / "1").exists(), "the checkpoint must not know batch 1 is done yet"
+
+    # 2. Restarted: Spark replays batch 1 under the same batch id and txnAppId; Delta must skip it. Then killed
+    #    right before batch 3's commit.
+    run2 = IngestProcess(config, tmp_path / "run2.log", fault="before_commit:3")
+    run2.wait_for(run2.marker.exists)
+    run2.kill()
+    assert "orders batch 1: skipped by Delta" in run2.text()
+    assert [v for _, _, v in delta_txns(table)] == [0, 1, 2]
+
+    # 3. More records arrive; a run is killed at an arbitrary moment, just after its first commit.
+    produced += produce_orders(kafka_servers, topic, 150, schema_id=1, schema=orders_schema, first_seq=600)
+    run3 = IngestProcess(config, tmp_path / "run3.log")
+    run3.wait_for(lambda: "table version" in run3.text())
+    run3.kill()
+
+    # 4. A last run catches up and exits 0.
+    run4 = IngestProcess(config, tmp_path / "run4.log")
+    assert run4.proc.wait(300) == 0, run4.text()[-3000:]
+
+    rows = spark.read.format("delta").load(str(table)).collect()
+    assert_exactly_produced(rows, produced)
+
+    # From the Delta log: one txn action per batch id, all under one app id, so no batch was written twice;
+    # the replay of batch 1 left no trace but the skip.
+    txns = delta_txns(table)
+    app_ids = {app for _, app, _ in txns}
+    versions = [v for _, _, v in txns]
+    assert len(app_ids) == 1
+    assert versions == sorted(set(versions)), f"a txn version was committed twice: {versions}"
+    assert set(versions) == {r["_batch_id"] for r in rows}
