@@ -65,7 +65,6 @@ class SinkOptions:
 @dataclass(frozen=True)
 class MetricsOptions:
     experiment: str = ""
-    log_every_batch: bool = True
 
 
 @dataclass(frozen=True)

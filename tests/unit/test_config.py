@@ -56,7 +56,7 @@ def test_shipped_orders_config_loads_by_name(monkeypatch: pytest.MonkeyPatch) ->
                              min_partitions=None),
         key=KeyFormat(format="string"),
         sink=SinkOptions(table="", checkpoint_location="", trigger="10 seconds", on_error="fail"),
-        metrics=MetricsOptions(experiment="", log_every_batch=True),
+        metrics=MetricsOptions(experiment=""),
         spark={},
         file=path,
     )
