@@ -242,3 +242,56 @@ def _branch_test(schema: AvroSchema, names: _Names, namespace: str | None) -> Ca
         "array": lambda v: isinstance(v, list),
     }
     return simple.get(str(kind), lambda v: False)
+
+
+# --- bounded decoding ----------------------------------------------------------------------------------------
+
+def check_bounded(schema: AvroSchema) -> None:
+    """Refuse arrays and maps whose items can take zero bytes (null, empty records, zero-size fixed): a
+    malformed block count of 2**62 such items would decode forever without reading a byte. Every other
+    malformed input fails within the bytes it has (fastavro checks lengths, indexes and varints)."""
+    _walk_bounded(schema, _Names(), None, set())
+
+
+def _walk_bounded(schema: AvroSchema, names: _Names, namespace: str | None, seen: set[str]) -> None:
+    if isinstance(schema, list):
+        for branch in schema:
+            _walk_bounded(branch, names, namespace, seen)
+        return
+    if isinstance(schema, str):
+        if schema in _PRIMITIVES or schema == "null" or schema in seen:
+            return
+        schema = names.lookup(schema, namespace)
+    kind = schema.get("type")
+    if kind in ("record", "error", "enum", "fixed"):
+        full = names.full_name(schema, namespace)
+        names.defined[full] = schema
+        seen.add(full)
+    if kind in ("record", "error"):
+        ns = full.rsplit(".", 1)[0] if "." in full else None
+        for f in schema["fields"]:
+            _walk_bounded(f["type"], names, ns, seen)
+    elif kind in ("array", "map"):
+        items = schema["items" if kind == "array" else "values"]
+        if kind == "array" and _zero_size(items, names, namespace):
+            raise SchemaError(f"an array of zero-byte items ({items!r}) cannot be decoded with a bound on work; "
+                              "give the items at least one non-null field")
+        _walk_bounded(items, names, namespace, seen)
+    elif isinstance(kind, (list, dict)):
+        _walk_bounded(kind, names, namespace, seen)
+
+
+def _zero_size(schema: AvroSchema, names: _Names, namespace: str | None) -> bool:
+    if schema == "null":
+        return True
+    if isinstance(schema, str) and schema not in _PRIMITIVES:
+        schema = names.defined.get(schema) or names.defined.get(f"{namespace}.{schema}", schema)
+    if isinstance(schema, dict):
+        kind = schema.get("type")
+        if kind == "fixed":
+            return int(schema.get("size", 1)) == 0
+        if kind in ("record", "error"):
+            return all(_zero_size(f["type"], names, namespace) for f in schema.get("fields", []))
+        if kind in ("null",):
+            return True
+    return False

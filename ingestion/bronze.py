@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from ingestion.decode import PAYLOAD, BatchDecoder, DecodeSpec
@@ -25,9 +25,16 @@ def decode(kafka_rows: DataFrame, spec: DecodeSpec) -> DataFrame:
     return kafka_rows.mapInArrow(BatchDecoder(spec), spec.output_schema(kafka_rows.schema))
 
 
-def bronze_rows(decoded: DataFrame, *, batch_id: int, ingested_at: dt.datetime, key_format: str) -> DataFrame:
+# The quarantine table's columns: the raw record, its coordinates, and why it failed.
+QUARANTINE_COLUMNS = (
+    "_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_timestamp_type",
+    "_kafka_key", "_kafka_value", "_kafka_headers", "_schema_id", "_error_class", "_error_message",
+    "_batch_id", "_ingested_at",
+)
+
+
+def bronze_rows(decoded: DataFrame, *, batch_id: int | Column, ingested_at: dt.datetime) -> DataFrame:
     """Decoded rows that carry a payload or are tombstones, as bronze columns."""
-    key = F.col("key").cast("string") if key_format == "string" else F.col("key")
     return decoded.where(F.col("_error_class").isNull()).select(
         f"{PAYLOAD}.*",
         F.col("topic").alias("_kafka_topic"),
@@ -35,22 +42,49 @@ def bronze_rows(decoded: DataFrame, *, batch_id: int, ingested_at: dt.datetime, 
         F.col("offset").alias("_kafka_offset"),
         F.col("timestamp").alias("_kafka_timestamp"),
         F.col("timestampType").alias("_kafka_timestamp_type"),
-        key.alias("_kafka_key"),
+        F.col("_key").alias("_kafka_key"),
         F.col("headers").alias("_kafka_headers"),
         F.col("_tombstone").alias("_kafka_tombstone"),
         F.col("_schema_id"),
-        F.lit(batch_id).cast("long").alias("_batch_id"),
+        _as_column(batch_id).cast("long").alias("_batch_id"),
         F.lit(ingested_at).cast("timestamp").alias("_ingested_at"),
     )
 
 
+def quarantine_rows(decoded: DataFrame, *, batch_id: int | Column, ingested_at: dt.datetime) -> DataFrame:
+    """Decoded rows that failed, with their raw key and value bytes and the reason."""
+    return decoded.where(F.col("_error_class").isNotNull()).select(
+        F.col("topic").alias("_kafka_topic"),
+        F.col("partition").alias("_kafka_partition"),
+        F.col("offset").alias("_kafka_offset"),
+        F.col("timestamp").alias("_kafka_timestamp"),
+        F.col("timestampType").alias("_kafka_timestamp_type"),
+        F.col("key").alias("_kafka_key"),
+        F.col("_raw_value").alias("_kafka_value"),
+        F.col("headers").alias("_kafka_headers"),
+        F.col("_schema_id"),
+        F.col("_error_class"),
+        F.col("_error_message"),
+        _as_column(batch_id).cast("long").alias("_batch_id"),
+        F.lit(ingested_at).cast("timestamp").alias("_ingested_at"),
+    )
+
+
+def _as_column(value: int | Column) -> Column:
+    return value if isinstance(value, Column) else F.lit(value)
+
+
 def offset_ranges(decoded: DataFrame) -> DataFrame:
-    """One row per topic partition: first and last offset, record count, newest Kafka timestamp, schema ids."""
+    """One row per topic partition: first and last offset and count of all records and of the failed ones,
+    newest Kafka timestamp, schema ids."""
+    failed = F.col("_error_class").isNotNull()
     return decoded.groupBy("topic", "partition").agg(
         F.min("offset").alias("first"),
         F.max("offset").alias("last"),
         F.count(F.lit(1)).alias("count"),
+        F.min(F.when(failed, F.col("offset"))).alias("failed_first"),
+        F.max(F.when(failed, F.col("offset"))).alias("failed_last"),
+        F.sum(failed.cast("long")).alias("failed"),
         F.max("timestamp").alias("max_timestamp"),
         F.sort_array(F.collect_set("_schema_id")).alias("schema_ids"),
-        F.sum(F.col("_error_class").isNotNull().cast("long")).alias("errors"),
     )

@@ -58,8 +58,9 @@ class KeyFormat:
 class SinkOptions:
     table: str = ""
     checkpoint_location: str = field(default="", metadata=_key("checkpointLocation"))
+    quarantine_table: str = field(default="", metadata=_key("quarantineTable"))
     trigger: str = "10 seconds"
-    on_error: Literal["fail"] = "fail"
+    on_error: Literal["quarantine", "fail"] = "quarantine"
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,10 @@ class PipelineConfig:
     @property
     def table_path(self) -> str:
         return self.sink.table or str(state_dir() / "tables" / self.name)
+
+    @property
+    def quarantine_path(self) -> str:
+        return self.sink.quarantine_table or str(state_dir() / "tables" / f"{self.name}_quarantine")
 
     @property
     def checkpoint_path(self) -> str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from fastavro import parse_schema, schemaless_reader
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_type
@@ -28,9 +29,10 @@ MAGIC = 0
 HEADER_SIZE = 5
 _HEADER = struct.Struct(">bI")
 
-# Kafka source columns the decoder passes through untouched (zero-copy), in this order.
-PASSTHROUGH = ("key", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 PAYLOAD = "_payload"
+# Every input column but `value` is passed through untouched (zero-copy); `value` itself comes back only for rows
+# that failed (`_raw_value`), so the cached decoded batch does not hold every value twice.
+DECODER_COLUMNS = ("_payload", "_key", "_schema_id", "_tombstone", "_error_class", "_error_message", "_raw_value")
 
 
 def encode(schema_id: int, body: bytes) -> bytes:
@@ -64,6 +66,10 @@ class RecordTooLargeError(ValueError):
     """The value is larger than the pipeline's `value.maxBytes`."""
 
 
+class KeyDecodeError(ValueError):
+    """The key is not valid UTF-8 where `key.format: string` is configured."""
+
+
 @dataclass(frozen=True)
 class DecodeSpec:
     """What an executor needs to decode a batch; built on the driver, pickled with the task."""
@@ -72,6 +78,7 @@ class DecodeSpec:
     reader_schema: str  # the table's current schema JSON
     max_bytes: int
     fail_fast: bool
+    key_format: str = "bytes"  # bytes | string
 
     @property
     def payload_type(self) -> T.StructType:
@@ -79,14 +86,16 @@ class DecodeSpec:
 
     def output_schema(self, source: T.StructType) -> T.StructType:
         """The Spark schema of the decoder's output rows, given the Kafka source's schema."""
-        passthrough = [source[name] for name in PASSTHROUGH]
+        key_type = T.StringType() if self.key_format == "string" else T.BinaryType()
         return T.StructType([
             T.StructField(PAYLOAD, self.payload_type, True),
+            T.StructField("_key", key_type, True),
             T.StructField("_schema_id", T.IntegerType(), True),
             T.StructField("_tombstone", T.BooleanType(), False),
             T.StructField("_error_class", T.StringType(), True),
             T.StructField("_error_message", T.StringType(), True),
-            *passthrough,
+            T.StructField("_raw_value", T.BinaryType(), True),
+            *(field for field in source.fields if field.name != "value"),
         ])
 
 
@@ -105,6 +114,7 @@ class BatchDecoder:
         self._same = {sid for sid, text in self.spec.writer_schemas.items() if text == self.spec.reader_schema}
         self._convert = avro.converter(reader_json)
         self._payload_type = to_arrow_type(self.spec.payload_type)
+        avro.check_bounded(reader_json)
         self._ready = True
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -121,26 +131,39 @@ class BatchDecoder:
         tombstones = [False] * n
         error_classes: list[str | None] = [None] * n
         messages: list[str | None] = [None] * n
+        string_keys = self.spec.key_format == "string"
+        keys: list[Any] = batch.column("key").to_pylist() if string_keys else []
         for i, value in enumerate(values):
-            if value is None:
-                tombstones[i] = True
-                continue
             try:
+                if string_keys and keys[i] is not None:
+                    keys[i] = _utf8_key(keys[i])
+                if value is None:
+                    tombstones[i] = True
+                    continue
                 schema_ids[i], payloads[i] = self.decode_value(value, schema_ids, i)
-            except Exception as exc:
+            except Exception as exc:  # every failure becomes a quarantine reason or a DecodeError
                 if self.spec.fail_fast:
                     raise DecodeError(f"cannot decode {_where(batch, i)}: {type(exc).__name__}: {exc}") from exc
                 error_classes[i], messages[i] = type(exc).__name__, str(exc)[:1000]
+                tombstones[i] = False
+        payload = self._payload_array(batch, payloads, error_classes, messages)
+        failed = pa.array([e is not None for e in error_classes], type=pa.bool_())
+        if string_keys:
+            key_column = pa.array([None if error_classes[i] else k for i, k in enumerate(keys)], type=pa.string())
+        else:
+            key_column = batch.column("key")
+        passthrough = [name for name in batch.schema.names if name != "value"]
         columns = [
-            self._payload_array(batch, payloads, error_classes, messages),
+            payload,
+            key_column,
             pa.array(schema_ids, type=pa.int32()),
             pa.array(tombstones, type=pa.bool_()),
             pa.array(error_classes, type=pa.string()),
             pa.array(messages, type=pa.string()),
-            *(batch.column(name) for name in PASSTHROUGH),
+            pc.if_else(failed, batch.column("value"), pa.scalar(None, pa.binary())),
+            *(batch.column(name) for name in passthrough),
         ]
-        return pa.RecordBatch.from_arrays(columns, names=[PAYLOAD, "_schema_id", "_tombstone", "_error_class",
-                                                          "_error_message", *PASSTHROUGH])
+        return pa.RecordBatch.from_arrays(columns, names=[*DECODER_COLUMNS, *passthrough])
 
     def _payload_array(self, batch: pa.RecordBatch, payloads: list[Any], error_classes: list[str | None],
                        messages: list[str | None]) -> pa.Array:
@@ -174,6 +197,13 @@ class BatchDecoder:
             raise TrailingBytesError(f"{len(body) - stream.tell()} bytes left after the record "
                                      f"(schema id {schema_id})")
         return schema_id, self._convert(record) if self._convert else record
+
+
+def _utf8_key(key: bytes) -> str:
+    try:
+        return key.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise KeyDecodeError(f"key is not valid UTF-8 (key.format: string): {exc}") from None
 
 
 def _where(batch: pa.RecordBatch, i: int) -> str:

@@ -35,9 +35,10 @@ class BatchRecord:
     app_id: str
     batch_id: int
     kind: str  # stream | replay | rewind | redecode
-    rows: int
+    rows: int  # rows this commit wrote to its table
     schema_ids: tuple[int, ...]
-    ranges: tuple[PartitionRange, ...]
+    ranges: tuple[PartitionRange, ...]  # Kafka offsets consumed by the batch (bronze + quarantine)
+    quarantined: int = 0  # of those, records written to the quarantine table
     version: int | None = field(default=None, compare=False)
     committed_at: dt.datetime | None = field(default=None, compare=False)
 
@@ -58,7 +59,8 @@ class BatchRecord:
             return cls(
                 pipeline=body["pipeline"], app_id=body["app_id"], batch_id=int(body["batch_id"]),
                 kind=body["kind"], rows=int(body["rows"]), schema_ids=tuple(body["schema_ids"]),
-                ranges=tuple(PartitionRange(**r) for r in body["ranges"]), version=version,
+                ranges=tuple(PartitionRange(**r) for r in body["ranges"]),
+                quarantined=int(body.get("quarantined", 0)), version=version,
                 committed_at=committed_at,
             )
         except (ValueError, KeyError, TypeError):  # another tool's userMetadata, or not JSON at all

@@ -31,7 +31,8 @@ def decode_spec(config: PipelineConfig) -> DecodeSpec:
     """The writer schemas (every version of the subject) and the reader schema (the newest), from `schemas/`."""
     subject = load_subject(schemas_dir(), config.value.subject)
     return DecodeSpec(writer_schemas=dict(subject.versions), reader_schema=canonical_json(subject.latest),
-                      max_bytes=config.value.max_bytes, fail_fast=config.sink.on_error == "fail")
+                      max_bytes=config.value.max_bytes, fail_fast=config.sink.on_error == "fail",
+                      key_format=config.key.format)
 
 
 @dataclass
@@ -60,7 +61,8 @@ def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = 
         batches.append(result)
         if metrics is not None and result.committed:
             metrics.log(result.batch_id, {
-                "rows": result.rows, "rows_per_second": result.rows / max(result.seconds, 1e-9),
+                "rows": result.rows, "quarantined_rows": result.quarantined,
+                "rows_per_second": result.rows / max(result.seconds, 1e-9),
                 "batch_duration_ms": result.seconds * 1000, "table_version": float(result.version or 0),
             })
 

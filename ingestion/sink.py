@@ -1,9 +1,13 @@
 """The exactly-once writer, called by `foreachBatch` once per micro-batch.
 
-Per batch: decode once (cached), summarize the offset ranges, append bronze rows with
-`txnAppId`/`txnVersion = batch id` and the ranges in the same commit's `userMetadata`. When Spark replays a batch
-after a crash between the Delta commit and its own checkpoint, the batch id is the same, so Delta sees the
-(txnAppId, txnVersion) it already holds and writes nothing: the table version does not move, which is logged.
+Per batch: decode once (cached), summarize the offset ranges, append the records that failed to the quarantine
+table, then the rest to bronze. Each append carries `txnAppId` (bronze: the checkpoint's id; quarantine: the same
+with `.quarantine`) and `txnVersion = batch id`, and the batch's offset ranges as the commit's `userMetadata`.
+Quarantine commits first: a bronze commit, whose ranges say where a lost checkpoint resumes, then always
+implies its quarantine rows are committed too.
+
+When Spark replays a batch after a crash between the Delta commits and its own checkpoint, the batch id is the
+same, so Delta sees a (txnAppId, txnVersion) it already holds and writes nothing; the writer logs the skip.
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 from ingestion import bronze, ledger
 from ingestion.config import PipelineConfig
@@ -36,12 +41,31 @@ FAULT_FILE_ENV = "INGEST_TEST_FAULT_FILE"
 class BatchResult:
     batch_id: int
     rows: int
-    errors: int
-    version: int | None
+    quarantined: int
+    version: int | None  # bronze table version after the batch
     committed: bool  # False when Delta skipped the write because this (app id, batch id) was already committed
     ranges: tuple[PartitionRange, ...]
     max_timestamp: dt.datetime | None
     seconds: float
+
+
+class DeltaAppend:
+    """Idempotent appends to one Delta table, remembering the version its last append left."""
+
+    def __init__(self, path: str, app_id: str) -> None:
+        self.path = path
+        self.app_id = app_id
+        self.version: int | None = None
+
+    def append(self, spark: SparkSession, rows: DataFrame, record: BatchRecord) -> bool:
+        """Append with (app id, batch id) as Delta txn; False when Delta skipped it as already committed."""
+        before = self.version if self.version is not None else ledger.table_version(spark, self.path)
+        (rows.write.format("delta").mode("append")
+         .option("txnAppId", self.app_id).option("txnVersion", record.batch_id)
+         .option("userMetadata", record.to_user_metadata())
+         .save(self.path))
+        self.version = ledger.table_version(spark, self.path)
+        return self.version != before
 
 
 class BronzeWriter:
@@ -53,7 +77,8 @@ class BronzeWriter:
         self.app_id = app_id
         self.spec = spec
         self.on_batch = on_batch
-        self._version: int | None = None  # the table version after this writer's last batch
+        self.bronze = DeltaAppend(config.table_path, app_id)
+        self.quarantine = DeltaAppend(config.quarantine_path, f"{app_id}.quarantine")
 
     def __call__(self, kafka_rows: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
@@ -65,40 +90,47 @@ class BronzeWriter:
             log.debug("batch %d: decoded and summarized in %.2fs", batch_id, time.monotonic() - started)
             if not stats:
                 return
-            ranges = tuple(sorted((PartitionRange(s["topic"], s["partition"], s["first"], s["last"], s["count"])
-                                   for s in stats), key=lambda r: (r.topic, r.partition)))
-            errors = sum(s["errors"] for s in stats)
-            schema_ids = tuple(sorted({i for s in stats for i in s["schema_ids"] if i is not None}))
-            rows = sum(r.count for r in ranges) - errors
-            record = BatchRecord(pipeline=self.config.name, app_id=self.app_id, batch_id=batch_id, kind="stream",
-                                 rows=rows, schema_ids=schema_ids, ranges=ranges)
-            path = self.config.table_path
-            before = self._version if self._version is not None else ledger.table_version(spark, path)
+            record, failed = self._records(stats, batch_id)
             _fault_point("before_commit", batch_id)
-            (bronze.bronze_rows(decoded, batch_id=batch_id, ingested_at=ingested_at,
-                                key_format=self.config.key.format)
-             .write.format("delta").mode("append")
-             .option("txnAppId", self.app_id).option("txnVersion", batch_id)
-             .option("userMetadata", record.to_user_metadata())
-             .save(path))
-            after = self._version = ledger.table_version(spark, path)
+            if failed is not None:
+                self.quarantine.append(
+                    spark, bronze.quarantine_rows(decoded, batch_id=batch_id, ingested_at=ingested_at), failed)
+            committed = self.bronze.append(
+                spark, bronze.bronze_rows(decoded, batch_id=batch_id, ingested_at=ingested_at), record)
             log.debug("batch %d: written in %.2fs", batch_id, time.monotonic() - started)
-            committed = after != before
             _fault_point("after_commit", batch_id)
         finally:
             decoded.unpersist()
-        result = BatchResult(batch_id, rows, errors, after, committed, ranges,
-                             max(s["max_timestamp"] for s in stats), time.monotonic() - started)
+        result = BatchResult(batch_id, record.rows, record.quarantined, self.bronze.version, committed,
+                             record.ranges, max(s["max_timestamp"] for s in stats), time.monotonic() - started)
         _log_result(self.config.name, result)
         if self.on_batch is not None:
             self.on_batch(result)
+
+    def _records(self, stats: list[Any], batch_id: int) -> tuple[BatchRecord, BatchRecord | None]:
+        """The ledger records of the bronze commit and, when records failed, of the quarantine commit."""
+        ranges = tuple(sorted((PartitionRange(s["topic"], s["partition"], s["first"], s["last"], s["count"])
+                               for s in stats), key=lambda r: (r.topic, r.partition)))
+        failed_ranges = tuple(sorted(
+            (PartitionRange(s["topic"], s["partition"], s["failed_first"], s["failed_last"], s["failed"])
+             for s in stats if s["failed"]), key=lambda r: (r.topic, r.partition)))
+        failed = sum(r.count for r in failed_ranges)
+        schema_ids = tuple(sorted({i for s in stats for i in s["schema_ids"] if i is not None}))
+        common = {"pipeline": self.config.name, "batch_id": batch_id, "kind": "stream", "schema_ids": schema_ids}
+        record = BatchRecord(app_id=self.bronze.app_id, rows=sum(r.count for r in ranges) - failed, ranges=ranges,
+                             quarantined=failed, **common)  # type: ignore[arg-type]
+        if not failed:
+            return record, None
+        return record, BatchRecord(app_id=self.quarantine.app_id, rows=failed, ranges=failed_ranges,
+                                   quarantined=failed, **common)  # type: ignore[arg-type]
 
 
 def _log_result(pipeline: str, r: BatchResult) -> None:
     spans = ", ".join(f"{x.topic}/{x.partition} {x.first}-{x.last}" for x in r.ranges)
     if r.committed:
-        log.info("%s batch %d: %d rows in %.2fs (%.0f rows/s), table version %s, offsets %s",
-                 pipeline, r.batch_id, r.rows, r.seconds, r.rows / max(r.seconds, 1e-9), r.version, spans)
+        log.info("%s batch %d: %d rows, %d quarantined in %.2fs (%.0f records/s), table version %s, offsets %s",
+                 pipeline, r.batch_id, r.rows, r.quarantined, r.seconds,
+                 (r.rows + r.quarantined) / max(r.seconds, 1e-9), r.version, spans)
     else:
         log.warning("%s batch %d: skipped by Delta, (txnAppId, txnVersion=%d) is already committed; "
                     "table version stays %s (offsets %s)", pipeline, r.batch_id, r.batch_id, r.version, spans)

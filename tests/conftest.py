@@ -76,7 +76,8 @@ def orders_schema() -> dict[str, Any]:
     return load_schema(str(REPO / "schemas" / "orders-value" / "1.avsc"))
 
 
-def pipeline_yaml(tmp_path: Path, *, topic: str, servers: str, extra: str = "", name: str = "orders") -> Path:
+def pipeline_yaml(tmp_path: Path, *, topic: str, servers: str, extra: str = "", name: str = "orders",
+                  sink: str = "") -> Path:
     """A pipeline config file with its table and checkpoint under tmp_path."""
     path = tmp_path / f"{name}.yaml"
     path.write_text(f"""name: {name}
@@ -91,5 +92,6 @@ key:
 sink:
   table: {tmp_path / 'tables' / name}
   checkpointLocation: {tmp_path / 'checkpoints' / name}
-{extra}""")
+  quarantineTable: {tmp_path / 'tables' / (name + '_quarantine')}
+{sink}{extra}""")
     return path

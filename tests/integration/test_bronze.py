@@ -120,11 +120,12 @@ def test_undecodable_record_fails_batch_naming_it_and_commits_nothing(spark, kaf
     for value in (good, good, b"\x01not-avro", good):
         producer.produce(topic, value=value)
     producer.flush(30)
-    config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers))
+    config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, sink="  on_error: fail\n"))
 
     with pytest.raises(IngestionError, match=rf"{topic}/0@2: WireFormatError: magic byte is 1"):
         pipeline.run(spark, config, available_now=True)
     assert not ledger.is_table(spark, config.table_path)
+    assert not ledger.is_table(spark, config.quarantine_path)
 
 
 def _rng() -> Any:

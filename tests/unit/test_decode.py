@@ -15,7 +15,7 @@ from fastavro import parse_schema
 
 from ingestion import decode
 from ingestion.decode import (
-    PASSTHROUGH,
+    DECODER_COLUMNS,
     BatchDecoder,
     DecodeSpec,
     RecordTooLargeError,
@@ -44,7 +44,8 @@ KAFKA_SCHEMA = pa.schema([
     ("timestampType", pa.int32()),
     ("headers", HEADERS_TYPE),
 ])
-OUTPUT_NAMES = ["_payload", "_schema_id", "_tombstone", "_error_class", "_error_message", *PASSTHROUGH]
+PASSTHROUGH = ("key", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
+OUTPUT_NAMES = [*DECODER_COLUMNS, *PASSTHROUGH]
 
 
 # --- wire format ------------------------------------------------------------------------------------------------

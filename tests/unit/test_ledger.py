@@ -22,6 +22,7 @@ def test_to_user_metadata_document() -> None:
         "schema_ids": [1, 2],
         "ranges": [{"topic": "orders", "partition": 0, "first": 10, "last": 19, "count": 10},
                    {"topic": "orders", "partition": 1, "first": 5, "last": 5, "count": 1}],
+        "quarantined": 0,
     }}
     assert METADATA_KEY == "ingest"
 
@@ -30,7 +31,7 @@ def test_to_user_metadata_leaves_out_version_and_time() -> None:
     rec = BatchRecord(pipeline="p", app_id="a", batch_id=0, kind="replay", rows=0, schema_ids=(), ranges=(),
                       version=4, committed_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
     assert rec.to_user_metadata() == ('{"ingest":{"pipeline":"p","app_id":"a","batch_id":0,"kind":"replay",'
-                                      '"rows":0,"schema_ids":[],"ranges":[]}}')
+                                      '"rows":0,"schema_ids":[],"ranges":[],"quarantined":0}}')
 
 
 def test_roundtrip() -> None:

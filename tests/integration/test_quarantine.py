@@ -1,0 +1,121 @@
+"""Bad input never stops the stream and is never lost: every bad case lands in quarantine, the rest in bronze."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ingestion import kafka_admin, ledger, pipeline
+from ingestion.config import load_pipeline
+from ingestion.decode import encode
+from ingestion.samples import avro_body, order
+from tests.conftest import pipeline_yaml
+
+pytestmark = pytest.mark.integration
+
+
+def _zigzag(n: int) -> bytes:
+    z, out = (n << 1) ^ (n >> 63), bytearray()
+    while True:
+        byte = z & 0x7F
+        z >>= 7
+        if z:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def bad_cases(schema: dict[str, Any]) -> dict[str, tuple[bytes | None, bytes | None, str]]:
+    """name -> (key, value, expected error class); None as class for records that belong in bronze."""
+    good = avro_body(schema, order(5, random.Random(5)))
+    too_big = avro_body(schema, {**order(6, random.Random(6)), "note": "x" * 3000})
+    return {
+        "wrong magic byte": (b"k", b"\x07" + good[1:], "WireFormatError"),
+        "short header": (b"k", b"\x00\x00", "WireFormatError"),
+        "unknown schema id": (b"k", encode(99, good), "UnknownSchemaError"),
+        "truncated payload": (b"k", encode(1, good[: len(good) // 2]), "EOFError"),
+        "varint never terminates": (b"k", encode(1, b"\xff" * 12), "IndexError"),
+        "negative length": (b"k", encode(1, _zigzag(-3) + b"abc"), "EOFError"),
+        "enum index out of range": (b"k", encode(1, _zigzag(3) + b"o-1" + _zigzag(9) + _zigzag(17)), "IndexError"),
+        "union index out of range": (b"k", encode(1, good[:-1] + _zigzag(5)), "IndexError"),
+        "incompatible schema (trailing bytes)": (b"k", encode(1, good + b"\x02\x04"), "TrailingBytesError"),
+        "larger than value.maxBytes": (b"k", encode(1, too_big), "RecordTooLargeError"),
+        "key not UTF-8": (b"\xff\xfe", encode(1, good), "KeyDecodeError"),
+        "tombstone": (b"k", None, None),
+        "null key": (None, encode(1, good), None),
+    }
+
+
+def test_every_bad_case_is_quarantined_and_every_offset_lands_once(spark, kafka_servers, make_topic,
+                                                                   orders_schema, tmp_path: Path) -> None:
+    from confluent_kafka import Producer
+
+    topic = make_topic(partitions=3)
+    cases = bad_cases(orders_schema)
+    producer = Producer({"bootstrap.servers": kafka_servers})
+    # (partition, offset) -> (case, expected error class or None for bronze, raw key, raw value)
+    produced: dict[tuple[int, int], tuple[str, str | None, bytes | None, bytes | None]] = {}
+
+    def send(partition: int, case: str, key: bytes | None, value: bytes | None, error: str | None,
+             headers: list[tuple[str, bytes | None]] | None = None) -> None:
+        def landed(err: Any, msg: Any) -> None:
+            assert err is None, err
+            produced[(msg.partition(), msg.offset())] = (case, error, msg.key(), msg.value())
+        producer.produce(topic, key=key, value=value, partition=partition, headers=headers, on_delivery=landed)
+
+    for round_ in range(2):
+        for partition in range(3):
+            for seq in range(4):  # good records around the bad ones, with a null header value
+                value = encode(1, avro_body(orders_schema, order(seq + 10 * partition, random.Random(seq))))
+                send(partition, "good", b"good", value, None, headers=[("h", None), ("trace", b"1")])
+            for i, (case, (key, value, error)) in enumerate(cases.items()):
+                if i % 3 == partition or round_ == 1:
+                    send(partition, case, key, value, error)
+    producer.flush(30)
+    config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers,
+                                         extra="key:\n  format: string\nvalue:\n  format: confluent\n"
+                                               "  subject: orders-value\n  maxBytes: 2000\n"
+                                               "source:\n  maxOffsetsPerTrigger: 40\n"))
+
+    running = pipeline.run(spark, config, available_now=True)
+
+    bronze = spark.read.format("delta").load(config.table_path).collect()
+    quarantine = spark.read.format("delta").load(config.quarantine_path).collect()
+    # The invariant: per partition, bronze and quarantine together hold every offset of the topic exactly once.
+    seen = Counter([(r["_kafka_partition"], r["_kafka_offset"]) for r in bronze] +
+                   [(r["_kafka_partition"], r["_kafka_offset"]) for r in quarantine])
+    ends = kafka_admin.watermarks({"bootstrap.servers": kafka_servers}, topic)
+    assert seen == Counter({(p, o): 1 for p, (lo, hi) in ends.items() for o in range(lo, hi)})
+    assert len(seen) == len(produced) > 60
+    # Each record is where it belongs, for the stated reason, with its raw bytes kept for re-decoding.
+    got = {(r["_kafka_partition"], r["_kafka_offset"]): r["_error_class"] for r in quarantine}
+    got.update({(r["_kafka_partition"], r["_kafka_offset"]): None for r in bronze})
+    assert got == {coords: error for coords, (_, error, _, _) in produced.items()}
+    for r in quarantine:
+        _, _, key, value = produced[(r["_kafka_partition"], r["_kafka_offset"])]
+        assert (r["_kafka_key"], r["_kafka_value"]) == (key, value)
+        assert r["_error_message"]
+    # Tombstones and null keys are bronze rows; header values that are null survive.
+    bronze_case = {(r["_kafka_partition"], r["_kafka_offset"]): r for r in bronze}
+    for coords, (case, _, _, _) in produced.items():
+        if case == "tombstone":
+            assert bronze_case[coords]["_kafka_tombstone"] and bronze_case[coords]["order_id"] is None
+        elif case == "null key":
+            row = bronze_case[coords]
+            assert row["_kafka_key"] is None and not row["_kafka_tombstone"] and row["order_id"] == "o-00000005"
+        elif case == "good":
+            assert [(h["key"], h["value"]) for h in bronze_case[coords]["_kafka_headers"]] == [("h", None),
+                                                                                             ("trace", b"1")]
+    # The stream did not stop, and each quarantine commit records its offsets like bronze's.
+    assert sum(b.quarantined for b in running.batches) == len(quarantine)
+    recorded = {(r.batch_id, x.partition): (x.first, x.last, x.count)
+                for r in ledger.history(spark, config.quarantine_path) for x in r.ranges}
+    actual: dict[tuple[int, int], list[int]] = {}
+    for r in quarantine:
+        actual.setdefault((r["_batch_id"], r["_kafka_partition"]), []).append(r["_kafka_offset"])
+    assert recorded == {k: (min(v), max(v), len(v)) for k, v in actual.items()}
