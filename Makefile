@@ -29,7 +29,7 @@ test-unit: setup
 	$(BIN)/pytest tests/unit
 
 lint: setup
-	$(BIN)/ruff check ingestion tests benchmarks
+	$(BIN)/ruff check ingestion tests
 	$(BIN)/mypy ingestion
 
 kafka-stop:

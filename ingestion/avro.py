@@ -285,7 +285,7 @@ def _zero_size(schema: AvroSchema, names: _Names, namespace: str | None) -> bool
     if schema == "null":
         return True
     if isinstance(schema, str) and schema not in _PRIMITIVES:
-        schema = names.defined.get(schema) or names.defined.get(f"{namespace}.{schema}", schema)
+        schema = names.defined.get(schema) or names.defined.get(f"{namespace}.{schema}") or schema
     if isinstance(schema, dict):
         kind = schema.get("type")
         if kind == "fixed":

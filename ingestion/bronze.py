@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -22,7 +23,8 @@ def decode(kafka_rows: DataFrame, spec: DecodeSpec) -> DataFrame:
     clash = set(spec.payload_type.fieldNames()) & set(METADATA_COLUMNS)
     if clash:
         raise SchemaError(f"payload fields {sorted(clash)} clash with bronze metadata columns")
-    return kafka_rows.mapInArrow(BatchDecoder(spec), spec.output_schema(kafka_rows.schema))
+    decoder: Any = BatchDecoder(spec)  # an Iterator -> Iterator callable, as mapInArrow wants
+    return kafka_rows.mapInArrow(decoder, spec.output_schema(kafka_rows.schema))
 
 
 # The quarantine table's columns: the raw record, its coordinates, and why it failed.

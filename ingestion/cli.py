@@ -6,9 +6,15 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ingestion.errors import IngestionError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from ingestion.config import PipelineConfig
 
 log = logging.getLogger("ingestion")
 
@@ -60,6 +66,21 @@ def _parser() -> argparse.ArgumentParser:
     history.add_argument("--json", action="store_true", help="one JSON document for scripts")
     history.set_defaults(func=_history)
 
+    quarantine = commands.add_parser("quarantine", help="records that could not be decoded: list, show, re-decode")
+    q_cmds = quarantine.add_subparsers(dest="action", required=True, metavar="ACTION")
+    q_list = q_cmds.add_parser("list", help="counts per error class and partition")
+    q_list.add_argument("pipeline")
+    q_list.set_defaults(func=_quarantine_list)
+    q_show = q_cmds.add_parser("show", help="the quarantined records themselves")
+    q_show.add_argument("pipeline")
+    q_show.add_argument("--limit", type=int, default=20, help="at most this many records (default 20)")
+    q_show.add_argument("--error-class", help="only records that failed with this error class")
+    q_show.set_defaults(func=_quarantine_show)
+    q_redo = q_cmds.add_parser("reprocess", help="re-decode with the current schemas; what decodes moves to "
+                               "bronze exactly once, what still fails stays with its new error")
+    q_redo.add_argument("pipeline")
+    q_redo.set_defaults(func=_quarantine_reprocess)
+
     demo = commands.add_parser("demo", help="broker + sample topic + sample records + one ingestion + summary")
     demo.add_argument("--records", type=int, default=10_000, help="sample records to produce (default 10000)")
     demo.add_argument("--keep-broker", action="store_true", help="leave the broker running afterwards")
@@ -71,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _lazy(module: str, name: str) -> object:
+def _lazy(module: str, name: str) -> Callable[..., int]:
     import importlib
 
     return getattr(importlib.import_module(module), name)
@@ -127,11 +148,9 @@ def _history(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from ingestion import ledger
-    from ingestion.config import load_pipeline
-    from ingestion.spark import get_session
 
-    config = load_pipeline(args.pipeline)
-    records = ledger.history(get_session(f"ingest-history-{config.name}", conf=config.spark), config.table_path)
+    config, spark = _pipeline_session(args.pipeline)
+    records = ledger.history(spark, config.table_path)
     if args.json:
         print(json.dumps([asdict(r) for r in records], default=str, indent=2))
         return 0
@@ -140,6 +159,60 @@ def _history(args: argparse.Namespace) -> int:
         spans = ", ".join(f"{x.topic}/{x.partition}:{x.first}-{x.last}" for x in r.ranges)
         when = r.committed_at.strftime("%Y-%m-%d %H:%M:%S") if r.committed_at else "-"
         print(f"{r.version:>7}  {when:19}  {r.kind:6} {r.batch_id:>5} {r.rows:>7}  {spans}")
+    return 0
+
+
+def _pipeline_session(name: str) -> tuple[PipelineConfig, SparkSession]:
+    from ingestion.config import load_pipeline
+    from ingestion.spark import get_session
+
+    config = load_pipeline(name)
+    return config, get_session(f"ingest-{config.name}", conf=config.spark)
+
+
+def _quarantine_list(args: argparse.Namespace) -> int:
+    from ingestion import quarantine
+
+    config, spark = _pipeline_session(args.pipeline)
+    table = quarantine.read(spark, config)
+    rows = quarantine.summary(table).collect() if table is not None else []
+    print(f"{'error class':24} {'partition':>18} {'records':>8} {'offsets':>17}  newest")
+    for r in rows:
+        where = f"{r['_kafka_topic']}/{r['_kafka_partition']}"
+        print(f"{r['_error_class']:24} {where:>18} {r['records']:>8} "
+              f"{str(r['first_offset']) + '-' + str(r['last_offset']):>17}  {r['newest']}")
+    print(f"{sum(r['records'] for r in rows)} records quarantined in {config.quarantine_path}")
+    return 0
+
+
+def _quarantine_show(args: argparse.Namespace) -> int:
+    from pyspark.sql import functions as F
+
+    from ingestion import quarantine
+
+    config, spark = _pipeline_session(args.pipeline)
+    table = quarantine.read(spark, config)
+    if table is None:
+        print("no quarantine table yet")
+        return 0
+    if args.error_class:
+        table = table.where(F.col("_error_class") == args.error_class)
+    for r in table.orderBy("_kafka_partition", "_kafka_offset").limit(args.limit).collect():
+        value = r["_kafka_value"]
+        shown = "null" if value is None else f"{len(value)} bytes {bytes(value[:16]).hex(' ')}"
+        print(f"{r['_kafka_topic']}/{r['_kafka_partition']}@{r['_kafka_offset']}  {r['_kafka_timestamp']}  "
+              f"schema id {r['_schema_id']}  {r['_error_class']}: {r['_error_message']}\n    value {shown}")
+    return 0
+
+
+def _quarantine_reprocess(args: argparse.Namespace) -> int:
+    from ingestion import quarantine
+
+    config, spark = _pipeline_session(args.pipeline)
+    r = quarantine.redecode(spark, config)
+    print(f"{r.examined} examined: {r.redecoded} re-decoded into bronze (version {r.bronze_version}), "
+          f"{r.already_in_bronze} were already there, {r.still_failing} still failing "
+          f"({r.errors_changed} with a new error; quarantine version {r.quarantine_version})")
     return 0
 
 

@@ -108,7 +108,7 @@ class PipelineConfig:
                               "local broker (start one with `ingest kafka start`)")
         return servers
 
-    def kafka_client_settings(self) -> dict[str, str]:
+    def kafka_client_settings(self) -> dict[str, Any]:
         """The Kafka client settings for confluent-kafka clients, bootstrap resolved."""
         return {**self.kafka, "bootstrap.servers": self.bootstrap_servers()}
 

@@ -5,12 +5,16 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ingestion import kafka_admin, ledger
-from ingestion.config import load_pipeline
+from ingestion.config import PipelineConfig, load_pipeline
 from ingestion.devstack import Broker
 from ingestion.paths import schemas_dir
 from ingestion.samples import load_schema, produce_orders
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -44,15 +48,13 @@ def run_demo(*, records: int = 10_000, partitions: int = 3, keep_broker: bool = 
     return 0
 
 
-def _summary(spark: object, config: object, run_id: str | None, seconds: float) -> None:
-    from ingestion.config import PipelineConfig
+def _summary(spark: SparkSession, config: PipelineConfig, run_id: str | None, seconds: float) -> None:
     from ingestion.metrics import tracking_uri
 
-    assert isinstance(config, PipelineConfig)
     path = config.table_path
-    rows = spark.read.format("delta").load(path).count()  # type: ignore[attr-defined]
-    version = ledger.table_version(spark, path)  # type: ignore[arg-type]
-    ingested = ledger.next_offsets(ledger.history(spark, path)).get(config.topic, {})  # type: ignore[arg-type]
+    rows = spark.read.format("delta").load(path).count()
+    version = ledger.table_version(spark, path)
+    ingested = ledger.next_offsets(ledger.history(spark, path)).get(config.topic, {})
     ends = kafka_admin.watermarks(config.kafka_client_settings(), config.topic)
     print(f"\n=== demo summary ({seconds:.0f}s) ===")
     print(f"bronze table   {path}  ({rows} rows, version {version})")

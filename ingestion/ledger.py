@@ -79,7 +79,8 @@ def table_version(spark: SparkSession, path: str) -> int | None:
 
     if not is_table(spark, path):
         return None
-    return int(DeltaTable.forPath(spark, path).history(1).select("version").first()[0])  # type: ignore[index]
+    latest = DeltaTable.forPath(spark, path).history(1).select("version").first()
+    return None if latest is None else int(latest[0])
 
 
 def history(spark: SparkSession, path: str) -> list[BatchRecord]:

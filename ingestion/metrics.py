@@ -11,8 +11,12 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ingestion.paths import state_dir
+
+if TYPE_CHECKING:
+    from mlflow.entities import Param
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +73,7 @@ class RunMetrics:
         MlflowClient(self.uri).set_terminated(self.run_id, status=status)
 
 
-def _param(key: str, value: str) -> object:
+def _param(key: str, value: str) -> Param:
     from mlflow.entities import Param
 
     return Param(key, str(value)[:6000])

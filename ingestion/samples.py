@@ -6,6 +6,7 @@ import datetime as dt
 import io
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -18,9 +19,10 @@ STATUSES = ("PLACED", "PAID", "SHIPPED", "CANCELLED")
 
 
 def order(seq: int, rng: random.Random) -> dict[str, Any]:
-    items = [{"sku": f"SKU-{rng.randrange(10_000):05d}", "quantity": rng.randint(1, 5),
+    items: list[dict[str, Any]] = [{"sku": f"SKU-{rng.randrange(10_000):05d}", "quantity": rng.randint(1, 5),
               "unit_price": round(rng.uniform(1, 200), 2)} for _ in range(rng.randint(1, 3))]
-    amount = sum(Decimal(str(i["unit_price"])) * i["quantity"] for i in items).quantize(Decimal("0.01"))
+    amount = sum((Decimal(str(i["unit_price"])) * int(i["quantity"]) for i in items), Decimal(0))
+    amount = amount.quantize(Decimal("0.01"))
     placed = dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=seq * 7, milliseconds=seq % 1000)
     return {
         "order_id": f"o-{seq:08d}", "customer_id": rng.randrange(1, 50_000), "status": rng.choice(STATUSES),
@@ -71,7 +73,7 @@ def produce_orders(servers: str, topic: str, count: int, *, schema_id: int, sche
             try:
                 producer.produce(topic, key=key.encode(), value=value,
                                  headers=[("source", b"samples"), ("seq", str(seq).encode())],
-                                 on_delivery=lambda e, m, k=key, r=record: report(e, m, k, r))
+                                 on_delivery=_reporter(report, key, record))
                 break
             except BufferError:
                 producer.poll(0.1)
@@ -80,6 +82,11 @@ def produce_orders(servers: str, topic: str, count: int, *, schema_id: int, sche
     if failures or len(landed) != count:
         raise RuntimeError(f"produced {len(landed)} of {count} records to {topic}: {failures[:3]}")
     return sorted(landed, key=lambda p: (p.partition, p.offset))
+
+
+def _reporter(report: Callable[[Any, Any, str, dict[str, Any]], None], key: str,
+              record: dict[str, Any]) -> Callable[[Any, Any], None]:
+    return lambda err, msg: report(err, msg, key, record)
 
 
 def load_schema(path: str) -> dict[str, Any]:

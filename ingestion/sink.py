@@ -17,7 +17,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -116,13 +116,12 @@ class BronzeWriter:
              for s in stats if s["failed"]), key=lambda r: (r.topic, r.partition)))
         failed = sum(r.count for r in failed_ranges)
         schema_ids = tuple(sorted({i for s in stats for i in s["schema_ids"] if i is not None}))
-        common = {"pipeline": self.config.name, "batch_id": batch_id, "kind": "stream", "schema_ids": schema_ids}
-        record = BatchRecord(app_id=self.bronze.app_id, rows=sum(r.count for r in ranges) - failed, ranges=ranges,
-                             quarantined=failed, **common)  # type: ignore[arg-type]
+        record = BatchRecord(pipeline=self.config.name, app_id=self.bronze.app_id, batch_id=batch_id, kind="stream",
+                             rows=sum(r.count for r in ranges) - failed, schema_ids=schema_ids, ranges=ranges,
+                             quarantined=failed)
         if not failed:
             return record, None
-        return record, BatchRecord(app_id=self.quarantine.app_id, rows=failed, ranges=failed_ranges,
-                                   quarantined=failed, **common)  # type: ignore[arg-type]
+        return record, replace(record, app_id=self.quarantine.app_id, rows=failed, ranges=failed_ranges)
 
 
 def _log_result(pipeline: str, r: BatchResult) -> None:

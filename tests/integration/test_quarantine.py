@@ -119,3 +119,48 @@ def test_every_bad_case_is_quarantined_and_every_offset_lands_once(spark, kafka_
     for r in quarantine:
         actual.setdefault((r["_batch_id"], r["_kafka_partition"]), []).append(r["_kafka_offset"])
     assert recorded == {k: (min(v), max(v), len(v)) for k, v in actual.items()}
+
+
+def test_reprocess_moves_what_now_decodes_exactly_once_and_twice_changes_nothing(
+        spark, kafka_servers, make_topic, orders_schema, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    import shutil
+
+    from confluent_kafka import Producer
+
+    from ingestion import quarantine
+    from tests.conftest import REPO
+
+    schemas = tmp_path / "schemas"
+    shutil.copytree(REPO / "schemas", schemas)
+    monkeypatch.setenv("INGEST_SCHEMAS_DIR", str(schemas))
+    topic = make_topic(partitions=2)
+    producer = Producer({"bootstrap.servers": kafka_servers})
+    for seq in range(12):
+        schema_id = 7 if seq % 3 == 0 else 1  # id 7 is not registered yet
+        body = avro_body(orders_schema, order(seq, random.Random(seq)))
+        producer.produce(topic, key=b"k", value=encode(schema_id, body), partition=seq % 2)
+    producer.produce(topic, key=b"k", value=b"\x05garbage", partition=0)  # stays bad forever
+    producer.flush(30)
+    config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers))
+    pipeline.run(spark, config, available_now=True)
+    q_before = spark.read.format("delta").load(config.quarantine_path)
+    assert sorted(r["_error_class"] for r in q_before.collect()) == ["UnknownSchemaError"] * 4 + ["WireFormatError"]
+
+    # The missing schema gets registered (same schema, new id, as happens when a producer re-registers it).
+    (schemas / "orders-value" / "7.avsc").write_text(json.dumps(orders_schema))
+    result = quarantine.redecode(spark, config)
+
+    assert (result.examined, result.redecoded, result.already_in_bronze, result.still_failing) == (5, 4, 0, 1)
+    bronze_rows = spark.read.format("delta").load(config.table_path).collect()
+    assert sorted(r["order_id"] for r in bronze_rows) == [f"o-{i:08d}" for i in range(12)]
+    assert sorted(r["_schema_id"] for r in bronze_rows) == [1] * 8 + [7] * 4
+    left = spark.read.format("delta").load(config.quarantine_path).collect()
+    assert [(r["_kafka_partition"], r["_error_class"]) for r in left] == [(0, "WireFormatError")]
+    assert ledger.history(spark, config.table_path)[-1].kind == "redecode"
+
+    versions = (ledger.table_version(spark, config.table_path), ledger.table_version(spark, config.quarantine_path))
+    again = quarantine.redecode(spark, config)
+    assert (again.redecoded, again.still_failing, again.errors_changed) == (0, 1, 0)
+    assert (ledger.table_version(spark, config.table_path),
+            ledger.table_version(spark, config.quarantine_path)) == versions

@@ -325,3 +325,42 @@ def test_value_arrow_cannot_hold_fails_only_its_record() -> None:
     array = decoder._payload_array(None, payloads, errors, messages)  # type: ignore[arg-type]
     assert array.to_pylist() == [{"n": 1}, None]
     assert errors == [None, "ArrowConversionError"]
+
+
+def test_raw_value_is_kept_only_for_failed_rows() -> None:
+    _, good = body_of(0)
+    out = decoder().decode_batch(kafka_batch([encode(1, good), b"\x09bad", None]))
+    assert column(out, "_error_class") == [None, "WireFormatError", None]
+    assert column(out, "_raw_value") == [None, b"\x09bad", None]
+
+
+def test_string_keys_are_decoded_and_invalid_utf8_is_a_record_error() -> None:
+    _, good = body_of(0)
+    batch = kafka_batch([encode(1, good)] * 3)
+    batch = batch.set_column(0, "key", pa.array([b"caf\xc3\xa9", b"\xff\xfe", None], type=pa.binary()))
+    d = BatchDecoder(DecodeSpec({1: ORDERS_JSON}, ORDERS_JSON, 1 << 20, fail_fast=False, key_format="string"))
+    d._prepare()
+    out = d.decode_batch(batch)
+    assert column(out, "_key") == ["café", None, None]
+    assert column(out, "_error_class") == [None, "KeyDecodeError", None]
+    assert column(out, "key") == [b"caf\xc3\xa9", b"\xff\xfe", None]  # the raw key stays for quarantine
+    assert out.schema.field("_key").type == pa.string()
+
+
+def test_bytes_keys_pass_through() -> None:
+    _, good = body_of(0)
+    out = decoder().decode_batch(kafka_batch([encode(1, good), encode(1, good)]))
+    assert column(out, "_key") == [b"k0", None]
+
+
+def test_arrays_of_zero_byte_items_are_refused_before_decoding() -> None:
+    from ingestion.avro import check_bounded
+    from ingestion.errors import SchemaError
+
+    empty = {"type": "record", "name": "Empty", "fields": []}
+    for items in ("null", empty, {"type": "fixed", "name": "Z", "size": 0}):
+        schema = {"type": "record", "name": "R", "fields": [{"name": "a", "type": {"type": "array", "items": items}}]}
+        with pytest.raises(SchemaError, match="zero-byte items"):
+            check_bounded(schema)
+    check_bounded(json.loads(ORDERS_JSON))  # arrays of real records are fine
+    check_bounded({"type": "record", "name": "M", "fields": [{"name": "m", "type": {"type": "map", "values": "null"}}]})
