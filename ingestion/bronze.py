@@ -88,5 +88,6 @@ def offset_ranges(decoded: DataFrame) -> DataFrame:
         F.max(F.when(failed, F.col("offset"))).alias("failed_last"),
         F.sum(failed.cast("long")).alias("failed"),
         F.max("timestamp").alias("max_timestamp"),
+        F.sum(F.coalesce(F.col("_value_bytes").cast("long"), F.lit(0))).alias("bytes"),
         F.sort_array(F.collect_set("_schema_id")).alias("schema_ids"),
     )

@@ -66,6 +66,18 @@ def _parser() -> argparse.ArgumentParser:
     history.add_argument("--json", action="store_true", help="one JSON document for scripts")
     history.set_defaults(func=_history)
 
+    status = commands.add_parser("status", help="per partition: Kafka's end offset, the table's, lag in records "
+                                 "and seconds, quarantined records; all pipelines when none is named")
+    status.add_argument("pipeline", nargs="?")
+    status.add_argument("--json", action="store_true", help="one JSON document for scripts")
+    status.set_defaults(func=_status)
+
+    report = commands.add_parser("report", help="plot lag and throughput per batch from the MLflow run to a PNG")
+    report.add_argument("pipeline")
+    report.add_argument("--run", help="MLflow run id (default: the pipeline's newest run)")
+    report.add_argument("--output", help="PNG path (default: .ingest/reports/<pipeline>.png)")
+    report.set_defaults(func=_report)
+
     quarantine = commands.add_parser("quarantine", help="records that could not be decoded: list, show, re-decode")
     q_cmds = quarantine.add_subparsers(dest="action", required=True, metavar="ACTION")
     q_list = q_cmds.add_parser("list", help="counts per error class and partition")
@@ -168,6 +180,36 @@ def _pipeline_session(name: str) -> tuple[PipelineConfig, SparkSession]:
 
     config = load_pipeline(name)
     return config, get_session(f"ingest-{config.name}", conf=config.spark)
+
+
+def _status(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from ingestion import status
+    from ingestion.config import list_pipelines, load_pipeline
+    from ingestion.spark import get_session
+
+    configs = [load_pipeline(args.pipeline)] if args.pipeline else [load_pipeline(p) for p in list_pipelines()]
+    spark = get_session("ingest-status")
+    found = [status.pipeline_status(spark, c) for c in configs]
+    if args.json:
+        print(json.dumps([asdict(s) for s in found], indent=2))
+    else:
+        print("\n\n".join(status.render(s) for s in found))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ingestion import report
+    from ingestion.config import load_pipeline
+    from ingestion.paths import state_dir
+
+    config = load_pipeline(args.pipeline)
+    output = Path(args.output) if args.output else state_dir() / "reports" / f"{config.name}.png"
+    print(report.write_png(config, output, args.run))
+    return 0
 
 
 def _quarantine_list(args: argparse.Namespace) -> int:

@@ -66,6 +66,8 @@ class SinkOptions:
 @dataclass(frozen=True)
 class MetricsOptions:
     experiment: str = ""
+    consumer_group: str = field(default="", metadata=_key("consumerGroup"))
+    commit_offsets: bool = field(default=True, metadata=_key("commitOffsets"))
 
 
 @dataclass(frozen=True)

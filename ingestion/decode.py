@@ -32,7 +32,8 @@ _HEADER = struct.Struct(">bI")
 PAYLOAD = "_payload"
 # Every input column but `value` is passed through untouched (zero-copy); `value` itself comes back only for rows
 # that failed (`_raw_value`), so the cached decoded batch does not hold every value twice.
-DECODER_COLUMNS = ("_payload", "_key", "_schema_id", "_tombstone", "_error_class", "_error_message", "_raw_value")
+DECODER_COLUMNS = ("_payload", "_key", "_schema_id", "_tombstone", "_error_class", "_error_message", "_raw_value",
+                   "_value_bytes")
 
 
 def encode(schema_id: int, body: bytes) -> bytes:
@@ -95,6 +96,7 @@ class DecodeSpec:
             T.StructField("_error_class", T.StringType(), True),
             T.StructField("_error_message", T.StringType(), True),
             T.StructField("_raw_value", T.BinaryType(), True),
+            T.StructField("_value_bytes", T.IntegerType(), True),
             *(field for field in source.fields if field.name != "value"),
         ])
 
@@ -161,6 +163,7 @@ class BatchDecoder:
             pa.array(error_classes, type=pa.string()),
             pa.array(messages, type=pa.string()),
             pc.if_else(failed, batch.column("value"), pa.scalar(None, pa.binary())),
+            pc.binary_length(batch.column("value")).cast(pa.int32()),
             *(batch.column(name) for name in passthrough),
         ]
         return pa.RecordBatch.from_arrays(columns, names=[*DECODER_COLUMNS, *passthrough])

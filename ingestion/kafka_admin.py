@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from ingestion.errors import IngestionError
 
 
-def create_topic(settings: Mapping[str, str], topic: str, partitions: int, replication: int = 1) -> bool:
+def create_topic(settings: Mapping[str, Any], topic: str, partitions: int, replication: int = 1) -> bool:
     """Create `topic`; False when it already exists."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -22,7 +23,7 @@ def create_topic(settings: Mapping[str, str], topic: str, partitions: int, repli
         raise IngestionError(f"cannot create topic {topic!r}: {exc}") from None
 
 
-def partitions(settings: Mapping[str, str], topic: str) -> list[int]:
+def partitions(settings: Mapping[str, Any], topic: str) -> list[int]:
     from confluent_kafka.admin import AdminClient
 
     meta = AdminClient(dict(settings)).list_topics(topic, timeout=30)
@@ -32,7 +33,7 @@ def partitions(settings: Mapping[str, str], topic: str) -> list[int]:
     return sorted(found.partitions)
 
 
-def watermarks(settings: Mapping[str, str], topic: str) -> dict[int, tuple[int, int]]:
+def watermarks(settings: Mapping[str, Any], topic: str) -> dict[int, tuple[int, int]]:
     """Per partition: (earliest offset, end offset), the end being the offset the next record will get."""
     from confluent_kafka import Consumer, TopicPartition
 
@@ -42,3 +43,23 @@ def watermarks(settings: Mapping[str, str], topic: str) -> dict[int, tuple[int, 
                 for p in partitions(settings, topic)}
     finally:
         consumer.close()
+
+
+def commit_group_offsets(admin: Any, group: str, topic: str, offsets: dict[int, int]) -> None:
+    """Set `group`'s committed offsets (the next offset to read per partition), as a consumer commit would."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p, o) for p, o in sorted(offsets.items())])
+    for future in admin.alter_consumer_group_offsets([request]).values():
+        future.result(30)
+
+
+def committed_offsets(settings: Mapping[str, Any], group: str, topic: str) -> dict[int, int]:
+    """`group`'s committed offset per partition of `topic` (partitions without a commit are left out)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions(settings, topic)])
+    admin = AdminClient(dict(settings))  # kept referenced until the future resolves, or it never does
+    result = admin.list_consumer_group_offsets([request])[group].result(30)
+    return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}

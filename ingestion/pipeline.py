@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import logging
 import re
+import signal
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import metadata
 
@@ -17,6 +22,7 @@ from ingestion.config import PipelineConfig
 from ingestion.decode import DecodeSpec
 from ingestion.errors import IngestionError
 from ingestion.metrics import RunMetrics
+from ingestion.monitor import PipelineMonitor, Progress
 from ingestion.paths import schemas_dir
 from ingestion.schemas import canonical_json, load_subject
 from ingestion.sink import BatchResult, BronzeWriter
@@ -41,6 +47,7 @@ class RunningPipeline:
     query: StreamingQuery
     app_id: str
     metrics: RunMetrics | None
+    monitor: PipelineMonitor
     batches: list[BatchResult]
 
 
@@ -51,44 +58,84 @@ def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = 
     location = config.checkpoint_path
     resumed = checkpoint.has_progress(spark, location)
     app_id = checkpoint.app_id(spark, location, config.name)
-    starting = None if resumed else _resume_from_table(spark, config)
+    recorded = ledger.next_offsets(ledger.history(spark, config.table_path))
+    starting = None if resumed else _resume_from_table(config, recorded)
     log.info("%s: %s checkpoint %s, txnAppId %s%s", config.name, "resuming" if resumed else "new", location,
              app_id, f", starting from the table's offsets {starting}" if starting else "")
     metrics = _start_metrics(config, app_id, available_now, starting) if with_metrics else None
+    progress = Progress(_records_to_do(config, recorded)) if available_now else None
+    monitor = PipelineMonitor(config, metrics, progress)
+    spark.streams.addListener(monitor)
     batches: list[BatchResult] = []
 
     def on_batch(result: BatchResult) -> None:
         batches.append(result)
-        if metrics is not None and result.committed:
-            metrics.log(result.batch_id, {
-                "rows": result.rows, "quarantined_rows": result.quarantined,
-                "rows_per_second": result.rows / max(result.seconds, 1e-9),
-                "batch_duration_ms": result.seconds * 1000, "table_version": float(result.version or 0),
-            })
+        monitor.on_batch(result)
 
     writer = BronzeWriter(config=config, app_id=app_id, spec=spec, on_batch=on_batch)
     stream = (source.read_stream(spark, config, starting).writeStream
               .queryName(config.name).foreachBatch(writer).option("checkpointLocation", location))
     stream = stream.trigger(availableNow=True) if available_now else stream.trigger(processingTime=config.sink.trigger)
-    return RunningPipeline(config, stream.start(), app_id, metrics, batches)
+    return RunningPipeline(config, stream.start(), app_id, metrics, monitor, batches)
 
 
 def run(spark: SparkSession, config: PipelineConfig, *, available_now: bool = False) -> RunningPipeline:
-    """Run a pipeline until it stops: caught up (available-now), failed, or interrupted."""
+    """Run a pipeline until it stops: caught up (available-now), failed, or asked to stop (SIGINT, SIGTERM)."""
     running = start(spark, config, available_now=available_now)
     status = "FAILED"
-    try:
-        running.query.awaitTermination()
-        status = "FINISHED"
-    except StreamingQueryException as exc:
-        raise IngestionError(f"pipeline {config.name!r} failed: {failure_reason(exc)}") from None
-    except KeyboardInterrupt:
-        running.query.stop()
-        status = "KILLED"
-    finally:
-        if running.metrics is not None:
-            running.metrics.finish(status)
+    with _stop_signals() as stop_requested:
+        try:
+            # Wait in slices: PySpark's own SIGINT handler would call into the JVM while the main thread is
+            # inside awaitTermination, which py4j cannot do; ours only sets a flag that is checked here.
+            while not running.query.awaitTermination(1):
+                if stop_requested.is_set():
+                    log.info("%s: stopping on request", config.name)
+                    running.query.stop()
+                    break
+            status = "KILLED" if stop_requested.is_set() else "FINISHED"
+        except StreamingQueryException as exc:
+            raise IngestionError(f"pipeline {config.name!r} failed: {failure_reason(exc)}") from None
+        finally:
+            stop(spark, running, status)
     return running
+
+
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[threading.Event]:
+    """SIGINT and SIGTERM set an event instead of raising, while a pipeline runs in the main thread."""
+    requested = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield requested
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, lambda signum, frame: requested.set())
+    try:
+        yield requested
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def stop(spark: SparkSession, running: RunningPipeline, status: str = "FINISHED") -> None:
+    """Stop the query (if it still runs), report its last batches and close its MLflow run."""
+    if running.query.isActive:
+        running.query.stop()
+    running.monitor.drain()
+    spark.streams.removeListener(running.monitor)
+    if running.monitor.progress is not None:
+        running.monitor.progress.close()
+    if running.metrics is not None:
+        running.metrics.finish(status)
+
+
+def _records_to_do(config: PipelineConfig, recorded: dict[str, dict[str, int]]) -> int:
+    """Offsets between where the table stands (or the start of the topic) and the end of the topic."""
+    from ingestion.kafka_admin import watermarks
+
+    done = recorded.get(config.topic, {})
+    marks = watermarks(config.kafka_client_settings(), config.topic)
+    return sum(max(0, high - max(low, done.get(str(p), low))) for p, (low, high) in marks.items())
 
 
 def failure_reason(exc: Exception) -> str:
@@ -101,19 +148,17 @@ def failure_reason(exc: Exception) -> str:
     return lines[0] if lines else repr(exc)
 
 
-def _resume_from_table(spark: SparkSession, config: PipelineConfig) -> str | None:
+def _resume_from_table(config: PipelineConfig, recorded: dict[str, dict[str, int]]) -> str | None:
     """With no checkpoint progress but offsets recorded in the table, resume after them, not at startingOffsets:
     a lost checkpoint must cause neither duplicates nor a gap."""
-    recorded = ledger.next_offsets(ledger.history(spark, config.table_path))
+    from ingestion.kafka_admin import partitions
+
     if not recorded:
         return None
-    from confluent_kafka.admin import AdminClient
-
-    topics = AdminClient(config.kafka_client_settings()).list_topics(config.topic, timeout=30).topics
-    partitions = topics[config.topic].partitions if config.topic in topics else {}
     known = recorded.get(config.topic, {})
     # Partitions the table has never seen start at the earliest offset (-2), as Spark's JSON form allows.
-    return json.dumps({config.topic: {str(p): known.get(str(p), -2) for p in sorted(partitions)}})
+    return json.dumps({config.topic: {str(p): known.get(str(p), -2)
+                                      for p in partitions(config.kafka_client_settings(), config.topic)}})
 
 
 def _start_metrics(config: PipelineConfig, app_id: str, available_now: bool, starting: str | None) -> RunMetrics:
@@ -124,6 +169,8 @@ def _start_metrics(config: PipelineConfig, app_id: str, available_now: bool, sta
         "checkpoint": config.checkpoint_path, "txn_app_id": app_id,
         "starting_offsets": starting or config.source.starting_offsets,
         "trigger": "availableNow" if available_now else config.sink.trigger,
+        "config_digest": hashlib.sha256(json.dumps(config.redacted(), sort_keys=True).encode()).hexdigest()[:16],
+        "consumer_group": config.metrics.consumer_group or f"ingest-{config.name}",
         "spark_version": pyspark.__version__, "delta_version": metadata.version("delta-spark"),
         "confluent_kafka_version": metadata.version("confluent-kafka"),
     }

@@ -42,6 +42,7 @@ class BatchResult:
     batch_id: int
     rows: int
     quarantined: int
+    bytes: int  # value bytes consumed
     version: int | None  # bronze table version after the batch
     committed: bool  # False when Delta skipped the write because this (app id, batch id) was already committed
     ranges: tuple[PartitionRange, ...]
@@ -101,7 +102,8 @@ class BronzeWriter:
             _fault_point("after_commit", batch_id)
         finally:
             decoded.unpersist()
-        result = BatchResult(batch_id, record.rows, record.quarantined, self.bronze.version, committed,
+        result = BatchResult(batch_id, record.rows, record.quarantined, sum(s["bytes"] for s in stats),
+                             self.bronze.version, committed,
                              record.ranges, max(s["max_timestamp"] for s in stats), time.monotonic() - started)
         _log_result(self.config.name, result)
         if self.on_batch is not None:

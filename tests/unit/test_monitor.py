@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import datetime as dt
+import io
+import logging
+from types import SimpleNamespace
+
+import pytest
+
+from ingestion.ledger import PartitionRange
+from ingestion.monitor import Progress, batch_metrics, partition_lag
+from ingestion.sink import BatchResult
+
+
+def test_partition_lag_from_spark_offset_json() -> None:
+    end = '{"orders":{"0":10,"1":7,"2":3}}'
+    latest = '{"orders":{"0":15,"1":7,"2":9}}'
+    assert partition_lag(end, latest, "orders") == {0: 5, 1: 0, 2: 6}
+    assert partition_lag(None, latest, "orders") == {}
+    assert partition_lag(end, '{"other":{"0":1}}', "orders") == {}
+
+
+def _progress(rows: int = 100) -> SimpleNamespace:
+    return SimpleNamespace(numInputRows=rows, inputRowsPerSecond=50.0, processedRowsPerSecond=None, batchDuration=1500)
+
+
+def _result(committed: bool = True) -> BatchResult:
+    return BatchResult(batch_id=4, rows=98, quarantined=2, bytes=12_000, version=4, committed=committed,
+                       ranges=(PartitionRange("orders", 0, 0, 99, 100),),
+                       max_timestamp=dt.datetime(2026, 1, 1, 12, 0, 0), seconds=1.5)
+
+
+def test_batch_metrics_merge_progress_result_and_lag() -> None:
+    now = dt.datetime(2026, 1, 1, 12, 0, 30, tzinfo=dt.UTC)
+    values = batch_metrics(_progress(), _result(), {0: 5, 1: 0}, now)
+    assert values == {
+        "input_rows": 100.0, "input_rows_per_second": 50.0, "processed_rows_per_second": 0.0,
+        "batch_duration_ms": 1500.0, "lag_records": 5.0, "lag_records_p0": 5.0, "lag_records_p1": 0.0,
+        "rows": 98.0, "quarantined_rows": 2.0, "input_bytes": 12000.0, "table_version": 4.0, "lag_seconds": 30.0,
+    }
+
+
+def test_lag_seconds_is_zero_when_caught_up_and_skipped_batches_write_no_rows() -> None:
+    now = dt.datetime(2026, 1, 1, 13, 0, 0, tzinfo=dt.UTC)
+    values = batch_metrics(_progress(), _result(committed=False), {0: 0}, now)
+    assert (values["lag_seconds"], values["rows"], values["quarantined_rows"]) == (0.0, 0.0, 0.0)
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_draws_a_bar_on_a_terminal() -> None:
+    out = _Tty()
+    progress = Progress(total=200, stream=out)
+    progress.advance(50)
+    progress.advance(150)
+    progress.close()
+    lines = out.getvalue().split("\r")
+    assert lines[1].startswith("[#######                       ] 50/200 records (25%)")
+    assert lines[2].startswith("[##############################] 200/200 records (100%)")
+    assert out.getvalue().endswith("\n")
+
+
+def test_progress_logs_plain_lines_elsewhere(caplog: pytest.LogCaptureFixture) -> None:
+    out = io.StringIO()
+    progress = Progress(total=0, stream=out)
+    with caplog.at_level(logging.INFO, logger="ingestion.monitor"):
+        progress.advance(10)
+    assert out.getvalue() == ""
+    assert "progress: 10 of 0 records (100%)" in caplog.text
