@@ -32,6 +32,11 @@ lint: setup
 	$(BIN)/ruff check ingestion tests
 	$(BIN)/mypy ingestion
 
+# Throughput, freshness and memory against a hand-written Spark job and the raw limits (see benchmarks/bench.py);
+# pass options with BENCH_ARGS="--records 200000 --repeat 1".
+bench: setup
+	$(BIN)/python benchmarks/bench.py $(BENCH_ARGS)
+
 kafka-stop:
 	-$(BIN)/ingest kafka stop
 

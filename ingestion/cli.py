@@ -7,7 +7,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ingestion.errors import IngestionError
 
@@ -77,6 +77,36 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--run", help="MLflow run id (default: the pipeline's newest run)")
     report.add_argument("--output", help="PNG path (default: .ingest/reports/<pipeline>.png)")
     report.set_defaults(func=_report)
+
+    sql = commands.add_parser("sql", help="Spark SQL with every pipeline's tables registered by name "
+                              "(<name>, <name>_quarantine); VERSION AS OF / TIMESTAMP AS OF work")
+    sql.add_argument("query")
+    sql.add_argument("--output", help="write the result to a .csv or .parquet file instead of printing it")
+    sql.add_argument("--limit", type=int, default=100, help="rows to print (default 100)")
+    sql.set_defaults(func=_sql)
+
+    replay = commands.add_parser("replay", help="read a Kafka range again and write only the records neither "
+                                 "bronze nor quarantine holds (fills gaps; a no-op over ingested ranges)")
+    replay.add_argument("pipeline")
+    replay.add_argument("--from", dest="start", required=True,
+                        help="earliest | partition:offset pairs like 0:100,1:250 | ISO time | epoch millis")
+    replay.add_argument("--to", dest="end", default="latest",
+                        help="same forms; offsets are exclusive ends as in Spark's endingOffsets (default latest)")
+    replay.set_defaults(func=_replay)
+
+    rewind = commands.add_parser("rewind", help="restore bronze and quarantine to an earlier version; the next "
+                                 "`ingest run` resumes from that version's offsets with a new checkpoint")
+    rewind.add_argument("pipeline")
+    target = rewind.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to-version", type=int)
+    target.add_argument("--to-timestamp", help="ISO time; the newest version committed at or before it")
+    rewind.set_defaults(func=_rewind)
+
+    verify = commands.add_parser("verify", help="audit bronze + quarantine against Kafka: duplicates, gaps, and "
+                                 "which gaps Kafka explains; exit 1 on a real violation")
+    verify.add_argument("pipeline")
+    verify.add_argument("--json", action="store_true", help="one JSON document for scripts")
+    verify.set_defaults(func=_verify)
 
     quarantine = commands.add_parser("quarantine", help="records that could not be decoded: list, show, re-decode")
     q_cmds = quarantine.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -210,6 +240,65 @@ def _report(args: argparse.Namespace) -> int:
     output = Path(args.output) if args.output else state_dir() / "reports" / f"{config.name}.png"
     print(report.write_png(config, output, args.run))
     return 0
+
+
+def _sql(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ingestion import catalog
+    from ingestion.config import list_pipelines, load_pipeline
+    from ingestion.spark import get_session
+
+    spark = get_session("ingest-sql")
+    tables = catalog.register(spark, [load_pipeline(p) for p in list_pipelines()])
+    log.debug("tables: %s", tables)
+    result = spark.sql(args.query)
+    if args.output:
+        out = Path(args.output)
+        frame: Any = result.toPandas()
+        if out.suffix == ".parquet":
+            frame.to_parquet(out, index=False)
+        elif out.suffix == ".csv":
+            frame.to_csv(out, index=False)
+        else:
+            raise IngestionError(f"--output must end in .csv or .parquet, got {args.output!r}")
+        print(f"{len(frame)} rows written to {out}")
+        return 0
+    shown: Any = result.limit(args.limit).toPandas()
+    print(shown.to_string(index=False, max_colwidth=60) if len(shown.columns) else "(no columns)")
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from ingestion import reprocess
+
+    config, spark = _pipeline_session(args.pipeline)
+    r = reprocess.replay(spark, config, start=args.start, end=args.end)
+    print(f"{r.read} records read, {r.already_present} already present, {r.written} written to bronze, "
+          f"{r.quarantined} quarantined (bronze version {r.bronze_version})")
+    return 0
+
+
+def _rewind(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from ingestion import reprocess
+
+    config, spark = _pipeline_session(args.pipeline)
+    when = dt.datetime.fromisoformat(args.to_timestamp) if args.to_timestamp else None
+    r = reprocess.rewind(spark, config, to_version=args.to_version, to_timestamp=when)
+    print(f"bronze restored to version {r.bronze_version}, quarantine to {r.quarantine_version}; "
+          f"old checkpoint kept at {r.checkpoint_moved_to}; the next run resumes from {json.dumps(r.resume_from)}")
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from ingestion import verify
+
+    config, spark = _pipeline_session(args.pipeline)
+    result = verify.audit(spark, config)
+    print(json.dumps(result.to_json(), indent=2) if args.json else verify.render(result))
+    return 0 if result.ok else 1
 
 
 def _quarantine_list(args: argparse.Namespace) -> int:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -67,6 +68,25 @@ class BatchRecord:
             return None
 
 
+def batch_records(stats: Sequence[Mapping[str, Any]], *, pipeline: str, batch_id: int, kind: str, app_id: str,
+                  quarantine_app_id: str) -> tuple[BatchRecord, BatchRecord | None]:
+    """The records of a bronze commit and, when some failed, of its quarantine commit, from the per-partition
+    summary of `bronze.offset_ranges`."""
+    ranges = tuple(sorted((PartitionRange(s["topic"], s["partition"], s["first"], s["last"], s["count"])
+                           for s in stats), key=lambda r: (r.topic, r.partition)))
+    failed_ranges = tuple(sorted(
+        (PartitionRange(s["topic"], s["partition"], s["failed_first"], s["failed_last"], s["failed"])
+         for s in stats if s["failed"]), key=lambda r: (r.topic, r.partition)))
+    failed = sum(r.count for r in failed_ranges)
+    schema_ids = tuple(sorted({i for s in stats for i in s["schema_ids"] if i is not None}))
+    record = BatchRecord(pipeline=pipeline, app_id=app_id, batch_id=batch_id, kind=kind,
+                         rows=sum(r.count for r in ranges) - failed, schema_ids=schema_ids, ranges=ranges,
+                         quarantined=failed)
+    if not failed:
+        return record, None
+    return record, replace(record, app_id=quarantine_app_id, rows=failed, ranges=failed_ranges)
+
+
 def is_table(spark: SparkSession, path: str) -> bool:
     from delta.tables import DeltaTable
 
@@ -95,10 +115,29 @@ def history(spark: SparkSession, path: str) -> list[BatchRecord]:
 
 
 def next_offsets(records: list[BatchRecord]) -> dict[str, dict[str, int]]:
-    """Per topic and partition, the offset after the last one recorded: where a stream resumes."""
+    """Per topic and partition, the offset after the last one recorded: where a stream resumes.
+
+    Records are read in version order; a `rewind` record (written with a RESTORE) resets the position to the
+    coverage it states, so commits undone by the restore no longer count."""
     out: dict[str, dict[str, int]] = {}
-    for record in records:
+    for record in sorted(records, key=lambda r: r.version if r.version is not None else -1):
+        if record.kind == "rewind":
+            out = {}
         for r in record.ranges:
             partitions = out.setdefault(r.topic, {})
             partitions[str(r.partition)] = max(partitions.get(str(r.partition), 0), r.last + 1)
     return out
+
+
+def coverage(records: list[BatchRecord]) -> tuple[PartitionRange, ...]:
+    """Per partition, the span of offsets the records cover (first, last, total count), honouring rewinds."""
+    spans: dict[tuple[str, int], PartitionRange] = {}
+    for record in sorted(records, key=lambda r: r.version if r.version is not None else -1):
+        if record.kind == "rewind":
+            spans = {}
+        for r in record.ranges:
+            key = (r.topic, r.partition)
+            old = spans.get(key)
+            spans[key] = r if old is None else PartitionRange(r.topic, r.partition, min(old.first, r.first),
+                                                               max(old.last, r.last), old.count + r.count)
+    return tuple(spans[k] for k in sorted(spans))

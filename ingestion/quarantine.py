@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 
 from ingestion import bronze, ledger
 from ingestion.config import PipelineConfig
-from ingestion.ledger import BatchRecord, PartitionRange
+from ingestion.ledger import BatchRecord
 
 log = logging.getLogger(__name__)
 
@@ -119,20 +119,15 @@ def redecode(spark: SparkSession, config: PipelineConfig) -> RedecodeResult:
 
 
 def _append_to_bronze(spark: SparkSession, config: PipelineConfig, new: DataFrame) -> int:
-    stats = bronze.offset_ranges(new).collect()
-    rows = sum(s["count"] for s in stats)
-    if not rows:
+    stats = [s.asDict() for s in bronze.offset_ranges(new).collect()]
+    record, _ = ledger.batch_records(stats, pipeline=config.name, batch_id=REDECODE_BATCH_ID, kind="redecode",
+                                     app_id="redecode", quarantine_app_id="redecode")
+    if not record.rows:
         return 0
-    record = BatchRecord(
-        pipeline=config.name, app_id="redecode", batch_id=REDECODE_BATCH_ID, kind="redecode", rows=rows,
-        schema_ids=tuple(sorted({i for s in stats for i in s["schema_ids"] if i is not None})),
-        ranges=tuple(sorted((PartitionRange(s["topic"], s["partition"], s["first"], s["last"], s["count"])
-                             for s in stats), key=lambda r: (r.topic, r.partition))),
-    )
     rows_df = bronze.bronze_rows(new, batch_id=F.col("_orig_batch_id"), ingested_at=dt.datetime.now(dt.UTC))
     (rows_df.write.format("delta").mode("append").option("userMetadata", record.to_user_metadata())
      .save(config.table_path))
-    return rows
+    return record.rows
 
 
 def _redecode_metadata(config: PipelineConfig) -> str:

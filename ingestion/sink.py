@@ -17,7 +17,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -111,19 +111,9 @@ class BronzeWriter:
 
     def _records(self, stats: list[Any], batch_id: int) -> tuple[BatchRecord, BatchRecord | None]:
         """The ledger records of the bronze commit and, when records failed, of the quarantine commit."""
-        ranges = tuple(sorted((PartitionRange(s["topic"], s["partition"], s["first"], s["last"], s["count"])
-                               for s in stats), key=lambda r: (r.topic, r.partition)))
-        failed_ranges = tuple(sorted(
-            (PartitionRange(s["topic"], s["partition"], s["failed_first"], s["failed_last"], s["failed"])
-             for s in stats if s["failed"]), key=lambda r: (r.topic, r.partition)))
-        failed = sum(r.count for r in failed_ranges)
-        schema_ids = tuple(sorted({i for s in stats for i in s["schema_ids"] if i is not None}))
-        record = BatchRecord(pipeline=self.config.name, app_id=self.bronze.app_id, batch_id=batch_id, kind="stream",
-                             rows=sum(r.count for r in ranges) - failed, schema_ids=schema_ids, ranges=ranges,
-                             quarantined=failed)
-        if not failed:
-            return record, None
-        return record, replace(record, app_id=self.quarantine.app_id, rows=failed, ranges=failed_ranges)
+        return ledger.batch_records([s.asDict() for s in stats], pipeline=self.config.name, batch_id=batch_id,
+                                    kind="stream", app_id=self.bronze.app_id,
+                                    quarantine_app_id=self.quarantine.app_id)
 
 
 def _log_result(pipeline: str, r: BatchResult) -> None:

@@ -5,6 +5,7 @@ Set KAFKA_BOOTSTRAP_SERVERS to run against an existing cluster instead of starti
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 import uuid
@@ -44,6 +45,7 @@ def kafka_servers(state_home: Path) -> Iterator[str]:
     try:
         yield servers
     finally:
+        gc.collect()  # close producers tests left behind before their broker goes away (else they log refusals)
         broker.stop()
 
 
@@ -79,6 +81,7 @@ def orders_schema() -> dict[str, Any]:
 def pipeline_yaml(tmp_path: Path, *, topic: str, servers: str, extra: str = "", name: str = "orders",
                   sink: str = "") -> Path:
     """A pipeline config file with its table and checkpoint under tmp_path."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / f"{name}.yaml"
     path.write_text(f"""name: {name}
 topic: {topic}

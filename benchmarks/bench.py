@@ -1,0 +1,182 @@
+"""Throughput, freshness and memory of `ingest run` against a hand-written Spark job and the raw limits.
+
+One run, one machine, one topic (produced once per size and reused), a broker of our own on 127.0.0.1:
+
+  limit      the confluent-kafka consumer reading the topic and discarding it; Spark's Kafka source into noop
+  baseline   Spark Kafka source, strip the 5-byte header, Spark's from_avro, Delta append with a checkpoint
+  ours       `ingest run <pipeline> --available-now` with every promise on
+  freshness  ours streaming (short trigger) while a producer writes at half of ours' rate: latency p50/p99
+  memory     ours on a topic and on one 10x larger, same maxOffsetsPerTrigger: peak RSS should stay flat
+
+Every measured thing runs in its own process, sampled for peak RSS (JVM, Python workers, driver). The
+throughput kinds repeat `--repeat` times, alternating, and medians are reported. Results go to
+<output>/results.json and <output>/results.md. Local state (broker, topics, tables, logs) lives in --home.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import bench_report
+import bench_runs
+import datagen
+
+REPO = Path(__file__).resolve().parents[1]
+STAGES = ("limit", "baseline", "ours", "freshness", "memory")
+
+
+def log(message: str) -> None:
+    print(f"{dt.datetime.now():%H:%M:%S} {message}", flush=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--records", type=int, default=3_000_000, help="records in the benchmark topic (3000000)")
+    p.add_argument("--repeat", type=int, default=3, help="repetitions of each throughput measurement (3)")
+    p.add_argument("--max-offsets", type=int, default=500_000, help="maxOffsetsPerTrigger of baseline and ours")
+    p.add_argument("--only", default=",".join(STAGES), help=f"comma-separated stages ({','.join(STAGES)})")
+    p.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results", help="results folder")
+    p.add_argument("--home", type=Path, default=Path(os.environ.get("BENCH_HOME", "/tmp/bench-home")),
+                   help="state folder: broker, topic markers, runs, logs (default /tmp/bench-home)")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds before a measured process is killed")
+    p.add_argument("--fresh-rate", type=float, help="records/s of the freshness producer (default: half of ours)")
+    p.add_argument("--fresh-seconds", type=float, default=60, help="measured production time (60)")
+    p.add_argument("--fresh-warmup", type=float, default=10, help="production seconds not counted (10)")
+    p.add_argument("--fresh-trigger", default="1 second", help="pipeline trigger for freshness ('1 second')")
+    p.add_argument("--memory-records", type=int, help="smaller memory topic; the larger is 10x (default records/10)")
+    p.add_argument("--memory-max-offsets", type=int,
+                   help="maxOffsetsPerTrigger of both memory runs (default min(max-offsets, memory-records/2))")
+    return p
+
+
+def environment(home: Path) -> dict[str, str]:
+    """Settings for us and every measured process: our own state folder, never the project's `.ingest/`."""
+    settings = {
+        "INGEST_HOME": str(home),
+        "INGEST_JAR_CACHE": os.environ.get("INGEST_JAR_CACHE", str(REPO / ".ingest" / "jars")),
+        "INGEST_SCHEMAS_DIR": str(datagen.SCHEMAS_DIR),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow' / 'mlflow.db'}",
+        "PYTHONUNBUFFERED": "1",
+    }
+    os.environ.update(settings)
+    (home / "mlflow").mkdir(parents=True, exist_ok=True)
+    return dict(os.environ)
+
+
+def _fresh_rate(args: argparse.Namespace, summary: dict[str, Any]) -> tuple[float, str]:
+    if args.fresh_rate:
+        return args.fresh_rate, "--fresh-rate"
+    if summary.get("ours", {}).get("records_per_s"):
+        return summary["ours"]["records_per_s"] / 2, "half of ours' median records/s in this run"
+    previous = args.output / "results.json"
+    if previous.is_file():
+        rate = json.loads(previous.read_text()).get("summary", {}).get("ours", {}).get("records_per_s")
+        if rate:
+            return rate / 2, f"half of ours' median records/s in {previous}"
+    return 2000.0, "default 2000 records/s (ours not measured)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    stages = {s.strip() for s in args.only.split(",") if s.strip()}
+    unknown = stages - set(STAGES)
+    if unknown:
+        print(f"error: unknown stage(s) {sorted(unknown)}; known: {', '.join(STAGES)}", file=sys.stderr)
+        return 2
+    home = args.home.absolute()
+    home.mkdir(parents=True, exist_ok=True)
+    env = environment(home)
+    from ingestion.devstack import Broker
+
+    started = time.monotonic()
+    results: dict[str, Any] = {
+        "command": shlex.join([Path(sys.executable).name, *sys.argv]) if argv is None else shlex.join(argv),
+        "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": bench_report.machine(REPO),
+        "config": {"records": args.records, "repeat": args.repeat, "max_offsets": args.max_offsets,
+                   "stages": sorted(stages), "subject": datagen.SUBJECT, "partitions": datagen.PARTITIONS,
+                   "fields": len(datagen.schema()["fields"]), "home": str(home)},
+        "stages_s": {}, "runs": [],
+    }
+    broker = Broker(home / "kafka")
+    try:
+        t0 = time.monotonic()
+        servers = broker.start()
+        log(f"broker pid {broker.pid()} on {servers}, data in {broker.home / 'data'}")
+        env["KAFKA_BOOTSTRAP_SERVERS"] = servers
+        ctx = bench_runs.Context(home, servers, env, args.max_offsets, args.timeout, log)
+        topic = datagen.ensure_topic(servers, home, args.records, log)
+        results["topic"] = topic.__dict__ | {"avg_value_bytes": round(topic.avg_value_bytes, 1)}
+        results["stages_s"]["broker_and_topic"] = round(time.monotonic() - t0, 1)
+        _throughput(args, stages, ctx, topic, results)
+        _write(args.output, results, started)
+        if "freshness" in stages:
+            t0 = time.monotonic()
+            rate, why = _fresh_rate(args, results.get("summary", {}))
+            log(f"freshness: {rate:,.0f} records/s ({why}), trigger {args.fresh_trigger!r}")
+            results["freshness"] = bench_runs.run_freshness(ctx, rate, args.fresh_seconds, args.fresh_warmup,
+                                                            args.fresh_trigger) | {"rate_from": why}
+            log(f"freshness: {json.dumps(results['freshness']['latency'])}")
+            results["stages_s"]["freshness"] = round(time.monotonic() - t0, 1)
+            _write(args.output, results, started)
+        if "memory" in stages:
+            t0 = time.monotonic()
+            small_n = args.memory_records or max(args.records // 10, 1000)
+            max_offsets = args.memory_max_offsets or max(500, min(args.max_offsets, small_n // 2))
+            small = datagen.ensure_topic(servers, home, small_n, log)
+            large = datagen.ensure_topic(servers, home, small_n * 10, log)
+            log(f"memory: ours on {small_n:,} and {small_n * 10:,} records, maxOffsetsPerTrigger {max_offsets:,}")
+            results["memory"] = bench_runs.run_memory(ctx, small, large, max_offsets)
+            log(f"memory: ratio 10x/1x {json.dumps(results['memory']['ratio_large_to_small'])}")
+            results["stages_s"]["memory"] = round(time.monotonic() - t0, 1)
+    finally:
+        stopped_pid = broker.pid()
+        broker.stop()
+        log(f"broker pid {stopped_pid} stopped")
+    _write(args.output, results, started)
+    print(bench_report.markdown(results))
+    failed = [r for r in results["runs"] if not r["ok"]]
+    failed += [results[k] for k in ("freshness", "memory") if k in results and not results[k]["ok"]]
+    if failed:
+        log(f"{len(failed)} measurement(s) had problems; see results.json")
+    return 1 if failed else 0
+
+
+def _throughput(args: argparse.Namespace, stages: set[str], ctx: bench_runs.Context, topic: datagen.TopicData,
+                results: dict[str, Any]) -> None:
+    kinds = [k for k in bench_runs.KINDS if (k.split("_")[0] if k.startswith("limit") else k) in stages]
+    if not kinds:
+        return
+    t0 = time.monotonic()
+    for rep in range(args.repeat):
+        # Alternate the order so slow drift (page cache, a neighbour's load) does not favour one kind.
+        for kind in kinds if rep % 2 == 0 else list(reversed(kinds)):
+            t1 = time.monotonic()
+            run = bench_runs.run_kind(ctx, kind, topic, rep)
+            results["runs"].append(run)
+            log(f"{kind} #{rep}: {run['records_per_s']:,.0f} records/s over {run['processing_s']:.1f}s "
+                f"(wall {run['wall_s']:.1f}s, JVM {run['peak_jvm_rss_mb']:.0f} MiB, workers "
+                f"{run['peak_workers_rss_mb']:.0f} MiB){'' if run['ok'] else ' PROBLEMS: ' + str(run['problems'])}"
+                f" [{time.monotonic() - t1:.0f}s]")
+    results["summary"] = bench_report.summarize(results["runs"])
+    results["ratios"] = bench_report.ratios(results["summary"])
+    results["stages_s"]["throughput"] = round(time.monotonic() - t0, 1)
+
+
+def _write(output: Path, results: dict[str, Any], started: float) -> None:
+    results["took_s"] = round(time.monotonic() - started, 1)
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    (output / "results.md").write_text(bench_report.markdown(results))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

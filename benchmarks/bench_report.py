@@ -1,0 +1,202 @@
+"""Medians, ratios, the machine description, and the Markdown rendering of the results."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+LABELS = {
+    "limit_consumer": "limit: confluent-kafka consumer, discard",
+    "limit_spark": "limit: Spark Kafka source → noop sink",
+    "baseline": "baseline: Spark from_avro → Delta append",
+    "ours": "ours: `ingest run --available-now`",
+}
+MEDIAN_KEYS = ("records_per_s", "mb_per_s", "steady_records_per_s", "wall_records_per_s", "processing_s", "wall_s",
+               "peak_jvm_rss_mb", "peak_workers_rss_mb", "peak_workers_pss_mb", "peak_driver_rss_mb",
+               "peak_total_rss_mb", "loadavg")
+
+
+def _first_line(path: str, prefix: str) -> str:
+    try:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(prefix):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "?"
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "?"
+
+
+def _git_head(repo: Path) -> str:
+    """The checked-out commit, read from .git (no git command)."""
+    head = repo / ".git" / "HEAD"
+    try:
+        text = head.read_text().strip()
+        if text.startswith("ref: "):
+            ref = repo / ".git" / text[5:]
+            return ref.read_text().strip()[:12] if ref.is_file() else text[5:]
+        return text[:12]
+    except OSError:
+        return "?"
+
+
+def machine(repo: Path) -> dict[str, Any]:
+    from confluent_kafka import libversion
+
+    from ingestion import jvm
+
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False).stderr.splitlines()
+    mem_kb = int(_first_line("/proc/meminfo", "MemTotal").split()[0])
+    return {
+        "nproc": os.cpu_count(), "memory_gib": round(mem_kb / 1024 / 1024, 1),
+        "cpu": _first_line("/proc/cpuinfo", "model name"), "kernel": platform.release(),
+        "python": platform.python_version(), "java": java[0] if java else "?",
+        "spark": _version("pyspark"), "delta_spark": _version("delta-spark"), "delta_jar": jvm.DELTA_VERSION,
+        "spark_avro_jar": jvm.SPARK_VERSION, "kafka_broker": jvm.KAFKA_BROKER_VERSION,
+        "confluent_kafka": _version("confluent-kafka"), "librdkafka": libversion()[0],
+        "fastavro": _version("fastavro"), "pyarrow": _version("pyarrow"), "commit": _git_head(repo),
+    }
+
+
+def _median(values: list[Any]) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(statistics.median(present), 2) if present else None
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for kind in LABELS:
+        mine = [r for r in runs if r["kind"] == kind]
+        if mine:
+            out[kind] = {"runs": len(mine), "all_ok": all(r["ok"] for r in mine),
+                         **{k: _median([r.get(k) for r in mine]) for k in MEDIAN_KEYS}}
+    return out
+
+
+def ratios(summary: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """ours / other for each rate (median of each), per comparison."""
+    ours = summary.get("ours")
+    if ours is None:
+        return {}
+    out = {}
+    for other in ("baseline", "limit_consumer", "limit_spark"):
+        if other in summary:
+            out[f"ours/{other}"] = {
+                k: round(ours[k] / summary[other][k], 3) if ours.get(k) and summary[other].get(k) else None
+                for k in ("records_per_s", "steady_records_per_s", "wall_records_per_s")}
+    return out
+
+
+def _fmt(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float | int):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    m, t, cfg = results["machine"], results.get("topic"), results["config"]
+    lines = [
+        "# Benchmark: Avro Kafka topic → Delta bronze table", "",
+        f"`{results['command']}`, started {results['started_at']}, took {results['took_s']:.0f} s.", "",
+        f"Machine: {m['nproc']} cores ({m['cpu']}), {m['memory_gib']} GiB, Linux {m['kernel']}; {m['java']}; "
+        f"Spark {m['spark']}, Delta {m['delta_jar']}, spark-avro {m['spark_avro_jar']}, Kafka broker "
+        f"{m['kafka_broker']} (local, 127.0.0.1), confluent-kafka {m['confluent_kafka']} (librdkafka "
+        f"{m['librdkafka']}), fastavro {m['fastavro']}, pyarrow {m['pyarrow']}; commit {m['commit']}.", "",
+    ]
+    if t:
+        lines += [f"Topic `{t['topic']}`: {t['records']:,} records, {t['partitions']} partitions, "
+                  f"{t['value_bytes'] / t['records']:.0f} value bytes per record ({t['value_bytes'] / 1e6:,.1f} MB "
+                  f"of values, lz4-compressed in Kafka), schema `{cfg['subject']}` ({cfg['fields']} fields). "
+                  f"maxOffsetsPerTrigger {cfg['max_offsets']:,}; {cfg['repeat']} repetitions, alternating; "
+                  "medians.", ""]
+    summary = results.get("summary", {})
+    if summary:
+        lines += [
+            "| what | records/s | MB/s | steady records/s | processing s | wall s (incl. JVM start) "
+            "| peak JVM RSS MiB | peak Python workers RSS (PSS) MiB | peak driver RSS MiB | load avg | rows ok |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        ]
+        for kind, s in summary.items():
+            lines.append(
+                f"| {LABELS[kind]} | {_fmt(s['records_per_s'])} | {_fmt(s['mb_per_s'], 1)} "
+                f"| {_fmt(s['steady_records_per_s'])} | {_fmt(s['processing_s'], 1)} | {_fmt(s['wall_s'], 1)} "
+                f"| {_fmt(s['peak_jvm_rss_mb'])} | {_fmt(s['peak_workers_rss_mb'])} "
+                f"({_fmt(s['peak_workers_pss_mb'])}) | {_fmt(s['peak_driver_rss_mb'])} | {_fmt(s['loadavg'], 1)} "
+                f"| {'yes' if s['all_ok'] else 'NO'} |")
+        lines += ["", "records/s and MB/s (of Avro values) over the processing window: first batch start to last "
+                  "batch end (the consumer: first poll to last record). Steady: batches after the first. Wall: the "
+                  "whole process, JVM start and shutdown included.", ""]
+    if results.get("ratios"):
+        lines += ["| ratio | records/s | steady records/s | wall records/s |", "| --- | ---: | ---: | ---: |"]
+        for name, r in results["ratios"].items():
+            lines.append(f"| {name} | {_fmt(r['records_per_s'], 3)} | {_fmt(r['steady_records_per_s'], 3)} "
+                         f"| {_fmt(r['wall_records_per_s'], 3)} |")
+        lines.append("")
+    lines += _freshness_md(results.get("freshness")) + _memory_md(results.get("memory"))
+    runs = results.get("runs", [])
+    if runs:
+        lines += ["## Every run", "", "| kind | rep | records/s | steady | processing s | wall s | batches "
+                  "| JVM MiB | workers MiB | load | ok |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+                  "| ---: | ---: | --- |"]
+        for r in runs:
+            lines.append(f"| {r['kind']} | {r['rep']} | {_fmt(r['records_per_s'])} "
+                         f"| {_fmt(r['steady_records_per_s'])} | {_fmt(r['processing_s'], 1)} "
+                         f"| {_fmt(r['wall_s'], 1)} | {_fmt(r.get('batches'))} | {_fmt(r['peak_jvm_rss_mb'])} "
+                         f"| {_fmt(r['peak_workers_rss_mb'])} | {_fmt(r['loadavg'], 1)} "
+                         f"| {'yes' if r['ok'] else 'NO: ' + '; '.join(r['problems'])[:200]} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _freshness_md(f: dict[str, Any] | None) -> list[str]:
+    if not f:
+        return []
+    lat, p = f.get("latency", {}), f.get("produced", {})
+    lines = ["## Freshness", "",
+             f"`ingest run` streaming with trigger `{f['trigger']}` while a producer writes "
+             f"{_fmt(p.get('rate'))} records/s (target {_fmt(f['target_rate'])}, half of ours' measured rate) for "
+             f"{_fmt(p.get('seconds'))} s; the first {f['warmup_s']:.0f} s are warm-up and not counted. "
+             f"{_fmt(lat.get('rows'))} rows measured, {f['batches']} batches (median {_fmt(f['median_batch_s'], 2)} "
+             f"s). Peak JVM RSS {_fmt(f['peak_jvm_rss_mb'])} MiB, Python workers {_fmt(f['peak_workers_rss_mb'])} MiB."
+             + ("" if f["ok"] else f" PROBLEMS: {'; '.join(f['problems'])}"), "",
+             "| latency, from the Kafka timestamp (producer CreateTime) to | p50 ms | p90 ms | p99 ms | max ms |",
+             "| --- | ---: | ---: | ---: | ---: |"]
+    for key, label in (("to_ingested_at", "`_ingested_at` (batch start on the driver)"),
+                       ("to_commit_visible", "the Delta commit holding the row (commit file written)")):
+        s = lat.get(key, {})
+        lines.append(f"| {label} | {_fmt(s.get('p50_ms'))} | {_fmt(s.get('p90_ms'))} | {_fmt(s.get('p99_ms'))} "
+                     f"| {_fmt(s.get('max_ms'))} |")
+    return [*lines, ""]
+
+
+def _memory_md(mem: dict[str, Any] | None) -> list[str]:
+    if not mem:
+        return []
+    lines = ["## Memory against topic size", "",
+             f"`ingest run --available-now`, maxOffsetsPerTrigger {mem['max_offsets_per_trigger']:,}, on a topic and "
+             "on one 10 times larger.", "",
+             "| topic records | batches | records/s | peak JVM RSS MiB | peak Python workers RSS (PSS) MiB "
+             "| peak driver RSS MiB | peak total RSS MiB | ok |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in mem["runs"]:
+        lines.append(f"| {r['records']:,} | {_fmt(r.get('batches'))} | {_fmt(r['records_per_s'])} "
+                     f"| {_fmt(r['peak_jvm_rss_mb'])} | {_fmt(r['peak_workers_rss_mb'])} "
+                     f"({_fmt(r['peak_workers_pss_mb'])}) | {_fmt(r['peak_driver_rss_mb'])} "
+                     f"| {_fmt(r['peak_total_rss_mb'])} | {'yes' if r['ok'] else 'NO'} |")
+    q = mem["ratio_large_to_small"]
+    lines += ["", f"Ratio 10x / 1x: JVM {_fmt(q['peak_jvm_rss_mb'], 2)}, Python workers "
+              f"{_fmt(q['peak_workers_rss_mb'], 2)}, total {_fmt(q['peak_total_rss_mb'], 2)}.", ""]
+    return lines

@@ -1,0 +1,256 @@
+"""One measured run of each kind, each in its own process: limits, baseline, ours, freshness, memory."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import datagen
+import deltastats
+from procmon import Line, Measured
+
+HERE = Path(__file__).resolve().parent
+# `<pipeline> batch N: R rows, Q quarantined in S s (...)`, logged by the writer once a batch is committed.
+BATCH_LINE = re.compile(r"\s(?P<name>\S+) batch (?P<id>\d+): (?P<rows>\d+) rows, (?P<q>\d+) quarantined in "
+                        r"(?P<s>[\d.]+)s")
+KINDS = ("limit_consumer", "limit_spark", "baseline", "ours")
+
+
+@dataclass
+class Context:
+    home: Path
+    servers: str
+    env: dict[str, str]
+    max_offsets: int
+    timeout: float
+    log: Callable[[str], None]
+
+    @property
+    def python(self) -> str:
+        return sys.executable
+
+    @property
+    def ingest(self) -> str:
+        script = Path(sys.executable).parent / "ingest"
+        return str(script) if script.exists() else shutil.which("ingest") or "ingest"
+
+
+def _loadavg() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def _result_line(proc: Measured) -> dict[str, Any]:
+    for line in reversed(proc.lines):
+        if line.text.startswith("BENCH_RESULT "):
+            return dict(json.loads(line.text[len("BENCH_RESULT "):]))
+    return {}
+
+
+def _fresh_dir(path: Path) -> Path:
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+def _finish(kind: str, rep: int, topic: datagen.TopicData, proc: Measured, code: int, *, processing_s: float,
+            steady_rate: float | None, rows: int, problems: list[str], extra: dict[str, Any]) -> dict[str, Any]:
+    if code != 0:
+        problems.append(f"exit code {code}; last lines:\n{proc.tail()}")
+    if rows != topic.records:
+        problems.append(f"{rows} rows, expected {topic.records}")
+    rate = topic.records / processing_s if processing_s > 0 else 0.0
+    return {
+        "kind": kind, "rep": rep, "topic": topic.topic, "records": topic.records, "rows": rows,
+        "ok": not problems, "problems": problems,
+        "wall_s": round(proc.wall_seconds, 2), "processing_s": round(processing_s, 2),
+        "records_per_s": round(rate, 1),
+        "mb_per_s": round(topic.value_bytes / 1e6 / processing_s, 2) if processing_s > 0 else 0.0,
+        "steady_records_per_s": round(steady_rate, 1) if steady_rate else None,
+        "wall_records_per_s": round(topic.records / proc.wall_seconds, 1),
+        **proc.peaks.as_dict(), **extra,
+    }
+
+
+def run_limit_consumer(ctx: Context, topic: datagen.TopicData, rep: int) -> dict[str, Any]:
+    load = _loadavg()
+    proc = Measured([ctx.python, str(HERE / "limit_consumer.py"), "--bootstrap", ctx.servers, "--topic", topic.topic],
+                    env=ctx.env, cwd=ctx.home, log_file=ctx.home / "logs" / f"limit_consumer-{rep}.log")
+    code = proc.wait(ctx.timeout)
+    out = _result_line(proc)
+    return _finish("limit_consumer", rep, topic, proc, code, processing_s=float(out.get("processing_s", 0.0)),
+                   steady_rate=None, rows=int(out.get("records", -1)), problems=[], extra={"loadavg": load})
+
+
+def _steady(batches: list[tuple[float, float, int]]) -> float | None:
+    """Records per second after the first batch: (rows of batches 2..n) / (end of batch n - end of batch 1).
+    `batches` holds (start, seconds, rows) with start relative to any fixed origin."""
+    if len(batches) < 2:
+        return None
+    ordered = sorted(batches)
+    first_end = ordered[0][0] + ordered[0][1]
+    last_end = max(s + d for s, d, _ in ordered)
+    rows = sum(n for _, _, n in ordered[1:])
+    return rows / (last_end - first_end) if last_end > first_end else None
+
+
+def run_spark_job(ctx: Context, mode: str, topic: datagen.TopicData, rep: int) -> dict[str, Any]:
+    """`baseline` (from_avro into Delta) or `noop` (limit b), via baseline_job.py."""
+    kind = "baseline" if mode == "baseline" else "limit_spark"
+    work = _fresh_dir(ctx.home / "runs" / f"{kind}-{rep}")
+    cmd = [ctx.python, str(HERE / "baseline_job.py"), mode, "--bootstrap", ctx.servers, "--topic", topic.topic,
+           "--checkpoint", str(work / "checkpoint"), "--max-offsets", str(ctx.max_offsets)]
+    if mode == "baseline":
+        cmd += ["--schema", str(datagen.SCHEMA_FILE), "--table", str(work / "table")]
+    load = _loadavg()
+    proc = Measured(cmd, env=ctx.env, cwd=work, log_file=ctx.home / "logs" / f"{kind}-{rep}.log")
+    code = proc.wait(ctx.timeout)
+    out = _result_line(proc)
+    batches = [(b["start"], b["seconds"], b["rows"]) for b in out.get("batches", [])]
+    rows = deltastats.row_count(work / "table") if mode == "baseline" else int(out.get("rows_read", -1))
+    result = _finish(kind, rep, topic, proc, code, processing_s=float(out.get("processing_s", 0.0)),
+                     steady_rate=_steady(batches), rows=rows, problems=[],
+                     extra={"loadavg": load, "batches": len(batches), "session_s": out.get("session_s")})
+    shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def write_pipeline(ctx: Context, work: Path, topic: str, max_offsets: int, trigger: str = "10 seconds") -> Path:
+    """A pipeline YAML with every promise on: metadata columns, txn ids, recorded offsets, quarantine, metrics."""
+    name = "bench"
+    config = {
+        "name": name, "topic": topic,
+        "kafka": {"bootstrap.servers": ctx.servers, "client.id": "ingest-bench"},
+        "source": {"startingOffsets": "earliest", "maxOffsetsPerTrigger": max_offsets},
+        "value": {"format": "confluent", "subject": datagen.SUBJECT},
+        "key": {"format": "string"},
+        "sink": {"table": str(work / "table"), "checkpointLocation": str(work / "checkpoint"),
+                 "quarantineTable": str(work / "quarantine"), "trigger": trigger, "on_error": "quarantine"},
+        "metrics": {"experiment": f"bench/{work.name}", "consumerGroup": f"bench-{work.name}",
+                    "commitOffsets": True},
+    }
+    path = work / "pipeline.yaml"
+    path.write_text(json.dumps(config, indent=2))  # JSON is YAML
+    return path
+
+
+def parse_batches(lines: list[Line]) -> list[tuple[float, float, int]]:
+    """(start, seconds, records) per committed batch from the writer's log lines, start from arrival - seconds."""
+    out = []
+    for line in lines:
+        m = BATCH_LINE.search(line.text)
+        if m:
+            seconds = float(m["s"])
+            out.append((line.at - seconds, seconds, int(m["rows"]) + int(m["q"])))
+    return out
+
+
+def run_ours(ctx: Context, topic: datagen.TopicData, rep: int, *, max_offsets: int | None = None,
+             label: str = "ours") -> dict[str, Any]:
+    work = _fresh_dir(ctx.home / "runs" / f"{label}-{rep}")
+    yaml_path = write_pipeline(ctx, work, topic.topic, max_offsets or ctx.max_offsets)
+    load = _loadavg()
+    proc = Measured([ctx.ingest, "run", str(yaml_path), "--available-now"], env=ctx.env, cwd=work,
+                    log_file=ctx.home / "logs" / f"{label}-{rep}.log")
+    code = proc.wait(ctx.timeout)
+    batches = parse_batches(proc.lines)
+    processing_s = (max(s + d for s, d, _ in batches) - min(s for s, _, _ in batches)) if batches else 0.0
+    rows = deltastats.row_count(work / "table")
+    quarantined = max(deltastats.row_count(work / "quarantine"), 0)
+    problems = [f"{quarantined} records quarantined"] if quarantined else []
+    seconds = [d for _, d, _ in batches]
+    result = _finish(label, rep, topic, proc, code, processing_s=processing_s, steady_rate=_steady(batches),
+                     rows=rows, problems=problems,
+                     extra={"loadavg": load, "batches": len(batches), "quarantined": quarantined,
+                            "max_offsets_per_trigger": max_offsets or ctx.max_offsets,
+                            "median_batch_s": round(statistics.median(seconds), 2) if seconds else None,
+                            "first_batch_s": round(seconds[0], 2) if seconds else None,
+                            "startup_s": round(min(s for s, _, _ in batches) - proc.started, 2) if batches else None})
+    shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def run_kind(ctx: Context, kind: str, topic: datagen.TopicData, rep: int) -> dict[str, Any]:
+    if kind == "limit_consumer":
+        return run_limit_consumer(ctx, topic, rep)
+    if kind == "limit_spark":
+        return run_spark_job(ctx, "noop", topic, rep)
+    if kind == "baseline":
+        return run_spark_job(ctx, "baseline", topic, rep)
+    return run_ours(ctx, topic, rep)
+
+
+def run_freshness(ctx: Context, rate: float, seconds: float, warmup: float, trigger: str) -> dict[str, Any]:
+    """Ours streaming with a short trigger while a producer writes at a fixed rate; produce -> visible latency."""
+    from ingestion.kafka_admin import create_topic
+
+    topic = f"bench-fresh-{int(time.time())}"
+    create_topic({"bootstrap.servers": ctx.servers}, topic, datagen.PARTITIONS)
+    work = _fresh_dir(ctx.home / "runs" / "freshness")
+    yaml_path = write_pipeline(ctx, work, topic, ctx.max_offsets, trigger=trigger)
+    proc = Measured([ctx.ingest, "run", str(yaml_path)], env=ctx.env, cwd=work,
+                    log_file=ctx.home / "logs" / "freshness.log")
+    problems: list[str] = []
+    produced: dict[str, Any] = {}
+    since = time.time()
+    try:
+        # Trickle records until the first batch is committed: the query is then up and warm.
+        deadline = time.monotonic() + 300
+        while not parse_batches(proc.lines):
+            if proc.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the streaming pipeline did not commit a first batch:\n{proc.tail()}")
+            datagen.produce_at_rate(ctx.servers, topic, 100, 1.0, pool_size=100)
+        ctx.log(f"freshness: pipeline is up; producing {rate:,.0f} records/s for {warmup + seconds:.0f}s")
+        produced = datagen.produce_at_rate(ctx.servers, topic, rate, warmup + seconds)
+        since = float(produced["started_at"]) + warmup
+        expected = deltastats.row_count(work / "table")
+        deadline = time.monotonic() + 180
+        from ingestion.kafka_admin import watermarks
+
+        total = sum(high for _, high in watermarks({"bootstrap.servers": ctx.servers}, topic).values())
+        while (expected := deltastats.row_count(work / "table")) < total and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if expected < total:
+            problems.append(f"table holds {expected} rows of {total} produced after waiting")
+    finally:
+        proc.signal(signal.SIGINT)
+        code = proc.wait(120)
+    if code != 0:
+        problems.append(f"exit code {code} after SIGINT; last lines:\n{proc.tail()}")
+    lat = deltastats.latencies(work / "table", since)
+    batches = parse_batches(proc.lines)
+    window = [d for _, d, _ in batches]
+    result = {"topic": topic, "trigger": trigger, "target_rate": round(rate, 1), "produced": produced,
+              "measured_from_epoch_s": since, "warmup_s": warmup, "latency": lat, "batches": len(batches),
+              "median_batch_s": round(statistics.median(window), 2) if window else None,
+              "ok": not problems, "problems": problems, **proc.peaks.as_dict()}
+    shutil.rmtree(work, ignore_errors=True)
+    _delete_topic(ctx, topic)
+    return result
+
+
+def _delete_topic(ctx: Context, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        AdminClient({"bootstrap.servers": ctx.servers}).delete_topics([topic])[topic].result(30)
+    except Exception as exc:  # noqa: BLE001 - leaving a small topic behind is harmless
+        ctx.log(f"could not delete topic {topic}: {exc}")
+
+
+def run_memory(ctx: Context, small: datagen.TopicData, large: datagen.TopicData, max_offsets: int) -> dict[str, Any]:
+    """Ours on a topic and on one 10x larger, same maxOffsetsPerTrigger: peak memory should not grow 10x."""
+    runs = [run_ours(ctx, t, 0, max_offsets=max_offsets, label=f"memory-{t.records}") for t in (small, large)]
+    keys = ("peak_jvm_rss_mb", "peak_workers_rss_mb", "peak_workers_pss_mb", "peak_driver_rss_mb",
+            "peak_total_rss_mb")
+    ratios = {k: round(runs[1][k] / runs[0][k], 2) if runs[0][k] else None for k in keys}
+    return {"max_offsets_per_trigger": max_offsets, "runs": runs, "ratio_large_to_small": ratios,
+            "ok": all(r["ok"] for r in runs)}
