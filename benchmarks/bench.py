@@ -51,6 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--fresh-seconds", type=float, default=60, help="measured production time (60)")
     p.add_argument("--fresh-warmup", type=float, default=10, help="production seconds not counted (10)")
     p.add_argument("--fresh-trigger", default="1 second", help="pipeline trigger for freshness ('1 second')")
+    p.add_argument("--ours-verbose", action="store_true",
+                   help="run ours with `ingest -v` and report per-batch decode and write times (debug logging)")
     p.add_argument("--memory-records", type=int, help="smaller memory topic; the larger is 10x (default records/10)")
     p.add_argument("--memory-max-offsets", type=int,
                    help="maxOffsetsPerTrigger of both memory runs (default min(max-offsets, memory-records/2))")
@@ -103,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": bench_report.machine(REPO),
         "config": {"records": args.records, "repeat": args.repeat, "max_offsets": args.max_offsets,
                    "stages": sorted(stages), "subject": datagen.SUBJECT, "partitions": datagen.PARTITIONS,
-                   "fields": len(datagen.schema()["fields"]), "home": str(home)},
+                   "fields": len(datagen.schema()["fields"]), "home": str(home),
+                   "ours_verbose": args.ours_verbose},
         "stages_s": {}, "runs": [],
     }
     broker = Broker(home / "kafka")
@@ -112,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         servers = broker.start()
         log(f"broker pid {broker.pid()} on {servers}, data in {broker.home / 'data'}")
         env["KAFKA_BOOTSTRAP_SERVERS"] = servers
-        ctx = bench_runs.Context(home, servers, env, args.max_offsets, args.timeout, log)
+        ctx = bench_runs.Context(home, servers, env, args.max_offsets, args.timeout, log, args.ours_verbose)
         topic = datagen.ensure_topic(servers, home, args.records, log)
         results["topic"] = topic.__dict__ | {"avg_value_bytes": round(topic.avg_value_bytes, 1)}
         results["stages_s"]["broker_and_topic"] = round(time.monotonic() - t0, 1)

@@ -18,7 +18,8 @@ LABELS = {
 }
 MEDIAN_KEYS = ("records_per_s", "mb_per_s", "steady_records_per_s", "wall_records_per_s", "processing_s", "wall_s",
                "peak_jvm_rss_mb", "peak_workers_rss_mb", "peak_workers_pss_mb", "peak_driver_rss_mb",
-               "peak_total_rss_mb", "loadavg")
+               "peak_other_rss_mb", "peak_total_rss_mb", "cpu_jvm_s", "cpu_workers_s", "cpu_driver_s", "loadavg",
+               "median_batch_s", "median_decode_summarize_s", "median_write_s")
 
 
 def _first_line(path: str, prefix: str) -> str:
@@ -126,19 +127,30 @@ def markdown(results: dict[str, Any]) -> str:
     if summary:
         lines += [
             "| what | records/s | MB/s | steady records/s | processing s | wall s (incl. JVM start) "
-            "| peak JVM RSS MiB | peak Python workers RSS (PSS) MiB | peak driver RSS MiB | load avg | rows ok |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+            "| peak JVM RSS MiB | peak Python workers RSS (PSS) MiB | peak driver RSS MiB "
+            "| CPU s JVM / workers / driver | load avg | rows ok |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
         ]
         for kind, s in summary.items():
             lines.append(
                 f"| {LABELS[kind]} | {_fmt(s['records_per_s'])} | {_fmt(s['mb_per_s'], 1)} "
                 f"| {_fmt(s['steady_records_per_s'])} | {_fmt(s['processing_s'], 1)} | {_fmt(s['wall_s'], 1)} "
                 f"| {_fmt(s['peak_jvm_rss_mb'])} | {_fmt(s['peak_workers_rss_mb'])} "
-                f"({_fmt(s['peak_workers_pss_mb'])}) | {_fmt(s['peak_driver_rss_mb'])} | {_fmt(s['loadavg'], 1)} "
+                f"({_fmt(s['peak_workers_pss_mb'])}) | {_fmt(s['peak_driver_rss_mb'])} "
+                f"| {_fmt(s['cpu_jvm_s'])} / {_fmt(s['cpu_workers_s'])} / {_fmt(s['cpu_driver_s'])} "
+                f"| {_fmt(s['loadavg'], 1)} "
                 f"| {'yes' if s['all_ok'] else 'NO'} |")
         lines += ["", "records/s and MB/s (of Avro values) over the processing window: first batch start to last "
-                  "batch end (the consumer: first poll to last record). Steady: batches after the first. Wall: the "
-                  "whole process, JVM start and shutdown included.", ""]
+                  "batch end (Spark's trigger start for the limit and the baseline, the writer's foreachBatch start "
+                  "for ours; the consumer: first poll to last record). Steady: batches after the first. Wall: the "
+                  "whole process, JVM start and shutdown included. CPU: seconds used by each group of processes. "
+                  "Load avg: the machine's 1-minute load when the run started (the machine has "
+                  f"{m['nproc']} cores; above that, other work competed for CPU).", ""]
+        ours = summary.get("ours", {})
+        if ours.get("median_decode_summarize_s") is not None:
+            lines += [f"Ours per batch (median, `ingest -v`): {ours['median_batch_s']} s, of which decode + "
+                      f"summarize {ours['median_decode_summarize_s']} s and Delta writes {ours['median_write_s']} s.",
+                      ""]
     if results.get("ratios"):
         lines += ["| ratio | records/s | steady records/s | wall records/s |", "| --- | ---: | ---: | ---: |"]
         for name, r in results["ratios"].items():

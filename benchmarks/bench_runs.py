@@ -22,6 +22,8 @@ HERE = Path(__file__).resolve().parent
 # `<pipeline> batch N: R rows, Q quarantined in S s (...)`, logged by the writer once a batch is committed.
 BATCH_LINE = re.compile(r"\s(?P<name>\S+) batch (?P<id>\d+): (?P<rows>\d+) rows, (?P<q>\d+) quarantined in "
                         r"(?P<s>[\d.]+)s")
+DEBUG_DECODED = re.compile(r"batch (?P<id>\d+): decoded and summarized in (?P<s>[\d.]+)s")
+DEBUG_WRITTEN = re.compile(r"batch (?P<id>\d+): written in (?P<s>[\d.]+)s")
 KINDS = ("limit_consumer", "limit_spark", "baseline", "ours")
 
 
@@ -33,6 +35,7 @@ class Context:
     max_offsets: int
     timeout: float
     log: Callable[[str], None]
+    verbose_ours: bool = False  # `ingest -v`: per-batch decode / write timings (debug logging; not the default)
 
     @property
     def python(self) -> str:
@@ -158,7 +161,8 @@ def run_ours(ctx: Context, topic: datagen.TopicData, rep: int, *, max_offsets: i
     work = _fresh_dir(ctx.home / "runs" / f"{label}-{rep}")
     yaml_path = write_pipeline(ctx, work, topic.topic, max_offsets or ctx.max_offsets)
     load = _loadavg()
-    proc = Measured([ctx.ingest, "run", str(yaml_path), "--available-now"], env=ctx.env, cwd=work,
+    verbose = ["-v"] if ctx.verbose_ours else []
+    proc = Measured([ctx.ingest, *verbose, "run", str(yaml_path), "--available-now"], env=ctx.env, cwd=work,
                     log_file=ctx.home / "logs" / f"{label}-{rep}.log")
     code = proc.wait(ctx.timeout)
     batches = parse_batches(proc.lines)
@@ -173,9 +177,21 @@ def run_ours(ctx: Context, topic: datagen.TopicData, rep: int, *, max_offsets: i
                             "max_offsets_per_trigger": max_offsets or ctx.max_offsets,
                             "median_batch_s": round(statistics.median(seconds), 2) if seconds else None,
                             "first_batch_s": round(seconds[0], 2) if seconds else None,
-                            "startup_s": round(min(s for s, _, _ in batches) - proc.started, 2) if batches else None})
+                            "startup_s": round(min(s for s, _, _ in batches) - proc.started, 2) if batches else None,
+                            **_breakdown(proc.lines)})
     shutil.rmtree(work, ignore_errors=True)
     return result
+
+
+def _breakdown(lines: list[Line]) -> dict[str, Any]:
+    """With `ingest -v`: median seconds per batch spent decoding + summarizing, and writing (Delta commits)."""
+    decoded = {m["id"]: float(m["s"]) for x in lines if (m := DEBUG_DECODED.search(x.text))}
+    written = {m["id"]: float(m["s"]) for x in lines if (m := DEBUG_WRITTEN.search(x.text))}
+    both = [(decoded[i], written[i] - decoded[i]) for i in written if i in decoded]
+    if not both:
+        return {}
+    return {"median_decode_summarize_s": round(statistics.median(d for d, _ in both), 2),
+            "median_write_s": round(statistics.median(w for _, w in both), 2)}
 
 
 def run_kind(ctx: Context, kind: str, topic: datagen.TopicData, rep: int) -> dict[str, Any]:

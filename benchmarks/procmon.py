@@ -2,9 +2,10 @@
 
 Memory is sampled from /proc every 0.2 s over the whole process tree (the driver, the Spark JVM it starts, and
 the Python workers the JVM forks). Processes are grouped as `jvm` (java), `workers` (Python processes below a
-JVM: PySpark's daemon and its workers) and `driver` (everything else in the tree). For each group the peak of
-the summed RSS is kept, and for the workers also the peak of the summed PSS (forked workers share pages with
-the daemon, which RSS counts once per process). `total` is the peak of the whole tree at one sample.
+JVM: PySpark's daemon and its workers), `other` (other processes below a JVM) and `driver` (the rest of the
+tree: the Python driver and the launcher scripts). For each group the peak of the summed RSS is kept, and for
+the workers also the peak of the summed PSS (forked workers share pages with the daemon, which RSS counts once
+per process). `total` is the peak of the whole tree at one sample.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
-GROUPS = ("driver", "jvm", "workers", "total")
+GROUPS = ("driver", "jvm", "workers", "other", "total")
 
 
 def _read(path: str) -> str | None:
@@ -30,25 +31,19 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _ppid_and_comm(pid: int) -> tuple[int, str] | None:
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> tuple[int, str, int] | None:
+    """(ppid, comm, CPU ticks used: utime + stime) from /proc/<pid>/stat."""
     stat = _read(f"/proc/{pid}/stat")
     if stat is None:
         return None
-    # comm is in parentheses and may hold spaces; ppid is the second field after it.
+    # comm is in parentheses and may hold spaces; the fields after it start with state, ppid.
     close = stat.rfind(")")
     comm = stat[stat.find("(") + 1:close]
     fields = stat[close + 2:].split()
-    return int(fields[1]), comm
-
-
-def _status_kb(pid: int, key: str) -> int:
-    text = _read(f"/proc/{pid}/status")
-    if text is None:
-        return 0
-    for line in text.splitlines():
-        if line.startswith(key):
-            return int(line.split()[1])
-    return 0
+    return int(fields[1]), comm, int(fields[11]) + int(fields[12])
 
 
 def _pss_kb(pid: int) -> int:
@@ -61,30 +56,49 @@ def _pss_kb(pid: int) -> int:
     return 0
 
 
-def process_tree(root: int) -> dict[int, str]:
-    """pid -> group (driver, jvm, workers) for `root` and all its descendants."""
-    parents: dict[int, tuple[int, str]] = {}
+def process_tree(root: int) -> dict[int, tuple[int, str, str, int]]:
+    """pid -> (ppid, group, comm, CPU ticks) for `root` and all its descendants. Groups: `jvm` (java), `workers` (Python
+    below a JVM), `other` (anything else below a JVM: Hadoop's shell commands, jspawnhelper), `driver` (the rest)."""
+    parents: dict[int, tuple[int, str, int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            found = _ppid_and_comm(int(entry))
+            found = _stat(int(entry))
             if found is not None:
                 parents[int(entry)] = found
     children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in parents.items():
+    for pid, (ppid, _, _) in parents.items():
         children.setdefault(ppid, []).append(pid)
-    groups: dict[int, str] = {}
+    tree: dict[int, tuple[int, str, str, int]] = {}
     stack: list[tuple[int, bool]] = [(root, False)]
     while stack:
         pid, under_jvm = stack.pop()
-        comm = parents.get(pid, (0, ""))[1]
+        ppid, comm, ticks = parents.get(pid, (0, "", 0))
         if comm == "java":
-            groups[pid] = "jvm"
-        elif under_jvm and comm.startswith("python"):
-            groups[pid] = "workers"
+            group = "jvm"
+        elif under_jvm:
+            group = "workers" if comm.startswith("python") else "other"
         else:
-            groups[pid] = "driver"
+            group = "driver"
+        tree[pid] = (ppid, group, comm, ticks)
         stack.extend((child, under_jvm or comm == "java") for child in children.get(pid, []))
-    return groups
+    return tree
+
+
+def _memory_kb(pid: int) -> tuple[int, int]:
+    """(VmRSS, VmSize) in kB; zeros when the process is gone."""
+    text = _read(f"/proc/{pid}/status")
+    rss = size = 0
+    for line in (text or "").splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1])
+        elif line.startswith("VmSize:"):
+            size = int(line.split()[1])
+    return rss, size
+
+
+def _same_memory(child: tuple[int, int], parent: tuple[int, int]) -> bool:
+    """Figures that can only be the parent's own (same address space size, RSS within 1%, read moments apart)."""
+    return child[1] == parent[1] and abs(child[0] - parent[0]) <= max(1024, parent[0] // 100)
 
 
 @dataclass
@@ -95,13 +109,23 @@ class MemoryPeaks:
     workers_pss_mb: float = 0.0
     max_workers: int = 0
     samples: int = 0
+    per_process: dict[str, float] = field(default_factory=dict)  # "group pid comm" -> peak RSS MiB
+    cpu_ticks: dict[int, tuple[str, int]] = field(default_factory=dict)  # pid -> (group, last CPU ticks seen)
 
     def sample(self, root: int) -> None:
         tree = process_tree(root)
+        memory = {pid: _memory_kb(pid) for pid in tree}
         sums = dict.fromkeys(GROUPS, 0)
         pss = workers = 0
-        for pid, group in tree.items():
-            rss = _status_kb(pid, "VmRSS:")
+        for pid, (ppid, group, comm, ticks) in tree.items():
+            self.cpu_ticks[pid] = (group, ticks)
+            rss, size = memory[pid]
+            # A child spawned with vfork/posix_spawn shares its parent's memory until it execs, and /proc shows
+            # the parent's figures for it (a JVM's whole RSS, for each `chmod` Hadoop runs): not counted.
+            if ppid in memory and rss and _same_memory((rss, size), memory[ppid]):
+                continue
+            name = f"{group} {pid} {comm}"
+            self.per_process[name] = max(self.per_process.get(name, 0.0), rss / 1024)
             sums[group] += rss
             sums["total"] += rss
             if group == "workers":
@@ -113,10 +137,16 @@ class MemoryPeaks:
         self.max_workers = max(self.max_workers, workers)
         self.samples += 1
 
-    def as_dict(self) -> dict[str, float]:
-        out = {f"peak_{g}_rss_mb": round(v, 1) for g, v in self.rss_mb.items()}
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {f"peak_{g}_rss_mb": round(v, 1) for g, v in self.rss_mb.items()}
         out["peak_workers_pss_mb"] = round(self.workers_pss_mb, 1)
         out["max_python_workers"] = self.max_workers
+        top = sorted(self.per_process.items(), key=lambda kv: -kv[1])[:6]
+        out["peak_rss_mb_by_process"] = {name: round(mb, 1) for name, mb in top}
+        # CPU seconds per group, as last seen while sampling (a process misses at most its last 0.2 s).
+        for group in GROUPS[:-1]:
+            ticks = sum(t for g, t in self.cpu_ticks.values() if g == group)
+            out[f"cpu_{group}_s"] = round(ticks / TICKS, 1)
         return out
 
 

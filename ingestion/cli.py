@@ -196,11 +196,14 @@ def _history(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([asdict(r) for r in records], default=str, indent=2))
         return 0
-    print(f"{'version':>7}  {'committed at':19}  {'kind':6} {'batch':>5} {'rows':>7}  offsets")
+    print(f"{'version':>7}  {'committed at':19}  {'kind':8} {'batch':>5} {'rows':>7} {'quar.':>5} {'schemas':>7}  "
+          "offsets (partition:first-last)")
     for r in records:
-        spans = ", ".join(f"{x.topic}/{x.partition}:{x.first}-{x.last}" for x in r.ranges)
+        spans = ", ".join(f"{x.partition}:{x.first}-{x.last}" for x in r.ranges)
         when = r.committed_at.strftime("%Y-%m-%d %H:%M:%S") if r.committed_at else "-"
-        print(f"{r.version:>7}  {when:19}  {r.kind:6} {r.batch_id:>5} {r.rows:>7}  {spans}")
+        schemas = ",".join(str(i) for i in r.schema_ids) or "-"
+        print(f"{r.version:>7}  {when:19}  {r.kind:8} {r.batch_id:>5} {r.rows:>7} {r.quarantined:>5} {schemas:>7}  "
+              f"{spans}")
     return 0
 
 
