@@ -29,7 +29,7 @@ test-unit: setup
 	$(BIN)/pytest tests/unit
 
 lint: setup
-	$(BIN)/ruff check ingestion tests
+	$(BIN)/ruff check ingestion tests benchmarks
 	$(BIN)/mypy ingestion
 
 # Throughput, freshness and memory against a hand-written Spark job and the raw limits (see benchmarks/bench.py);

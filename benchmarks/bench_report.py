@@ -121,7 +121,7 @@ def markdown(results: dict[str, Any]) -> str:
         lines += [f"Topic `{t['topic']}`: {t['records']:,} records, {t['partitions']} partitions, "
                   f"{t['value_bytes'] / t['records']:.0f} value bytes per record ({t['value_bytes'] / 1e6:,.1f} MB "
                   f"of values, lz4-compressed in Kafka), schema `{cfg['subject']}` ({cfg['fields']} fields). "
-                  f"maxOffsetsPerTrigger {cfg['max_offsets']:,}; {cfg['repeat']} repetitions, alternating; "
+                  f"maxOffsetsPerTrigger {cfg['max_offsets']:,}; {cfg['repeat']} repetition(s), alternating; "
                   "medians.", ""]
     summary = results.get("summary", {})
     if summary:
@@ -182,7 +182,11 @@ def _freshness_md(f: dict[str, Any] | None) -> list[str]:
              f"{_fmt(p.get('rate'))} records/s (target {_fmt(f['target_rate'])}, half of ours' measured rate) for "
              f"{_fmt(p.get('seconds'))} s; the first {f['warmup_s']:.0f} s are warm-up and not counted. "
              f"{_fmt(lat.get('rows'))} rows measured, {f['batches']} batches (median {_fmt(f['median_batch_s'], 2)} "
-             f"s). Peak JVM RSS {_fmt(f['peak_jvm_rss_mb'])} MiB, Python workers {_fmt(f['peak_workers_rss_mb'])} MiB."
+             f"s). When production stopped the table was {_fmt(f.get('rows_behind_when_production_stopped'))} rows "
+             f"behind and caught up {_fmt(f.get('drain_s'), 1)} s later (a pipeline that keeps up is at most a "
+             "batch or two behind; one that does not keeps falling behind, and its percentiles grow with the "
+             f"run's length). Peak JVM RSS {_fmt(f['peak_jvm_rss_mb'])} MiB, Python workers "
+             f"{_fmt(f['peak_workers_rss_mb'])} MiB."
              + ("" if f["ok"] else f" PROBLEMS: {'; '.join(f['problems'])}"), "",
              "| latency, from the Kafka timestamp (producer CreateTime) to | p50 ms | p90 ms | p99 ms | max ms |",
              "| --- | ---: | ---: | ---: | ---: |"]

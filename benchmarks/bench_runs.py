@@ -216,6 +216,7 @@ def run_freshness(ctx: Context, rate: float, seconds: float, warmup: float, trig
                     log_file=ctx.home / "logs" / "freshness.log")
     problems: list[str] = []
     produced: dict[str, Any] = {}
+    drained: dict[str, Any] = {}
     since = time.time()
     try:
         # Trickle records until the first batch is committed: the query is then up and warm.
@@ -227,15 +228,19 @@ def run_freshness(ctx: Context, rate: float, seconds: float, warmup: float, trig
         ctx.log(f"freshness: pipeline is up; producing {rate:,.0f} records/s for {warmup + seconds:.0f}s")
         produced = datagen.produce_at_rate(ctx.servers, topic, rate, warmup + seconds)
         since = float(produced["started_at"]) + warmup
-        expected = deltastats.row_count(work / "table")
-        deadline = time.monotonic() + 180
+        in_table = deltastats.row_count(work / "table")
         from ingestion.kafka_admin import watermarks
 
         total = sum(high for _, high in watermarks({"bootstrap.servers": ctx.servers}, topic).values())
-        while (expected := deltastats.row_count(work / "table")) < total and time.monotonic() < deadline:
+        behind = total - in_table
+        drain_started = time.monotonic()
+        deadline = drain_started + 600
+        while (in_table := deltastats.row_count(work / "table")) < total and time.monotonic() < deadline:
             time.sleep(0.5)
-        if expected < total:
-            problems.append(f"table holds {expected} rows of {total} produced after waiting")
+        drained = {"rows_behind_when_production_stopped": behind,
+                   "drain_s": round(time.monotonic() - drain_started, 1)}
+        if in_table < total:
+            problems.append(f"table holds {in_table} rows of {total} produced after waiting 600 s")
     finally:
         proc.signal(signal.SIGINT)
         code = proc.wait(120)
@@ -245,7 +250,7 @@ def run_freshness(ctx: Context, rate: float, seconds: float, warmup: float, trig
     batches = parse_batches(proc.lines)
     window = [d for _, d, _ in batches]
     result = {"topic": topic, "trigger": trigger, "target_rate": round(rate, 1), "produced": produced,
-              "measured_from_epoch_s": since, "warmup_s": warmup, "latency": lat, "batches": len(batches),
+              "measured_from_epoch_s": since, "warmup_s": warmup, "latency": lat, "batches": len(batches), **drained,
               "median_batch_s": round(statistics.median(window), 2) if window else None,
               "ok": not problems, "problems": problems, **proc.peaks.as_dict()}
     shutil.rmtree(work, ignore_errors=True)
@@ -256,8 +261,9 @@ def run_freshness(ctx: Context, rate: float, seconds: float, warmup: float, trig
 def _delete_topic(ctx: Context, topic: str) -> None:
     from confluent_kafka.admin import AdminClient
 
+    admin = AdminClient({"bootstrap.servers": ctx.servers})  # referenced until the future resolves
     try:
-        AdminClient({"bootstrap.servers": ctx.servers}).delete_topics([topic])[topic].result(30)
+        admin.delete_topics([topic])[topic].result(30)
     except Exception as exc:  # noqa: BLE001 - leaving a small topic behind is harmless
         ctx.log(f"could not delete topic {topic}: {exc}")
 

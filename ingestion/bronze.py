@@ -5,8 +5,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from ingestion.decode import PAYLOAD, BatchDecoder, DecodeSpec
 from ingestion.errors import SchemaError
@@ -16,6 +17,25 @@ METADATA_COLUMNS = (
     "_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_timestamp_type",
     "_kafka_key", "_kafka_headers", "_kafka_tombstone", "_schema_id", "_batch_id", "_ingested_at",
 )
+
+
+# The rows Spark's Kafka source produces (with includeHeaders), as its integration guide documents them.
+KAFKA_SOURCE_SCHEMA = T.StructType([
+    T.StructField("key", T.BinaryType()), T.StructField("value", T.BinaryType()),
+    T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
+    T.StructField("offset", T.LongType()), T.StructField("timestamp", T.TimestampType()),
+    T.StructField("timestampType", T.IntegerType()),
+    T.StructField("headers", T.ArrayType(T.StructType([T.StructField("key", T.StringType()),
+                                                       T.StructField("value", T.BinaryType())]))),
+])
+
+
+def table_schemas(spark: SparkSession, spec: DecodeSpec) -> tuple[T.StructType, T.StructType]:
+    """(bronze, quarantine) schemas, from the same functions that produce their rows, on no rows."""
+    empty = decode(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), spec)
+    now = dt.datetime.now(dt.UTC)
+    return (bronze_rows(empty, batch_id=0, ingested_at=now).schema,
+            quarantine_rows(empty, batch_id=0, ingested_at=now).schema)
 
 
 def decode(kafka_rows: DataFrame, spec: DecodeSpec) -> DataFrame:
@@ -90,4 +110,5 @@ def offset_ranges(decoded: DataFrame) -> DataFrame:
         F.max("timestamp").alias("max_timestamp"),
         F.sum(F.coalesce(F.col("_value_bytes").cast("long"), F.lit(0))).alias("bytes"),
         F.sort_array(F.collect_set("_schema_id")).alias("schema_ids"),
+        F.collect_set(F.when(F.col("_error_class") == "UnknownSchemaError", F.col("_schema_id"))).alias("unknown_ids"),
     )

@@ -55,7 +55,10 @@ def _parser() -> argparse.ArgumentParser:
                           ).set_defaults(func=_kafka_status)
 
     run = commands.add_parser("run", help="run a pipeline (streams until stopped, or --available-now)")
-    run.add_argument("pipeline", help="pipeline name (conf/pipelines/<name>.yaml) or path to a YAML file")
+    run.add_argument("pipeline", nargs="?",
+                     help="pipeline name (conf/pipelines/<name>.yaml) or path to a YAML file")
+    run.add_argument("--all", action="store_true",
+                     help="run every pipeline in conf/pipelines/ in one Spark application, a query each")
     run.add_argument("--available-now", action="store_true",
                      help="process everything up to the latest offsets, in batches of maxOffsetsPerTrigger, "
                           "then exit 0")
@@ -65,6 +68,16 @@ def _parser() -> argparse.ArgumentParser:
     history.add_argument("pipeline")
     history.add_argument("--json", action="store_true", help="one JSON document for scripts")
     history.set_defaults(func=_history)
+
+    onboard = commands.add_parser("onboard", help="validate a pipeline config, check (or create) its topic, "
+                                  "resolve its schema, print the bronze schema and create its tables; idempotent")
+    onboard.add_argument("pipeline", help="pipeline name or path to its YAML file")
+    onboard.add_argument("--dry-run", action="store_true", help="check and print, change nothing")
+    onboard.add_argument("--create-topic", action="store_true",
+                         help="create the topic when missing (topicSettings: partitions, replicationFactor)")
+    onboard.add_argument("--register-schemas", action="store_true",
+                         help="register schemas/<subject>/*.avsc in value.registry, oldest first")
+    onboard.set_defaults(func=_onboard)
 
     status = commands.add_parser("status", help="per partition: Kafka's end offset, the table's, lag in records "
                                  "and seconds, quarantined records; all pipelines when none is named")
@@ -178,6 +191,17 @@ def _run(args: argparse.Namespace) -> int:
     from ingestion.config import load_pipeline
     from ingestion.spark import get_session
 
+    if args.all == bool(args.pipeline):
+        raise IngestionError("name one pipeline, or pass --all")
+    if args.all:
+        from ingestion.config import list_pipelines
+
+        configs = [load_pipeline(p) for p in list_pipelines()]
+        spark = get_session("ingest-all", conf={k: v for c in configs for k, v in c.spark.items()})
+        outcome = pipeline.run_all(spark, configs, available_now=args.available_now)
+        for name, status in outcome.items():
+            print(f"{name}: {status}")
+        return 1 if any(s.startswith("FAILED") for s in outcome.values()) else 0
     config = load_pipeline(args.pipeline)
     spark = get_session(f"ingest-{config.name}", conf=config.spark)
     running = pipeline.run(spark, config, available_now=args.available_now)
@@ -213,6 +237,16 @@ def _pipeline_session(name: str) -> tuple[PipelineConfig, SparkSession]:
 
     config = load_pipeline(name)
     return config, get_session(f"ingest-{config.name}", conf=config.spark)
+
+
+def _onboard(args: argparse.Namespace) -> int:
+    from ingestion.onboard import onboard
+
+    config, spark = _pipeline_session(args.pipeline)
+    report = onboard(spark, config, dry_run=args.dry_run, create_topic=args.create_topic,
+                     register_schemas=args.register_schemas)
+    print("\n".join(report.lines))
+    return 0
 
 
 def _status(args: argparse.Namespace) -> int:

@@ -35,6 +35,8 @@ class SourceOptions:
     """Spark Kafka source options, under the names Spark documents."""
 
     starting_offsets: str = field(default="earliest", metadata=_key("startingOffsets"))
+    starting_timestamp: int | None = field(default=None, metadata=_key("startingTimestamp"))
+    starting_offsets_by_timestamp: str | None = field(default=None, metadata=_key("startingOffsetsByTimestamp"))
     max_offsets_per_trigger: int | None = field(default=None, metadata=_key("maxOffsetsPerTrigger"))
     fail_on_data_loss: bool = field(default=True, metadata=_key("failOnDataLoss"))
     min_partitions: int | None = field(default=None, metadata=_key("minPartitions"))
@@ -47,6 +49,8 @@ class ValueFormat:
     format: Literal["confluent"] = "confluent"
     subject: str = ""
     max_bytes: int = field(default=8 * 1024 * 1024, metadata=_key("maxBytes"))
+    # Schema Registry client settings (url, basic.auth.user.info, ssl.*); empty: the schemas/ folder.
+    registry: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -59,8 +63,18 @@ class SinkOptions:
     table: str = ""
     checkpoint_location: str = field(default="", metadata=_key("checkpointLocation"))
     quarantine_table: str = field(default="", metadata=_key("quarantineTable"))
+    partition_by: tuple[str, ...] = field(default=(), metadata=_key("partitionBy"))
+    table_properties: Mapping[str, str] = field(default_factory=dict, metadata=_key("tableProperties"))
     trigger: str = "10 seconds"
     on_error: Literal["quarantine", "fail"] = "quarantine"
+
+
+@dataclass(frozen=True)
+class TopicOptions:
+    """How `ingest onboard --create-topic` creates the topic."""
+
+    partitions: int = 3
+    replication_factor: int = field(default=1, metadata=_key("replicationFactor"))
 
 
 @dataclass(frozen=True)
@@ -80,6 +94,7 @@ class PipelineConfig:
     key: KeyFormat = field(default_factory=KeyFormat)
     sink: SinkOptions = field(default_factory=SinkOptions)
     metrics: MetricsOptions = field(default_factory=MetricsOptions)
+    topic_settings: TopicOptions = field(default_factory=TopicOptions, metadata=_key("topicSettings"))
     spark: Mapping[str, str] = field(default_factory=dict)
     file: Path = field(default=Path("<memory>"), metadata={"internal": True})
 
@@ -119,6 +134,7 @@ class PipelineConfig:
         out = dataclasses.asdict(self)
         for section in ("kafka", "spark"):
             out[section] = {k: "***" if _SECRET.search(k) else v for k, v in out[section].items()}
+        out["value"]["registry"] = {k: "***" if _SECRET.search(k) else v for k, v in self.value.registry.items()}
         out["file"] = str(self.file)
         return out
 
@@ -147,11 +163,12 @@ def parse_pipeline(data: object, file: Path) -> PipelineConfig:
         raise ConfigError(f"{file}: expected a mapping of settings at the top level, got {data!r}")
     config = _build(PipelineConfig, _interpolate(data, file, ""), file, "")
     config = dataclasses.replace(config, file=file)
-    _check(config)
+    source = data.get("source")
+    _check(config, set(source) if isinstance(source, dict) else set())
     return config
 
 
-def _check(config: PipelineConfig) -> None:
+def _check(config: PipelineConfig, raw_source: set[str]) -> None:
     """Contradictions no single key can show."""
     if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", config.name):
         raise ConfigError(f"{config.file}: key 'name' must be letters, digits, '_', '-' or '.', got {config.name!r}")
@@ -160,6 +177,19 @@ def _check(config: PipelineConfig) -> None:
     if config.source.max_offsets_per_trigger is not None and config.source.max_offsets_per_trigger <= 0:
         raise ConfigError(f"{config.file}: key 'source.maxOffsetsPerTrigger' must be positive, "
                           f"got {config.source.max_offsets_per_trigger!r}")
+    starts = [k for k, v in (("startingTimestamp", config.source.starting_timestamp),
+                             ("startingOffsetsByTimestamp", config.source.starting_offsets_by_timestamp)) if v]
+    given = sorted(starts + list(raw_source & {"startingOffsets"}))
+    if len(given) > 1:
+        raise ConfigError(f"{config.file}: give only one of source.startingOffsets, source.startingTimestamp and "
+                          f"source.startingOffsetsByTimestamp, got {given}")
+    if config.value.registry and "url" not in config.value.registry:
+        shown = config.redacted()["value"]["registry"]
+        raise ConfigError(f"{config.file}: key 'value.registry' needs 'url', got {shown!r}")
+    topic = config.topic_settings
+    if topic.partitions <= 0 or topic.replication_factor <= 0:
+        raise ConfigError(f"{config.file}: key 'topicSettings' needs positive partitions and replicationFactor, "
+                          f"got {topic.partitions!r} and {topic.replication_factor!r}")
     for key in config.kafka:
         if key.startswith("kafka."):
             raise ConfigError(f"{config.file}: key 'kafka.{key}': write Kafka client settings without the "
@@ -229,6 +259,10 @@ def _coerce(hint: Any, value: Any, file: Path, key: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{file}: key {key!r} must be a mapping, got {value!r}")
         return _build(typing.cast(type, hint), value, file, key + ".")
+    if origin is tuple:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{file}: key {key!r} must be a list of names, got {value!r}")
+        return tuple(value)
     if origin in (Mapping, dict):
         if not isinstance(value, dict):
             raise ConfigError(f"{file}: key {key!r} must be a mapping of settings, got {value!r}")

@@ -17,14 +17,12 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from ingestion import checkpoint, ledger, source
+from ingestion import checkpoint, ledger, source, tables
 from ingestion.config import PipelineConfig
-from ingestion.decode import DecodeSpec
 from ingestion.errors import IngestionError
 from ingestion.metrics import RunMetrics
 from ingestion.monitor import PipelineMonitor, Progress
-from ingestion.paths import schemas_dir
-from ingestion.schemas import canonical_json, load_subject
+from ingestion.registry import SchemaResolver, source_for
 from ingestion.sink import BatchResult, BronzeWriter
 
 log = logging.getLogger(__name__)
@@ -33,12 +31,9 @@ log = logging.getLogger(__name__)
 _OUR_ERROR = re.compile(r"^\s*ingestion\.errors\.\w+: (.*)$")
 
 
-def decode_spec(config: PipelineConfig) -> DecodeSpec:
-    """The writer schemas (every version of the subject) and the reader schema (the newest), from `schemas/`."""
-    subject = load_subject(schemas_dir(), config.value.subject)
-    return DecodeSpec(writer_schemas=dict(subject.versions), reader_schema=canonical_json(subject.latest),
-                      max_bytes=config.value.max_bytes, fail_fast=config.sink.on_error == "fail",
-                      key_format=config.key.format)
+def resolver(spark: SparkSession, config: PipelineConfig) -> SchemaResolver:
+    """The pipeline's schemas (registry or schemas/ folder), checked against the table's current columns."""
+    return SchemaResolver(config, source_for(config), table_payload=tables.payload_columns(spark, config))
 
 
 @dataclass
@@ -54,7 +49,8 @@ class RunningPipeline:
 def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = False,
           with_metrics: bool = True) -> RunningPipeline:
     """Start the streaming query of one pipeline and return at once."""
-    spec = decode_spec(config)
+    schemas = resolver(spark, config)
+    tables.ensure_tables(spark, config, schemas.spec)
     location = config.checkpoint_path
     resumed = checkpoint.has_progress(spark, location)
     app_id = checkpoint.app_id(spark, location, config.name)
@@ -72,7 +68,7 @@ def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = 
         batches.append(result)
         monitor.on_batch(result)
 
-    writer = BronzeWriter(config=config, app_id=app_id, spec=spec, on_batch=on_batch)
+    writer = BronzeWriter(config=config, app_id=app_id, resolver=schemas, on_batch=on_batch)
     stream = (source.read_stream(spark, config, starting).writeStream
               .queryName(config.name).foreachBatch(writer).option("checkpointLocation", location))
     stream = stream.trigger(availableNow=True) if available_now else stream.trigger(processingTime=config.sink.trigger)
@@ -98,6 +94,37 @@ def run(spark: SparkSession, config: PipelineConfig, *, available_now: bool = Fa
         finally:
             stop(spark, running, status)
     return running
+
+
+def run_all(spark: SparkSession, configs: list[PipelineConfig], *, available_now: bool = False) -> dict[str, str]:
+    """Run several pipelines in one Spark application, a query each (own checkpoint, own txnAppId). A pipeline
+    that fails is reported by name and stopped; the others go on. Returns pipeline name -> status or error."""
+    outcome: dict[str, str] = {}
+    running: list[RunningPipeline] = []
+    for config in configs:
+        try:
+            running.append(start(spark, config, available_now=available_now))
+        except IngestionError as exc:
+            outcome[config.name] = f"FAILED: {exc}"
+            log.error("%s: could not start: %s", config.name, exc)
+    with _stop_signals() as stop_requested:
+        while any(r.query.isActive for r in running) and not stop_requested.is_set():
+            with contextlib.suppress(StreamingQueryException):  # a failed query is reported by name below
+                spark.streams.awaitAnyTermination(1)
+            for r in running:
+                if r.config.name in outcome or r.query.isActive:
+                    continue
+                error = r.query.exception()
+                outcome[r.config.name] = (f"FAILED: {failure_reason(error)}" if error else "FINISHED")
+                stop(spark, r, "FAILED" if error else "FINISHED")
+                if error:
+                    log.error("%s failed (the other pipelines go on): %s", r.config.name, outcome[r.config.name])
+            spark.streams.resetTerminated()
+        for r in running:
+            if r.config.name not in outcome:
+                outcome[r.config.name] = "KILLED"
+                stop(spark, r, "KILLED")
+    return outcome
 
 
 @contextlib.contextmanager

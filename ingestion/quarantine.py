@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
@@ -67,12 +67,12 @@ def as_kafka_rows(quarantined: DataFrame) -> DataFrame:
 def redecode(spark: SparkSession, config: PipelineConfig) -> RedecodeResult:
     from delta.tables import DeltaTable
 
-    from ingestion.pipeline import decode_spec
+    from ingestion.pipeline import resolver
 
     quarantined = read(spark, config)
     if quarantined is None:
         return RedecodeResult(0, 0, 0, 0, 0, ledger.table_version(spark, config.table_path), None)
-    spec = replace(decode_spec(config), fail_fast=False)
+    spec = resolver(spark, config).spec
     decoded = bronze.decode(as_kafka_rows(quarantined), spec).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         renamed = decoded.withColumnsRenamed({"topic": KEYS[0], "partition": KEYS[1], "offset": KEYS[2]})

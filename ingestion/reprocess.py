@@ -148,7 +148,7 @@ def parse_position(text: str, topic: str, marks: dict[int, tuple[int, int]], *, 
 
 
 def replay(spark: SparkSession, config: PipelineConfig, *, start: str, end: str = "latest") -> ReplayResult:
-    from ingestion.pipeline import decode_spec
+    from ingestion.pipeline import resolver
     from ingestion.source import kafka_options
 
     settings = config.kafka_client_settings()
@@ -160,7 +160,7 @@ def replay(spark: SparkSession, config: PipelineConfig, *, start: str, end: str 
     reader = spark.read.format("kafka")
     for key, value in options.items():
         reader = reader.option(key, value)
-    decoded = bronze.decode(reader.load(), decode_spec(config)).persist(StorageLevel.MEMORY_AND_DISK)
+    decoded = bronze.decode(reader.load(), resolver(spark, config).spec).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         present = _present(spark, config)
         new = decoded if present is None else decoded.join(present, list(KEYS), "left_anti")

@@ -23,11 +23,13 @@ from typing import Any
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from ingestion import bronze, ledger
 from ingestion.config import PipelineConfig
-from ingestion.decode import DecodeSpec
+from ingestion.errors import DecodeError
 from ingestion.ledger import BatchRecord, PartitionRange
+from ingestion.registry import SchemaResolver
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +60,13 @@ class DeltaAppend:
         self.app_id = app_id
         self.version: int | None = None
 
-    def append(self, spark: SparkSession, rows: DataFrame, record: BatchRecord) -> bool:
+    def append(self, spark: SparkSession, rows: DataFrame, record: BatchRecord, merge_schema: bool = False) -> bool:
         """Append with (app id, batch id) as Delta txn; False when Delta skipped it as already committed."""
         before = self.version if self.version is not None else ledger.table_version(spark, self.path)
         (rows.write.format("delta").mode("append")
          .option("txnAppId", self.app_id).option("txnVersion", record.batch_id)
          .option("userMetadata", record.to_user_metadata())
+         .option("mergeSchema", str(merge_schema).lower())
          .save(self.path))
         self.version = ledger.table_version(spark, self.path)
         return self.version != before
@@ -72,11 +75,11 @@ class DeltaAppend:
 class BronzeWriter:
     """`foreachBatch` function of one pipeline."""
 
-    def __init__(self, *, config: PipelineConfig, app_id: str, spec: DecodeSpec,
+    def __init__(self, *, config: PipelineConfig, app_id: str, resolver: SchemaResolver,
                  on_batch: Callable[[BatchResult], None] | None = None) -> None:
         self.config = config
         self.app_id = app_id
-        self.spec = spec
+        self.resolver = resolver
         self.on_batch = on_batch
         self.bronze = DeltaAppend(config.table_path, app_id)
         self.quarantine = DeltaAppend(config.quarantine_path, f"{app_id}.quarantine")
@@ -85,19 +88,29 @@ class BronzeWriter:
         started = time.monotonic()
         spark = kafka_rows.sparkSession
         ingested_at = dt.datetime.now(dt.UTC)
-        decoded = bronze.decode(kafka_rows, self.spec).persist(StorageLevel.MEMORY_AND_DISK)
+        decoded = bronze.decode(kafka_rows, self.resolver.spec).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             stats = bronze.offset_ranges(decoded).collect()
             log.debug("batch %d: decoded and summarized in %.2fs", batch_id, time.monotonic() - started)
+            unknown = {int(i) for s in stats for i in s["unknown_ids"]}
+            if unknown and self.resolver.refresh(unknown):
+                # New schema ids that are versions of the subject: decode the batch again with them. This costs
+                # a second pass only in the batch where a version first appears.
+                decoded.unpersist()
+                decoded = bronze.decode(kafka_rows, self.resolver.spec).persist(StorageLevel.MEMORY_AND_DISK)
+                stats = bronze.offset_ranges(decoded).collect()
             if not stats:
                 return
+            if self.config.sink.on_error == "fail" and any(s["failed"] for s in stats):
+                raise _first_failure(decoded)
             record, failed = self._records(stats, batch_id)
             _fault_point("before_commit", batch_id)
             if failed is not None:
                 self.quarantine.append(
                     spark, bronze.quarantine_rows(decoded, batch_id=batch_id, ingested_at=ingested_at), failed)
             committed = self.bronze.append(
-                spark, bronze.bronze_rows(decoded, batch_id=batch_id, ingested_at=ingested_at), record)
+                spark, bronze.bronze_rows(decoded, batch_id=batch_id, ingested_at=ingested_at), record,
+                merge_schema=True)  # additive schema versions add columns; the resolver adopts no other kind
             log.debug("batch %d: written in %.2fs", batch_id, time.monotonic() - started)
             _fault_point("after_commit", batch_id)
         finally:
@@ -114,6 +127,14 @@ class BronzeWriter:
         return ledger.batch_records([s.asDict() for s in stats], pipeline=self.config.name, batch_id=batch_id,
                                     kind="stream", app_id=self.bronze.app_id,
                                     quarantine_app_id=self.quarantine.app_id)
+
+
+def _first_failure(decoded: DataFrame) -> DecodeError:
+    bad = (decoded.where(F.col("_error_class").isNotNull()).orderBy("partition", "offset")
+           .select("topic", "partition", "offset", "_error_class", "_error_message").first())
+    assert bad is not None
+    return DecodeError(f"cannot decode record {bad['topic']}/{bad['partition']}@{bad['offset']}: "
+                       f"{bad['_error_class']}: {bad['_error_message']} (on_error: fail)")
 
 
 def _log_result(pipeline: str, r: BatchResult) -> None:

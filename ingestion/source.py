@@ -16,7 +16,14 @@ def kafka_options(config: PipelineConfig, starting_offsets: str | None = None) -
     options = {f"kafka.{key}": value for key, value in config.kafka.items() if key not in SPARK_MANAGED}
     options["kafka.bootstrap.servers"] = config.bootstrap_servers()
     options["subscribe"] = config.topic
-    options["startingOffsets"] = starting_offsets or config.source.starting_offsets
+    if starting_offsets:  # a position the table or a rewind decided: it wins over the configured start
+        options["startingOffsets"] = starting_offsets
+    elif config.source.starting_timestamp is not None:
+        options["startingTimestamp"] = str(config.source.starting_timestamp)
+    elif config.source.starting_offsets_by_timestamp:
+        options["startingOffsetsByTimestamp"] = config.source.starting_offsets_by_timestamp
+    else:
+        options["startingOffsets"] = config.source.starting_offsets
     options["failOnDataLoss"] = str(config.source.fail_on_data_loss).lower()
     options["includeHeaders"] = "true"
     if config.source.max_offsets_per_trigger:

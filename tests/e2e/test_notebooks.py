@@ -45,7 +45,7 @@ def test_analyst_notebooks_execute_against_a_fresh_table(spark, kafka_servers, m
 
     monkeypatch.setenv("INGEST_NOTEBOOK_SUMMARY", str(tmp_path / "travel.json"))
     travel = _execute("time_travel.ipynb", tmp_path / "travel.json")
-    assert travel["versions"] == [r.version for r in records] == list(range(len(records)))
+    assert travel["versions"] == [r.version for r in records] == list(range(1, len(records) + 1))
     assert travel["rows_as_of_first_version"] == travel["rows_as_of_first_commit_time"] == records[0].rows
     assert travel["added_between_first_and_last"] == 150 - records[0].rows
     assert travel["removed_between_first_and_last"] == 0

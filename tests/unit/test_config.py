@@ -125,14 +125,15 @@ def test_unknown_top_level_key(tmp_path: Path) -> None:
     assert str(path) in message
     assert "unknown key 'sinks'" in message
     assert "(value {'table': 'x'})" in message
-    assert "known keys here: kafka, key, metrics, name, sink, source, spark, topic, value" in message
+    assert "known keys here: kafka, key, metrics, name, sink, source, spark, topic, topicSettings, value" in message
 
 
 def test_unknown_nested_key_typo(tmp_path: Path) -> None:
     path = write(tmp_path, MINIMAL + "source:\n  startingOffset: latest\n")
     message = config_error(path)
     assert message == (f"{path}: unknown key 'source.startingOffset' (value 'latest'); known keys here: "
-                       "failOnDataLoss, maxOffsetsPerTrigger, minPartitions, startingOffsets")
+                       "failOnDataLoss, maxOffsetsPerTrigger, minPartitions, startingOffsets, "
+                       "startingOffsetsByTimestamp, startingTimestamp")
 
 
 def test_python_field_name_is_not_a_key(tmp_path: Path) -> None:
@@ -264,7 +265,8 @@ def test_redacted_hides_secrets_keeps_the_rest(tmp_path: Path) -> None:
     assert out["spark"] == {"spark.hadoop.fs.s3a.secret.key": "***", "spark.app.name": "x"}
     assert out["file"] == str(path)
     assert out["name"] == "demo"
-    assert out["value"] == {"format": "confluent", "subject": "demo-value", "max_bytes": 8 * 1024 * 1024}
+    assert out["value"] == {"format": "confluent", "subject": "demo-value", "max_bytes": 8 * 1024 * 1024,
+                            "registry": {}}
     assert "hunter2" not in repr(out)
 
 

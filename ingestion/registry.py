@@ -1,0 +1,156 @@
+"""Writer schemas by id and the reader schema of a subject, resolved on the driver only, once per new id.
+
+Two sources behave alike: a Confluent Schema Registry (`value.registry`, through confluent-kafka's client, basic
+auth and TLS settings passed as is; `mock://` gives an in-memory one for tests), or the `schemas/` folder.
+The reader schema is the subject's newest version, adopted only while the table can follow it by adding
+columns: a version that changes an existing column's type is not adopted, and its records either resolve to
+the current reader by Avro's rules or fail like any undecodable record (quarantine or fail, per `on_error`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pyspark.sql import types as T
+
+from ingestion import avro
+from ingestion.config import PipelineConfig
+from ingestion.decode import DecodeSpec
+from ingestion.errors import SchemaError
+from ingestion.paths import schemas_dir
+from ingestion.schemas import canonical_json, load_subject
+
+log = logging.getLogger(__name__)
+
+_CLIENTS: dict[str, Any] = {}
+
+
+def registry_client(settings: Mapping[str, str]) -> Any:
+    """One client per distinct settings in this process (so an in-memory `mock://` registry is shared)."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    key = json.dumps(sorted(settings.items()))
+    if key not in _CLIENTS:
+        _CLIENTS[key] = SchemaRegistryClient.new_client(dict(settings))
+    return _CLIENTS[key]
+
+
+class SchemaSource(Protocol):
+    def versions(self, subject: str) -> dict[int, str]:
+        """Every version of the subject: schema id -> canonical schema JSON, oldest first."""
+
+    def by_id(self, schema_id: int) -> str | None:
+        """The canonical JSON of any schema id, or None when unknown."""
+
+
+@dataclass
+class FolderSource:
+    """`schemas/<subject>/<id>.avsc`, read again on every call so files added while running are seen."""
+
+    def versions(self, subject: str) -> dict[int, str]:
+        return load_subject(schemas_dir(), subject).versions
+
+    def by_id(self, schema_id: int) -> str | None:
+        for file in schemas_dir().glob(f"*/{schema_id}.avsc"):
+            return canonical_json(json.loads(file.read_text()))
+        return None
+
+
+@dataclass
+class RegistrySource:
+    client: Any
+
+    def versions(self, subject: str) -> dict[int, str]:
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        try:
+            numbers = sorted(self.client.get_versions(subject))
+        except SchemaRegistryError as exc:
+            raise SchemaError(f"subject {subject!r} not found in the schema registry: {exc}") from None
+        found = {}
+        for number in numbers:
+            registered = self.client.get_version(subject, number)
+            found[int(registered.schema_id)] = canonical_json(json.loads(registered.schema.schema_str))
+        return found
+
+    def by_id(self, schema_id: int) -> str | None:
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        try:
+            return canonical_json(json.loads(self.client.get_schema(schema_id).schema_str))
+        except SchemaRegistryError:
+            return None
+
+
+def source_for(config: PipelineConfig) -> SchemaSource:
+    return RegistrySource(registry_client(config.value.registry)) if config.value.registry else FolderSource()
+
+
+def additive(old: T.StructType, new: T.StructType) -> bool:
+    """True when `new` keeps every field of `old` with the same type (recursively) and only adds fields."""
+    fields = {f.name: f.dataType for f in new.fields}
+    for f in old.fields:
+        if f.name not in fields:
+            return False
+        if isinstance(f.dataType, T.StructType) and isinstance(fields[f.name], T.StructType):
+            if not additive(f.dataType, fields[f.name]):  # type: ignore[arg-type]
+                return False
+        elif f.dataType != fields[f.name]:
+            return False
+    return True
+
+
+@dataclass
+class SchemaResolver:
+    """The decode spec of one pipeline, refreshed when a batch brings schema ids it does not know."""
+
+    config: PipelineConfig
+    source: SchemaSource
+    table_payload: T.StructType | None = None  # the payload columns the table has now, if it exists
+    spec: DecodeSpec = field(init=False)
+
+    def __post_init__(self) -> None:
+        versions = self.source.versions(self.config.value.subject)
+        self.spec = self._build(versions, self._reader(versions, current=None))
+
+    def refresh(self, unknown_ids: set[int]) -> bool:
+        """Learn the given ids if they are versions of the subject; True when the spec changed."""
+        versions = self.source.versions(self.config.value.subject)
+        learned = {i for i in unknown_ids if i in versions} - set(self.spec.writer_schemas)
+        for schema_id in sorted(set(unknown_ids) - learned):
+            log.warning("%s: schema id %d is not a version of subject %r; its records cannot be decoded",
+                        self.config.name, schema_id, self.config.value.subject)
+        if not learned:
+            return False
+        reader = self._reader(versions, current=self.spec.reader_schema)
+        if reader != self.spec.reader_schema:
+            log.info("%s: new schema version(s) %s of %r: the table evolves to the newest", self.config.name,
+                     sorted(learned), self.config.value.subject)
+        self.spec = self._build({**self.spec.writer_schemas, **versions}, reader)
+        return True
+
+    def _reader(self, versions: dict[int, str], current: str | None) -> str:
+        """The newest version the table can follow by adding columns (the newest, for a new table)."""
+        baseline = self.table_payload or (avro.spark_schema(json.loads(current)) if current else None)
+        for schema_id in sorted(versions, reverse=True):
+            candidate = versions[schema_id]
+            payload = avro.spark_schema(json.loads(candidate))
+            if baseline is None or additive(baseline, payload):
+                return candidate
+            log.warning("%s: schema id %d changes existing column types; keeping the current reader schema "
+                        "(records resolve to it by Avro's rules, or fail per on_error)", self.config.name, schema_id)
+        if current is None:
+            raise SchemaError(f"no version of subject {self.config.value.subject!r} matches the columns of "
+                              f"{self.config.table_path}")
+        return current
+
+    def _build(self, writers: dict[int, str], reader: str) -> DecodeSpec:
+        avro.check_bounded(json.loads(reader))
+        # Executors always flag failures instead of raising: the driver first learns schema ids it did not know,
+        # then applies on_error (see sink.BronzeWriter).
+        return DecodeSpec(writer_schemas=dict(writers), reader_schema=reader, max_bytes=self.config.value.max_bytes,
+                          fail_fast=False, key_format=self.config.key.format)

@@ -1,0 +1,64 @@
+"""Creating a pipeline's bronze and quarantine tables, with their schema, partitioning and properties.
+
+Both `ingest onboard` and `ingest run` go through `ensure_tables`, so a table looks the same whichever made it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import SparkSession
+from pyspark.sql import types as T
+
+from ingestion import bronze, ledger
+from ingestion.config import PipelineConfig
+from ingestion.decode import DecodeSpec
+from ingestion.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    path: str
+    schema: T.StructType
+    partition_by: tuple[str, ...]
+    properties: dict[str, str]
+    exists: bool
+
+
+def plans(spark: SparkSession, config: PipelineConfig, spec: DecodeSpec) -> list[TablePlan]:
+    bronze_schema, quarantine_schema = bronze.table_schemas(spark, spec)
+    unknown = [c for c in config.sink.partition_by if c not in bronze_schema.fieldNames()]
+    if unknown:
+        raise ConfigError(f"{config.file}: key 'sink.partitionBy' names {unknown}, which are not bronze columns "
+                          f"({', '.join(bronze_schema.fieldNames())})")
+    props = dict(config.sink.table_properties)
+    return [
+        TablePlan(config.table_path, bronze_schema, config.sink.partition_by, props,
+                  ledger.is_table(spark, config.table_path)),
+        TablePlan(config.quarantine_path, quarantine_schema, (), props, ledger.is_table(spark, config.quarantine_path)),
+    ]
+
+
+def ensure_tables(spark: SparkSession, config: PipelineConfig, spec: DecodeSpec) -> list[TablePlan]:
+    """Create the tables that do not exist yet; return the plans (with `exists` as it was before)."""
+    from delta.tables import DeltaTable
+
+    found = plans(spark, config, spec)
+    for plan in found:
+        if plan.exists:
+            continue
+        builder = DeltaTable.createIfNotExists(spark).location(plan.path).addColumns(plan.schema)
+        if plan.partition_by:
+            builder = builder.partitionedBy(*plan.partition_by)
+        for key, value in plan.properties.items():
+            builder = builder.property(key, value)
+        builder.execute()
+    return found
+
+
+def payload_columns(spark: SparkSession, config: PipelineConfig) -> T.StructType | None:
+    """The payload columns bronze has now (everything but the metadata columns), or None without a table."""
+    if not ledger.is_table(spark, config.table_path):
+        return None
+    schema = spark.read.format("delta").load(config.table_path).schema
+    return T.StructType([f for f in schema.fields if f.name not in bronze.METADATA_COLUMNS])

@@ -1,0 +1,299 @@
+"""Onboarding: registry schemas evolving mid-stream, incompatible versions, start positions, several pipelines,
+every Avro type, and `onboard`'s dry run and idempotence."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+import random
+import time
+import uuid
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ingestion import kafka_admin, ledger, pipeline
+from ingestion.config import load_pipeline
+from ingestion.decode import encode
+from ingestion.errors import IngestionError
+from ingestion.onboard import onboard
+from ingestion.registry import registry_client
+from ingestion.samples import avro_body, order
+from tests.conftest import pipeline_yaml
+
+pytestmark = pytest.mark.integration
+
+
+def _versions(orders_schema: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    v2 = copy.deepcopy(orders_schema)
+    v2["fields"].append({"name": "channel", "type": "string", "default": "web"})
+    v3 = copy.deepcopy(v2)
+    v3["fields"].append({"name": "coupon", "type": ["null", "string"], "default": None})
+    return orders_schema, v2, v3
+
+
+def _wait_rows(spark: Any, path: str, n: int, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ledger.is_table(spark, path) and spark.read.format("delta").load(path).count() >= n:
+            return
+        time.sleep(1)
+    raise AssertionError(f"{path} did not reach {n} rows")
+
+
+def test_v1_v2_v3_interleaved_mid_stream_evolve_the_table_and_an_incompatible_version_is_quarantined(
+        spark, kafka_servers, make_topic, orders_schema, tmp_path: Path) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import Schema
+
+    topic = make_topic(partitions=2)
+    url = f"mock://{topic}"
+    registry = registry_client({"url": url})
+    subject = f"{topic}-value"
+    v1, v2, v3 = _versions(orders_schema)
+    ids = [registry.register_schema(subject, Schema(json.dumps(v1), "AVRO"))]
+    config = load_pipeline(pipeline_yaml(
+        tmp_path, topic=topic, servers=kafka_servers, sink="  trigger: 1 second\n",
+        extra=f"value:\n  format: confluent\n  subject: {subject}\n  registry:\n    url: \"{url}\"\n"))
+    producer = Producer({"bootstrap.servers": kafka_servers})
+    produced: list[tuple[int, dict[str, Any]]] = []
+
+    def send(version: int, seq: int) -> None:
+        record = order(seq, random.Random(seq))
+        if version >= 2:
+            record["channel"] = f"app-{seq}"
+        if version >= 3:
+            record["coupon"] = f"C{seq}"
+        schema = (v1, v2, v3)[version - 1]
+        producer.produce(topic, value=encode(ids[version - 1], avro_body(schema, record)), partition=seq % 2)
+        produced.append((version, record))
+
+    for seq in range(10):
+        send(1, seq)
+    producer.flush(30)
+    running = pipeline.start(spark, config)
+    try:
+        _wait_rows(spark, config.table_path, 10)
+        ids.append(registry.register_schema(subject, Schema(json.dumps(v2), "AVRO")))  # mid-stream
+        for seq in range(10, 30):
+            send(1 if seq % 2 else 2, seq)
+        producer.flush(30)
+        _wait_rows(spark, config.table_path, 30)
+        ids.append(registry.register_schema(subject, Schema(json.dumps(v3), "AVRO")))
+        for seq in range(30, 60):
+            send(seq % 3 + 1, seq)
+        # an incompatible version: customer_id changes type
+        bad = copy.deepcopy(v3)
+        bad["fields"][1]["type"] = "string"
+        bad_id = registry.register_schema(subject, Schema(json.dumps(bad), "AVRO"))
+        bad_record = {**order(99, random.Random(99)), "customer_id": "not-a-number", "channel": "x", "coupon": None}
+        producer.produce(topic, value=encode(bad_id, avro_body(bad, bad_record)), partition=0)
+        producer.flush(30)
+        _wait_rows(spark, config.table_path, 60)
+        _wait_rows(spark, config.quarantine_path, 1)
+    finally:
+        pipeline.stop(spark, running)
+
+    rows = {r["order_id"]: r for r in spark.read.format("delta").load(config.table_path).collect()}
+    assert len(rows) == 60
+    columns = spark.read.format("delta").load(config.table_path).columns
+    assert {"channel", "coupon"} <= set(columns)
+    for version, record in produced:
+        row = rows[record["order_id"]]
+        assert row["_schema_id"] == ids[version - 1]
+        assert row["customer_id"] == record["customer_id"]
+        if version >= 2:
+            assert row["channel"] == record["channel"]
+        if version == 3:
+            assert row["coupon"] == record["coupon"]
+    # v1 records decoded after the table evolved get v2's default, as Avro's resolution rules say
+    late_v1 = [rows[r["order_id"]] for v, r in produced if v == 1 and int(r["order_id"][2:]) >= 30]
+    assert late_v1 and all(r["channel"] == "web" for r in late_v1)
+    (quarantined,) = spark.read.format("delta").load(config.quarantine_path).collect()
+    assert quarantined["_schema_id"] == bad_id and quarantined["_error_class"] == "SchemaResolutionError"
+
+
+def test_every_start_position(spark, kafka_servers, make_topic, orders_schema, tmp_path: Path) -> None:
+    from confluent_kafka import Producer
+
+    topic = make_topic(partitions=2)
+    base = int(dt.datetime(2026, 6, 1, tzinfo=dt.UTC).timestamp() * 1000)
+    producer = Producer({"bootstrap.servers": kafka_servers})
+    for seq in range(20):  # partition = seq % 2, offset = seq // 2, timestamp = base + seq seconds
+        producer.produce(topic, value=encode(1, avro_body(orders_schema, order(seq, random.Random(seq)))),
+                         partition=seq % 2, timestamp=base + seq * 1000)
+    producer.flush(30)
+
+    def ingest(name: str, source: str) -> set[tuple[int, int]]:
+        config = load_pipeline(pipeline_yaml(tmp_path / name, topic=topic, servers=kafka_servers,
+                                             extra=f"source:\n{source}"))
+        pipeline.run(spark, config, available_now=True)
+        return {(r["_kafka_partition"], r["_kafka_offset"])
+                for r in spark.read.format("delta").load(config.table_path).collect()}
+
+    everything = {(p, o) for p in (0, 1) for o in range(10)}
+    assert ingest("earliest", "  startingOffsets: earliest\n") == everything
+    assert ingest("latest", "  startingOffsets: latest\n") == set()
+    assert ingest("json", f"  startingOffsets: '{{\"{topic}\": {{\"0\": 7, \"1\": -2}}}}'\n") == {
+        (0, o) for o in range(7, 10)} | {(1, o) for o in range(10)}
+    # seq 12 is partition 0 offset 6: from its timestamp on, seqs 12..19
+    assert ingest("timestamp", f"  startingTimestamp: {base + 12_000}\n") == {(s % 2, s // 2) for s in range(12, 20)}
+    by_partition = json.dumps({topic: {"0": base + 16_000, "1": base}})
+    assert ingest("by-timestamp", f"  startingOffsetsByTimestamp: '{by_partition}'\n") == {
+        (0, o) for o in range(8, 10)} | {(1, o) for o in range(10)}
+
+
+def test_run_all_reports_a_failing_pipeline_by_name_and_the_other_completes(
+        spark, kafka_servers, make_topic, orders_schema, tmp_path: Path) -> None:
+    from confluent_kafka import Producer
+
+    good_topic, bad_topic = make_topic(partitions=2), make_topic(partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_servers})
+    for seq in range(30):
+        producer.produce(good_topic, value=encode(1, avro_body(orders_schema, order(seq, random.Random(seq)))))
+    producer.produce(bad_topic, value=b"\x01broken")
+    producer.flush(30)
+    good = load_pipeline(pipeline_yaml(tmp_path / "a", topic=good_topic, servers=kafka_servers, name="good",
+                                       extra="source:\n  maxOffsetsPerTrigger: 10\n"))
+    bad = load_pipeline(pipeline_yaml(tmp_path / "b", topic=bad_topic, servers=kafka_servers, name="bad",
+                                      sink="  on_error: fail\n"))
+
+    outcome = pipeline.run_all(spark, [good, bad], available_now=True)
+
+    assert outcome["good"] == "FINISHED"
+    assert outcome["bad"].startswith(f"FAILED: cannot decode record {bad_topic}/0@0: WireFormatError")
+    assert spark.read.format("delta").load(good.table_path).count() == 30
+    assert len({r.app_id for r in ledger.history(spark, good.table_path)}) == 1
+    assert spark.read.format("delta").load(bad.table_path).count() == 0
+
+
+ALL_TYPES = {
+    "type": "record", "name": "Everything", "namespace": "test", "fields": [
+        {"name": "b", "type": "boolean"}, {"name": "i", "type": "int"}, {"name": "l", "type": "long"},
+        {"name": "f", "type": "float"}, {"name": "d", "type": "double"}, {"name": "raw", "type": "bytes"},
+        {"name": "s", "type": "string"},
+        {"name": "e", "type": {"type": "enum", "name": "Color", "symbols": ["RED", "GREEN"]}},
+        {"name": "fx", "type": {"type": "fixed", "name": "Four", "size": 4}},
+        {"name": "dec", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 3}},
+        {"name": "decfx", "type": {"type": "fixed", "name": "Money", "size": 8, "logicalType": "decimal",
+                                   "precision": 12, "scale": 2}},
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "tmil", "type": {"type": "int", "logicalType": "time-millis"}},
+        {"name": "tmic", "type": {"type": "long", "logicalType": "time-micros"}},
+        {"name": "tsmil", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "tsmic", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+        {"name": "ltsmil", "type": {"type": "long", "logicalType": "local-timestamp-millis"}},
+        {"name": "ltsmic", "type": {"type": "long", "logicalType": "local-timestamp-micros"}},
+        {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
+        {"name": "opt", "type": ["null", "string"]},
+        {"name": "multi", "type": ["null", "int", "string"]},
+        {"name": "nums", "type": {"type": "array", "items": "long"}},
+        {"name": "tags", "type": {"type": "map", "values": "string"}},
+        {"name": "inner", "type": {"type": "record", "name": "Inner", "fields": [
+            {"name": "x", "type": "int"}, {"name": "c", "type": "Color"}]}},
+        {"name": "again", "type": "Four"},
+    ]}
+
+
+def test_every_avro_type_lands_with_its_spark_type_and_value(spark, kafka_servers, make_topic, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from confluent_kafka import Producer
+
+    schemas = tmp_path / "schemas"
+    (schemas / "everything-value").mkdir(parents=True)
+    (schemas / "everything-value" / "1.avsc").write_text(json.dumps(ALL_TYPES))
+    monkeypatch.setenv("INGEST_SCHEMAS_DIR", str(schemas))
+    ident = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    record = {
+        "b": True, "i": -7, "l": 2**40, "f": 1.5, "d": 2.25, "raw": b"\x00\xff", "s": "héllo", "e": "GREEN",
+        "fx": b"abcd", "dec": Decimal("12.345"), "decfx": Decimal("-99.50"), "day": dt.date(2026, 2, 28),
+        "tmil": dt.time(1, 2, 3, 4000), "tmic": dt.time(1, 2, 3, 4005),
+        "tsmil": dt.datetime(2026, 1, 2, 3, 4, 5, 6000, tzinfo=dt.UTC),
+        "tsmic": dt.datetime(2026, 1, 2, 3, 4, 5, 6007, tzinfo=dt.UTC),
+        "ltsmil": dt.datetime(2026, 1, 2, 3, 4, 5, 6000), "ltsmic": dt.datetime(2026, 1, 2, 3, 4, 5, 6007),
+        "id": ident, "opt": None, "multi": "text", "nums": [1, 2, 3], "tags": {"k": "v"},
+        "inner": {"x": 1, "c": "RED"}, "again": b"wxyz",
+    }
+    topic = make_topic(partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_servers})
+    producer.produce(topic, value=encode(1, avro_body(ALL_TYPES, record)))
+    producer.produce(topic, value=encode(1, avro_body(ALL_TYPES, {**record, "multi": 5, "opt": "x"})))
+    producer.flush(30)
+    config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers,
+                                         extra="value:\n  format: confluent\n  subject: everything-value\n"))
+    pipeline.run(spark, config, available_now=True)
+
+    table = spark.read.format("delta").load(config.table_path)
+    types = {f.name: f.dataType.simpleString() for f in table.schema.fields}
+    assert {k: types[k] for k in record} == {
+        "b": "boolean", "i": "int", "l": "bigint", "f": "float", "d": "double", "raw": "binary", "s": "string",
+        "e": "string", "fx": "binary", "dec": "decimal(10,3)", "decfx": "decimal(12,2)", "day": "date",
+        "tmil": "int", "tmic": "bigint", "tsmil": "timestamp", "tsmic": "timestamp", "ltsmil": "timestamp_ntz",
+        "ltsmic": "timestamp_ntz", "id": "string", "opt": "string", "multi": "struct<member0:int,member1:string>",
+        "nums": "array<bigint>", "tags": "map<string,string>", "inner": "struct<x:int,c:string>", "again": "binary",
+    }
+    first, second = sorted(table.collect(), key=lambda r: r["_kafka_offset"])
+    assert (first["b"], first["i"], first["l"], first["f"], first["d"], bytes(first["raw"]), first["s"]) == (
+        True, -7, 2**40, 1.5, 2.25, b"\x00\xff", "héllo")
+    assert (first["e"], bytes(first["fx"]), first["dec"], first["decfx"], first["day"]) == (
+        "GREEN", b"abcd", Decimal("12.345"), Decimal("-99.50"), dt.date(2026, 2, 28))
+    assert (first["tmil"], first["tmic"]) == (3723004, 3723004005)
+    assert first["tsmil"].replace(tzinfo=dt.UTC) == record["tsmil"]
+    assert first["tsmic"].replace(tzinfo=dt.UTC) == record["tsmic"]
+    assert (first["ltsmil"], first["ltsmic"]) == (record["ltsmil"], record["ltsmic"])
+    assert (first["id"], first["opt"], first["nums"], first["tags"]) == (str(ident), None, [1, 2, 3], {"k": "v"})
+    assert first["multi"].asDict() == {"member0": None, "member1": "text"}
+    assert second["multi"].asDict() == {"member0": 5, "member1": None} and second["opt"] == "x"
+    assert (first["inner"]["x"], first["inner"]["c"], bytes(first["again"])) == (1, "RED", b"wxyz")
+
+
+def test_onboard_dry_run_changes_nothing_then_creates_then_is_idempotent(
+        spark, kafka_servers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from delta.tables import DeltaTable
+
+    from tests.conftest import REPO
+
+    topic = f"onboard-{uuid.uuid4().hex[:8]}"
+    subject = f"{topic}-value"
+    shutil.copytree(REPO / "schemas" / "orders-value", tmp_path / "schemas" / subject)
+    monkeypatch.setenv("INGEST_SCHEMAS_DIR", str(tmp_path / "schemas"))
+    config = load_pipeline(pipeline_yaml(
+        tmp_path, topic=topic, servers=kafka_servers,
+        sink="  partitionBy: [_kafka_partition]\n  tableProperties:\n    delta.appendOnly: 'true'\n",
+        extra=f"value:\n  format: confluent\n  subject: {subject}\n  registry:\n    url: \"mock://{topic}\"\n"
+              "topicSettings:\n  partitions: 4\n"))
+
+    with pytest.raises(IngestionError, match=f"topic '{topic}' does not exist .*--create-topic"):
+        onboard(spark, config)
+
+    dry = onboard(spark, config, dry_run=True, create_topic=True, register_schemas=True)
+    text = "\n".join(dry.lines)
+    assert "would be created with 4 partitions, replication 1" in text
+    assert "would be registered" in text and text.count("would be created") == 3  # topic, bronze, quarantine
+    assert "_kafka_partition: integer" in text and "order_id: string" in text  # the bronze schema is printed
+    assert dry.changes == 4 and dry.lines[-1] == "dry run: 4 change(s) not made"
+    assert topic not in _topics(kafka_servers)
+    assert not ledger.is_table(spark, config.table_path)
+
+    done = onboard(spark, config, create_topic=True, register_schemas=True)
+    assert done.changes == 4
+    assert kafka_admin.partitions({"bootstrap.servers": kafka_servers}, topic) == [0, 1, 2, 3]
+    detail = DeltaTable.forPath(spark, config.table_path).detail().first()
+    assert detail["partitionColumns"] == ["_kafka_partition"]
+    assert detail["properties"]["delta.appendOnly"] == "true"
+    assert ledger.is_table(spark, config.quarantine_path)
+
+    again = onboard(spark, config, create_topic=True, register_schemas=True)
+    assert again.changes == 0 and again.lines[-1] == "everything is in place: nothing to change"
+    assert "already registered" in "\n".join(again.lines)
+
+
+def _topics(servers: str) -> set[str]:
+    from confluent_kafka.admin import AdminClient
+
+    return set(AdminClient({"bootstrap.servers": servers}).list_topics(timeout=10).topics)
