@@ -119,7 +119,7 @@ def redecode(spark: SparkSession, config: PipelineConfig) -> RedecodeResult:
 
 
 def _append_to_bronze(spark: SparkSession, config: PipelineConfig, new: DataFrame) -> int:
-    stats = [s.asDict() for s in bronze.offset_ranges(new).collect()]
+    stats = bronze.batch_stats(new)
     record, _ = ledger.batch_records(stats, pipeline=config.name, batch_id=REDECODE_BATCH_ID, kind="redecode",
                                      app_id="redecode", quarantine_app_id="redecode")
     if not record.rows:

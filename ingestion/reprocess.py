@@ -18,9 +18,10 @@ import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ingestion import bronze, kafka_admin, ledger
@@ -166,7 +167,7 @@ def replay(spark: SparkSession, config: PipelineConfig, *, start: str, end: str 
         new = decoded if present is None else decoded.join(present, list(KEYS), "left_anti")
         new = new.persist(StorageLevel.MEMORY_AND_DISK)
         read_count, new_count = decoded.count(), new.count()
-        stats = bronze.offset_ranges(new).collect()
+        stats = bronze.batch_stats(new)
         failed = sum(s["failed"] for s in stats)
         if new_count:
             _write_replay(spark, config, new, stats)
@@ -194,9 +195,9 @@ def _present(spark: SparkSession, config: PipelineConfig) -> DataFrame | None:
     return present
 
 
-def _write_replay(spark: SparkSession, config: PipelineConfig, new: DataFrame, stats: list[Row]) -> None:
+def _write_replay(spark: SparkSession, config: PipelineConfig, new: DataFrame, stats: list[dict[str, Any]]) -> None:
     now = dt.datetime.now(dt.UTC)
-    record, failed = ledger.batch_records([s.asDict() for s in stats], pipeline=config.name,
+    record, failed = ledger.batch_records(stats, pipeline=config.name,
                                           batch_id=REPLAY_BATCH_ID, kind="replay", app_id="replay",
                                           quarantine_app_id="replay")
     if failed is not None:  # quarantine first, as the stream does

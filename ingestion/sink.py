@@ -90,7 +90,7 @@ class BronzeWriter:
         ingested_at = dt.datetime.now(dt.UTC)
         decoded = bronze.decode(kafka_rows, self.resolver.spec).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            stats = bronze.offset_ranges(decoded).collect()
+            stats = bronze.batch_stats(decoded)
             log.debug("batch %d: decoded and summarized in %.2fs", batch_id, time.monotonic() - started)
             unknown = {int(i) for s in stats for i in s["unknown_ids"]}
             if unknown and self.resolver.refresh(unknown):
@@ -98,7 +98,7 @@ class BronzeWriter:
                 # a second pass only in the batch where a version first appears.
                 decoded.unpersist()
                 decoded = bronze.decode(kafka_rows, self.resolver.spec).persist(StorageLevel.MEMORY_AND_DISK)
-                stats = bronze.offset_ranges(decoded).collect()
+                stats = bronze.batch_stats(decoded)
             if not stats:
                 return
             if self.config.sink.on_error == "fail" and any(s["failed"] for s in stats):
@@ -124,7 +124,7 @@ class BronzeWriter:
 
     def _records(self, stats: list[Any], batch_id: int) -> tuple[BatchRecord, BatchRecord | None]:
         """The ledger records of the bronze commit and, when records failed, of the quarantine commit."""
-        return ledger.batch_records([s.asDict() for s in stats], pipeline=self.config.name, batch_id=batch_id,
+        return ledger.batch_records(stats, pipeline=self.config.name, batch_id=batch_id,
                                     kind="stream", app_id=self.bronze.app_id,
                                     quarantine_app_id=self.quarantine.app_id)
 
