@@ -44,9 +44,10 @@ class SourceOptions:
 
 @dataclass(frozen=True)
 class ValueFormat:
-    """How record values are encoded. `confluent`: magic byte 0, 4-byte big-endian schema id, Avro body."""
+    """How record values are encoded. `confluent`: magic byte 0, 4-byte big-endian schema id, Avro body.
+    `avro`: the Avro body alone, written with the subject's newest version."""
 
-    format: Literal["confluent"] = "confluent"
+    format: Literal["confluent", "avro"] = "confluent"
     subject: str = ""
     max_bytes: int = field(default=8 * 1024 * 1024, metadata=_key("maxBytes"))
     # Schema Registry client settings (url, basic.auth.user.info, ssl.*); empty: the schemas/ folder.
@@ -55,7 +56,10 @@ class ValueFormat:
 
 @dataclass(frozen=True)
 class KeyFormat:
-    format: Literal["bytes", "string"] = "bytes"
+    """`none` (a null column), `bytes` (as is), `string` (UTF-8), `avro` (Confluent wire format, `subject`)."""
+
+    format: Literal["none", "bytes", "string", "avro"] = "bytes"
+    subject: str = ""
 
 
 @dataclass(frozen=True)
@@ -172,8 +176,10 @@ def _check(config: PipelineConfig, raw_source: set[str]) -> None:
     """Contradictions no single key can show."""
     if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", config.name):
         raise ConfigError(f"{config.file}: key 'name' must be letters, digits, '_', '-' or '.', got {config.name!r}")
-    if config.value.format == "confluent" and not config.value.subject:
-        raise ConfigError(f"{config.file}: key 'value.subject' is required for value.format 'confluent'")
+    if not config.value.subject:
+        raise ConfigError(f"{config.file}: key 'value.subject' is required (value.format {config.value.format!r})")
+    if config.key.format == "avro" and not config.key.subject:
+        raise ConfigError(f"{config.file}: key 'key.subject' is required for key.format 'avro'")
     if config.source.max_offsets_per_trigger is not None and config.source.max_offsets_per_trigger <= 0:
         raise ConfigError(f"{config.file}: key 'source.maxOffsetsPerTrigger' must be positive, "
                           f"got {config.source.max_offsets_per_trigger!r}")

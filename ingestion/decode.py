@@ -68,7 +68,7 @@ class RecordTooLargeError(ValueError):
 
 
 class KeyDecodeError(ValueError):
-    """The key is not valid UTF-8 where `key.format: string` is configured."""
+    """The key cannot be decoded as `key.format` says (not UTF-8 for `string`, not Avro for `avro`)."""
 
 
 @dataclass(frozen=True)
@@ -79,18 +79,27 @@ class DecodeSpec:
     reader_schema: str  # the table's current schema JSON
     max_bytes: int
     fail_fast: bool
-    key_format: str = "bytes"  # bytes | string
+    key_format: str = "bytes"  # none | bytes | string | avro
+    plain_schema_id: int | None = None  # set for value.format avro: bodies without a header, written with this id
+    key_schemas: dict[int, str] | None = None  # key.format avro: key schema id -> JSON
+    key_reader: str | None = None  # key.format avro: the key subject's newest version
 
+    @property
+    def key_type(self) -> T.DataType:
+        if self.key_format == "string":
+            return T.StringType()
+        if self.key_format == "avro" and self.key_reader:
+            return avro.spark_type(json.loads(self.key_reader))
+        return T.BinaryType()
     @property
     def payload_type(self) -> T.StructType:
         return avro.spark_schema(json.loads(self.reader_schema))
 
     def output_schema(self, source: T.StructType) -> T.StructType:
         """The Spark schema of the decoder's output rows, given the Kafka source's schema."""
-        key_type = T.StringType() if self.key_format == "string" else T.BinaryType()
         return T.StructType([
             T.StructField(PAYLOAD, self.payload_type, True),
-            T.StructField("_key", key_type, True),
+            T.StructField("_key", self.key_type, True),
             T.StructField("_schema_id", T.IntegerType(), True),
             T.StructField("_tombstone", T.BooleanType(), False),
             T.StructField("_error_class", T.StringType(), True),
@@ -117,6 +126,12 @@ class BatchDecoder:
         self._convert = avro.converter(reader_json)
         self._payload_type = to_arrow_type(self.spec.payload_type)
         avro.check_bounded(reader_json)
+        self._key_type = to_arrow_type(self.spec.key_type)
+        if self.spec.key_format == "avro" and self.spec.key_reader:
+            key_reader = json.loads(self.spec.key_reader)
+            self._key_reader = parse_schema(key_reader)
+            self._key_writers = {i: parse_schema(json.loads(t)) for i, t in (self.spec.key_schemas or {}).items()}
+            self._key_convert = avro.converter(key_reader)
         self._ready = True
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -133,12 +148,12 @@ class BatchDecoder:
         tombstones = [False] * n
         error_classes: list[str | None] = [None] * n
         messages: list[str | None] = [None] * n
-        string_keys = self.spec.key_format == "string"
-        keys: list[Any] = batch.column("key").to_pylist() if string_keys else []
+        decoded_keys = self.spec.key_format in ("string", "avro")
+        keys: list[Any] = batch.column("key").to_pylist() if decoded_keys else []
         for i, value in enumerate(values):
             try:
-                if string_keys and keys[i] is not None:
-                    keys[i] = _utf8_key(keys[i])
+                if decoded_keys and keys[i] is not None:
+                    keys[i] = self.decode_key(keys[i])
                 if value is None:
                     tombstones[i] = True
                     continue
@@ -150,8 +165,10 @@ class BatchDecoder:
                 tombstones[i] = False
         payload = self._payload_array(batch, payloads, error_classes, messages)
         failed = pa.array([e is not None for e in error_classes], type=pa.bool_())
-        if string_keys:
-            key_column = pa.array([None if error_classes[i] else k for i, k in enumerate(keys)], type=pa.string())
+        if decoded_keys:
+            key_column = pa.array([None if error_classes[i] else k for i, k in enumerate(keys)], type=self._key_type)
+        elif self.spec.key_format == "none":
+            key_column = pa.nulls(n, type=pa.binary())
         else:
             key_column = batch.column("key")
         passthrough = [name for name in batch.schema.names if name != "value"]
@@ -189,7 +206,10 @@ class BatchDecoder:
     def decode_value(self, value: bytes, schema_ids: list[int | None], i: int) -> tuple[int, Any]:
         if len(value) > self.spec.max_bytes:
             raise RecordTooLargeError(f"value of {len(value)} bytes exceeds value.maxBytes={self.spec.max_bytes}")
-        schema_id, body = split(value)
+        if self.spec.plain_schema_id is not None:
+            schema_id, body = self.spec.plain_schema_id, memoryview(value)
+        else:
+            schema_id, body = split(value)
         schema_ids[i] = schema_id  # kept for the quarantine row even when the body fails below
         writer = self._writers.get(schema_id)
         if writer is None:
@@ -200,6 +220,23 @@ class BatchDecoder:
             raise TrailingBytesError(f"{len(body) - stream.tell()} bytes left after the record "
                                      f"(schema id {schema_id})")
         return schema_id, self._convert(record) if self._convert else record
+
+
+    def decode_key(self, key: bytes) -> Any:
+        if self.spec.key_format == "string":
+            return _utf8_key(key)
+        try:
+            schema_id, body = split(key)
+            writer = self._key_writers.get(schema_id)
+            if writer is None:
+                raise UnknownSchemaError(f"key schema id {schema_id} is not a version of the key subject")
+            stream = io.BytesIO(body)
+            record = schemaless_reader(stream, writer, self._key_reader)
+            if stream.tell() != len(body):
+                raise TrailingBytesError(f"{len(body) - stream.tell()} bytes left after the key")
+        except Exception as exc:  # every key failure is one error class, with the cause in the message
+            raise KeyDecodeError(f"key: {type(exc).__name__}: {exc}") from exc
+        return self._key_convert(record) if self._key_convert else record
 
 
 def _utf8_key(key: bytes) -> str:

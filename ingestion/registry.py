@@ -150,7 +150,15 @@ class SchemaResolver:
 
     def _build(self, writers: dict[int, str], reader: str) -> DecodeSpec:
         avro.check_bounded(json.loads(reader))
+        key_schemas = key_reader = None
+        if self.config.key.format == "avro":
+            key_schemas = self.source.versions(self.config.key.subject)
+            key_reader = key_schemas[max(key_schemas)]
+        plain_id = None
+        if self.config.value.format == "avro":  # no header: the newest version wrote every value
+            plain_id = next(i for i in sorted(writers, reverse=True) if writers[i] == reader)
         # Executors always flag failures instead of raising: the driver first learns schema ids it did not know,
         # then applies on_error (see sink.BronzeWriter).
         return DecodeSpec(writer_schemas=dict(writers), reader_schema=reader, max_bytes=self.config.value.max_bytes,
-                          fail_fast=False, key_format=self.config.key.format)
+                          fail_fast=False, key_format=self.config.key.format, plain_schema_id=plain_id,
+                          key_schemas=key_schemas, key_reader=key_reader)

@@ -297,3 +297,47 @@ def _topics(servers: str) -> set[str]:
     from confluent_kafka.admin import AdminClient
 
     return set(AdminClient({"bootstrap.servers": servers}).list_topics(timeout=10).topics)
+
+
+def test_plain_avro_values_with_avro_keys_or_no_keys(spark, kafka_servers, make_topic, orders_schema,
+                                                     tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from confluent_kafka import Producer
+
+    from tests.conftest import REPO
+
+    key_schema = {"type": "record", "name": "CustomerKey", "fields": [
+        {"name": "customer", "type": "long"}, {"name": "region", "type": "string"}]}
+    schemas = tmp_path / "schemas"
+    shutil.copytree(REPO / "schemas" / "orders-value", schemas / "orders-value")
+    (schemas / "customer-key").mkdir()
+    (schemas / "customer-key" / "5.avsc").write_text(json.dumps(key_schema))
+    monkeypatch.setenv("INGEST_SCHEMAS_DIR", str(schemas))
+    topic = make_topic(partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_servers})
+    records = [order(seq, random.Random(seq)) for seq in range(3)]
+    for seq, record in enumerate(records):  # plain Avro values: no magic byte, no schema id
+        key = encode(5, avro_body(key_schema, {"customer": record["customer_id"], "region": f"r{seq}"}))
+        producer.produce(topic, key=key, value=avro_body(orders_schema, record))
+    producer.produce(topic, key=b"not-avro", value=avro_body(orders_schema, order(9, random.Random(9))))
+    producer.flush(30)
+
+    keyed = load_pipeline(pipeline_yaml(tmp_path / "keyed", topic=topic, servers=kafka_servers,
+                                        extra="value:\n  format: avro\n  subject: orders-value\n"
+                                              "key:\n  format: avro\n  subject: customer-key\n"))
+    pipeline.run(spark, keyed, available_now=True)
+    rows = sorted(spark.read.format("delta").load(keyed.table_path).collect(), key=lambda r: r["_kafka_offset"])
+    assert [r["order_id"] for r in rows] == [r["order_id"] for r in records]
+    assert [r["_kafka_key"].asDict() for r in rows] == [
+        {"customer": r["customer_id"], "region": f"r{i}"} for i, r in enumerate(records)]
+    assert {r["_schema_id"] for r in rows} == {1}
+    (bad,) = spark.read.format("delta").load(keyed.quarantine_path).collect()
+    assert (bad["_kafka_offset"], bad["_error_class"], bytes(bad["_kafka_key"])) == (3, "KeyDecodeError", b"not-avro")
+
+    unkeyed = load_pipeline(pipeline_yaml(tmp_path / "unkeyed", topic=topic, servers=kafka_servers,
+                                          extra="value:\n  format: avro\n  subject: orders-value\n"
+                                                "key:\n  format: none\n"))
+    pipeline.run(spark, unkeyed, available_now=True)
+    rows = spark.read.format("delta").load(unkeyed.table_path).collect()
+    assert len(rows) == 4 and {r["_kafka_key"] for r in rows} == {None}

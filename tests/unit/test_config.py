@@ -178,13 +178,24 @@ def test_kafka_nested_value_rejected(tmp_path: Path) -> None:
 def test_literal_violation_names_allowed_values(tmp_path: Path) -> None:
     path = write(tmp_path, "name: demo\ntopic: t\nvalue:\n  format: json\n  subject: s\n")
     message = config_error(path)
-    assert message == f"{path}: key 'value.format' must be one of ['confluent'], got 'json'"
+    assert message == f"{path}: key 'value.format' must be one of ['confluent', 'avro'], got 'json'"
 
 
 def test_key_format_literal_violation(tmp_path: Path) -> None:
-    path = write(tmp_path, MINIMAL + "key:\n  format: avro\n")
+    path = write(tmp_path, MINIMAL + "key:\n  format: json\n")
     message = config_error(path)
-    assert message == f"{path}: key 'key.format' must be one of ['bytes', 'string'], got 'avro'"
+    assert message == f"{path}: key 'key.format' must be one of ['none', 'bytes', 'string', 'avro'], got 'json'"
+
+
+def test_avro_keys_need_a_key_subject(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL + "key:\n  format: avro\n")
+    assert config_error(path) == f"{path}: key 'key.subject' is required for key.format 'avro'"
+
+
+def test_contradictory_start_positions_are_rejected(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL + "source:\n  startingOffsets: latest\n  startingTimestamp: 1700000000000\n")
+    assert config_error(path) == (f"{path}: give only one of source.startingOffsets, source.startingTimestamp and "
+                                  "source.startingOffsetsByTimestamp, got ['startingOffsets', 'startingTimestamp']")
 
 
 # --- required keys ----------------------------------------------------------------------------------------------
@@ -198,7 +209,7 @@ def test_missing_topic(tmp_path: Path) -> None:
 def test_missing_subject_for_confluent(tmp_path: Path) -> None:
     path = write(tmp_path, "name: demo\ntopic: t\nvalue:\n  format: confluent\n")
     message = config_error(path)
-    assert message == f"{path}: key 'value.subject' is required for value.format 'confluent'"
+    assert message == f"{path}: key 'value.subject' is required (value.format 'confluent')"
 
 
 # --- ${VAR} interpolation ---------------------------------------------------------------------------------------
