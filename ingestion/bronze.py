@@ -61,11 +61,7 @@ def bronze_rows(decoded: DataFrame, *, batch_id: int | Column, ingested_at: dt.d
     """Decoded rows that carry a payload or are tombstones, as bronze columns."""
     return decoded.where(F.col("_error_class").isNull()).select(
         f"{PAYLOAD}.*",
-        F.col("topic").alias("_kafka_topic"),
-        F.col("partition").alias("_kafka_partition"),
-        F.col("offset").alias("_kafka_offset"),
-        F.col("timestamp").alias("_kafka_timestamp"),
-        F.col("timestampType").alias("_kafka_timestamp_type"),
+        *_coordinates(),
         F.col("_key").alias("_kafka_key"),
         F.col("headers").alias("_kafka_headers"),
         F.col("_tombstone").alias("_kafka_tombstone"),
@@ -78,11 +74,7 @@ def bronze_rows(decoded: DataFrame, *, batch_id: int | Column, ingested_at: dt.d
 def quarantine_rows(decoded: DataFrame, *, batch_id: int | Column, ingested_at: dt.datetime) -> DataFrame:
     """Decoded rows that failed, with their raw key and value bytes and the reason."""
     return decoded.where(F.col("_error_class").isNotNull()).select(
-        F.col("topic").alias("_kafka_topic"),
-        F.col("partition").alias("_kafka_partition"),
-        F.col("offset").alias("_kafka_offset"),
-        F.col("timestamp").alias("_kafka_timestamp"),
-        F.col("timestampType").alias("_kafka_timestamp_type"),
+        *_coordinates(),
         F.col("key").alias("_kafka_key"),
         F.col("_raw_value").alias("_kafka_value"),
         F.col("headers").alias("_kafka_headers"),
@@ -92,6 +84,13 @@ def quarantine_rows(decoded: DataFrame, *, batch_id: int | Column, ingested_at: 
         _as_column(batch_id).cast("long").alias("_batch_id"),
         F.lit(ingested_at).cast("timestamp").alias("_ingested_at"),
     )
+
+
+def _coordinates() -> list[Column]:
+    """A record's Kafka coordinates under their bronze and quarantine names."""
+    return [F.col("topic").alias("_kafka_topic"), F.col("partition").alias("_kafka_partition"),
+            F.col("offset").alias("_kafka_offset"), F.col("timestamp").alias("_kafka_timestamp"),
+            F.col("timestampType").alias("_kafka_timestamp_type")]
 
 
 def _as_column(value: int | Column) -> Column:

@@ -286,14 +286,8 @@ def test_reader_schema_resolution_for_older_writer() -> None:
 def test_output_schema_puts_payload_first() -> None:
     from pyspark.sql import types as T
 
-    source = T.StructType([
-        T.StructField("key", T.BinaryType()), T.StructField("value", T.BinaryType()),
-        T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
-        T.StructField("offset", T.LongType()), T.StructField("timestamp", T.TimestampType()),
-        T.StructField("timestampType", T.IntegerType()),
-        T.StructField("headers", T.ArrayType(T.StructType([T.StructField("key", T.StringType()),
-                                                            T.StructField("value", T.BinaryType())]))),
-    ])
+    from ingestion.bronze import KAFKA_SOURCE_SCHEMA as source
+
     schema = spec().output_schema(source)
     assert schema.names == OUTPUT_NAMES
     assert schema["_payload"].dataType == spec().payload_type
