@@ -113,6 +113,10 @@ class PipelineMonitor(StreamingQueryListener):
         while self._results and time.monotonic() < deadline:
             time.sleep(0.05)
 
+    def close(self) -> None:
+        """Drop the Kafka admin client (its threads would outlive the pipeline and log the broker's absence)."""
+        self._admin = None
+
     def onQueryStarted(self, event: Any) -> None:
         pass
 

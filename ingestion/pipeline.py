@@ -150,6 +150,7 @@ def stop(spark: SparkSession, running: RunningPipeline, status: str = "FINISHED"
         running.query.stop()
     running.monitor.drain()
     spark.streams.removeListener(running.monitor)
+    running.monitor.close()
     if running.monitor.progress is not None:
         running.monitor.progress.close()
     if running.metrics is not None:
