@@ -130,7 +130,9 @@ def test_sql_by_table_name_with_version_as_of(spark, kafka_servers, make_topic, 
                                          extra="source:\n  maxOffsetsPerTrigger: 10\n"))
     pipeline.run(spark, config, available_now=True)
 
-    assert catalog.register(spark, [config]) == {"sql_orders": config.table_path}
+    assert catalog.register(spark, [config]) == {"sql_orders": config.table_path,
+                                                 "sql_orders_quarantine": config.quarantine_path}
+    assert spark.sql("SELECT count(*) AS n FROM sql_orders_quarantine").first()["n"] == 0
     counts = [spark.sql(f"SELECT count(*) AS n FROM sql_orders VERSION AS OF {v}").first()["n"] for v in range(4)]
     assert counts == [0, 10, 20, 30]
     newest = spark.sql("SELECT max(_kafka_offset) AS o FROM sql_orders").first()["o"]
