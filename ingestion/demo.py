@@ -11,7 +11,8 @@ from ingestion import kafka_admin, ledger
 from ingestion.config import PipelineConfig, load_pipeline
 from ingestion.devstack import Broker
 from ingestion.paths import schemas_dir
-from ingestion.samples import load_schema, produce_orders
+from ingestion.samples import produce_orders
+from ingestion.schemas import load_subject
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -32,11 +33,11 @@ def run_demo(*, records: int = 10_000, partitions: int = 3, keep_broker: bool = 
         settings = config.kafka_client_settings()
         if kafka_admin.create_topic(settings, config.topic, partitions):
             log.info("created topic %s with %d partitions", config.topic, partitions)
-        subject_dir = schemas_dir() / config.value.subject
-        schema_id = max(int(p.stem) for p in subject_dir.glob("*.avsc"))
+        subject = load_subject(schemas_dir(), config.value.subject)
+        schema_id = subject.latest_id
         first = sum(end for _, end in kafka_admin.watermarks(settings, config.topic).values())
         produce_orders(servers, config.topic, records, schema_id=schema_id,
-                       schema=load_schema(str(subject_dir / f"{schema_id}.avsc")), first_seq=first)
+                       schema=subject.latest, first_seq=first)
         log.info("produced %d sample orders to %s (schema id %d)", records, config.topic, schema_id)
         spark = get_session("ingest-demo")
         running = pipeline.run(spark, config, available_now=True)

@@ -11,7 +11,7 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ingestion.paths import state_dir
 
@@ -37,6 +37,7 @@ class RunMetrics:
     run_id: str
     experiment_id: str
     uri: str
+    client: Any  # the MlflowClient the run was opened with, reused for every batch
 
     @classmethod
     def start(cls, experiment: str, run_name: str, params: Mapping[str, str]) -> RunMetrics:
@@ -55,22 +56,20 @@ class RunMetrics:
         run = client.create_run(experiment_id, run_name=run_name, tags={"ingest.pipeline": run_name})
         client.log_batch(run.info.run_id, params=[_param(k, v) for k, v in params.items()])
         log.info("mlflow run %s in experiment %r (%s)", run.info.run_id, experiment, uri)
-        return cls(run.info.run_id, experiment_id, uri)
+        return cls(run.info.run_id, experiment_id, uri, client)
 
     def log(self, step: int, values: Mapping[str, float]) -> None:
         from mlflow.entities import Metric
-        from mlflow.tracking import MlflowClient
 
         now = int(time.time() * 1000)
         metrics = [Metric(key, float(value), now, step) for key, value in values.items()]
-        MlflowClient(self.uri).log_batch(self.run_id, metrics=metrics, synchronous=False)
+        self.client.log_batch(self.run_id, metrics=metrics, synchronous=False)
 
     def finish(self, status: str = "FINISHED") -> None:
         import mlflow
-        from mlflow.tracking import MlflowClient
 
         mlflow.flush_async_logging()
-        MlflowClient(self.uri).set_terminated(self.run_id, status=status)
+        self.client.set_terminated(self.run_id, status=status)
 
 
 def _param(key: str, value: str) -> Param:

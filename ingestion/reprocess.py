@@ -22,9 +22,8 @@ from typing import Any
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
-from ingestion import bronze, kafka_admin, ledger
+from ingestion import bronze, kafka_admin, ledger, tables
 from ingestion.config import PipelineConfig
 from ingestion.errors import IngestionError
 from ingestion.ledger import BatchRecord
@@ -163,7 +162,7 @@ def replay(spark: SparkSession, config: PipelineConfig, *, start: str, end: str 
         reader = reader.option(key, value)
     decoded = bronze.decode(reader.load(), resolver(spark, config).spec).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        present = _present(spark, config)
+        present = tables.held_coordinates(spark, config)
         new = decoded if present is None else decoded.join(present, list(KEYS), "left_anti")
         new = new.persist(StorageLevel.MEMORY_AND_DISK)
         read_count, new_count = decoded.count(), new.count()
@@ -179,20 +178,6 @@ def replay(spark: SparkSession, config: PipelineConfig, *, start: str, end: str 
     log.info("%s replay %s..%s: %d records read, %d already present, %d written to bronze, %d quarantined",
              config.name, start, end, result.read, result.already_present, result.written, result.quarantined)
     return result
-
-
-def _present(spark: SparkSession, config: PipelineConfig) -> DataFrame | None:
-    """(topic, partition, offset) of every record bronze or quarantine holds."""
-    frames = [spark.read.format("delta").load(path).select(
-        F.col("_kafka_topic").alias("topic"), F.col("_kafka_partition").alias("partition"),
-        F.col("_kafka_offset").alias("offset"))
-        for path in (config.table_path, config.quarantine_path) if ledger.is_table(spark, path)]
-    if not frames:
-        return None
-    present = frames[0]
-    for frame in frames[1:]:
-        present = present.unionByName(frame)
-    return present
 
 
 def _write_replay(spark: SparkSession, config: PipelineConfig, new: DataFrame, stats: list[dict[str, Any]]) -> None:

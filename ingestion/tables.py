@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ingestion import bronze, ledger
@@ -62,3 +63,17 @@ def payload_columns(spark: SparkSession, config: PipelineConfig) -> T.StructType
         return None
     schema = spark.read.format("delta").load(config.table_path).schema
     return T.StructType([f for f in schema.fields if f.name not in bronze.METADATA_COLUMNS])
+
+
+def held_coordinates(spark: SparkSession, config: PipelineConfig) -> DataFrame | None:
+    """(topic, partition, offset) of every row bronze and quarantine hold, duplicates kept; None without tables."""
+    frames = [spark.read.format("delta").load(path).select(
+        F.col("_kafka_topic").alias("topic"), F.col("_kafka_partition").alias("partition"),
+        F.col("_kafka_offset").alias("offset"))
+        for path in (config.table_path, config.quarantine_path) if ledger.is_table(spark, path)]
+    if not frames:
+        return None
+    held = frames[0]
+    for frame in frames[1:]:
+        held = held.unionByName(frame)
+    return held

@@ -15,7 +15,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from ingestion import kafka_admin, ledger
+from ingestion import kafka_admin, ledger, tables
 from ingestion.config import PipelineConfig
 
 MAX_SHOWN = 100  # offsets or ranges listed per partition and kind
@@ -58,16 +58,10 @@ class Audit:
 
 def held_offsets(spark: SparkSession, config: PipelineConfig) -> DataFrame:
     """(partition, offset) of every row of bronze and quarantine for the pipeline's topic, duplicates kept."""
-    frames = [spark.read.format("delta").load(path)
-              .where(F.col("_kafka_topic") == config.topic)
-              .select(F.col("_kafka_partition").alias("partition"), F.col("_kafka_offset").alias("offset"))
-              for path in (config.table_path, config.quarantine_path) if ledger.is_table(spark, path)]
-    if not frames:
+    held = tables.held_coordinates(spark, config)
+    if held is None:
         return spark.createDataFrame([], "partition int, offset long")
-    held = frames[0]
-    for frame in frames[1:]:
-        held = held.unionByName(frame)
-    return held
+    return held.where(F.col("topic") == config.topic).select("partition", "offset")
 
 
 def gaps(distinct: DataFrame, bounds: dict[int, tuple[int, int]]) -> dict[int, list[tuple[int, int]]]:
