@@ -20,13 +20,10 @@ from typing import Any
 
 
 def _session() -> Any:
-    from ingestion import jvm
     from ingestion.spark import get_session
 
-    # get_session sets spark.jars to the project's set; the conf argument replaces it, so pass both sets.
-    jars = [*jvm.resolve(jvm.SPARK_JARS), *jvm.resolve(jvm.BENCH_JARS)]
-    return get_session("bench-baseline", conf={"spark.jars": ",".join(str(j) for j in jars),
-                                               "spark.sql.streaming.numRecentProgressUpdates": "100000"})
+    # The project's jar set includes spark-avro (ours uses from_avro too).
+    return get_session("bench-baseline", conf={"spark.sql.streaming.numRecentProgressUpdates": "100000"})
 
 
 def _progress(query: Any) -> list[dict[str, Any]]:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Iterator
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -97,85 +95,26 @@ def _as_column(value: int | Column) -> Column:
     return value if isinstance(value, Column) else F.lit(value)
 
 
-# Partial per-partition statistics of decoded rows, one row per Arrow batch and Kafka partition.
-STATS_SCHEMA = T.StructType([
-    T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
-    T.StructField("first", T.LongType()), T.StructField("last", T.LongType()), T.StructField("count", T.LongType()),
-    T.StructField("failed_first", T.LongType()), T.StructField("failed_last", T.LongType()),
-    T.StructField("failed", T.LongType()), T.StructField("max_timestamp", T.TimestampType()),
-    T.StructField("bytes", T.LongType()), T.StructField("schema_ids", T.ArrayType(T.IntegerType())),
-    T.StructField("unknown_ids", T.ArrayType(T.IntegerType())),
-])
-_STATS_INPUT = ("topic", "partition", "offset", "timestamp", "_error_class", "_schema_id", "_value_bytes")
-
-
-def offset_ranges(decoded: DataFrame) -> DataFrame:
-    """Partial statistics per Arrow batch and partition: offsets, counts of all and of failed records, newest
-    Kafka timestamp, value bytes, schema ids. Computed where the rows are, without a shuffle: merge the rows
-    with `merge_ranges` on the driver."""
-    return decoded.select(*_STATS_INPUT).mapInArrow(_partial_stats, STATS_SCHEMA)
-
-
-def _partial_stats(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    import pyarrow.compute as pc
-
-    for batch in batches:
-        if not batch.num_rows:
-            continue
-        table = pa.Table.from_batches([batch])
-        failed_mask = pc.is_valid(table.column("_error_class"))
-        unknown_mask = pc.equal(table.column("_error_class").fill_null(""), "UnknownSchemaError")
-        for key in table.group_by(["topic", "partition"]).aggregate([]).to_pylist():
-            mask = pc.and_(pc.equal(table.column("topic"), key["topic"]),
-                           pc.equal(table.column("partition"), key["partition"]))
-            part = table.filter(mask)
-            failed = table.filter(pc.and_(mask, failed_mask)).column("offset")
-            ids = part.column("_schema_id").drop_null()
-            unknown = table.filter(pc.and_(mask, unknown_mask)).column("_schema_id").drop_null()
-            offsets = part.column("offset")
-            row = {
-                **key, "first": pc.min(offsets).as_py(), "last": pc.max(offsets).as_py(), "count": len(offsets),
-                "failed_first": pc.min(failed).as_py() if len(failed) else None,
-                "failed_last": pc.max(failed).as_py() if len(failed) else None, "failed": len(failed),
-                "max_timestamp": pc.max(part.column("timestamp")).as_py(),
-                "bytes": pc.sum(part.column("_value_bytes")).as_py() or 0,
-                "schema_ids": sorted(pc.unique(ids).to_pylist()),
-                "unknown_ids": sorted(pc.unique(unknown).to_pylist()),
-            }
-            yield pa.RecordBatch.from_pylist([row], schema=_STATS_ARROW)
-
-
-_STATS_ARROW = pa.schema([
-    ("topic", pa.string()), ("partition", pa.int32()), ("first", pa.int64()), ("last", pa.int64()),
-    ("count", pa.int64()), ("failed_first", pa.int64()), ("failed_last", pa.int64()), ("failed", pa.int64()),
-    ("max_timestamp", pa.timestamp("us", tz="UTC")), ("bytes", pa.int64()), ("schema_ids", pa.list_(pa.int32())),
-    ("unknown_ids", pa.list_(pa.int32())),
-])
-
-
-def merge_ranges(partials: list[Any]) -> list[dict[str, Any]]:
-    """One summary per topic partition from the partial rows of `offset_ranges` (Rows or dicts)."""
-    merged: dict[tuple[str, int], dict[str, Any]] = {}
-    for row in partials:
-        p = row.asDict() if hasattr(row, "asDict") else dict(row)
-        key = (p["topic"], p["partition"])
-        if key not in merged:
-            merged[key] = {**p, "schema_ids": set(p["schema_ids"]), "unknown_ids": set(p["unknown_ids"])}
-            continue
-        m = merged[key]
-        m["first"], m["last"] = min(m["first"], p["first"]), max(m["last"], p["last"])
-        m["count"] += p["count"]
-        for name, pick in (("failed_first", min), ("failed_last", max), ("max_timestamp", max)):
-            values = [v for v in (m[name], p[name]) if v is not None]
-            m[name] = pick(values) if values else None
-        m["failed"] += p["failed"]
-        m["bytes"] += p["bytes"]
-        m["schema_ids"] |= set(p["schema_ids"])
-        m["unknown_ids"] |= set(p["unknown_ids"])
-    return [{**m, "schema_ids": sorted(m["schema_ids"]), "unknown_ids": sorted(m["unknown_ids"])}
-            for _, m in sorted(merged.items())]
-
-
 def batch_stats(decoded: DataFrame) -> list[dict[str, Any]]:
-    """Per topic partition summary of a decoded batch (runs one narrow Spark job)."""
-    return merge_ranges(offset_ranges(decoded).collect())
+    """Per topic partition summary of a decoded batch, sorted by (topic, partition): first and last offset, count,
+    the failed records' first, last offset and count, newest Kafka timestamp, value bytes, schema ids, and the
+    ids no version of the subject has (UnknownSchemaError). One JVM aggregation, no Python worker."""
+    failed = F.col("_error_class").isNotNull()
+    offset = F.col("offset")
+    rows = decoded.groupBy("topic", "partition").agg(
+        F.min(offset).alias("first"), F.max(offset).alias("last"), F.count(F.lit(1)).alias("count"),
+        F.min(F.when(failed, offset)).alias("failed_first"), F.max(F.when(failed, offset)).alias("failed_last"),
+        F.count(F.when(failed, 1)).alias("failed"), F.unix_micros(F.max("timestamp")).alias("max_timestamp"),
+        F.coalesce(F.sum("_value_bytes"), F.lit(0)).alias("bytes"),
+        F.array_sort(F.collect_set("_schema_id")).alias("schema_ids"),
+        F.array_sort(F.collect_set(F.when(F.col("_error_class") == "UnknownSchemaError", F.col("_schema_id"))))
+        .alias("unknown_ids"),
+    ).collect()
+    stats = [row.asDict() for row in rows]
+    for s in stats:  # as an aware UTC datetime: collect() would give a naive one in this process's time zone
+        micros = s["max_timestamp"]
+        s["max_timestamp"] = None if micros is None else _EPOCH + dt.timedelta(microseconds=micros)
+    return sorted(stats, key=lambda r: (r["topic"], r["partition"]))
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)

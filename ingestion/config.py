@@ -50,6 +50,9 @@ class ValueFormat:
     format: Literal["confluent", "avro"] = "confluent"
     subject: str = ""
     max_bytes: int = field(default=8 * 1024 * 1024, metadata=_key("maxBytes"))
+    # auto: Spark's from_avro in the JVM for the records it can verify, Python (fastavro) for the rest;
+    # jvm: the same, but refuse to start when the JVM path cannot be used; python: every record in Python.
+    decoder: Literal["auto", "jvm", "python"] = "auto"
     # Schema Registry client settings (url, basic.auth.user.info, ssl.*); empty: the schemas/ folder.
     registry: Mapping[str, str] = field(default_factory=dict)
 

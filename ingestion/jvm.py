@@ -50,6 +50,7 @@ SPARK_JARS = ArtifactSet(
         f"io.delta:delta-spark_4.0_{SCALA_BINARY}:{DELTA_VERSION}",
         f"io.delta:delta-storage:{DELTA_VERSION}",
         f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{SPARK_VERSION}",
+        f"org.apache.spark:spark-avro_{SCALA_BINARY}:{SPARK_VERSION}",  # from_avro: the fast decode path
         f"org.apache.spark:spark-token-provider-kafka-0-10_{SCALA_BINARY}:{TOKEN_PROVIDER_VERSION}",
         f"org.apache.kafka:kafka-clients:{KAFKA_CLIENTS_VERSION}",
         "org.apache.commons:commons-pool2:2.12.0",
@@ -68,14 +69,7 @@ BROKER_JARS = ArtifactSet(
     transitive=True,
 )
 
-# Only for the benchmark's hand-written baseline (Spark's own from_avro).
-BENCH_JARS = ArtifactSet(
-    "bench",
-    (f"org.apache.spark:spark-avro_{SCALA_BINARY}:{SPARK_VERSION}",),
-    transitive=False,
-)
-
-ALL_SETS = (SPARK_JARS, BROKER_JARS, BENCH_JARS)
+ALL_SETS = (SPARK_JARS, BROKER_JARS)
 
 # Spark's parent POM lists a Google Cloud mirror as an extra repository; send every request to Central instead.
 _SETTINGS = """<settings><mirrors><mirror><id>central-only</id><mirrorOf>*</mirrorOf>

@@ -61,7 +61,6 @@ def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = 
     metrics = _start_metrics(config, app_id, available_now, starting) if with_metrics else None
     progress = Progress(_records_to_do(config, recorded)) if available_now else None
     monitor = PipelineMonitor(config, metrics, progress)
-    spark.streams.addListener(monitor)
     batches: list[BatchResult] = []
 
     def on_batch(result: BatchResult) -> None:
@@ -69,6 +68,8 @@ def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = 
         monitor.on_batch(result)
 
     writer = BronzeWriter(config=config, app_id=app_id, resolver=schemas, on_batch=on_batch)
+    writer.jvm_path(spark)  # decide (and log) how records are decoded; value.decoder jvm fails here if it cannot
+    spark.streams.addListener(monitor)
     stream = (source.read_stream(spark, config, starting).writeStream
               .queryName(config.name).foreachBatch(writer).option("checkpointLocation", location))
     stream = stream.trigger(availableNow=True) if available_now else stream.trigger(processingTime=config.sink.trigger)

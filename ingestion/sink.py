@@ -1,6 +1,7 @@
 """The exactly-once writer, called by `foreachBatch` once per micro-batch.
 
-Per batch: decode once (cached), summarize the offset ranges, append the records that failed to the quarantine
+Per batch: decode once (cached; Spark's from_avro in the JVM for the records it can verify, the Python decoder for
+the rest, see fastpath.py), summarize the offset ranges, append the records that failed to the quarantine
 table, then the rest to bronze. Each append carries `txnAppId` (bronze: the checkpoint's id; quarantine: the same
 with `.quarantine`) and `txnVersion = batch id`, and the batch's offset ranges as the commit's `userMetadata`.
 Quarantine commits first: a bronze commit, whose ranges say where a lost checkpoint resumes, then always
@@ -25,9 +26,10 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ingestion import bronze, ledger
+from ingestion import bronze, fastpath, ledger
 from ingestion.config import PipelineConfig
-from ingestion.errors import DecodeError
+from ingestion.decode import DecodeSpec
+from ingestion.errors import ConfigError, DecodeError
 from ingestion.ledger import BatchRecord, PartitionRange
 from ingestion.registry import SchemaResolver
 
@@ -63,6 +65,9 @@ class DeltaAppend:
     def append(self, spark: SparkSession, rows: DataFrame, record: BatchRecord, merge_schema: bool = False) -> bool:
         """Append with (app id, batch id) as Delta txn; False when Delta skipped it as already committed."""
         before = self.version if self.version is not None else ledger.table_version(spark, self.path)
+        # Right-sized files: at most one per core per batch instead of one per Kafka partition (measured on the
+        # benchmark, 6 partitions on 2 cores: 2.7 s -> 2.1 s per batch, and a third of the files for readers).
+        rows = rows.coalesce(spark.sparkContext.defaultParallelism)
         (rows.write.format("delta").mode("append")
          .option("txnAppId", self.app_id).option("txnVersion", record.batch_id)
          .option("userMetadata", record.to_user_metadata())
@@ -83,22 +88,30 @@ class BronzeWriter:
         self.on_batch = on_batch
         self.bronze = DeltaAppend(config.table_path, app_id)
         self.quarantine = DeltaAppend(config.quarantine_path, f"{app_id}.quarantine")
+        self._path_for: DecodeSpec | None = None  # the spec `_jvm` was decided for
+        self._jvm = False
 
     def __call__(self, kafka_rows: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         spark = kafka_rows.sparkSession
         ingested_at = dt.datetime.now(dt.UTC)
-        decoded = bronze.decode(kafka_rows, self.resolver.spec).persist(StorageLevel.MEMORY_AND_DISK)
+        decoded = self._decode(kafka_rows)
+        python: DataFrame | None = None  # the rows the JVM path left to the Python decoder, when there are any
         try:
             stats = bronze.batch_stats(decoded)
-            log.debug("batch %d: decoded and summarized in %.2fs", batch_id, time.monotonic() - started)
             unknown = {int(i) for s in stats for i in s["unknown_ids"]}
             if unknown and self.resolver.refresh(unknown):
                 # New schema ids that are versions of the subject: decode the batch again with them. This costs
                 # a second pass only in the batch where a version first appears.
                 decoded.unpersist()
-                decoded = bronze.decode(kafka_rows, self.resolver.spec).persist(StorageLevel.MEMORY_AND_DISK)
+                decoded = self._decode(kafka_rows)
                 stats = bronze.batch_stats(decoded)
+            pending = sum(s["failed"] for s in stats)
+            if pending and self.jvm_path(spark):
+                log.debug("batch %d: %d records not verified by the JVM go to the Python decoder", batch_id, pending)
+                decoded, python = fastpath.settle(decoded, self.resolver.spec, kafka_rows.schema)
+                stats = bronze.batch_stats(decoded)
+            log.debug("batch %d: decoded and summarized in %.2fs", batch_id, time.monotonic() - started)
             if not stats:
                 return
             if self.config.sink.on_error == "fail" and any(s["failed"] for s in stats):
@@ -115,12 +128,39 @@ class BronzeWriter:
             _fault_point("after_commit", batch_id)
         finally:
             decoded.unpersist()
+            if python is not None:
+                python.unpersist()
         result = BatchResult(batch_id, record.rows, record.quarantined, sum(s["bytes"] for s in stats),
                              self.bronze.version, committed,
                              record.ranges, max(s["max_timestamp"] for s in stats), time.monotonic() - started)
         _log_result(self.config.name, result)
         if self.on_batch is not None:
             self.on_batch(result)
+
+    def _decode(self, kafka_rows: DataFrame) -> DataFrame:
+        """The batch decoded (JVM path: unverified rows still to settle), persisted for the passes that follow."""
+        spec = self.resolver.spec
+        if self.jvm_path(kafka_rows.sparkSession):
+            rows = fastpath.decode(kafka_rows, spec)
+        else:
+            rows = bronze.decode(kafka_rows, spec)
+        return rows.persist(StorageLevel.MEMORY_AND_DISK)
+
+    def jvm_path(self, spark: SparkSession) -> bool:
+        """Whether records are decoded by Spark's from_avro first (decided once per schema version)."""
+        spec = self.resolver.spec
+        if self._path_for is spec:
+            return self._jvm
+        choice = self.config.value.decoder
+        reason = "value.decoder is python" if choice == "python" else fastpath.unusable(spark, spec)
+        if reason and choice == "jvm":
+            raise ConfigError(f"pipeline {self.config.name!r}: value.decoder is jvm, but {reason}")
+        if reason:
+            log.info("%s: decoding every record in Python: %s", self.config.name, reason)
+        else:
+            log.info("%s: decoding with Spark's from_avro, unverified records in Python", self.config.name)
+        self._path_for, self._jvm = spec, reason is None
+        return self._jvm
 
     def _records(self, stats: list[Any], batch_id: int) -> tuple[BatchRecord, BatchRecord | None]:
         """The ledger records of the bronze commit and, when records failed, of the quarantine commit."""

@@ -277,7 +277,7 @@ def test_redacted_hides_secrets_keeps_the_rest(tmp_path: Path) -> None:
     assert out["file"] == str(path)
     assert out["name"] == "demo"
     assert out["value"] == {"format": "confluent", "subject": "demo-value", "max_bytes": 8 * 1024 * 1024,
-                            "registry": {}}
+                            "decoder": "auto", "registry": {}}
     assert "hunter2" not in repr(out)
 
 

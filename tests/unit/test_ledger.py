@@ -88,21 +88,3 @@ def test_next_offsets_empty() -> None:
 @pytest.mark.parametrize("text", ['{"ingest": "manual backfill"}', '{"ingest": {"note": "by hand"}}'])
 def test_from_user_metadata_foreign_ingest_key(text: str) -> None:
     assert BatchRecord.from_user_metadata(text) is None
-
-
-def test_merge_ranges_combines_partial_stats_per_partition() -> None:
-    from ingestion.bronze import merge_ranges
-
-    def part(partition: int, first: int, last: int, failed: list[int], ids: list[int], unknown: list[int]) -> dict:
-        return {"topic": "t", "partition": partition, "first": first, "last": last, "count": last - first + 1,
-                "failed_first": min(failed) if failed else None, "failed_last": max(failed) if failed else None,
-                "failed": len(failed), "max_timestamp": last, "bytes": 10 * (last - first + 1),
-                "schema_ids": ids, "unknown_ids": unknown}
-
-    merged = merge_ranges([part(0, 5, 9, [], [1], []), part(1, 0, 0, [0], [], []), part(0, 0, 4, [2, 3], [2], [9])])
-    assert merged == [
-        {"topic": "t", "partition": 0, "first": 0, "last": 9, "count": 10, "failed_first": 2, "failed_last": 3,
-         "failed": 2, "max_timestamp": 9, "bytes": 100, "schema_ids": [1, 2], "unknown_ids": [9]},
-        {"topic": "t", "partition": 1, "first": 0, "last": 0, "count": 1, "failed_first": 0, "failed_last": 0,
-         "failed": 1, "max_timestamp": 0, "bytes": 10, "schema_ids": [], "unknown_ids": []},
-    ]

@@ -1,0 +1,233 @@
+"""Decoding in the JVM with Spark's own `from_avro`, for the records it can vouch for; Python settles the rest.
+
+Sending every record to a Python worker and back costs more than decoding it (measured: Spark's Arrow round trip
+alone doubles the read of a batch). So records are decoded where they are, by Spark's `from_avro`, and trusted only
+when they are *verified*:
+
+- the header is valid and names the table's current schema (older versions need schema resolution: Python),
+- the value is within `value.maxBytes`,
+- `from_avro` decodes the body (in PERMISSIVE mode a malformed body gives a row of nulls instead of failing the
+  batch, so a record with every field null is left to Python too),
+- `to_avro` of the result has exactly the body's length. Avro's encoding of a value is minimal (one block per
+  array or map, shortest varints), so the bytes `from_avro` read are at least the re-encoded length and at most
+  the body: equal lengths mean the whole body was read, with nothing left over,
+- its strings (map keys too) are valid UTF-8 and its top-level uuid fields are in canonical form, as fastavro
+  would leave them,
+- its key decodes as `key.format` says.
+
+Every other row (bad input, unknown or older schema ids, unusual encodings) goes to the Python decoder
+(`decode.BatchDecoder`), which is the authority on what is wrong with a record: quarantine reasons and messages
+are the same on both paths, and a row lands in bronze with the same values either way.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.utils import AnalysisException
+
+from ingestion import avro
+from ingestion.decode import DECODER_COLUMNS, HEADER_SIZE, PAYLOAD, BatchDecoder, DecodeSpec
+from ingestion.errors import SchemaError
+
+# Internal error class of rows the JVM did not verify; the Python decoder replaces it before anything is written.
+UNVERIFIED = "Unverified"
+_UUID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+_MAX_INT = 2**31 - 1
+
+# Bounds for Avro's Java decoder (system properties read once per JVM, see spark.py): a malformed length or count
+# then fails the record instead of allocating gigabytes. Larger legitimate values are decoded in Python instead.
+AVRO_LIMITS = {
+    "org.apache.avro.limits.string.maxLength": 8 * 1024 * 1024,
+    "org.apache.avro.limits.bytes.maxLength": 8 * 1024 * 1024,
+    "org.apache.avro.limits.collectionItems.maxLength": 8 * 1024 * 1024,
+}
+
+
+def unusable(spark: SparkSession, spec: DecodeSpec) -> str | None:
+    """Why the JVM path cannot decode this pipeline's records, or None when it can."""
+    if spec.key_format == "avro":
+        return "key.format avro is decoded in Python"
+    reader = json.loads(spec.reader_schema)
+    try:
+        avro.check_bounded(reader)
+        _uuid_fields(reader)
+    except SchemaError as exc:
+        return str(exc)
+    try:
+        jvm_type = _from_avro_type(spark, spec.reader_schema)
+    except AnalysisException as exc:
+        return f"Spark's from_avro is not available (spark-avro jar): {str(exc).splitlines()[0]}"
+    if jvm_type.simpleString() != spec.payload_type.simpleString():
+        return (f"Spark's from_avro maps the schema to {jvm_type.simpleString()}, "
+                f"the table has {spec.payload_type.simpleString()}")
+    return None
+
+
+def _from_avro_type(spark: SparkSession, schema: str) -> T.DataType:
+    """from_avro's type for the schema; the plan also re-encodes it with to_avro, as `decode` does."""
+    from pyspark.sql.avro.functions import from_avro, to_avro
+
+    empty = spark.createDataFrame([], "value binary").select(from_avro("value", schema).alias("p"))
+    empty.select(to_avro("p", schema)).schema  # noqa: B018 - analysis fails here if to_avro cannot write it
+    return empty.schema["p"].dataType
+
+
+def decode(kafka_rows: DataFrame, spec: DecodeSpec) -> DataFrame:
+    """Kafka rows -> decoder rows (the columns of `BatchDecoder`'s output). Rows the JVM could not verify carry
+    `_error_class` UNVERIFIED (or UnknownSchemaError for a valid header naming an id this pipeline does not know)
+    and their value in `_raw_value`: pass the result to `settle` unless no row is unverified."""
+    from pyspark.sql.avro.functions import from_avro, to_avro
+
+    reader_ids = sorted(i for i, text in spec.writer_schemas.items() if text == spec.reader_schema)
+    value = F.col("value")
+    if spec.plain_schema_id is not None:
+        header_ok: Column = value.isNotNull()
+        schema_id: Column = F.lit(spec.plain_schema_id)
+        body, header = value, 0
+    else:
+        header_ok = (F.length(value) >= HEADER_SIZE) & (F.hex(F.substring(value, 1, 1)) == "00")
+        as_long = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")
+        schema_id = F.when(header_ok & (as_long <= _MAX_INT), as_long.cast("int"))
+        body, header = F.expr(f"substring(value, {HEADER_SIZE + 1})"), HEADER_SIZE
+    fits = F.length(value) <= spec.max_bytes
+    attempt = header_ok & fits & schema_id.isin(reader_ids)
+    known = schema_id.isin(sorted(spec.writer_schemas))
+    stage = kafka_rows.select(
+        "*",
+        schema_id.alias("_schema_id"),
+        (header_ok & fits & ~known).alias("_unknown"),
+        from_avro(F.when(attempt, body), spec.reader_schema, {"mode": "PERMISSIVE"}).alias("_decoded"),
+    )
+    decoded = F.col("_decoded")
+    # PERMISSIVE gives a malformed body as a row of nulls; a record whose fields are all null is left to Python.
+    present = _any([decoded.getField(f.name).isNotNull() for f in spec.payload_type.fields])
+    whole = F.when(present, F.length(to_avro(decoded, spec.reader_schema)) == F.length(value) - header)
+    body_ok = F.coalesce(whole, F.lit(False)) & _text_ok(decoded, spec)
+    key, key_ok = _key(spec)
+    tombstone = value.isNull()
+    verified = (tombstone | body_ok) & key_ok
+    passthrough = [name for name in kafka_rows.columns if name != "value"]
+    columns = {
+        PAYLOAD: F.when(verified & ~tombstone, decoded).cast(spec.payload_type),
+        "_key": F.when(verified, key),
+        "_schema_id": F.when(~tombstone, F.col("_schema_id")),
+        "_tombstone": (verified & tombstone),
+        "_error_class": F.when(verified, F.lit(None).cast("string"))
+                         .when(F.col("_unknown"), F.lit("UnknownSchemaError")).otherwise(F.lit(UNVERIFIED)),
+        "_error_message": F.lit(None).cast("string"),
+        "_raw_value": F.when(~verified, value),
+        "_value_bytes": F.length(value).cast("int"),
+    }
+    assert tuple(columns) == DECODER_COLUMNS
+    return stage.select(*(c.alias(name) for name, c in columns.items()), *passthrough)
+
+
+def settle(fast: DataFrame, spec: DecodeSpec, source: T.StructType) -> tuple[DataFrame, DataFrame]:
+    """(decoded rows, the Python part): verified rows as they are, the others decoded again by the Python decoder.
+    The Python part is persisted (it is small, and read by every write); unpersist it when done."""
+    kafka_columns = [F.col("_raw_value").alias("value") if f.name == "value" else F.col(f.name)
+                     for f in source.fields]
+    pending = fast.where(F.col("_error_class").isNotNull()).select(*kafka_columns)
+    decoder: Any = BatchDecoder(spec)
+    python = pending.mapInArrow(decoder, spec.output_schema(source)).persist(StorageLevel.MEMORY_AND_DISK)
+    return fast.where(F.col("_error_class").isNull()).unionByName(python), python
+
+
+def _key(spec: DecodeSpec) -> tuple[Column, Column]:
+    """(the key column as key.format says, whether it decoded)."""
+    key = F.col("key")
+    if spec.key_format == "none":
+        return F.lit(None).cast("binary"), F.lit(True)
+    if spec.key_format == "string":
+        text = key.cast("string")
+        return text, key.isNull() | F.is_valid_utf8(text)
+    return key, F.lit(True)
+
+
+def _text_ok(decoded: Column, spec: DecodeSpec) -> Column:
+    """True when every string in the record is valid UTF-8 and every top-level uuid is canonical."""
+    checks = [_utf8_ok(decoded, spec.payload_type)]
+    uuids = _uuid_fields(json.loads(spec.reader_schema))
+    checks += [F.coalesce(decoded.getField(name).rlike(_UUID), F.lit(True)) for name in uuids]
+    result = F.lit(True)
+    for check in checks:
+        if check is not None:
+            result = result & check
+    return result
+
+
+def _utf8_ok(col: Column, data_type: T.DataType) -> Column | None:
+    """A check that every string inside `col` is valid UTF-8 (null counts as valid); None when it holds none."""
+    if isinstance(data_type, T.StringType):
+        return F.coalesce(F.is_valid_utf8(col), F.lit(True))
+    if isinstance(data_type, T.StructType):
+        parts = [c for f in data_type.fields if (c := _utf8_ok(col.getField(f.name), f.dataType)) is not None]
+        return _all(parts)
+    if isinstance(data_type, T.ArrayType):
+        element = data_type.elementType
+        if not _has_strings(element):
+            return None
+        return F.coalesce(F.forall(col, lambda x: _utf8_ok(x, element)), F.lit(True))  # type: ignore[arg-type,return-value]
+    if isinstance(data_type, T.MapType):
+        value_type = data_type.valueType
+        parts = [F.coalesce(F.forall(F.map_keys(col), lambda k: F.is_valid_utf8(k)), F.lit(True))]
+        if _has_strings(value_type):
+            parts.append(F.coalesce(F.forall(F.map_values(col), lambda v: _utf8_ok(v, value_type)),  # type: ignore[arg-type,return-value]
+                                    F.lit(True)))
+        return _all(parts)
+    return None
+
+
+def _has_strings(data_type: T.DataType) -> bool:
+    if isinstance(data_type, T.StringType):
+        return True
+    if isinstance(data_type, T.StructType):
+        return any(_has_strings(f.dataType) for f in data_type.fields)
+    if isinstance(data_type, T.ArrayType):
+        return _has_strings(data_type.elementType)
+    return isinstance(data_type, T.MapType)  # keys are strings
+
+
+def _any(parts: list[Column]) -> Column:
+    result = F.lit(False)
+    for part in parts:
+        result = result | part
+    return result
+
+
+def _all(parts: list[Column]) -> Column | None:
+    if not parts:
+        return None
+    result = parts[0]
+    for part in parts[1:]:
+        result = result & part
+    return result
+
+
+def _uuid_fields(schema: dict[str, Any]) -> list[str]:
+    """Top-level fields of logical type uuid (fastavro normalizes them; the JVM check needs the canonical form).
+    SchemaError when a uuid sits deeper, where the JVM path does not check it."""
+    def is_uuid(t: Any) -> bool:
+        return isinstance(t, dict) and t.get("logicalType") == "uuid" and t.get("type") == "string"
+
+    top = [f["name"] for f in schema.get("fields", [])
+           if is_uuid(f["type"]) or (isinstance(f["type"], list) and any(is_uuid(b) for b in f["type"])
+                                     and len([b for b in f["type"] if b != "null"]) == 1)]
+    if _count_uuids(schema) != len(top):
+        raise SchemaError("a uuid inside a nested type or a multi-branch union is decoded in Python")
+    return top
+
+
+def _count_uuids(node: Any) -> int:
+    if isinstance(node, dict):
+        own = 1 if node.get("logicalType") == "uuid" and node.get("type") == "string" else 0
+        return own + sum(_count_uuids(v) for v in node.values())
+    if isinstance(node, list):
+        return sum(_count_uuids(v) for v in node)
+    return 0

@@ -1,0 +1,172 @@
+"""The JVM decode path (Spark's from_avro + verification) against the Python decoder, on the same Kafka rows.
+
+The promise: whichever path decodes a record, bronze and quarantine get the same rows and values, and the JVM
+decodes the ordinary records itself (they never reach a Python worker).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import io
+import json
+from typing import Any
+
+import pytest
+from fastavro import parse_schema, schemaless_writer
+from pyspark.sql import functions as F
+
+from ingestion import bronze, fastpath
+from ingestion.decode import DecodeSpec, encode
+
+INNER = {"type": "record", "name": "Inner", "fields": [{"name": "s", "type": "string"}]}
+KIND = {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}
+HEAD = [
+    {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
+    {"name": "name", "type": "string"},
+]
+TAGS = [{"name": "tags", "type": {"type": "map", "values": "string"}}]
+TAIL = [
+    {"name": "note", "type": ["null", "string"], "default": None},
+    {"name": "kind", "type": KIND},
+    {"name": "items", "type": {"type": "array", "items": "string"}},
+    {"name": "inner", "type": INNER},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
+    {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+    {"name": "either", "type": ["null", "int", "string"], "default": None},
+]
+EXTRA = [{"name": "extra", "type": "long", "default": 7}]
+
+
+def record_schema(fields: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"type": "record", "name": "R", "namespace": "t", "fields": fields}
+
+
+V1 = record_schema(HEAD + TAGS + TAIL)
+V2 = record_schema(HEAD + TAGS + TAIL + EXTRA)  # the reader: v1 records need schema resolution (Python)
+UUID = "0b5c7a5e-3f6d-4c1e-9a8b-2d4f6e8a0c1b"
+
+
+def avro_bytes(fields: list[dict[str, Any]], values: dict[str, Any]) -> bytes:
+    out = io.BytesIO()
+    schemaless_writer(out, parse_schema(record_schema(fields)), values)
+    return out.getvalue()
+
+
+def varint(n: int) -> bytes:
+    z, out = (n << 1) ^ (n >> 63), bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def text(raw: bytes) -> bytes:
+    return varint(len(raw)) + raw
+
+
+def values(i: int, **overrides: Any) -> dict[str, Any]:
+    return {"id": UUID, "name": f"name-{i}", "tags": {"a": "1", "b": "2"}, "note": None if i % 2 else "n",
+            "kind": "B", "items": ["x", "y"], "inner": {"s": "in"},
+            "at": dt.datetime(2026, 1, 2, 3, 4, 5, 6000, tzinfo=dt.UTC), "amount": decimal.Decimal("12.34"),
+            "day": dt.date(2026, 1, 2), "either": [None, 5, "five"][i % 3], "extra": 100 + i, **overrides}
+
+
+def v2(i: int, **overrides: Any) -> bytes:
+    return encode(2, avro_bytes(HEAD + TAGS + TAIL + EXTRA, values(i, **overrides)))
+
+
+def spliced(i: int, tags_encoding: bytes, name: bytes | None = None) -> bytes:
+    """A v2 record with its `tags` map (and optionally `name`) encoded by hand."""
+    head = avro_bytes(HEAD[:1], values(i)) + text(name) if name is not None else avro_bytes(HEAD, values(i))
+    return encode(2, head + tags_encoding + avro_bytes(TAIL + EXTRA, values(i)))
+
+
+GOOD = 6  # offsets 0..5: ordinary records the JVM must decode itself
+CASES: list[tuple[bytes | None, bytes | None]] = [
+    *((f"k{i}".encode(), v2(i)) for i in range(GOOD)),
+    (b"k", None),  # 6: tombstone (verified)
+    (b"k", v2(7, id=UUID.upper())),  # 7: uuid not canonical: Python normalizes it
+    (b"k", spliced(8, varint(1) + text(b"a") + text(b"1") + varint(1) + text(b"b") + text(b"2") + varint(0))),
+    (b"k", spliced(9, varint(-2) + varint(6) + text(b"a") + text(b"1") + text(b"b") + text(b"2") + varint(0))),
+    (b"k", spliced(10, varint(0), name=b"\xff\xfe")),  # 10: invalid UTF-8 in a string
+    (b"k", v2(11) + b"\x00\x00"),  # trailing bytes
+    (b"k", v2(12)[:-3]),  # truncated
+    (b"k", b"\x01" + v2(13)[1:]),  # wrong magic byte
+    (b"k", b"\x00\x00"),  # short header
+    (b"k", encode(99, avro_bytes(HEAD, values(15)))),  # unknown schema id
+    (b"k", encode(1, avro_bytes(HEAD + TAGS + TAIL, values(16)))),  # older version: resolved in Python
+    (b"\xff\xfe", v2(17)),  # key not UTF-8 (key.format string)
+    (None, v2(18)),  # null key
+    (b"k", v2(19, name="x" * 3000)),  # over value.maxBytes
+]
+VERIFIED = {*range(GOOD), 6, 18}  # what the JVM path decodes without Python
+
+
+@pytest.fixture(scope="module")
+def kafka_rows(spark: Any) -> Any:
+    ts = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    rows = [(key, value, "t", offset % 2, offset, ts, 0, [("h", b"v")]) for offset, (key, value) in enumerate(CASES)]
+    return spark.createDataFrame(rows, bronze.KAFKA_SOURCE_SCHEMA)
+
+
+def spec(key_format: str = "string") -> DecodeSpec:
+    return DecodeSpec(writer_schemas={1: json.dumps(V1), 2: json.dumps(V2)}, reader_schema=json.dumps(V2),
+                      max_bytes=2000, fail_fast=False, key_format=key_format)
+
+
+def collect(df: Any) -> list[dict[str, Any]]:
+    return [r.asDict(recursive=True) for r in df.orderBy("offset").collect()]
+
+
+@pytest.mark.parametrize("key_format", ["string", "bytes", "none"])
+def test_jvm_path_lands_the_same_rows_as_the_python_decoder(spark: Any, kafka_rows: Any, key_format: str) -> None:
+    s = spec(key_format)
+    assert fastpath.unusable(spark, s) is None
+    expected = collect(bronze.decode(kafka_rows, s))
+    fast = fastpath.decode(kafka_rows, s).cache()
+    verified = {r["offset"] for r in fast.where(F.col("_error_class").isNull()).select("offset").collect()}
+    key_verified = VERIFIED | ({17} if key_format != "string" else set())
+    assert verified == key_verified
+    settled, python = fastpath.settle(fast, s, kafka_rows.schema)
+    try:
+        actual = collect(settled)
+    finally:
+        python.unpersist()
+        fast.unpersist()
+    assert [r["offset"] for r in actual] == list(range(len(CASES)))
+    for got, want in zip(actual, expected, strict=True):
+        assert got == want, f"offset {want['offset']}"
+    # The cases cover what they mean to: both encodings of the map decode, the rest fails for its own reason.
+    classes = {r["offset"]: r["_error_class"] for r in expected}
+    assert classes[8] is None and classes[9] is None and classes[7] is None and classes[16] is None
+    assert expected[7]["_payload"]["id"] == UUID and expected[16]["_payload"]["extra"] == 7
+    assert {classes[o] for o in (10, 11, 12, 13, 14, 15, 19)} == {
+        "UnicodeDecodeError", "TrailingBytesError", "EOFError", "WireFormatError", "UnknownSchemaError",
+        "RecordTooLargeError"}
+    assert classes[17] == ("KeyDecodeError" if key_format == "string" else None)
+
+
+def test_batch_stats_summarize_each_partition_in_the_jvm(spark: Any, kafka_rows: Any) -> None:
+    stats = bronze.batch_stats(bronze.decode(kafka_rows, spec()))
+    assert [(s["topic"], s["partition"]) for s in stats] == [("t", 0), ("t", 1)]
+    even, odd = stats
+    assert (even["first"], even["last"], even["count"]) == (0, 18, 10)
+    assert (odd["first"], odd["last"], odd["count"]) == (1, 19, 10)
+    # failed: 10 12 14 (even); 11 13 15 17 19 (odd)
+    assert (even["failed_first"], even["failed_last"], even["failed"]) == (10, 14, 3)
+    assert (odd["failed_first"], odd["failed_last"], odd["failed"]) == (11, 19, 5)
+    assert odd["unknown_ids"] == [99] and even["unknown_ids"] == []
+    assert even["schema_ids"] == [1, 2] and odd["schema_ids"] == [2, 99]
+    assert even["max_timestamp"] == dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    assert even["bytes"] == sum(len(v) for o, (_, v) in enumerate(CASES) if o % 2 == 0 and v is not None)
+
+
+def test_jvm_path_says_why_it_cannot_decode(spark: Any) -> None:
+    nested_uuid = record_schema([{"name": "inner", "type": {"type": "record", "name": "U", "fields": [
+        {"name": "id", "type": {"type": "string", "logicalType": "uuid"}}]}}])
+    text_ = json.dumps(nested_uuid)
+    assert "uuid" in str(fastpath.unusable(spark, DecodeSpec({1: text_}, text_, 100, False)))
+    assert "key.format avro" in str(fastpath.unusable(spark, spec("avro")))
