@@ -96,7 +96,7 @@ class BronzeWriter:
         spark = kafka_rows.sparkSession
         ingested_at = dt.datetime.now(dt.UTC)
         decoded = self._decode(kafka_rows)
-        python: DataFrame | None = None  # the rows the JVM path left to the Python decoder, when there are any
+        cached = [decoded]  # what to unpersist at the end
         try:
             stats = bronze.batch_stats(decoded)
             unknown = {int(i) for s in stats for i in s["unknown_ids"]}
@@ -105,11 +105,13 @@ class BronzeWriter:
                 # a second pass only in the batch where a version first appears.
                 decoded.unpersist()
                 decoded = self._decode(kafka_rows)
+                cached = [decoded]
                 stats = bronze.batch_stats(decoded)
             pending = sum(s["failed"] for s in stats)
             if pending and self.jvm_path(spark):
                 log.debug("batch %d: %d records not verified by the JVM go to the Python decoder", batch_id, pending)
                 decoded, python = fastpath.settle(decoded, self.resolver.spec, kafka_rows.schema)
+                cached.append(python)
                 stats = bronze.batch_stats(decoded)
             log.debug("batch %d: decoded and summarized in %.2fs", batch_id, time.monotonic() - started)
             if not stats:
@@ -127,9 +129,8 @@ class BronzeWriter:
             log.debug("batch %d: written in %.2fs", batch_id, time.monotonic() - started)
             _fault_point("after_commit", batch_id)
         finally:
-            decoded.unpersist()
-            if python is not None:
-                python.unpersist()
+            for frame in cached:
+                frame.unpersist()
         result = BatchResult(batch_id, record.rows, record.quarantined, sum(s["bytes"] for s in stats),
                              self.bronze.version, committed,
                              record.ranges, max(s["max_timestamp"] for s in stats), time.monotonic() - started)

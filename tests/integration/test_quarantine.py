@@ -82,7 +82,11 @@ def test_every_bad_case_is_quarantined_and_every_offset_lands_once(spark, kafka_
                                                "  subject: orders-value\n  maxBytes: 2000\n"
                                                "source:\n  maxOffsetsPerTrigger: 40\n"))
 
+    cached_before = spark.sparkContext._jsc.getPersistentRDDs().size()
     running = pipeline.run(spark, config, available_now=True)
+    # Batches with bad records cache the JVM-decoded rows and the Python decoder's part: both are dropped.
+    assert spark.sparkContext._jsc.getPersistentRDDs().size() == cached_before
+    assert any(b.quarantined for b in running.batches)
 
     bronze = spark.read.format("delta").load(config.table_path).collect()
     quarantine = spark.read.format("delta").load(config.quarantine_path).collect()
