@@ -32,7 +32,7 @@ from pyspark.sql import types as T
 from pyspark.sql.utils import AnalysisException
 
 from ingestion import avro
-from ingestion.decode import DECODER_COLUMNS, HEADER_SIZE, PAYLOAD, BatchDecoder, DecodeSpec
+from ingestion.decode import DECODER_COLUMNS, HEADER_SIZE, PAYLOAD, BatchDecoder, DecodeSpec, encode
 from ingestion.errors import SchemaError
 
 # Internal error class of rows the JVM did not verify; the Python decoder replaces it before anything is written.
@@ -84,24 +84,30 @@ def decode(kafka_rows: DataFrame, spec: DecodeSpec) -> DataFrame:
     and their value in `_raw_value`: pass the result to `settle` unless no row is unverified."""
     from pyspark.sql.avro.functions import from_avro, to_avro
 
-    reader_ids = sorted(i for i, text in spec.writer_schemas.items() if text == spec.reader_schema)
     value = F.col("value")
+    fits = F.length(value) <= spec.max_bytes
+    reader_ids = sorted(i for i, text in spec.writer_schemas.items() if text == spec.reader_schema)
     if spec.plain_schema_id is not None:
-        header_ok: Column = value.isNotNull()
+        attempt: Column = value.isNotNull() & fits
         schema_id: Column = F.lit(spec.plain_schema_id)
+        unknown: Column = F.lit(False)
         body, header = value, 0
     else:
-        header_ok = (F.length(value) >= HEADER_SIZE) & (F.hex(F.substring(value, 1, 1)) == "00")
+        # The common case costs one 5-byte comparison: the header of the reader schema's id, as a literal.
+        prefix = F.substring(value, 1, HEADER_SIZE)
+        ours = [(i, prefix == F.lit(bytearray(encode(i, b"")))) for i in reader_ids]
+        attempt = fits & _any([match for _, match in ours])
+        header_ok = (F.length(value) >= HEADER_SIZE) & (F.substring(value, 1, 1) == F.lit(bytearray(b"\x00")))
         as_long = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")
-        schema_id = F.when(header_ok & (as_long <= _MAX_INT), as_long.cast("int"))
+        other_id = F.when(header_ok & (as_long <= _MAX_INT), as_long.cast("int"))
+        schema_id = _first_match(ours, otherwise=other_id)
+        known = other_id.isin(sorted(spec.writer_schemas))
+        unknown = F.when(attempt, F.lit(False)).otherwise(header_ok & fits & ~known)
         body, header = F.expr(f"substring(value, {HEADER_SIZE + 1})"), HEADER_SIZE
-    fits = F.length(value) <= spec.max_bytes
-    attempt = header_ok & fits & schema_id.isin(reader_ids)
-    known = schema_id.isin(sorted(spec.writer_schemas))
     stage = kafka_rows.select(
         "*",
         schema_id.alias("_schema_id"),
-        (header_ok & fits & ~known).alias("_unknown"),
+        unknown.alias("_unknown"),
         from_avro(F.when(attempt, body), spec.reader_schema, {"mode": "PERMISSIVE"}).alias("_decoded"),
     )
     decoded = F.col("_decoded")
@@ -111,10 +117,12 @@ def decode(kafka_rows: DataFrame, spec: DecodeSpec) -> DataFrame:
     body_ok = F.coalesce(whole, F.lit(False)) & _text_ok(decoded, spec)
     key, key_ok = _key(spec)
     tombstone = value.isNull()
-    verified = (tombstone | body_ok) & key_ok
+    # A column of its own, so the checks (to_avro above all) run once per row, not once per output column.
+    stage = stage.withColumn("_verified", (tombstone | body_ok) & key_ok)
+    verified = F.col("_verified")
     passthrough = [name for name in kafka_rows.columns if name != "value"]
     columns = {
-        PAYLOAD: F.when(verified & ~tombstone, decoded).cast(spec.payload_type),
+        PAYLOAD: F.when(verified & ~tombstone, decoded),  # from_avro's type: the table's, up to nullability
         "_key": F.when(verified, key),
         "_schema_id": F.when(~tombstone, F.col("_schema_id")),
         "_tombstone": (verified & tombstone),
@@ -170,18 +178,23 @@ def _utf8_ok(col: Column, data_type: T.DataType) -> Column | None:
         parts = [c for f in data_type.fields if (c := _utf8_ok(col.getField(f.name), f.dataType)) is not None]
         return _all(parts)
     if isinstance(data_type, T.ArrayType):
-        element = data_type.elementType
-        if not _has_strings(element):
-            return None
-        return F.coalesce(F.forall(col, lambda x: _utf8_ok(x, element)), F.lit(True))  # type: ignore[arg-type,return-value]
+        return _strings_ok(col, data_type.elementType)
     if isinstance(data_type, T.MapType):
-        value_type = data_type.valueType
-        parts = [F.coalesce(F.forall(F.map_keys(col), lambda k: F.is_valid_utf8(k)), F.lit(True))]
-        if _has_strings(value_type):
-            parts.append(F.coalesce(F.forall(F.map_values(col), lambda v: _utf8_ok(v, value_type)),  # type: ignore[arg-type,return-value]
-                                    F.lit(True)))
-        return _all(parts)
+        keys = _strings_ok(F.map_keys(col), T.StringType())
+        values = _strings_ok(F.map_values(col), data_type.valueType)
+        return keys if values is None else keys & values
     return None
+
+
+def _strings_ok(array: Column, element: T.DataType) -> Column | None:
+    """The UTF-8 check of an array's strings. Strings are checked joined by an ASCII byte (compiled code, where a
+    lambda per element is interpreted): a byte below 0x80 ends any sequence, so the joined text is valid exactly
+    when every string is."""
+    if isinstance(element, T.StringType):
+        return F.coalesce(F.is_valid_utf8(F.array_join(array, "\n")), F.lit(True))
+    if not _has_strings(element):
+        return None
+    return F.coalesce(F.forall(array, lambda x: _utf8_ok(x, element)), F.lit(True))  # type: ignore[arg-type,return-value]
 
 
 def _has_strings(data_type: T.DataType) -> bool:
@@ -192,6 +205,13 @@ def _has_strings(data_type: T.DataType) -> bool:
     if isinstance(data_type, T.ArrayType):
         return _has_strings(data_type.elementType)
     return isinstance(data_type, T.MapType)  # keys are strings
+
+
+def _first_match(cases: list[tuple[int, Column]], otherwise: Column) -> Column:
+    result = otherwise
+    for schema_id, match in reversed(cases):
+        result = F.when(match, F.lit(schema_id)).otherwise(result)
+    return result
 
 
 def _any(parts: list[Column]) -> Column:

@@ -17,7 +17,11 @@ from fastavro import parse_schema, schemaless_writer
 from pyspark.sql import functions as F
 
 from ingestion import bronze, fastpath
+from ingestion.config import load_pipeline
 from ingestion.decode import DecodeSpec, encode
+from ingestion.errors import ConfigError
+from ingestion.sink import BronzeWriter
+from tests.conftest import pipeline_yaml
 
 INNER = {"type": "record", "name": "Inner", "fields": [{"name": "s", "type": "string"}]}
 KIND = {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}
@@ -170,3 +174,30 @@ def test_jvm_path_says_why_it_cannot_decode(spark: Any) -> None:
     text_ = json.dumps(nested_uuid)
     assert "uuid" in str(fastpath.unusable(spark, DecodeSpec({1: text_}, text_, 100, False)))
     assert "key.format avro" in str(fastpath.unusable(spark, spec("avro")))
+
+
+@pytest.mark.parametrize(("decoder", "jvm"), [("auto", True), ("python", False)])
+def test_value_decoder_setting_picks_the_path(spark: Any, tmp_path: Any, decoder: str, jvm: bool) -> None:
+    config = _config(tmp_path, f"value:\n  format: confluent\n  subject: orders-value\n  decoder: {decoder}\n")
+    assert BronzeWriter(config=config, app_id="a", resolver=_Specs(spec())).jvm_path(spark) is jvm
+
+
+def test_value_decoder_jvm_refuses_to_start_when_the_jvm_cannot_decode(spark: Any, tmp_path: Any) -> None:
+    config = _config(tmp_path, "value:\n  format: confluent\n  subject: orders-value\n  decoder: jvm\n")
+    writer = BronzeWriter(config=config, app_id="a", resolver=_Specs(spec("avro")))
+    with pytest.raises(ConfigError, match=r"value\.decoder is jvm, but key\.format avro is decoded in Python"):
+        writer.jvm_path(spark)
+
+
+class _Specs:
+    """A resolver that already knows its spec (the registry is not what these tests are about)."""
+
+    def __init__(self, spec: DecodeSpec) -> None:
+        self.spec = spec
+
+
+def _config(tmp_path: Any, extra: str) -> Any:
+    path = pipeline_yaml(tmp_path, topic="t", servers="127.0.0.1:9", extra=extra)
+    text = path.read_text().replace("value:\n  format: confluent\n  subject: orders-value\n", "", 1)
+    path.write_text(text)
+    return load_pipeline(path)
