@@ -180,9 +180,8 @@ def _utf8_ok(col: Column, data_type: T.DataType) -> Column | None:
     if isinstance(data_type, T.ArrayType):
         return _strings_ok(col, data_type.elementType)
     if isinstance(data_type, T.MapType):
-        keys = _strings_ok(F.map_keys(col), T.StringType())
-        values = _strings_ok(F.map_values(col), data_type.valueType)
-        return keys if values is None else keys & values
+        checks = (_strings_ok(F.map_keys(col), T.StringType()), _strings_ok(F.map_values(col), data_type.valueType))
+        return _all([c for c in checks if c is not None])
     return None
 
 
