@@ -264,7 +264,8 @@ def test_onboard_dry_run_changes_nothing_then_creates_then_is_idempotent(
     monkeypatch.setenv("INGEST_SCHEMAS_DIR", str(tmp_path / "schemas"))
     config = load_pipeline(pipeline_yaml(
         tmp_path, topic=topic, servers=kafka_servers,
-        sink="  partitionBy: [_kafka_partition]\n  tableProperties:\n    delta.appendOnly: 'true'\n",
+        sink="  partitionBy: [_kafka_partition]\n  tableProperties:\n    delta.appendOnly: 'true'\n"
+             "    delta.dataSkippingStatsColumns: _kafka_offset,_kafka_timestamp\n",  # the README's tuning tip
         extra=f"value:\n  format: confluent\n  subject: {subject}\n  registry:\n    url: \"mock://{topic}\"\n"
               "topicSettings:\n  partitions: 4\n"))
 
@@ -286,6 +287,7 @@ def test_onboard_dry_run_changes_nothing_then_creates_then_is_idempotent(
     detail = DeltaTable.forPath(spark, config.table_path).detail().first()
     assert detail["partitionColumns"] == ["_kafka_partition"]
     assert detail["properties"]["delta.appendOnly"] == "true"
+    assert detail["properties"]["delta.dataSkippingStatsColumns"] == "_kafka_offset,_kafka_timestamp"
     assert ledger.is_table(spark, config.quarantine_path)
 
     again = onboard(spark, config, create_topic=True, register_schemas=True)
