@@ -108,19 +108,25 @@ def run_all(spark: SparkSession, configs: list[PipelineConfig], *, available_now
         except IngestionError as exc:
             outcome[config.name] = f"FAILED: {exc}"
             log.error("%s: could not start: %s", config.name, exc)
+
+    def record_ended() -> None:
+        """Report each query that has ended since the last look, by name."""
+        for r in running:
+            if r.config.name in outcome or r.query.isActive:
+                continue
+            error = r.query.exception()
+            outcome[r.config.name] = (f"FAILED: {failure_reason(error)}" if error else "FINISHED")
+            stop(spark, r, "FAILED" if error else "FINISHED")
+            if error:
+                log.error("%s failed (the other pipelines go on): %s", r.config.name, outcome[r.config.name])
+
     with _stop_signals() as stop_requested:
         while any(r.query.isActive for r in running) and not stop_requested.is_set():
             with contextlib.suppress(StreamingQueryException):  # a failed query is reported by name below
                 spark.streams.awaitAnyTermination(1)
-            for r in running:
-                if r.config.name in outcome or r.query.isActive:
-                    continue
-                error = r.query.exception()
-                outcome[r.config.name] = (f"FAILED: {failure_reason(error)}" if error else "FINISHED")
-                stop(spark, r, "FAILED" if error else "FINISHED")
-                if error:
-                    log.error("%s failed (the other pipelines go on): %s", r.config.name, outcome[r.config.name])
+            record_ended()
             spark.streams.resetTerminated()
+        record_ended()  # a query that ended between the last look and the loop's condition
         for r in running:
             if r.config.name not in outcome:
                 outcome[r.config.name] = "KILLED"
