@@ -95,6 +95,9 @@ def _as_column(value: int | Column) -> Column:
     return value if isinstance(value, Column) else F.lit(value)
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
 def batch_stats(decoded: DataFrame) -> list[dict[str, Any]]:
     """Per topic partition summary of a decoded batch, sorted by (topic, partition): first and last offset, count,
     the failed records' first, last offset and count, newest Kafka timestamp, value bytes, schema ids, and the
@@ -115,6 +118,3 @@ def batch_stats(decoded: DataFrame) -> list[dict[str, Any]]:
         micros = s["max_timestamp"]
         s["max_timestamp"] = None if micros is None else _EPOCH + dt.timedelta(microseconds=micros)
     return sorted(stats, key=lambda r: (r["topic"], r["partition"]))
-
-
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)

@@ -22,7 +22,9 @@ are the same on both paths, and a row lands in bronze with the same values eithe
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 from typing import Any
 
 from pyspark import StorageLevel
@@ -160,14 +162,11 @@ def _key(spec: DecodeSpec) -> tuple[Column, Column]:
 
 def _text_ok(decoded: Column, spec: DecodeSpec) -> Column:
     """True when every string in the record is valid UTF-8 and every top-level uuid is canonical."""
-    checks = [_utf8_ok(decoded, spec.payload_type)]
     uuids = _uuid_fields(json.loads(spec.reader_schema))
-    checks += [F.coalesce(decoded.getField(name).rlike(_UUID), F.lit(True)) for name in uuids]
-    result = F.lit(True)
-    for check in checks:
-        if check is not None:
-            result = result & check
-    return result
+    checks = [_utf8_ok(decoded, spec.payload_type),
+              *(F.coalesce(decoded.getField(name).rlike(_UUID), F.lit(True)) for name in uuids)]
+    combined = _all([c for c in checks if c is not None])
+    return F.lit(True) if combined is None else combined
 
 
 def _utf8_ok(col: Column, data_type: T.DataType) -> Column | None:
@@ -214,19 +213,12 @@ def _first_match(cases: list[tuple[int, Column]], otherwise: Column) -> Column:
 
 
 def _any(parts: list[Column]) -> Column:
-    result = F.lit(False)
-    for part in parts:
-        result = result | part
-    return result
+    return functools.reduce(operator.or_, parts, F.lit(False))
 
 
 def _all(parts: list[Column]) -> Column | None:
-    if not parts:
-        return None
-    result = parts[0]
-    for part in parts[1:]:
-        result = result & part
-    return result
+    """The conjunction of the checks, or None when there is none."""
+    return functools.reduce(operator.and_, parts) if parts else None
 
 
 def _uuid_fields(schema: dict[str, Any]) -> list[str]:
