@@ -118,3 +118,15 @@ def batch_stats(decoded: DataFrame) -> list[dict[str, Any]]:
         micros = s["max_timestamp"]
         s["max_timestamp"] = None if micros is None else _EPOCH + dt.timedelta(microseconds=micros)
     return sorted(stats, key=lambda r: (r["topic"], r["partition"]))
+
+
+def written_stats(spark: SparkSession, paths: list[str]) -> list[dict[str, Any]]:
+    """`batch_stats` of rows just written as bronze data files (read back: their coordinate columns only). Value
+    bytes are not in bronze: `bytes` is 0."""
+    if not paths:
+        return []
+    rows = spark.read.parquet(*paths).select(
+        F.col("_kafka_topic").alias("topic"), F.col("_kafka_partition").alias("partition"),
+        F.col("_kafka_offset").alias("offset"), F.col("_kafka_timestamp").alias("timestamp"), "_schema_id",
+        F.lit(None).cast("string").alias("_error_class"), F.lit(None).cast("int").alias("_value_bytes"))
+    return batch_stats(rows)

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from ingestion import bronze, fastpath, ledger
+from ingestion import bronze, commit, fastpath, ledger
 from ingestion.config import PipelineConfig
 from ingestion.decode import DecodeSpec
 from ingestion.errors import ConfigError, DecodeError
@@ -52,6 +52,7 @@ class BatchResult:
     ranges: tuple[PartitionRange, ...]
     max_timestamp: dt.datetime | None
     seconds: float
+    one_pass: bool = False  # written in one Spark job (see BronzeWriter._one_pass), not through the cache
 
 
 class DeltaAppend:
@@ -90,11 +91,74 @@ class BronzeWriter:
         self.quarantine = DeltaAppend(config.quarantine_path, f"{app_id}.quarantine")
         self._path_for: DecodeSpec | None = None  # the spec `_jvm` was decided for
         self._jvm = False
+        self._one_pass_next = True
+        self._probe_logged = False
 
     def __call__(self, kafka_rows: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         spark = kafka_rows.sparkSession
         ingested_at = dt.datetime.now(dt.UTC)
+        result = None
+        if self._one_pass_usable(spark):
+            result = self._one_pass(kafka_rows, batch_id, ingested_at, started)
+        if result is None:
+            result = self._settled(kafka_rows, batch_id, ingested_at, started)
+        if result is None:
+            return
+        _log_result(self.config.name, result)
+        if self.on_batch is not None:
+            self.on_batch(result)
+
+    def _one_pass(self, kafka_rows: DataFrame, batch_id: int, ingested_at: dt.datetime,
+                  started: float) -> BatchResult | None:
+        """The batch in one Spark job: decode, verify and write the bronze files; then, if every record was
+        verified by the JVM, summarize the files and commit them with the ledger record. None when the batch
+        needs the settled path (records to decode in Python or to quarantine, a schema change, a replay)."""
+        spark = kafka_rows.sparkSession
+        txn = commit.DeltaTxn(spark, self.config.table_path)
+        observation = Observation()
+        decoded = fastpath.decode(kafka_rows, self.resolver.spec).observe(
+            observation, F.count(F.lit(1)).alias("records"), F.count("_error_class").alias("unverified"),
+            F.coalesce(F.sum("_value_bytes"), F.lit(0)).alias("bytes"))
+        # The observation sits between the decode and bronze's filter: Spark cannot push the filter below it,
+        # so from_avro runs once per record.
+        rows = bronze.bronze_rows(decoded, batch_id=batch_id, ingested_at=ingested_at)
+        reason = txn.incompatible(rows.schema) or _coordinates_partitioned(txn.partition_columns())
+        if reason is not None:
+            log.debug("batch %d: not in one pass: %s", batch_id, reason)
+            return None
+        if txn.committed_version(self.bronze.app_id) >= batch_id:
+            return None  # a batch Spark replays after a crash: the settled path reports Delta's skip
+        files = txn.write(rows.coalesce(spark.sparkContext.defaultParallelism))
+        seen = observation.get
+        records, unverified = int(seen["records"]), int(seen["unverified"])
+        if unverified or not records:
+            txn.discard(files)
+            self._one_pass_next = False
+            if unverified:
+                log.info("%s batch %d: %d of %d records not verified by the JVM; writing the batch again with "
+                         "the Python decoder", self.config.name, batch_id, unverified, records)
+            return None
+        log.debug("batch %d: decoded and written in %.2fs", batch_id, time.monotonic() - started)
+        stats = bronze.written_stats(spark, txn.file_paths(files))
+        record, _ = self._records(stats, batch_id)
+        if record.rows != records or commit.DeltaTxn.rows(files) != records:
+            txn.discard(files)
+            log.warning("%s batch %d: %d records read, %d in the written files: writing the batch again",
+                        self.config.name, batch_id, records, record.rows)
+            return None
+        _fault_point("before_commit", batch_id)
+        self.bronze.version = txn.commit(files, app_id=self.bronze.app_id, txn_version=batch_id,
+                                         user_metadata=record.to_user_metadata())
+        _fault_point("after_commit", batch_id)
+        return BatchResult(batch_id, record.rows, 0, int(seen["bytes"]), self.bronze.version, True, record.ranges,
+                           max(s["max_timestamp"] for s in stats), time.monotonic() - started, one_pass=True)
+
+    def _settled(self, kafka_rows: DataFrame, batch_id: int, ingested_at: dt.datetime,
+                 started: float) -> BatchResult | None:
+        """The batch decoded once into a cache, summarized, unverified records decoded in Python, then the
+        quarantine append and the bronze append. None for a batch without records."""
+        spark = kafka_rows.sparkSession
         decoded = self._decode(kafka_rows)
         cached = [decoded]  # what to unpersist at the end
         try:
@@ -108,6 +172,8 @@ class BronzeWriter:
                 cached = [decoded]
                 stats = bronze.batch_stats(decoded)
             pending = sum(s["failed"] for s in stats)
+            # The next batch tries the one-pass write again once a batch had nothing for the Python decoder.
+            self._one_pass_next = not pending
             if pending and self.jvm_path(spark):
                 log.debug("batch %d: %d records not verified by the JVM go to the Python decoder", batch_id, pending)
                 decoded, python = fastpath.settle(decoded, self.resolver.spec, kafka_rows.schema)
@@ -115,7 +181,7 @@ class BronzeWriter:
                 stats = bronze.batch_stats(decoded)
             log.debug("batch %d: decoded and summarized in %.2fs", batch_id, time.monotonic() - started)
             if not stats:
-                return
+                return None
             if self.config.sink.on_error == "fail" and any(s["failed"] for s in stats):
                 raise _first_failure(decoded)
             record, failed = self._records(stats, batch_id)
@@ -131,12 +197,20 @@ class BronzeWriter:
         finally:
             for frame in cached:
                 frame.unpersist()
-        result = BatchResult(batch_id, record.rows, record.quarantined, sum(s["bytes"] for s in stats),
-                             self.bronze.version, committed,
-                             record.ranges, max(s["max_timestamp"] for s in stats), time.monotonic() - started)
-        _log_result(self.config.name, result)
-        if self.on_batch is not None:
-            self.on_batch(result)
+        return BatchResult(batch_id, record.rows, record.quarantined, sum(s["bytes"] for s in stats),
+                           self.bronze.version, committed, record.ranges, max(s["max_timestamp"] for s in stats),
+                           time.monotonic() - started)
+
+    def _one_pass_usable(self, spark: SparkSession) -> bool:
+        """Whether this batch tries the one-pass write: records decode in the JVM, the last batch had nothing
+        for the Python decoder, and Delta's transaction API is the expected one (logged once when not)."""
+        if not (self.jvm_path(spark) and self._one_pass_next):
+            return False
+        reason = commit.probe(spark)
+        if reason is not None and not self._probe_logged:
+            log.warning("%s: every batch goes through the cache: %s", self.config.name, reason)
+            self._probe_logged = True
+        return reason is None
 
     def _decode(self, kafka_rows: DataFrame) -> DataFrame:
         """The batch decoded (JVM path: unverified rows still to settle), persisted for the passes that follow."""
@@ -170,6 +244,13 @@ class BronzeWriter:
                                     quarantine_app_id=self.quarantine.app_id)
 
 
+def _coordinates_partitioned(columns: tuple[str, ...]) -> str | None:
+    """The one-pass summary reads the coordinates back from the data files, where partition columns are not."""
+    coordinates = [c for c in columns if c in ("_kafka_topic", "_kafka_partition", "_kafka_offset",
+                                                "_kafka_timestamp", "_schema_id")]
+    return f"the table is partitioned by {coordinates}" if coordinates else None
+
+
 def _first_failure(decoded: DataFrame) -> DecodeError:
     bad = (decoded.where(F.col("_error_class").isNotNull()).orderBy("partition", "offset")
            .select("topic", "partition", "offset", "_error_class", "_error_message").first())
@@ -181,9 +262,10 @@ def _first_failure(decoded: DataFrame) -> DecodeError:
 def _log_result(pipeline: str, r: BatchResult) -> None:
     spans = ", ".join(f"{x.topic}/{x.partition} {x.first}-{x.last}" for x in r.ranges)
     if r.committed:
-        log.info("%s batch %d: %d rows, %d quarantined in %.2fs (%.0f records/s), table version %s, offsets %s",
+        log.info("%s batch %d: %d rows, %d quarantined in %.2fs (%.0f records/s%s), table version %s, offsets %s",
                  pipeline, r.batch_id, r.rows, r.quarantined, r.seconds,
-                 (r.rows + r.quarantined) / max(r.seconds, 1e-9), r.version, spans)
+                 (r.rows + r.quarantined) / max(r.seconds, 1e-9), ", one pass" if r.one_pass else "", r.version,
+                 spans)
     else:
         log.warning("%s batch %d: skipped by Delta, (txnAppId, txnVersion=%d) is already committed; "
                     "table version stays %s (offsets %s)", pipeline, r.batch_id, r.batch_id, r.version, spans)

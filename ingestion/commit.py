@@ -1,0 +1,123 @@
+"""Delta's transaction API, for writes that decide whether to commit after their files are written.
+
+A DataFrame append (`df.write.format("delta")`) writes the files and commits them in one call, so everything the
+commit says (the ledger in `userMetadata`) must be known before the data is read. `DeltaTxn` splits the two, the way
+Delta's own streaming sink does: `write` runs one Spark job that writes the files (with Delta's statistics and the
+table's constraints), the caller then looks at what was written, and `commit` adds the files together with the
+`SetTransaction(app id, batch id)` and the ledger record in one atomic commit, or `discard` deletes them.
+
+These are Delta's internal (JVM) classes, reached through py4j. `probe` checks once per process that they have the
+expected shape; where they do not (another Delta version), callers keep to the DataFrame writer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from py4j.protocol import Py4JError
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+
+log = logging.getLogger(__name__)
+
+_PROBED: dict[int, str | None] = {}
+
+
+def probe(spark: SparkSession) -> str | None:
+    """Why Delta's transaction API cannot be used from here, or None when it can (checked once per JVM)."""
+    key = id(spark.sparkContext)
+    if key not in _PROBED:
+        try:
+            _write_operation(spark._jvm, "{}")
+            jvm: Any = spark._jvm
+            jvm.org.apache.spark.sql.delta.actions.SetTransaction("probe", 0, jvm.scala.Option.empty())
+            _PROBED[key] = None
+        except Py4JError as exc:
+            _PROBED[key] = f"Delta's transaction API differs from delta-spark 4.4 ({str(exc).splitlines()[0]})"
+    return _PROBED[key]
+
+
+class DeltaTxn:
+    """One optimistic transaction on the Delta table at `path` (which must exist)."""
+
+    def __init__(self, spark: SparkSession, path: str) -> None:
+        self.spark = spark
+        self.path = path
+        jvm: Any = spark._jvm
+        self._jvm = jvm
+        self._log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+        self._txn = self._log.startTransaction()
+
+    def committed_version(self, app_id: str) -> int:
+        """The last txnVersion committed for `app_id`, -1 when none (Delta records this read for its conflict
+        check: a concurrent commit of the same app id makes this transaction's commit fail)."""
+        return int(self._txn.txnVersion(app_id))
+
+    def incompatible(self, schema: T.StructType) -> str | None:
+        """Why rows of `schema` cannot be appended as they are (the DataFrame writer evolves or maps the schema),
+        or None when they can."""
+        metadata = self._txn.metadata()
+        mode = metadata.configuration().get("delta.columnMapping.mode")
+        if mode.isDefined() and mode.get() != "none":
+            return f"the table uses column mapping ({mode.get()})"
+        table = T.StructType.fromJson(_json(metadata.schema().json()))
+        if table.simpleString() != schema.simpleString():
+            return "the rows' schema differs from the table's"
+        return None
+
+    def partition_columns(self) -> tuple[str, ...]:
+        columns = self._txn.metadata().partitionColumns()
+        return tuple(columns.apply(i) for i in range(columns.size()))
+
+    def write(self, rows: DataFrame) -> list[Any]:
+        """Write the rows as data files of the table (one Spark job), not committed yet: the files' actions."""
+        written = self._txn.writeFiles(rows._jdf)
+        files, it = [], written.iterator()
+        while it.hasNext():
+            files.append(it.next())
+        return files
+
+    @staticmethod
+    def rows(files: list[Any]) -> int:
+        """Rows in the written files, from the statistics Delta wrote with them."""
+        return sum(int(_json(f.stats())["numRecords"]) for f in files if f.stats() is not None)
+
+    def file_paths(self, files: list[Any]) -> list[str]:
+        """Absolute paths of the written files."""
+        data_path = self._log.dataPath()
+        return [self._jvm.org.apache.hadoop.fs.Path(data_path, self._jvm.org.apache.hadoop.fs.Path(
+            self._jvm.java.net.URI(f.path()))).toString() for f in files]
+
+    def commit(self, files: list[Any], *, app_id: str, txn_version: int, user_metadata: str) -> int:
+        """Commit the files with SetTransaction(app_id, txn_version) and the userMetadata; the new table version."""
+        jvm = self._jvm
+        actions = jvm.java.util.ArrayList()
+        for f in files:
+            actions.add(f)
+        now = jvm.java.lang.Long(int(time.time() * 1000))
+        actions.add(jvm.org.apache.spark.sql.delta.actions.SetTransaction(app_id, txn_version, jvm.scala.Some(now)))
+        seq = jvm.scala.jdk.javaapi.CollectionConverters.asScala(actions).toSeq()
+        return int(self._txn.commit(seq, _write_operation(jvm, user_metadata)))
+
+    def discard(self, files: list[Any]) -> None:
+        """Delete written files that will not be committed (no reader sees them: they are not in the log)."""
+        jvm = self._jvm
+        conf = self.spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+        for path in self.file_paths(files):
+            target = jvm.org.apache.hadoop.fs.Path(path)
+            target.getFileSystem(conf).delete(target, False)
+
+
+def _write_operation(jvm: Any, user_metadata: str) -> Any:
+    """DeltaOperations.Write(Append) with the userMetadata: what a DataFrame append records as its operation."""
+    none = jvm.scala.Option.empty()
+    append = jvm.org.apache.spark.sql.SaveMode.Append
+    return jvm.org.apache.spark.sql.delta.DeltaOperations.Write(
+        append, none, none, jvm.scala.Some(user_metadata), none, none, none, none, none)
+
+
+def _json(text: str) -> Any:
+    return json.loads(text)
