@@ -10,18 +10,21 @@ import datetime as dt
 import decimal
 import io
 import json
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fastavro import parse_schema, schemaless_writer
 from pyspark.sql import functions as F
 
-from ingestion import bronze, fastpath
+from ingestion import bronze, fastpath, ledger, tables
 from ingestion.config import load_pipeline
 from ingestion.decode import DecodeSpec, encode
 from ingestion.errors import ConfigError
 from ingestion.sink import BronzeWriter
 from tests.conftest import pipeline_yaml
+from tests.helpers import delta_txns
 
 INNER = {"type": "record", "name": "Inner", "fields": [{"name": "s", "type": "string"}]}
 KIND = {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}
@@ -189,11 +192,66 @@ def test_value_decoder_jvm_refuses_to_start_when_the_jvm_cannot_decode(spark: An
         writer.jvm_path(spark)
 
 
+def test_clean_batches_commit_in_one_pass_and_others_take_the_settled_path(spark: Any, kafka_rows: Any,
+                                                                          tmp_path: Any) -> None:
+    """One pass (write files, then commit with the ledger) for batches the JVM verifies whole; a batch with
+    anything for the Python decoder is written through the cache instead, and its discarded files are deleted.
+    Both give the rows and the ledger the Python decoder would give."""
+    config = _config(tmp_path, "value:\n  format: confluent\n  subject: orders-value\n")
+    s = spec()
+    tables.ensure_tables(spark, config, s)
+    results: list[Any] = []
+    writer = BronzeWriter(config=config, app_id="app", resolver=_Specs(s), on_batch=results.append)
+    clean = kafka_rows.where(F.col("offset").isin(sorted(VERIFIED)))
+
+    def shifted(frame: Any, by: int) -> Any:
+        return frame.withColumn("offset", F.col("offset") + by)
+
+    writer(clean, 0)
+    writer(clean, 0)  # Spark replaying a committed batch
+    writer(shifted(kafka_rows, 100), 1)  # records for the Python decoder and for quarantine
+    writer(shifted(clean, 200), 2)  # the batch after one that needed Python: settled, finds nothing pending
+    writer(shifted(clean, 300), 3)  # one pass again
+
+    assert [(r.batch_id, r.one_pass, r.committed) for r in results] == [
+        (0, True, True), (0, False, False), (1, False, True), (2, False, True), (3, True, True)]
+    assert [r.version for r in results] == [1, 1, 2, 3, 4]  # bronze versions (quarantine is its own table)
+    assert (results[0].rows, results[0].quarantined) == (len(VERIFIED), 0)
+    assert (results[2].rows, results[2].quarantined) == (len(CASES) - 8, 8)
+    assert results[0].bytes == sum(len(CASES[o][1] or b"") for o in VERIFIED)
+
+    # Rows: as the Python decoder lands them, whichever path wrote them.
+    table = spark.read.format("delta").load(config.table_path)
+    python_rows = bronze.bronze_rows(bronze.decode(clean, s), batch_id=0, ingested_at=dt.datetime.now(dt.UTC))
+    strip = ["_ingested_at"]
+    def rows(frame: Any) -> list[dict[str, Any]]:
+        return [r.asDict(recursive=True) for r in frame.drop(*strip).orderBy("_kafka_offset").collect()]
+
+    assert rows(table.where("_batch_id = 0")) == rows(python_rows)
+    assert table.where("_batch_id = 3").count() == len(VERIFIED)
+
+    # Ledger: the one-pass commit records what the cached summary would have recorded.
+    records = {r.batch_id: r for r in ledger.history(spark, config.table_path)}
+    expected, _ = ledger.batch_records(bronze.batch_stats(bronze.decode(clean, s)), pipeline=config.name, batch_id=0,
+                                       kind="stream", app_id="app", quarantine_app_id="app.quarantine")
+    assert records[0] == expected
+    assert records[3].ranges == tuple(replace(r, first=r.first + 300, last=r.last + 300) for r in expected.ranges)
+    assert [t for t in delta_txns(Path(config.table_path)) if t[2] == 0] == [(1, "app", 0)]
+
+    # The files batch 1 wrote before it turned out to need Python were deleted: every data file is in the log.
+    live = {Path(f).name for f in table.inputFiles()}
+    on_disk = {f.name for f in Path(config.table_path).rglob("*.parquet") if "_delta_log" not in f.parts}
+    assert on_disk == live
+
+
 class _Specs:
     """A resolver that already knows its spec (the registry is not what these tests are about)."""
 
     def __init__(self, spec: DecodeSpec) -> None:
         self.spec = spec
+
+    def refresh(self, ids: set[int]) -> bool:
+        return False
 
 
 def _config(tmp_path: Any, extra: str) -> Any:
