@@ -1,11 +1,18 @@
 """The exactly-once writer, called by `foreachBatch` once per micro-batch.
 
-Per batch: decode once (cached; Spark's from_avro in the JVM for the records it can verify, the Python decoder for
-the rest, see fastpath.py), summarize the offset ranges, append the records that failed to the quarantine
-table, then the rest to bronze. Each append carries `txnAppId` (bronze: the checkpoint's id; quarantine: the same
-with `.quarantine`) and `txnVersion = batch id`, and the batch's offset ranges as the commit's `userMetadata`.
-Quarantine commits first: a bronze commit, whose ranges say where a lost checkpoint resumes, then always
-implies its quarantine rows are committed too.
+Every commit carries `txnAppId` (bronze: the checkpoint's id; quarantine: the same with `.quarantine`),
+`txnVersion = batch id`, and the batch's offset ranges (the ledger) as the commit's `userMetadata`. A batch is
+written one of two ways:
+
+- **One pass** (most batches): one Spark job decodes the records with Spark's from_avro, verifies them and writes
+  the bronze files through Delta's transaction API (commit.py). If the JVM verified every record, the ledger is
+  summarized from the written files and the files commit together with the SetTransaction. Otherwise the files
+  are deleted uncommitted and the batch is settled instead (and so is the next one, until a batch has nothing
+  for the Python decoder).
+- **Settled**: decode once into a cache (the JVM where it can verify, the Python decoder for the rest, see
+  fastpath.py), summarize the offset ranges, append the records that failed to the quarantine table, then the
+  rest to bronze. Quarantine commits first: a bronze commit, whose ranges say where a lost checkpoint resumes,
+  then always implies its quarantine rows are committed too. (A one-pass batch has no quarantine rows.)
 
 When Spark replays a batch after a crash between the Delta commits and its own checkpoint, the batch id is the
 same, so Delta sees a (txnAppId, txnVersion) it already holds and writes nothing; the writer logs the skip.
