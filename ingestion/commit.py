@@ -13,15 +13,12 @@ expected shape; where they do not (another Delta version), callers keep to the D
 from __future__ import annotations
 
 import json
-import logging
 import time
 from typing import Any
 
 from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
-
-log = logging.getLogger(__name__)
 
 _PROBED: dict[int, str | None] = {}
 
@@ -30,9 +27,9 @@ def probe(spark: SparkSession) -> str | None:
     """Why Delta's transaction API cannot be used from here, or None when it can (checked once per JVM)."""
     key = id(spark.sparkContext)
     if key not in _PROBED:
+        jvm: Any = spark._jvm
         try:
-            _write_operation(spark._jvm, "{}")
-            jvm: Any = spark._jvm
+            _write_operation(jvm, "{}")
             jvm.org.apache.spark.sql.delta.actions.SetTransaction("probe", 0, jvm.scala.Option.empty())
             _PROBED[key] = None
         except Py4JError as exc:
@@ -45,7 +42,6 @@ class DeltaTxn:
 
     def __init__(self, spark: SparkSession, path: str) -> None:
         self.spark = spark
-        self.path = path
         jvm: Any = spark._jvm
         self._jvm = jvm
         self._log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
@@ -63,7 +59,7 @@ class DeltaTxn:
         mode = metadata.configuration().get("delta.columnMapping.mode")
         if mode.isDefined() and mode.get() != "none":
             return f"the table uses column mapping ({mode.get()})"
-        table = T.StructType.fromJson(_json(metadata.schema().json()))
+        table = T.StructType.fromJson(json.loads(metadata.schema().json()))
         if table.simpleString() != schema.simpleString():
             return "the rows' schema differs from the table's"
         return None
@@ -80,16 +76,13 @@ class DeltaTxn:
             files.append(it.next())
         return files
 
-    @staticmethod
-    def rows(files: list[Any]) -> int:
-        """Rows in the written files, from the statistics Delta wrote with them."""
-        return sum(int(_json(f.stats())["numRecords"]) for f in files if f.stats() is not None)
-
     def file_paths(self, files: list[Any]) -> list[str]:
         """Absolute paths of the written files."""
-        data_path = self._log.dataPath()
-        return [self._jvm.org.apache.hadoop.fs.Path(data_path, self._jvm.org.apache.hadoop.fs.Path(
-            self._jvm.java.net.URI(f.path()))).toString() for f in files]
+        return [path.toString() for path in self._hadoop_paths(files)]
+
+    def _hadoop_paths(self, files: list[Any]) -> list[Any]:
+        fs, data_path = self._jvm.org.apache.hadoop.fs, self._log.dataPath()
+        return [fs.Path(data_path, fs.Path(self._jvm.java.net.URI(f.path()))) for f in files]
 
     def commit(self, files: list[Any], *, app_id: str, txn_version: int, user_metadata: str) -> int:
         """Commit the files with SetTransaction(app_id, txn_version) and the userMetadata; the new table version."""
@@ -104,11 +97,9 @@ class DeltaTxn:
 
     def discard(self, files: list[Any]) -> None:
         """Delete written files that will not be committed (no reader sees them: they are not in the log)."""
-        jvm = self._jvm
         conf = self.spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
-        for path in self.file_paths(files):
-            target = jvm.org.apache.hadoop.fs.Path(path)
-            target.getFileSystem(conf).delete(target, False)
+        for path in self._hadoop_paths(files):
+            path.getFileSystem(conf).delete(path, False)
 
 
 def _write_operation(jvm: Any, user_metadata: str) -> Any:
@@ -117,7 +108,3 @@ def _write_operation(jvm: Any, user_metadata: str) -> Any:
     append = jvm.org.apache.spark.sql.SaveMode.Append
     return jvm.org.apache.spark.sql.delta.DeltaOperations.Write(
         append, none, none, jvm.scala.Some(user_metadata), none, none, none, none, none)
-
-
-def _json(text: str) -> Any:
-    return json.loads(text)
