@@ -142,7 +142,8 @@ def _parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=lambda a: _lazy("ingestion.demo", "run_demo")(records=a.records,
                                                                            keep_broker=a.keep_broker))
 
-    jars = commands.add_parser("jars", help="resolve the JVM jars (Delta, Spark Kafka source, broker) via Maven")
+    jars = commands.add_parser("jars", help="resolve the JVM jars (Delta, Spark Kafka source, broker) via Maven; "
+                          "build the helper jar")
     jars.set_defaults(func=_jars)
     return parser
 
@@ -389,6 +390,7 @@ def _jars(args: argparse.Namespace) -> int:
 
     for artifacts in jvm.ALL_SETS:
         print(f"{artifacts.name}: {len(jvm.resolve(artifacts))} jars in {artifacts.folder(jvm.jar_cache())}")
+    print(f"helper: {jvm.helper_jar()}")
     return 0
 
 

@@ -8,11 +8,10 @@ when they are *verified*:
 - the value is within `value.maxBytes`,
 - `from_avro` decodes the body (in PERMISSIVE mode a malformed body gives a row of nulls instead of failing the
   batch, so a record with every field null is left to Python too),
-- `to_avro` of the result has exactly the body's length. Avro's encoding of a value is minimal (one block per
-  array or map, shortest varints), so the bytes `from_avro` read are at least the re-encoded length and at most
-  the body: equal lengths mean the whole body was read, with nothing left over,
-- its strings (map keys too) are valid UTF-8 and its top-level uuid fields are in canonical form, as fastavro
-  would leave them,
+- the project's Avro body check (`data/AvroBodyCheck.java`, a Java UDF, one pass over the bytes) passes it: the
+  body is read to its last byte in Avro's minimal encoding (what `to_avro` would write back), its strings (map
+  keys too) are valid UTF-8, its uuids canonical, its values within what both decoders represent alike (booleans
+  0 or 1, decimals within their precision, dates and timestamps in years 1 to 9999),
 - its key decodes as `key.format` says.
 
 Every other row (bad input, unknown or older schema ids, unusual encodings) goes to the Python decoder
@@ -23,6 +22,7 @@ are the same on both paths, and a row lands in bronze with the same values eithe
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import operator
 from typing import Any
@@ -33,13 +33,12 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.utils import AnalysisException
 
-from ingestion import avro
+from ingestion import avro, jvm
 from ingestion.decode import DECODER_COLUMNS, HEADER_SIZE, PAYLOAD, BatchDecoder, DecodeSpec, encode
 from ingestion.errors import SchemaError
 
 # Internal error class of rows the JVM did not verify; the Python decoder replaces it before anything is written.
 UNVERIFIED = "Unverified"
-_UUID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 _MAX_INT = 2**31 - 1
 
 # Bounds for Avro's Java decoder (system properties read once per JVM, see spark.py): a malformed length or count
@@ -65,6 +64,11 @@ def unusable(spark: SparkSession, spec: DecodeSpec) -> str | None:
         jvm_type = _from_avro_type(spark, spec.reader_schema)
     except AnalysisException as exc:
         return f"Spark's from_avro is not available (spark-avro jar): {str(exc).splitlines()[0]}"
+    try:
+        _body_check(spark, spec.reader_schema, HEADER_SIZE)
+    except Exception as exc:  # noqa: BLE001 - py4j reports a missing class or a schema Avro refuses as it can
+        return (f"the project's Avro body check ({jvm.HELPER_CLASS}) is not usable; is the helper jar "
+                f"(`ingest jars`) in spark.jars? {str(exc).strip().splitlines()[-1][:300]}")
     if jvm_type.simpleString() != spec.payload_type.simpleString():
         return (f"Spark's from_avro maps the schema to {jvm_type.simpleString()}, "
                 f"the table has {spec.payload_type.simpleString()}")
@@ -72,19 +76,27 @@ def unusable(spark: SparkSession, spec: DecodeSpec) -> str | None:
 
 
 def _from_avro_type(spark: SparkSession, schema: str) -> T.DataType:
-    """from_avro's type for the schema; the plan also re-encodes it with to_avro, as `decode` does."""
-    from pyspark.sql.avro.functions import from_avro, to_avro
+    from pyspark.sql.avro.functions import from_avro
 
-    empty = spark.createDataFrame([], "value binary").select(from_avro("value", schema).alias("p"))
-    empty.select(to_avro("p", schema)).schema  # noqa: B018 - analysis fails here if to_avro cannot write it
-    return empty.schema["p"].dataType
+    return spark.createDataFrame([], "value binary").select(from_avro("value", schema).alias("p")).schema["p"].dataType
+
+
+def _body_check(spark: SparkSession, schema: str, header: int) -> str:
+    """Register the Avro body check for a schema as a session function; its name (one per schema and header)."""
+    name = f"ingest_avro_ok_{hashlib.sha1(schema.encode()).hexdigest()[:12]}_{header}"
+    if not spark.catalog.functionExists(name):
+        java = spark._jvm
+        assert java is not None
+        check = getattr(java, jvm.HELPER_CLASS)(schema, header)
+        spark._jsparkSession.udf().register(name, check, java.org.apache.spark.sql.types.DataTypes.BooleanType)
+    return name
 
 
 def decode(kafka_rows: DataFrame, spec: DecodeSpec) -> DataFrame:
     """Kafka rows -> decoder rows (the columns of `BatchDecoder`'s output). Rows the JVM could not verify carry
     `_error_class` UNVERIFIED (or UnknownSchemaError for a valid header naming an id this pipeline does not know)
     and their value in `_raw_value`: pass the result to `settle` unless no row is unverified."""
-    from pyspark.sql.avro.functions import from_avro, to_avro
+    from pyspark.sql.avro.functions import from_avro
 
     value = F.col("value")
     fits = F.length(value) <= spec.max_bytes
@@ -115,11 +127,11 @@ def decode(kafka_rows: DataFrame, spec: DecodeSpec) -> DataFrame:
     decoded = F.col("_decoded")
     # PERMISSIVE gives a malformed body as a row of nulls; a record whose fields are all null is left to Python.
     present = _any([decoded.getField(f.name).isNotNull() for f in spec.payload_type.fields])
-    whole = F.when(present, F.length(to_avro(decoded, spec.reader_schema)) == F.length(value) - header)
-    body_ok = F.coalesce(whole, F.lit(False)) & _text_ok(decoded, spec)
+    check = _body_check(kafka_rows.sparkSession, spec.reader_schema, header)
+    body_ok = present & F.coalesce(F.call_function(check, value), F.lit(False))
     key, key_ok = _key(spec)
     tombstone = value.isNull()
-    # A column of its own, so the checks (to_avro above all) run once per row, not once per output column.
+    # A column of its own, so the checks run once per row, not once per output column.
     stage = stage.withColumn("_verified", (tombstone | body_ok) & key_ok)
     verified = F.col("_verified")
     passthrough = [name for name in kafka_rows.columns if name != "value"]
@@ -158,51 +170,6 @@ def _key(spec: DecodeSpec) -> tuple[Column, Column]:
         text = key.cast("string")
         return text, key.isNull() | F.is_valid_utf8(text)
     return key, F.lit(True)
-
-
-def _text_ok(decoded: Column, spec: DecodeSpec) -> Column:
-    """True when every string in the record is valid UTF-8 and every top-level uuid is canonical."""
-    uuids = _uuid_fields(json.loads(spec.reader_schema))
-    checks = [_utf8_ok(decoded, spec.payload_type),
-              *(F.coalesce(decoded.getField(name).rlike(_UUID), F.lit(True)) for name in uuids)]
-    combined = _all([c for c in checks if c is not None])
-    return F.lit(True) if combined is None else combined
-
-
-def _utf8_ok(col: Column, data_type: T.DataType) -> Column | None:
-    """A check that every string inside `col` is valid UTF-8 (null counts as valid); None when it holds none."""
-    if isinstance(data_type, T.StringType):
-        return F.coalesce(F.is_valid_utf8(col), F.lit(True))
-    if isinstance(data_type, T.StructType):
-        parts = [c for f in data_type.fields if (c := _utf8_ok(col.getField(f.name), f.dataType)) is not None]
-        return _all(parts)
-    if isinstance(data_type, T.ArrayType):
-        return _strings_ok(col, data_type.elementType)
-    if isinstance(data_type, T.MapType):
-        checks = (_strings_ok(F.map_keys(col), T.StringType()), _strings_ok(F.map_values(col), data_type.valueType))
-        return _all([c for c in checks if c is not None])
-    return None
-
-
-def _strings_ok(array: Column, element: T.DataType) -> Column | None:
-    """The UTF-8 check of an array's strings. Strings are checked joined by an ASCII byte (compiled code, where a
-    lambda per element is interpreted): a byte below 0x80 ends any sequence, so the joined text is valid exactly
-    when every string is."""
-    if isinstance(element, T.StringType):
-        return F.coalesce(F.is_valid_utf8(F.array_join(array, "\n")), F.lit(True))
-    if not _has_strings(element):
-        return None
-    return F.coalesce(F.forall(array, lambda x: _utf8_ok(x, element)), F.lit(True))  # type: ignore[arg-type,return-value]
-
-
-def _has_strings(data_type: T.DataType) -> bool:
-    if isinstance(data_type, T.StringType):
-        return True
-    if isinstance(data_type, T.StructType):
-        return any(_has_strings(f.dataType) for f in data_type.fields)
-    if isinstance(data_type, T.ArrayType):
-        return _has_strings(data_type.elementType)
-    return isinstance(data_type, T.MapType)  # keys are strings
 
 
 def _first_match(cases: list[tuple[int, Column]], otherwise: Column) -> Column:

@@ -3,10 +3,14 @@
 Spark gets its jars by path (`spark.jars`), so starting a session never resolves anything over the network.
 Spark's own Ivy resolution (`spark.jars.packages`) is avoided on purpose: it needs repositories this project
 cannot count on, and it pulls transitive jars (Hadoop, Jackson, Parquet) that clash with the ones pyspark ships.
+
+One jar is the project's own: the Avro body check of the JVM decode path (`data/AvroBodyCheck.java`), compiled
+with `javac` against pyspark's jars into the same cache, named by the hash of its source.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -14,6 +18,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from zipfile import ZipFile
 
 from ingestion.errors import JvmError
 from ingestion.paths import state_dir
@@ -139,3 +144,49 @@ def _download(artifacts: ArtifactSet, folder: Path) -> None:
 
 def classpath(artifacts: ArtifactSet) -> str:
     return os.pathsep.join(str(jar) for jar in resolve(artifacts))
+
+
+HELPER_SOURCE = Path(__file__).parent / "data" / "AvroBodyCheck.java"
+HELPER_CLASS = "ingest.AvroBodyCheck"
+# What the helper compiles against, from pyspark's own jars folder (the versions Spark runs with).
+_HELPER_CLASSPATH = ("avro-[0-9]*.jar", "spark-sql-api_*.jar")
+
+
+def helper_jar(cache: Path | None = None) -> Path:
+    """The project's JVM helper jar, compiled once per version of its source (needs `javac`, i.e. a JDK)."""
+    source = HELPER_SOURCE.read_bytes()
+    jar = (cache or jar_cache()) / "helper" / f"ingest-helper-{hashlib.sha1(source).hexdigest()[:12]}.jar"
+    if jar.is_file():
+        return jar
+    javac = shutil.which("javac")
+    if javac is None:
+        raise JvmError("`javac` is not on PATH; a JDK 17 is needed to build the project's JVM helper "
+                       f"({HELPER_SOURCE.name})")
+    import pyspark
+
+    spark_jars = Path(pyspark.__file__).parent / "jars"
+    classpath = [next(iter(sorted(spark_jars.glob(pattern))), None) for pattern in _HELPER_CLASSPATH]
+    if None in classpath:
+        raise JvmError(f"pyspark's jars folder {spark_jars} lacks one of {', '.join(_HELPER_CLASSPATH)}")
+    log.info("compiling %s into %s", HELPER_SOURCE.name, jar)
+    with tempfile.TemporaryDirectory(prefix="ingest-javac-") as tmp:
+        classes = Path(tmp) / "classes"
+        cmd = [javac, "--release", "17", "-nowarn", "-cp", os.pathsep.join(map(str, classpath)),
+               "-d", str(classes), str(HELPER_SOURCE)]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise JvmError(f"javac could not compile {HELPER_SOURCE}:\n{done.stderr[-2000:]}")
+        staging = Path(tmp) / jar.name
+        with ZipFile(staging, "w") as out:
+            for path in sorted(classes.rglob("*.class")):
+                out.write(path, path.relative_to(classes).as_posix())
+        jar.parent.mkdir(parents=True, exist_ok=True)
+        for old in jar.parent.glob("ingest-helper-*.jar"):
+            old.unlink()
+        shutil.move(str(staging), str(jar))
+    return jar
+
+
+def spark_jars() -> list[Path]:
+    """Every jar a Spark session of this project needs: the resolved Maven set and the helper."""
+    return [*resolve(SPARK_JARS), helper_jar()]

@@ -55,7 +55,7 @@ def builder(app_name: str = "ingest", master: str | None = None,
     settings = dict(DEFAULTS)
     if master and master.startswith("local"):
         settings.update(LOCAL_DEFAULTS)
-    settings["spark.jars"] = ",".join(str(jar) for jar in jvm.resolve(jvm.SPARK_JARS))
+    settings["spark.jars"] = ",".join(str(jar) for jar in jvm.spark_jars())
     java_opts = " ".join([f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
                           *(f"-D{key}={value}" for key, value in AVRO_LIMITS.items())])
     settings["spark.driver.extraJavaOptions"] = java_opts
