@@ -64,6 +64,11 @@ class DeltaTxn:
             return "the rows' schema differs from the table's"
         return None
 
+    def properties(self) -> dict[str, str]:
+        """The table's properties as this transaction read them."""
+        scala_map = self._txn.metadata().configuration()
+        return dict(self._jvm.scala.jdk.javaapi.CollectionConverters.asJava(scala_map))
+
     def partition_columns(self) -> tuple[str, ...]:
         columns = self._txn.metadata().partitionColumns()
         return tuple(columns.apply(i) for i in range(columns.size()))

@@ -33,7 +33,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from ingestion import bronze, commit, fastpath, ledger
+from ingestion import bronze, commit, dictionaries, fastpath, ledger
 from ingestion.config import PipelineConfig
 from ingestion.decode import DecodeSpec
 from ingestion.errors import ConfigError, DecodeError
@@ -155,8 +155,24 @@ class BronzeWriter:
         self.bronze.version = txn.commit(files, app_id=self.bronze.app_id, txn_version=batch_id,
                                          user_metadata=record.to_user_metadata())
         _fault_point("after_commit", batch_id)
+        if records >= dictionaries.MIN_VALUES:
+            self._tune_dictionaries(txn, files, batch_id)
         return BatchResult(batch_id, record.rows, 0, int(seen["bytes"]), self.bronze.version, True, record.ranges,
                            max(s["max_timestamp"] for s in stats), time.monotonic() - started, one_pass=True)
+
+    def _tune_dictionaries(self, txn: commit.DeltaTxn, files: list[Any], batch_id: int) -> None:
+        """Turn Parquet's dictionary off for the columns it gave up in this batch's files (see `dictionaries`).
+        The batch is committed already: a failure here costs only the tuning."""
+        try:
+            learnt = dictionaries.learn(txn.spark, self.config.table_path, txn.properties(), txn.file_paths(files))
+        except Exception as exc:  # noqa: BLE001 - an optimization; the batch stands whatever happens here
+            log.warning("%s batch %d: could not tune Parquet dictionaries: %s", self.config.name, batch_id,
+                        str(exc).splitlines()[0])
+            return
+        if learnt:
+            log.info("%s batch %d: Parquet wrote %d columns without their dictionary (%s); later batches do not "
+                     "build one (table property %s<column> = false)", self.config.name, batch_id, len(learnt),
+                     ", ".join(learnt), dictionaries.PREFIX)
 
     def _settled(self, kafka_rows: DataFrame, batch_id: int, ingested_at: dt.datetime,
                  started: float) -> BatchResult | None:
