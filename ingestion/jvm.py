@@ -176,14 +176,15 @@ def helper_jar(cache: Path | None = None) -> Path:
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise JvmError(f"javac could not compile {HELPER_SOURCE}:\n{done.stderr[-2000:]}")
-        staging = Path(tmp) / jar.name
+        jar.parent.mkdir(parents=True, exist_ok=True)
+        staging = jar.parent / f".{jar.name}.{os.getpid()}"
         with ZipFile(staging, "w") as out:
             for path in sorted(classes.rglob("*.class")):
                 out.write(path, path.relative_to(classes).as_posix())
-        jar.parent.mkdir(parents=True, exist_ok=True)
-        for old in jar.parent.glob("ingest-helper-*.jar"):
-            old.unlink()
-        shutil.move(str(staging), str(jar))
+        os.replace(staging, jar)  # atomic: a process starting Spark meanwhile sees no jar or the whole jar
+    for old in jar.parent.glob("ingest-helper-*.jar"):
+        if old != jar:
+            old.unlink(missing_ok=True)
     return jar
 
 
