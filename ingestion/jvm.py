@@ -164,10 +164,10 @@ def helper_jar(cache: Path | None = None) -> Path:
                        f"({HELPER_SOURCE.name})")
     import pyspark
 
-    spark_jars = Path(pyspark.__file__).parent / "jars"
-    classpath = [next(iter(sorted(spark_jars.glob(pattern))), None) for pattern in _HELPER_CLASSPATH]
+    pyspark_jars = Path(pyspark.__file__).parent / "jars"
+    classpath = [next(iter(sorted(pyspark_jars.glob(pattern))), None) for pattern in _HELPER_CLASSPATH]
     if None in classpath:
-        raise JvmError(f"pyspark's jars folder {spark_jars} lacks one of {', '.join(_HELPER_CLASSPATH)}")
+        raise JvmError(f"pyspark's jars folder {pyspark_jars} lacks one of {', '.join(_HELPER_CLASSPATH)}")
     log.info("compiling %s into %s", HELPER_SOURCE.name, jar)
     with tempfile.TemporaryDirectory(prefix="ingest-javac-") as tmp:
         classes = Path(tmp) / "classes"

@@ -144,7 +144,8 @@ class BronzeWriter:
                          "the Python decoder", self.config.name, batch_id, unverified, records)
             return None
         log.debug("batch %d: decoded and written in %.2fs", batch_id, time.monotonic() - started)
-        stats = bronze.written_stats(spark, txn.file_paths(files))
+        paths = txn.file_paths(files)
+        stats = bronze.written_stats(spark, paths)
         record, _ = self._records(stats, batch_id)
         if record.rows != records:
             txn.discard(files)
@@ -156,15 +157,15 @@ class BronzeWriter:
                                          user_metadata=record.to_user_metadata())
         _fault_point("after_commit", batch_id)
         if records >= dictionaries.MIN_VALUES:
-            self._tune_dictionaries(txn, files, batch_id)
+            self._tune_dictionaries(txn, paths, batch_id)
         return BatchResult(batch_id, record.rows, 0, int(seen["bytes"]), self.bronze.version, True, record.ranges,
                            max(s["max_timestamp"] for s in stats), time.monotonic() - started, one_pass=True)
 
-    def _tune_dictionaries(self, txn: commit.DeltaTxn, files: list[Any], batch_id: int) -> None:
+    def _tune_dictionaries(self, txn: commit.DeltaTxn, paths: list[str], batch_id: int) -> None:
         """Turn Parquet's dictionary off for the columns it gave up in this batch's files (see `dictionaries`).
         The batch is committed already: a failure here costs only the tuning."""
         try:
-            learnt = dictionaries.learn(txn.spark, self.config.table_path, txn.properties(), txn.file_paths(files))
+            learnt = dictionaries.learn(txn.spark, self.config.table_path, txn.properties(), paths)
         except Exception as exc:  # noqa: BLE001 - an optimization; the batch stands whatever happens here
             log.warning("%s batch %d: could not tune Parquet dictionaries: %s", self.config.name, batch_id,
                         str(exc).splitlines()[0])

@@ -139,6 +139,14 @@ public final class AvroBodyCheck implements UDF1<byte[], Boolean> {
             return (int) n;
         }
 
+        /** Skips a length-prefixed value (bytes, a string, a map key); where it starts. */
+        int take(long max) {
+            int n = length(max);
+            int start = pos;
+            pos += n;
+            return start;
+        }
+
         void skip(int n) {
             if (n > buf.length - pos) {
                 throw Bad.INSTANCE;
@@ -195,7 +203,7 @@ public final class AvroBodyCheck implements UDF1<byte[], Boolean> {
                 }
                 return new Node() {
                     boolean read(Cursor in) {
-                        in.skip(in.length(MAX_LENGTH));
+                        in.take(MAX_LENGTH);
                         return true;
                     }
                 };
@@ -315,19 +323,15 @@ public final class AvroBodyCheck implements UDF1<byte[], Boolean> {
 
     private static final class StringNode extends Node {
         boolean read(Cursor in) {
-            int n = in.length(MAX_LENGTH);
-            int start = in.pos;
-            in.pos += n;
+            int start = in.take(MAX_LENGTH);
             return validUtf8(in.buf, start, in.pos);
         }
     }
 
     private static final class UuidNode extends Node {
         boolean read(Cursor in) {
-            int n = in.length(MAX_LENGTH);
-            int start = in.pos;
-            in.pos += n;
-            return n == 36 && canonicalUuid(in.buf, start);
+            int start = in.take(MAX_LENGTH);
+            return in.pos - start == 36 && canonicalUuid(in.buf, start);
         }
     }
 
@@ -339,9 +343,8 @@ public final class AvroBodyCheck implements UDF1<byte[], Boolean> {
         }
 
         boolean read(Cursor in) {
-            int n = in.length(MAX_LENGTH);
-            int start = in.pos;
-            in.pos += n;
+            int start = in.take(MAX_LENGTH);
+            int n = in.pos - start;
             if (n == 0) {
                 return false;  // Java's BigInteger refuses it; Python reads 0
             }
@@ -433,9 +436,7 @@ public final class AvroBodyCheck implements UDF1<byte[], Boolean> {
             }
             for (long i = 0; i < count; i++) {
                 if (keyed) {
-                    int n = in.length(MAX_LENGTH);
-                    int start = in.pos;
-                    in.pos += n;
+                    int start = in.take(MAX_LENGTH);
                     if (!validUtf8(in.buf, start, in.pos)) {
                         return false;
                     }
@@ -450,43 +451,48 @@ public final class AvroBodyCheck implements UDF1<byte[], Boolean> {
 
     // --- text ----------------------------------------------------------------------------------------------
 
-    /** Strict UTF-8 (RFC 3629, as Python's decoder): shortest forms, no surrogates, at most U+10FFFF. */
+    /**
+     * Strict UTF-8 (RFC 3629, as Python's decoder): the well-formed sequences of Unicode's table 3-7, so no
+     * overlong forms, no surrogates, nothing above U+10FFFF. The lead byte gives the length and the range of the
+     * second byte; the other continuation bytes are 80..BF.
+     */
     static boolean validUtf8(byte[] b, int from, int to) {
         int i = from;
         while (i < to) {
-            int c = b[i];
-            if (c >= 0) {
+            int c = b[i] & 0xff;
+            if (c < 0x80) {
                 i++;
                 continue;
             }
-            c &= 0xff;
+            int n;
+            int lo = 0x80;
+            int hi = 0xbf;
             if (c >= 0xc2 && c <= 0xdf) {
-                if (i + 1 >= to || !cont(b[i + 1])) {
-                    return false;
-                }
-                i += 2;
+                n = 2;
             } else if (c >= 0xe0 && c <= 0xef) {
-                if (i + 2 >= to) {
-                    return false;
-                }
-                int c1 = b[i + 1] & 0xff;
-                if ((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 > 0x9f) || !cont(b[i + 1]) || !cont(b[i + 2])) {
-                    return false;
-                }
-                i += 3;
+                n = 3;
+                lo = c == 0xe0 ? 0xa0 : lo;  // shorter forms of E0 are overlong
+                hi = c == 0xed ? 0x9f : hi;  // ED A0..BF are surrogates
             } else if (c >= 0xf0 && c <= 0xf4) {
-                if (i + 3 >= to) {
-                    return false;
-                }
-                int c1 = b[i + 1] & 0xff;
-                if ((c == 0xf0 && c1 < 0x90) || (c == 0xf4 && c1 > 0x8f)
-                        || !cont(b[i + 1]) || !cont(b[i + 2]) || !cont(b[i + 3])) {
-                    return false;
-                }
-                i += 4;
+                n = 4;
+                lo = c == 0xf0 ? 0x90 : lo;  // overlong
+                hi = c == 0xf4 ? 0x8f : hi;  // above U+10FFFF
             } else {
+                return false;  // a continuation byte, C0/C1 (overlong) or F5..FF
+            }
+            if (to - i < n) {
                 return false;
             }
+            int second = b[i + 1] & 0xff;
+            if (second < lo || second > hi) {
+                return false;
+            }
+            for (int k = 2; k < n; k++) {
+                if (!cont(b[i + k])) {
+                    return false;
+                }
+            }
+            i += n;
         }
         return true;
     }
