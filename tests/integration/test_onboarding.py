@@ -120,7 +120,9 @@ def test_every_start_position(spark, kafka_servers, make_topic, orders_schema, t
     from confluent_kafka import Producer
 
     topic = make_topic(partitions=2)
-    base = int(dt.datetime(2026, 6, 1, tzinfo=dt.UTC).timestamp() * 1000)
+    # An hour ago, on a whole second: within the broker's 7-day retention. A fixed date months back was deleted
+    # by the broker's retention check whenever that ran between producing and reading (offset out of range).
+    base = (int(time.time()) - 3600) * 1000
     producer = Producer({"bootstrap.servers": kafka_servers})
     for seq in range(20):  # partition = seq % 2, offset = seq // 2, timestamp = base + seq seconds
         producer.produce(topic, value=encode(1, avro_body(orders_schema, order(seq, random.Random(seq)))),
