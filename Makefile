@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	rm -f $(VENV)/.installed-* && touch $@
 
-.ingest/jars/.ready: $(STAMP) ingestion/jvm.py ingestion/data/AvroBodyCheck.java
+.ingest/jars/.ready: $(STAMP) ingestion/jvm.py $(wildcard ingestion/data/*.java)
 	$(BIN)/ingest jars
 	touch $@
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from ingestion import jvm
 from ingestion.decode import PAYLOAD, BatchDecoder, DecodeSpec
 from ingestion.errors import SchemaError
 
@@ -120,13 +122,26 @@ def batch_stats(decoded: DataFrame) -> list[dict[str, Any]]:
     return sorted(stats, key=lambda r: (r["topic"], r["partition"]))
 
 
-def written_stats(spark: SparkSession, paths: list[str]) -> list[dict[str, Any]]:
-    """`batch_stats` of rows just written as bronze data files (read back: their coordinate columns only). Value
-    bytes are not in bronze: `bytes` is 0."""
-    if not paths:
-        return []
-    rows = spark.read.parquet(*paths).select(
-        F.col("_kafka_topic").alias("topic"), F.col("_kafka_partition").alias("partition"),
-        F.col("_kafka_offset").alias("offset"), F.col("_kafka_timestamp").alias("timestamp"), "_schema_id",
-        F.lit(None).cast("string").alias("_error_class"), F.lit(None).cast("int").alias("_value_bytes"))
-    return batch_stats(rows)
+SUMMARY_FUNCTION = "ingest_partition_summary"
+
+
+def observed_summary(spark: SparkSession) -> Column:
+    """The per topic partition summary of the rows, as one aggregate for `DataFrame.observe` (the project's
+    `data/PartitionSummary.java`): computed while the rows are written, with no pass of its own. Read it back with
+    `observed_stats`."""
+    if not spark.catalog.functionExists(SUMMARY_FUNCTION):
+        java: Any = spark._jvm
+        spark._jsparkSession.udf().register(SUMMARY_FUNCTION, getattr(java, jvm.SUMMARY_CLASS).function())
+    return F.call_function(SUMMARY_FUNCTION, F.col("topic"), F.col("partition"), F.col("offset"),
+                           F.unix_micros("timestamp"), F.col("_schema_id"))
+
+
+def observed_stats(summary: str) -> list[dict[str, Any]]:
+    """`batch_stats` of rows that all land in bronze, from `observed_summary`'s value. Value bytes are counted by
+    the caller: `bytes` is 0."""
+    stats = json.loads(summary)
+    for s in stats:
+        micros = s["max_timestamp"]
+        s["max_timestamp"] = None if micros is None else _EPOCH + dt.timedelta(microseconds=micros)
+        s.update(failed_first=None, failed_last=None, failed=0, bytes=0, unknown_ids=[])
+    return sorted(stats, key=lambda r: (r["topic"], r["partition"]))

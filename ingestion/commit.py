@@ -100,6 +100,14 @@ class DeltaTxn:
             files.append(it.next())
         return files
 
+    def written_records(self, files: list[Any]) -> int:
+        """How many rows the written files hold: from the statistics Delta collected while writing them, or, where
+        it collected none (`spark.databricks.delta.stats.collect` off), counted from the files' footers."""
+        counts: list[int | None] = [json.loads(f.stats()).get("numRecords") if f.stats() else None for f in files]
+        if None not in counts:
+            return sum(c or 0 for c in counts)
+        return self.spark.read.parquet(*self.file_paths(files)).count() if files else 0
+
     def file_paths(self, files: list[Any]) -> list[str]:
         """Absolute paths of the written files."""
         return [path.toString() for path in self._hadoop_paths(files)]

@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.utils import AnalysisException
 
-from ingestion import avro, jvm
+from ingestion import avro, bronze, jvm
 from ingestion.decode import DECODER_COLUMNS, HEADER_SIZE, PAYLOAD, BatchDecoder, DecodeSpec, encode
 from ingestion.errors import SchemaError
 
@@ -66,9 +66,10 @@ def unusable(spark: SparkSession, spec: DecodeSpec) -> str | None:
         return f"Spark's from_avro is not available (spark-avro jar): {str(exc).splitlines()[0]}"
     try:
         _body_check(spark, spec.reader_schema, HEADER_SIZE)
+        bronze.observed_summary(spark)
     except Exception as exc:  # noqa: BLE001 - py4j reports a missing class or a schema Avro refuses as it can
-        return (f"the project's Avro body check ({jvm.HELPER_CLASS}) is not usable; is the helper jar "
-                f"(`ingest jars`) in spark.jars? {str(exc).strip().splitlines()[-1][:300]}")
+        return (f"the project's JVM helper ({jvm.HELPER_CLASS}, {jvm.SUMMARY_CLASS}) is not usable; is the helper "
+                f"jar (`ingest jars`) in spark.jars? {str(exc).strip().splitlines()[-1][:300]}")
     if jvm_type.simpleString() != spec.payload_type.simpleString():
         return (f"Spark's from_avro maps the schema to {jvm_type.simpleString()}, "
                 f"the table has {spec.payload_type.simpleString()}")

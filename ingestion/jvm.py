@@ -4,8 +4,9 @@ Spark gets its jars by path (`spark.jars`), so starting a session never resolves
 Spark's own Ivy resolution (`spark.jars.packages`) is avoided on purpose: it needs repositories this project
 cannot count on, and it pulls transitive jars (Hadoop, Jackson, Parquet) that clash with the ones pyspark ships.
 
-One jar is the project's own: the Avro body check of the JVM decode path (`data/AvroBodyCheck.java`), compiled
-with `javac` against pyspark's jars into the same cache, named by the hash of its source.
+One jar is the project's own (`data/*.java`: the Avro body check of the JVM decode path, the per-partition
+summary aggregate of the one-pass write), compiled with `javac` against pyspark's jars into the same cache, named
+by the hash of its sources.
 """
 
 from __future__ import annotations
@@ -146,36 +147,39 @@ def classpath(artifacts: ArtifactSet) -> str:
     return os.pathsep.join(str(jar) for jar in resolve(artifacts))
 
 
-HELPER_SOURCE = Path(__file__).parent / "data" / "AvroBodyCheck.java"
+HELPER_SOURCES = tuple(sorted((Path(__file__).parent / "data").glob("*.java")))
 HELPER_CLASS = "ingest.AvroBodyCheck"
+SUMMARY_CLASS = "ingest.PartitionSummary"
 # What the helper compiles against, from pyspark's own jars folder (the versions Spark runs with).
-_HELPER_CLASSPATH = ("avro-[0-9]*.jar", "spark-sql-api_*.jar")
+_HELPER_CLASSPATH = ("avro-[0-9]*.jar", "spark-sql-api_*.jar", "scala-library-*.jar", "scala-reflect-*.jar")
 
 
 def helper_jar(cache: Path | None = None) -> Path:
-    """The project's JVM helper jar, compiled once per version of its source (needs `javac`, i.e. a JDK)."""
-    source = HELPER_SOURCE.read_bytes()
-    jar = (cache or jar_cache()) / "helper" / f"ingest-helper-{hashlib.sha1(source).hexdigest()[:12]}.jar"
+    """The project's JVM helper jar, compiled once per version of its sources (needs `javac`, i.e. a JDK)."""
+    digest = hashlib.sha1()
+    for source in HELPER_SOURCES:
+        digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
+    jar = (cache or jar_cache()) / "helper" / f"ingest-helper-{digest.hexdigest()[:12]}.jar"
     if jar.is_file():
         return jar
+    names = ", ".join(source.name for source in HELPER_SOURCES)
     javac = shutil.which("javac")
     if javac is None:
-        raise JvmError("`javac` is not on PATH; a JDK 17 is needed to build the project's JVM helper "
-                       f"({HELPER_SOURCE.name})")
+        raise JvmError(f"`javac` is not on PATH; a JDK 17 is needed to build the project's JVM helper ({names})")
     import pyspark
 
     pyspark_jars = Path(pyspark.__file__).parent / "jars"
     classpath = [next(iter(sorted(pyspark_jars.glob(pattern))), None) for pattern in _HELPER_CLASSPATH]
     if None in classpath:
         raise JvmError(f"pyspark's jars folder {pyspark_jars} lacks one of {', '.join(_HELPER_CLASSPATH)}")
-    log.info("compiling %s into %s", HELPER_SOURCE.name, jar)
+    log.info("compiling %s into %s", names, jar)
     with tempfile.TemporaryDirectory(prefix="ingest-javac-") as tmp:
         classes = Path(tmp) / "classes"
         cmd = [javac, "--release", "17", "-nowarn", "-cp", os.pathsep.join(map(str, classpath)),
-               "-d", str(classes), str(HELPER_SOURCE)]
+               "-d", str(classes), *map(str, HELPER_SOURCES)]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            raise JvmError(f"javac could not compile {HELPER_SOURCE}:\n{done.stderr[-2000:]}")
+            raise JvmError(f"javac could not compile {names}:\n{done.stderr[-2000:]}")
         jar.parent.mkdir(parents=True, exist_ok=True)
         staging = jar.parent / f".{jar.name}.{os.getpid()}"
         with ZipFile(staging, "w") as out:

@@ -4,9 +4,10 @@ Every commit carries `txnAppId` (bronze: the checkpoint's id; quarantine: the sa
 `txnVersion = batch id`, and the batch's offset ranges (the ledger) as the commit's `userMetadata`. A batch is
 written one of two ways:
 
-- **One pass** (most batches): one Spark job decodes the records with Spark's from_avro, verifies them and writes
-  the bronze files through Delta's transaction API (commit.py). If the JVM verified every record, the ledger is
-  summarized from the written files and the files commit together with the SetTransaction. Otherwise the files
+- **One pass** (most batches): one Spark job decodes the records with Spark's from_avro, verifies them, summarizes
+  their offsets per partition (an observed aggregate) and writes the bronze files through Delta's transaction
+  API (commit.py). If the JVM verified every record and the files hold them all, the files commit together with
+  the SetTransaction and the ledger. Otherwise the files
   are deleted uncommitted and the batch is settled instead (and so is the next one, until a batch has nothing
   for the Python decoder).
 - **Settled**: decode once into a cache (the JVM where it can verify, the Python decoder for the rest, see
@@ -115,19 +116,20 @@ class BronzeWriter:
 
     def _one_pass(self, kafka_rows: DataFrame, batch_id: int, ingested_at: dt.datetime,
                   started: float) -> BatchResult | None:
-        """The batch in one Spark job: decode, verify and write the bronze files; then, if every record was
-        verified by the JVM, summarize the files and commit them with the ledger record. None when the batch
-        needs the settled path (records to decode in Python or to quarantine, a schema change, a replay)."""
+        """The batch in one Spark job: decode, verify, summarize and write the bronze files; then, if every record
+        was verified by the JVM and the files hold every record, commit them with the ledger record. None when the
+        batch needs the settled path (records to decode in Python or to quarantine, a schema change, a replay)."""
         spark = kafka_rows.sparkSession
         txn = commit.DeltaTxn(spark, self.config.table_path)
         observation = Observation()
         decoded = fastpath.decode(kafka_rows, self.resolver.spec).observe(
             observation, F.count(F.lit(1)).alias("records"), F.count("_error_class").alias("unverified"),
-            F.coalesce(F.sum("_value_bytes"), F.lit(0)).alias("bytes"))
+            F.coalesce(F.sum("_value_bytes"), F.lit(0)).alias("bytes"),
+            bronze.observed_summary(spark).alias("partitions"))
         # The observation sits between the decode and bronze's filter: Spark cannot push the filter below it,
         # so from_avro runs once per record.
         rows = bronze.bronze_rows(decoded, batch_id=batch_id, ingested_at=ingested_at)
-        reason = txn.incompatible(rows.schema) or _coordinates_partitioned(txn.partition_columns())
+        reason = txn.incompatible(rows.schema)
         if reason is not None:
             log.debug("batch %d: not in one pass: %s", batch_id, reason)
             return None
@@ -144,20 +146,20 @@ class BronzeWriter:
                          "the Python decoder", self.config.name, batch_id, unverified, records)
             return None
         log.debug("batch %d: decoded and written in %.2fs", batch_id, time.monotonic() - started)
-        paths = txn.file_paths(files)
-        stats = bronze.written_stats(spark, paths)
-        record, _ = self._records(stats, batch_id)
-        if record.rows != records:
+        in_files = txn.written_records(files)
+        if in_files != records:
             txn.discard(files)
             log.warning("%s batch %d: %d records read, %d in the written files: writing the batch again",
-                        self.config.name, batch_id, records, record.rows)
+                        self.config.name, batch_id, records, in_files)
             return None
+        stats = bronze.observed_stats(seen["partitions"])
+        record, _ = self._records(stats, batch_id)
         _fault_point("before_commit", batch_id)
         self.bronze.version = txn.commit(files, app_id=self.bronze.app_id, txn_version=batch_id,
                                          user_metadata=record.to_user_metadata())
         _fault_point("after_commit", batch_id)
         if records >= dictionaries.MIN_VALUES:
-            self._tune_dictionaries(txn, paths, batch_id)
+            self._tune_dictionaries(txn, txn.file_paths(files), batch_id)
         return BatchResult(batch_id, record.rows, 0, int(seen["bytes"]), self.bronze.version, True, record.ranges,
                            max(s["max_timestamp"] for s in stats), time.monotonic() - started, one_pass=True)
 
@@ -269,13 +271,6 @@ def _right_sized(rows: DataFrame) -> DataFrame:
     """At most one file per core per batch instead of one per Kafka partition (measured on the benchmark,
     6 partitions on 2 cores: 2.7 s -> 2.1 s per batch, and a third of the files for readers)."""
     return rows.coalesce(rows.sparkSession.sparkContext.defaultParallelism)
-
-
-def _coordinates_partitioned(columns: tuple[str, ...]) -> str | None:
-    """The one-pass summary reads the coordinates back from the data files, where partition columns are not."""
-    coordinates = [c for c in columns if c in ("_kafka_topic", "_kafka_partition", "_kafka_offset",
-                                                "_kafka_timestamp", "_schema_id")]
-    return f"the table is partitioned by {coordinates}" if coordinates else None
 
 
 def _first_failure(decoded: DataFrame) -> DecodeError:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from py4j.protocol import Py4JJavaError
+from delta.exceptions import ConcurrentTransactionException  # importing delta converts Delta's JVM errors
 
 from ingestion import commit
 
@@ -43,7 +43,7 @@ def test_a_concurrent_commit_of_the_same_app_id_still_conflicts(spark: Any, tmp_
     first, second = commit.DeltaTxn(spark, str(path)), commit.DeltaTxn(spark, str(path))
     assert first.committed_version("app") == second.committed_version("app") == 0
     first.commit([], app_id="app", txn_version=1, user_metadata="{}")
-    with pytest.raises(Py4JJavaError, match="ConcurrentTransactionException"):
+    with pytest.raises(ConcurrentTransactionException):
         second.commit([], app_id="app", txn_version=1, user_metadata="{}")
     # Another app id committing meanwhile is no conflict.
     third, other = commit.DeltaTxn(spark, str(path)), commit.DeltaTxn(spark, str(path))
@@ -70,3 +70,19 @@ def test_without_the_checksum_delta_is_asked(spark: Any, tmp_path: Path) -> None
     txn = commit.DeltaTxn(spark, str(path))
     assert txn._checksum_transactions() is None
     assert txn.committed_version("app") == 4
+
+
+@pytest.mark.parametrize("statistics", ["true", "false"])
+def test_written_records_counts_the_files_rows_with_or_without_statistics(spark: Any, tmp_path: Path,
+                                                                            statistics: str) -> None:
+    path = tmp_path / "t"
+    _append(spark, path, "app", 0)
+    txn = commit.DeltaTxn(spark, str(path))
+    spark.conf.set("spark.databricks.delta.stats.collect", statistics)
+    try:
+        files = txn.write(spark.range(0, 1234, 1, 3))
+    finally:
+        spark.conf.unset("spark.databricks.delta.stats.collect")
+    assert len(files) == 3 and all(bool(f.stats()) == (statistics == "true") for f in files)
+    assert txn.written_records(files) == 1234
+    assert txn.written_records([]) == 0

@@ -316,6 +316,30 @@ def test_clean_batches_commit_in_one_pass_and_others_take_the_settled_path(spark
     assert on_disk == live
 
 
+def test_a_table_partitioned_by_a_kafka_coordinate_commits_in_one_pass(spark: Any, kafka_rows: Any,
+                                                                         tmp_path: Any) -> None:
+    """The ledger's per-partition summary is computed while the files are written, not read back from them, so
+    it holds for coordinates that are partition columns (which data files do not carry)."""
+    config = _config(tmp_path, "value:\n  format: confluent\n  subject: orders-value\n",
+                     sink="  partitionBy: [_kafka_partition]\n")
+    s = spec()
+    tables.ensure_tables(spark, config, s)
+    results: list[Any] = []
+    writer = BronzeWriter(config=config, app_id="app", resolver=_Specs(s), on_batch=results.append)
+    clean = kafka_rows.where(F.col("offset").isin(sorted(VERIFIED)))
+    writer(clean, 0)
+
+    assert [(r.batch_id, r.one_pass, r.committed, r.rows) for r in results] == [(0, True, True, len(VERIFIED))]
+    assert results[0].max_timestamp == dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    expected, _ = ledger.batch_records(bronze.batch_stats(bronze.decode(clean, s)), pipeline=config.name, batch_id=0,
+                                       kind="stream", app_id="app", quarantine_app_id="app.quarantine")
+    assert [r for r in ledger.history(spark, config.table_path) if r.batch_id == 0] == [expected]
+    assert {p.name for p in Path(config.table_path).iterdir() if not p.name.startswith("_delta")} == {
+        "_kafka_partition=0", "_kafka_partition=1"}
+    table = spark.read.format("delta").load(config.table_path)
+    assert sorted(r[0] for r in table.select("_kafka_offset").collect()) == sorted(VERIFIED)
+
+
 class _Specs:
     """A resolver that already knows its spec (the registry is not what these tests are about)."""
 
@@ -326,8 +350,8 @@ class _Specs:
         return False
 
 
-def _config(tmp_path: Any, extra: str) -> Any:
-    path = pipeline_yaml(tmp_path, topic="t", servers="127.0.0.1:9", extra=extra)
+def _config(tmp_path: Any, extra: str, sink: str = "") -> Any:
+    path = pipeline_yaml(tmp_path, topic="t", servers="127.0.0.1:9", extra=extra, sink=sink)
     text = path.read_text().replace("value:\n  format: confluent\n  subject: orders-value\n", "", 1)
     path.write_text(text)
     return load_pipeline(path)
