@@ -98,6 +98,7 @@ class BronzeWriter:
         self._jvm = False
         self._one_pass_next = True
         self._probe_logged = False
+        self._dictionaries_for: DecodeSpec | None = None  # the spec Parquet's dictionaries were tuned for
 
     def __call__(self, kafka_rows: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
@@ -158,13 +159,15 @@ class BronzeWriter:
         self.bronze.version = txn.commit(files, app_id=self.bronze.app_id, txn_version=batch_id,
                                          user_metadata=record.to_user_metadata())
         _fault_point("after_commit", batch_id)
-        if records >= dictionaries.MIN_VALUES:
+        if records >= dictionaries.MIN_VALUES and self._dictionaries_for is not self.resolver.spec:
+            self._dictionaries_for = self.resolver.spec
             self._tune_dictionaries(txn, txn.file_paths(files), batch_id)
         return BatchResult(batch_id, record.rows, 0, int(seen["bytes"]), self.bronze.version, True, record.ranges,
                            max(s["max_timestamp"] for s in stats), time.monotonic() - started, one_pass=True)
 
     def _tune_dictionaries(self, txn: commit.DeltaTxn, paths: list[str], batch_id: int) -> None:
-        """Turn Parquet's dictionary off for the columns it gave up in this batch's files (see `dictionaries`).
+        """Turn Parquet's dictionary off for the columns it gave up in this batch's files (see `dictionaries`),
+        once per run and schema version: the first large batch decides, later ones do not read footers again.
         The batch is committed already: a failure here costs only the tuning."""
         try:
             learnt = dictionaries.learn(txn.spark, self.config.table_path, txn.properties(), paths)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
 from fastavro import parse_schema, schemaless_writer
 from pyspark.sql import functions as F
 
@@ -51,7 +52,11 @@ def dictionary_pages(path: Path) -> dict[str, bool]:
     return {group.column(i).path_in_schema: group.column(i).has_dictionary_page for i in range(meta.num_columns)}
 
 
-def test_columns_parquet_wrote_plain_are_written_without_a_dictionary(spark: Any, tmp_path: Any) -> None:
+def test_columns_parquet_wrote_plain_are_written_without_a_dictionary(spark: Any, tmp_path: Any,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    judged: list[int] = []  # how many files' footers were judged, per call
+    abandoned = dictionaries.abandoned
+    monkeypatch.setattr(dictionaries, "abandoned", lambda s, paths: judged.append(len(paths)) or abandoned(s, paths))
     config = _config(tmp_path, "value:\n  format: confluent\n  subject: orders-value\n"
                                "sink:\n  tableProperties:\n    parquet.enable.dictionary#pinned: 'true'\n"
                                    "    parquet.enable.dictionary#region: 'false'\n")
@@ -83,6 +88,7 @@ def test_columns_parquet_wrote_plain_are_written_without_a_dictionary(spark: Any
     assert not after["id"] and not after["_kafka_offset"]
 
     assert [(r.batch_id, r.one_pass, r.rows) for r in results] == [(0, True, ROWS), (1, True, ROWS)]
+    assert judged == [1]  # the first large batch decided; the second read no footers
     landed = spark.read.format("delta").load(str(table))
     assert landed.count() == 2 * ROWS
     assert landed.agg(F.countDistinct("id")).first()[0] == 2 * ROWS
