@@ -10,7 +10,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ingestion import jvm
+from ingestion import jvm, sessions
 from ingestion.decode import PAYLOAD, BatchDecoder, DecodeSpec
 from ingestion.errors import SchemaError
 
@@ -123,21 +123,20 @@ def batch_stats(decoded: DataFrame) -> list[dict[str, Any]]:
 
 
 SUMMARY_FUNCTION = "ingest_partition_summary"
-_SUMMARIES: dict[int, tuple[SparkSession, Column]] = {}  # by session, registered once (the value keeps it alive)
 
 
 def observed_summary(spark: SparkSession) -> Column:
     """The per topic partition summary of the rows, as one aggregate for `DataFrame.observe` (the project's
     `data/PartitionSummary.java`): computed while the rows are written, with no pass of its own. Read it back with
-    `observed_stats`."""
-    known = _SUMMARIES.get(id(spark))
-    if known is None or known[0] is not spark:
-        java: Any = spark._jvm
-        spark._jsparkSession.udf().register(SUMMARY_FUNCTION, getattr(java, jvm.SUMMARY_CLASS).function())
-        column = F.call_function(SUMMARY_FUNCTION, F.col("topic"), F.col("partition"), F.col("offset"),
-                                 F.unix_micros("timestamp"), F.col("_schema_id"))
-        known = _SUMMARIES[id(spark)] = (spark, column)
-    return known[1]
+    `observed_stats`. The function is registered once per session."""
+    def register() -> Column:
+        if not spark.catalog.functionExists(SUMMARY_FUNCTION):  # a streaming query's session has its parent's
+            java: Any = spark._jvm
+            spark._jsparkSession.udf().register(SUMMARY_FUNCTION, getattr(java, jvm.SUMMARY_CLASS).function())
+        return F.call_function(SUMMARY_FUNCTION, F.col("topic"), F.col("partition"), F.col("offset"),
+                               F.unix_micros("timestamp"), F.col("_schema_id"))
+
+    return sessions.once(spark, SUMMARY_FUNCTION, register)
 
 
 def observed_stats(summary: str) -> list[dict[str, Any]]:

@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.utils import AnalysisException
 
-from ingestion import avro, bronze, jvm
+from ingestion import avro, bronze, jvm, sessions
 from ingestion.decode import DECODER_COLUMNS, HEADER_SIZE, PAYLOAD, BatchDecoder, DecodeSpec, encode
 from ingestion.errors import SchemaError
 
@@ -110,16 +110,11 @@ class _Plan(NamedTuple):
     columns: list[Column]  # DECODER_COLUMNS, over the stage and _verified
 
 
-# Plans by (session, spec): the expressions are the same for every batch, and building them costs about 2,000
-# py4j calls (~0.3 to 0.6 s a batch on the benchmark's 20 fields). The values keep their keys' objects alive.
-_PLANS: dict[tuple[int, int], tuple[SparkSession, DecodeSpec, _Plan]] = {}
-
-
 def _plan(spark: SparkSession, spec: DecodeSpec) -> _Plan:
-    known = _PLANS.get((id(spark), id(spec)))
-    if known is None or known[0] is not spark or known[1] is not spec:
-        known = _PLANS[(id(spark), id(spec))] = (spark, spec, _build(spark, spec))
-    return known[2]
+    """The expressions for a spec, built once per session: they are the same for every batch, and building them
+    costs about 2,000 py4j calls (0.3 to 0.6 s a batch on the benchmark's 20 fields). The cached value holds the
+    spec, so its id, in the key, cannot be reused by another spec."""
+    return sessions.once(spark, ("decode plan", id(spec)), lambda: (spec, _build(spark, spec)))[1]
 
 
 def _build(spark: SparkSession, spec: DecodeSpec) -> _Plan:

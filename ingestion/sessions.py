@@ -1,0 +1,27 @@
+"""Values built once per Spark session: registered functions and the expressions that call them.
+
+`foreachBatch` hands every batch a new Python `SparkSession` over the same JVM session, so a session is known by
+its JVM object, not by the Python one (keyed on the Python object, a cache would miss and grow every batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
+
+from pyspark.sql import SparkSession
+
+T = TypeVar("T")
+
+_BUILT: dict[tuple[int, Hashable], tuple[Any, Any]] = {}  # (JVM identity hash, key) -> (JVM session, value)
+
+
+def once(spark: SparkSession, key: Hashable, build: Callable[[], T]) -> T:
+    """`build()` the first time `key` is asked for in this JVM session, the same value after that. Keys should
+    not hold objects that can die and be replaced by others with the same key (hold them in the value)."""
+    session: Any = spark._jsparkSession
+    slot = (int(session.hashCode()), key)
+    known = _BUILT.get(slot)
+    if known is None or not known[0].equals(session):
+        known = _BUILT[slot] = (session, build())
+    return known[1]  # type: ignore[no-any-return]
