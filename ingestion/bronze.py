@@ -115,8 +115,13 @@ def batch_stats(decoded: DataFrame) -> list[dict[str, Any]]:
         F.array_sort(F.collect_set(F.when(F.col("_error_class") == "UnknownSchemaError", F.col("_schema_id"))))
         .alias("unknown_ids"),
     ).collect()
-    stats = [row.asDict() for row in rows]
-    for s in stats:  # as an aware UTC datetime: collect() would give a naive one in this process's time zone
+    return _by_partition([row.asDict() for row in rows])
+
+
+def _by_partition(stats: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Summaries sorted by (topic, partition), their newest timestamp (microseconds) as an aware UTC datetime:
+    collect() would give a naive one in this process's time zone."""
+    for s in stats:
         micros = s["max_timestamp"]
         s["max_timestamp"] = None if micros is None else _EPOCH + dt.timedelta(microseconds=micros)
     return sorted(stats, key=lambda r: (r["topic"], r["partition"]))
@@ -130,9 +135,9 @@ def observed_summary(spark: SparkSession) -> Column:
     `data/PartitionSummary.java`): computed while the rows are written, with no pass of its own. Read it back with
     `observed_stats`. The function is registered once per session."""
     def register() -> Column:
-        if not spark.catalog.functionExists(SUMMARY_FUNCTION):  # a streaming query's session has its parent's
-            java: Any = spark._jvm
-            spark._jsparkSession.udf().register(SUMMARY_FUNCTION, getattr(java, jvm.SUMMARY_CLASS).function())
+        java: Any = spark._jvm
+        sessions.register(spark, SUMMARY_FUNCTION, lambda udf: udf.register(
+            SUMMARY_FUNCTION, getattr(java, jvm.SUMMARY_CLASS).function()))
         return F.call_function(SUMMARY_FUNCTION, F.col("topic"), F.col("partition"), F.col("offset"),
                                F.unix_micros("timestamp"), F.col("_schema_id"))
 
@@ -144,7 +149,5 @@ def observed_stats(summary: str) -> list[dict[str, Any]]:
     the caller: `bytes` is 0."""
     stats = json.loads(summary)
     for s in stats:
-        micros = s["max_timestamp"]
-        s["max_timestamp"] = None if micros is None else _EPOCH + dt.timedelta(microseconds=micros)
         s.update(failed_first=None, failed_last=None, failed=0, bytes=0, unknown_ids=[])
-    return sorted(stats, key=lambda r: (r["topic"], r["partition"]))
+    return _by_partition(stats)

@@ -88,10 +88,6 @@ class DeltaTxn:
         scala_map = self._txn.metadata().configuration()
         return dict(self._jvm.scala.jdk.javaapi.CollectionConverters.asJava(scala_map))
 
-    def partition_columns(self) -> tuple[str, ...]:
-        columns = self._txn.metadata().partitionColumns()
-        return tuple(columns.apply(i) for i in range(columns.size()))
-
     def write(self, rows: DataFrame) -> list[Any]:
         """Write the rows as data files of the table (one Spark job), not committed yet: the files' actions."""
         written = self._txn.writeFiles(rows._jdf)
@@ -103,7 +99,8 @@ class DeltaTxn:
     def written_records(self, files: list[Any]) -> int:
         """How many rows the written files hold: from the statistics Delta collected while writing them, or, where
         it collected none (`spark.databricks.delta.stats.collect` off), counted from the files' footers."""
-        counts: list[int | None] = [json.loads(f.stats()).get("numRecords") if f.stats() else None for f in files]
+        stats = [f.stats() for f in files]
+        counts: list[int | None] = [json.loads(text).get("numRecords") if text else None for text in stats]
         if None not in counts:
             return sum(c or 0 for c in counts)
         return self.spark.read.parquet(*self.file_paths(files)).count() if files else 0

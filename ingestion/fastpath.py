@@ -85,11 +85,9 @@ def _from_avro_type(spark: SparkSession, schema: str) -> T.DataType:
 def _body_check(spark: SparkSession, schema: str, header: int) -> str:
     """Register the Avro body check for a schema as a session function; its name (one per schema and header)."""
     name = f"ingest_avro_ok_{hashlib.sha1(schema.encode()).hexdigest()[:12]}_{header}"
-    if not spark.catalog.functionExists(name):
-        java = spark._jvm
-        assert java is not None
-        check = getattr(java, jvm.HELPER_CLASS)(schema, header)
-        spark._jsparkSession.udf().register(name, check, java.org.apache.spark.sql.types.DataTypes.BooleanType)
+    java: Any = spark._jvm
+    sessions.register(spark, name, lambda udf: udf.register(
+        name, getattr(java, jvm.HELPER_CLASS)(schema, header), java.org.apache.spark.sql.types.DataTypes.BooleanType))
     return name
 
 

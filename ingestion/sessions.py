@@ -25,3 +25,10 @@ def once(spark: SparkSession, key: Hashable, build: Callable[[], T]) -> T:
     if known is None or not known[0].equals(session):
         known = _BUILT[slot] = (session, build())
     return known[1]  # type: ignore[no-any-return]
+
+
+def register(spark: SparkSession, name: str, add: Callable[[Any], object]) -> None:
+    """Register a JVM function as `name` with `add(spark's UDFRegistration)`, unless the session has it already
+    (a streaming query's session starts with its parent's functions; registering again logs a WARN)."""
+    if not spark.catalog.functionExists(name):
+        add(spark._jsparkSession.udf())

@@ -7,9 +7,8 @@ written one of two ways:
 - **One pass** (most batches): one Spark job decodes the records with Spark's from_avro, verifies them, summarizes
   their offsets per partition (an observed aggregate) and writes the bronze files through Delta's transaction
   API (commit.py). If the JVM verified every record and the files hold them all, the files commit together with
-  the SetTransaction and the ledger. Otherwise the files
-  are deleted uncommitted and the batch is settled instead (and so is the next one, until a batch has nothing
-  for the Python decoder).
+  the SetTransaction and the ledger. Otherwise the files are deleted uncommitted and the batch is settled instead
+  (and so is the next one, until a batch has nothing for the Python decoder).
 - **Settled**: decode once into a cache (the JVM where it can verify, the Python decoder for the rest, see
   fastpath.py), summarize the offset ranges, append the records that failed to the quarantine table, then the
   rest to bronze. Quarantine commits first: a bronze commit, whose ranges say where a lost checkpoint resumes,
