@@ -6,6 +6,7 @@ Real Spark and Delta on a local table; Delta's own `txnVersion` is the reference
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +65,17 @@ def test_without_the_checksum_delta_is_asked(spark: Any, tmp_path: Path) -> None
     assert txn._checksum_transactions() is None
     assert txn.committed_version("app") == 4
 
-    # A set-transaction retention makes Delta drop expired app ids from its own read: the checksum is not used.
+    # A set-transaction retention makes Delta drop expired app ids from its own read: the checksum is not used,
+    # even one that lists them (Delta 4.4 leaves them out of it then; another writer might not).
     spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.setTransactionRetentionDuration' = "
               "'interval 30 days')")
+    latest = max((path / "_delta_log").glob("*.crc"))
+    checksum = json.loads(latest.read_text())
+    assert not checksum.get("setTransactions")
+    checksum["setTransactions"] = [{"appId": "app", "version": 3, "lastUpdated": 0}]  # stale on purpose
+    latest.write_text(json.dumps(checksum))
+    (latest.parent / f".{latest.name}.crc").unlink()  # the local file system's own checksum of the file
+    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
     txn = commit.DeltaTxn(spark, str(path))
     assert txn._checksum_transactions() is None
     assert txn.committed_version("app") == 4
