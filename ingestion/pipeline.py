@@ -20,6 +20,7 @@ from pyspark.sql.streaming import StreamingQuery
 from ingestion import checkpoint, ledger, source, tables
 from ingestion.config import PipelineConfig
 from ingestion.errors import IngestionError
+from ingestion.log_checkpoints import BackgroundCheckpoints
 from ingestion.metrics import RunMetrics
 from ingestion.monitor import PipelineMonitor, Progress
 from ingestion.registry import SchemaResolver, source_for
@@ -44,6 +45,7 @@ class RunningPipeline:
     metrics: RunMetrics | None
     monitor: PipelineMonitor
     batches: list[BatchResult]
+    log_checkpoints: BackgroundCheckpoints | None = None
 
 
 def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = False,
@@ -62,10 +64,13 @@ def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = 
     progress = Progress(_records_to_do(config, recorded)) if available_now else None
     monitor = PipelineMonitor(config, metrics, progress)
     batches: list[BatchResult] = []
+    log_checkpoints = BackgroundCheckpoints.for_table(spark, config.table_path, name=config.name)
 
     def on_batch(result: BatchResult) -> None:
         batches.append(result)
         monitor.on_batch(result)
+        if log_checkpoints is not None and result.committed and result.version is not None:
+            log_checkpoints.committed(result.version)
 
     writer = BronzeWriter(config=config, app_id=app_id, resolver=schemas, on_batch=on_batch)
     writer.jvm_path(spark)  # decide (and log) how records are decoded; value.decoder jvm fails here if it cannot
@@ -73,7 +78,7 @@ def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = 
     stream = (source.read_stream(spark, config, starting).writeStream
               .queryName(config.name).foreachBatch(writer).option("checkpointLocation", location))
     stream = stream.trigger(availableNow=True) if available_now else stream.trigger(processingTime=config.sink.trigger)
-    return RunningPipeline(config, stream.start(), app_id, metrics, monitor, batches)
+    return RunningPipeline(config, stream.start(), app_id, metrics, monitor, batches, log_checkpoints)
 
 
 def run(spark: SparkSession, config: PipelineConfig, *, available_now: bool = False) -> RunningPipeline:
@@ -152,9 +157,12 @@ def _stop_signals() -> Iterator[threading.Event]:
 
 
 def stop(spark: SparkSession, running: RunningPipeline, status: str = "FINISHED") -> None:
-    """Stop the query (if it still runs), report its last batches and close its MLflow run."""
+    """Stop the query (if it still runs), report its last batches, finish a Delta checkpoint being written and
+    close the MLflow run."""
     if running.query.isActive:
         running.query.stop()
+    if running.log_checkpoints is not None:
+        running.log_checkpoints.close()
     running.monitor.drain()
     spark.streams.removeListener(running.monitor)
     running.monitor.close()

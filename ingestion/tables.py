@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ingestion import bronze, ledger
+from ingestion import bronze, ledger, log_checkpoints
 from ingestion.config import PipelineConfig
 from ingestion.decode import DecodeSpec
 from ingestion.errors import ConfigError
@@ -33,8 +33,11 @@ def plans(spark: SparkSession, config: PipelineConfig, spec: DecodeSpec) -> list
         raise ConfigError(f"{config.file}: key 'sink.partitionBy' names {unknown}, which are not bronze columns "
                           f"({', '.join(bronze_schema.fieldNames())})")
     props = dict(config.sink.table_properties)
+    # Bronze's Delta checkpoints are written beside the batches (log_checkpoints), unless the config sets the
+    # interval, which keeps Delta's checkpoints inside its commits.
+    bronze_props = {log_checkpoints.PROPERTY: log_checkpoints.INLINE_INTERVAL} | props
     return [
-        TablePlan(config.table_path, bronze_schema, config.sink.partition_by, props,
+        TablePlan(config.table_path, bronze_schema, config.sink.partition_by, bronze_props,
                   ledger.is_table(spark, config.table_path)),
         TablePlan(config.quarantine_path, quarantine_schema, (), props, ledger.is_table(spark, config.quarantine_path)),
     ]

@@ -1,0 +1,111 @@
+"""Delta checkpoints of bronze written by a background thread (log_checkpoints), not inside the batch's commit.
+
+Real Spark, Delta and Kafka: a pipeline of a dozen batches ends with a checkpoint that ingest wrote and that a
+fresh reader starts from; Delta's own commits no longer write one; tables that Delta checkpoints often enough
+itself are left to it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from delta.tables import DeltaTable
+
+from ingestion import commit, log_checkpoints, pipeline
+from ingestion.config import load_pipeline
+from ingestion.log_checkpoints import BackgroundCheckpoints
+from ingestion.samples import produce_orders
+from tests.conftest import pipeline_yaml
+
+pytestmark = pytest.mark.integration
+
+
+def _checkpointed(table: str | Path) -> list[int]:
+    """Versions with a checkpoint file in the table's log."""
+    return sorted(int(f.name.split(".")[0]) for f in (Path(table) / "_delta_log").glob("*.checkpoint*.parquet"))
+
+
+def _reader_starts_at(spark: Any, table: str | Path) -> int:
+    """The checkpoint a new reader of the table starts from (-1: none), with Delta's caches dropped."""
+    jvm = spark._jvm
+    jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(table))
+    return int(delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+               .checkpointProvider().version())
+
+
+def test_a_pipeline_checkpoints_bronze_beside_its_batches(spark, kafka_servers, make_topic, orders_schema,
+                                                         tmp_path: Path) -> None:
+    topic = make_topic(partitions=1)
+    produce_orders(kafka_servers, topic, 60, schema_id=1, schema=orders_schema)
+    config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers,
+                                         extra="source:\n  maxOffsetsPerTrigger: 5\n"))
+
+    running = pipeline.run(spark, config, available_now=True)
+
+    assert len(running.batches) == 12  # versions 1..12 after the creation at 0
+    bronze = DeltaTable.forPath(spark, config.table_path).detail().first()["properties"]
+    quarantine = DeltaTable.forPath(spark, config.quarantine_path).detail().first()["properties"]
+    assert bronze[log_checkpoints.PROPERTY] == log_checkpoints.INLINE_INTERVAL
+    assert log_checkpoints.PROPERTY not in quarantine  # rare commits: Delta's own checkpoints
+    assert running.log_checkpoints is not None
+    # Version 10's commit no longer wrote one (Delta's interval is 1000); the background thread did, once the
+    # batch of version 10 was committed, and no second one two versions later.
+    assert running.log_checkpoints.written == [10]
+    assert _checkpointed(config.table_path) == [10]
+    assert _reader_starts_at(spark, config.table_path) == 10
+    assert spark.read.format("delta").load(config.table_path).count() == 60
+
+
+def test_one_checkpoint_at_a_time_every_ten_versions(spark, tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    spark.range(3).write.format("delta").option(log_checkpoints.PROPERTY, log_checkpoints.INLINE_INTERVAL) \
+        .save(str(table))
+    for batch in range(1, 13):  # versions 1..12 through the writer's own commit path
+        txn = commit.DeltaTxn(spark, str(table))
+        txn.commit(txn.write(spark.range(batch * 10, batch * 10 + 3)), app_id="a", txn_version=batch,
+                   user_metadata="{}")
+    assert _checkpointed(table) == []  # not inside the commit of version 10
+
+    background = BackgroundCheckpoints.for_table(spark, str(table), name="t")
+    assert background is not None and background.last == 0
+    background.committed(9)  # fewer than 10 versions since the last (none): nothing to do
+    background.close()
+    assert background.written == [] and _checkpointed(table) == []
+
+    background = BackgroundCheckpoints.for_table(spark, str(table), name="t")
+    assert background is not None
+    background.committed(12)
+    background.committed(12)  # one being written (or just written): no second one
+    background.close()
+    assert background.written == [12] and _checkpointed(table) == [12]
+    assert _reader_starts_at(spark, table) == 12
+    assert spark.read.format("delta").load(str(table)).count() == 3 + 12 * 3
+
+    again = BackgroundCheckpoints.for_table(spark, str(table), name="t")
+    assert again is not None and again.last == 12  # a new run starts from the table's last checkpoint
+    again.committed(21)
+    again.close()
+    assert again.written == []
+
+
+@pytest.mark.parametrize("interval", [None, "10", "5"])
+def test_tables_delta_checkpoints_often_enough_are_left_to_delta(spark, tmp_path: Path,
+                                                                 interval: str | None) -> None:
+    table = tmp_path / "t"
+    writer = spark.range(3).write.format("delta")
+    if interval is not None:
+        writer = writer.option(log_checkpoints.PROPERTY, interval)
+    writer.save(str(table))
+    assert BackgroundCheckpoints.for_table(spark, str(table), name="t") is None
+
+
+def test_a_configured_interval_keeps_deltas_checkpoints(spark, kafka_servers, make_topic, tmp_path: Path) -> None:
+    from ingestion import tables
+
+    config = load_pipeline(pipeline_yaml(tmp_path, topic=make_topic(partitions=1), servers=kafka_servers,
+                                         sink="  tableProperties:\n    delta.checkpointInterval: '10'\n"))
+    bronze_plan, _ = tables.plans(spark, config, pipeline.resolver(spark, config).spec)
+    assert bronze_plan.properties[log_checkpoints.PROPERTY] == "10"
