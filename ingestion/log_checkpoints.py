@@ -6,9 +6,11 @@ takes 3 to 8 s instead of 0.2 s, so at a short trigger every 10th batch stalls a
 
 Bronze tables that ingest creates therefore set `delta.checkpointInterval` to `INLINE_INTERVAL` (1000): Delta's
 own checkpoint inside a commit becomes rare, and writers other than ingest still write one now and then. While a
-pipeline runs, `BackgroundCheckpoints` writes one whenever `EVERY` (10) versions have passed since the last, on
-one background thread, from the snapshot the last commit left: the table is checkpointed as often as before, and
-the batches go on meanwhile. A table whose own interval is `EVERY` or less (one created before, or one where
+pipeline runs, `BackgroundCheckpoints` writes one on a background thread, from the snapshot the last commit left,
+once `EVERY` (10) versions and `MIN_SECONDS` (60) have passed since the last. At the default 10-second trigger
+that is every 10 versions, as Delta would; at a 1-second trigger it is once a minute, because a checkpoint still
+costs CPU (1 to 2 s on the benchmark) that the batches beside it lose, and a reader replays at most a minute of
+small commits. A table whose own interval is `EVERY` or less (one created before, or one where
 `sink.tableProperties` sets `delta.checkpointInterval`) keeps Delta's checkpoints inside commits only.
 
 A checkpoint is an optimization that Delta can always do without: one that fails is logged and the next is tried
@@ -30,17 +32,22 @@ log = logging.getLogger(__name__)
 PROPERTY = "delta.checkpointInterval"
 INLINE_INTERVAL = "1000"  # bronze's value: ingest writes the checkpoints in between
 EVERY = 10  # Delta's default interval, kept by the background thread
+MIN_SECONDS = 60.0  # and at most one checkpoint a minute
 DELTA_DEFAULT = 10
 
 
 class BackgroundCheckpoints:
-    """Checkpoints of the Delta table at `path` every `every` versions, written by one background thread."""
+    """Checkpoints of the Delta table at `path` every `every` versions and at most one per `min_seconds`, written
+    by one background thread."""
 
-    def __init__(self, spark: SparkSession, path: str, *, name: str, every: int = EVERY) -> None:
+    def __init__(self, spark: SparkSession, path: str, *, name: str, every: int = EVERY,
+                 min_seconds: float = MIN_SECONDS) -> None:
         self.spark = spark
         self.path = path
         self.name = name
         self.every = every
+        self.min_seconds = min_seconds
+        self._started_at: float | None = None  # when the last checkpoint of this object started
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"delta-checkpoint-{name}")
         self._running: Future[None] | None = None
         self._lock = threading.Lock()
@@ -59,19 +66,26 @@ class BackgroundCheckpoints:
             return None
         return cls(spark, path, name=name)
 
-    def committed(self, version: int) -> None:
-        """A commit left the table at `version`: start a checkpoint when `every` versions have passed since
-        the last one and none is being written."""
+    def committed(self, version: int) -> Future[None] | None:
+        """A commit left the table at `version`: start a checkpoint when `every` versions and `min_seconds` have
+        passed since the last one and none is being written; the checkpoint started, if one was."""
+        now = time.monotonic()
         with self._lock:
             if version - self.last < self.every or (self._running is not None and not self._running.done()):
-                return
+                return None
+            if self._started_at is not None and now - self._started_at < self.min_seconds:
+                return None
+            self._started_at = now
             self._running = self._pool.submit(self._write)
+            return self._running
 
     def _write(self) -> None:
         started = time.monotonic()
         delta_log = self._log()
         snapshot = delta_log.unsafeVolatileSnapshot()  # the state the latest commit in this process left
         version = int(snapshot.version())
+        if version <= self.last:
+            return  # no commit since the last checkpoint
         try:
             delta_log.checkpoint(snapshot, self.spark._jvm.scala.Option.empty())  # type: ignore[union-attr]
         except Exception as exc:  # noqa: BLE001 - readers replay the log instead; the next one is tried later

@@ -91,6 +91,33 @@ def test_one_checkpoint_at_a_time_every_ten_versions(spark, tmp_path: Path) -> N
     assert again.written == []
 
 
+def test_at_most_one_checkpoint_per_min_seconds(spark, tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    spark.range(3).write.format("delta").option(log_checkpoints.PROPERTY, log_checkpoints.INLINE_INTERVAL) \
+        .save(str(table))
+    for batch in range(1, 31):  # commits with nothing but the SetTransaction: versions 1..30
+        commit.DeltaTxn(spark, str(table)).commit([], app_id="a", txn_version=batch, user_metadata="{}")
+
+    hourly = BackgroundCheckpoints(spark, str(table), name="t", min_seconds=3600)
+    started = hourly.committed(30)
+    assert started is not None
+    started.result(120)
+    assert hourly.committed(50) is None  # 20 versions later, but within the hour
+    hourly.close()
+    assert hourly.written == [30] and _checkpointed(table) == [30]
+
+    for batch in range(31, 41):
+        commit.DeltaTxn(spark, str(table)).commit([], app_id="a", txn_version=batch, user_metadata="{}")
+    eager = BackgroundCheckpoints(spark, str(table), name="t", min_seconds=0)
+    assert eager.last == 30
+    for version in (40, 50):  # the second: at once, but no commit since the first, so nothing to write
+        started = eager.committed(version)
+        assert started is not None
+        started.result(120)
+    eager.close()
+    assert eager.written == [40] and _checkpointed(table) == [30, 40]
+
+
 @pytest.mark.parametrize("interval", [None, "10", "5"])
 def test_tables_delta_checkpoints_often_enough_are_left_to_delta(spark, tmp_path: Path,
                                                                  interval: str | None) -> None:
