@@ -37,6 +37,18 @@ def probe(spark: SparkSession) -> str | None:
     return _PROBED[key]
 
 
+def delta_log(spark: SparkSession, path: str) -> Any:
+    """Delta's log handle of the table at `path` (cached by Delta per path)."""
+    jvm: Any = spark._jvm
+    return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+
+
+def latest_snapshot(spark: SparkSession, path: str) -> Any:
+    """The table's latest snapshot, the log listed again (~10 ms; no Spark job)."""
+    none = spark._jvm.scala.Option.empty()  # type: ignore[union-attr]
+    return delta_log(spark, path).update(False, none, none)
+
+
 class DeltaTxn:
     """One optimistic transaction on the Delta table at `path` (which must exist)."""
 
@@ -44,7 +56,7 @@ class DeltaTxn:
         self.spark = spark
         jvm: Any = spark._jvm
         self._jvm = jvm
-        self._log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+        self._log = delta_log(spark, path)
         self._txn = self._log.startTransaction()
 
     def committed_version(self, app_id: str) -> int:

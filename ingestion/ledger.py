@@ -17,6 +17,8 @@ from typing import Any
 from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 
+from ingestion.commit import latest_snapshot
+
 METADATA_KEY = "ingest"
 
 
@@ -102,9 +104,7 @@ def table_version(spark: SparkSession, path: str) -> int | None:
         return None
     try:
         # Delta's own log handle: ~10 ms, where history(1) plans and runs a query (~300 ms a batch).
-        jvm: Any = spark._jvm
-        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)  # type: ignore[attr-defined]
-        return int(log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty()).version())
+        return int(latest_snapshot(spark, path).version())
     except Py4JError:  # an internal API: if its signature changes, fall back to the public one
         latest = DeltaTable.forPath(spark, path).history(1).select("version").first()
         return None if latest is None else int(latest[0])

@@ -23,17 +23,17 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
 
 from pyspark.sql import SparkSession
+
+from ingestion.commit import delta_log, latest_snapshot
 
 log = logging.getLogger(__name__)
 
 PROPERTY = "delta.checkpointInterval"
 INLINE_INTERVAL = "1000"  # bronze's value: ingest writes the checkpoints in between
-EVERY = 10  # Delta's default interval, kept by the background thread
+EVERY = 10  # Delta's default interval (the one a table without the property has), kept by the background thread
 MIN_SECONDS = 60.0  # and at most one checkpoint a minute
-DELTA_DEFAULT = 10
 
 
 class BackgroundCheckpoints:
@@ -52,17 +52,14 @@ class BackgroundCheckpoints:
         self._running: Future[None] | None = None
         self._lock = threading.Lock()
         self.written: list[int] = []  # versions checkpointed by this object, oldest first
-        self.last = max(0, int(self._log().unsafeVolatileSnapshot().checkpointProvider().version()))
+        self.last = max(0, int(delta_log(spark, path).unsafeVolatileSnapshot().checkpointProvider().version()))
 
     @classmethod
     def for_table(cls, spark: SparkSession, path: str, *, name: str) -> BackgroundCheckpoints | None:
         """Background checkpoints for the table at `path` when Delta itself checkpoints it less often than every
         `EVERY` versions (its `delta.checkpointInterval`), else None."""
-        jvm: Any = spark._jvm
-        snapshot = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).update(
-            False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
-        interval = snapshot.metadata().configuration().get(PROPERTY)
-        if int(interval.get() if interval.isDefined() else DELTA_DEFAULT) <= EVERY:
+        interval = latest_snapshot(spark, path).metadata().configuration().get(PROPERTY)
+        if int(interval.get() if interval.isDefined() else EVERY) <= EVERY:
             return None
         return cls(spark, path, name=name)
 
@@ -81,13 +78,13 @@ class BackgroundCheckpoints:
 
     def _write(self) -> None:
         started = time.monotonic()
-        delta_log = self._log()
-        snapshot = delta_log.unsafeVolatileSnapshot()  # the state the latest commit in this process left
+        table_log = delta_log(self.spark, self.path)
+        snapshot = table_log.unsafeVolatileSnapshot()  # the state the latest commit in this process left
         version = int(snapshot.version())
         if version <= self.last:
             return  # no commit since the last checkpoint
         try:
-            delta_log.checkpoint(snapshot, self.spark._jvm.scala.Option.empty())  # type: ignore[union-attr]
+            table_log.checkpoint(snapshot, self.spark._jvm.scala.Option.empty())  # type: ignore[union-attr]
         except Exception as exc:  # noqa: BLE001 - readers replay the log instead; the next one is tried later
             log.warning("%s: Delta checkpoint of %s at version %d failed (tried again %d versions later): %s",
                         self.name, self.path, version, self.every, str(exc).splitlines()[0])
@@ -97,10 +94,6 @@ class BackgroundCheckpoints:
         self.written.append(version)
         log.info("%s: Delta checkpoint at version %d written in %.2fs, beside the batches", self.name, version,
                  time.monotonic() - started)
-
-    def _log(self) -> Any:
-        jvm: Any = self.spark._jvm
-        return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, self.path)
 
     def close(self, timeout: float = 120.0) -> None:
         """Wait for a checkpoint being written (a process that exits in the middle leaves a partial file that
