@@ -52,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--fresh-warmup", type=float, default=10, help="production seconds not counted (10)")
     p.add_argument("--fresh-trigger", default="1 second", help="pipeline trigger for freshness ('1 second')")
     p.add_argument("--ours-verbose", action="store_true",
-                   help="run ours with `ingest -v` and report per-batch decode and write times (debug logging)")
+                   help="run ours and freshness with `ingest -v`: per-batch decode, write and Spark phase times "
+                        "in the logs (debug logging; not the default)")
     p.add_argument("--memory-records", type=int, help="smaller memory topic; the larger is 10x (default records/10)")
     p.add_argument("--memory-max-offsets", type=int,
                    help="maxOffsetsPerTrigger of both memory runs (default min(max-offsets, memory-records/2))")

@@ -204,15 +204,25 @@ def _memory_md(mem: dict[str, Any] | None) -> list[str]:
     lines = ["## Memory against topic size", "",
              f"`ingest run --available-now`, maxOffsetsPerTrigger {mem['max_offsets_per_trigger']:,}, on a topic and "
              "on one 10 times larger.", "",
-             "| topic records | batches | records/s | peak JVM RSS MiB | peak Python workers RSS (PSS) MiB "
-             "| peak driver RSS MiB | peak total RSS MiB | ok |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "| topic records | batches | records/s | peak JVM RSS MiB | peak JVM RSS MiB, first tenth of the run "
+             "| heap after GC, max MiB (second half) | heap committed, max MiB | GC pauses "
+             "| peak Python workers RSS (PSS) MiB | peak driver RSS MiB | peak total RSS MiB | ok |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in mem["runs"]:
         lines.append(f"| {r['records']:,} | {_fmt(r.get('batches'))} | {_fmt(r['records_per_s'])} "
-                     f"| {_fmt(r['peak_jvm_rss_mb'])} | {_fmt(r['peak_workers_rss_mb'])} "
-                     f"({_fmt(r['peak_workers_pss_mb'])}) | {_fmt(r['peak_driver_rss_mb'])} "
-                     f"| {_fmt(r['peak_total_rss_mb'])} | {'yes' if r['ok'] else 'NO'} |")
+                     f"| {_fmt(r['peak_jvm_rss_mb'])} | {_fmt(r.get('peak_jvm_rss_first_tenth_mb'))} "
+                     f"| {_fmt(r.get('heap_after_gc_max_mb'))} ({_fmt(r.get('heap_after_gc_max_second_half_mb'))}) "
+                     f"| {_fmt(r.get('heap_committed_max_mb'))} | {_fmt(r.get('gc_pauses'))} "
+                     f"| {_fmt(r['peak_workers_rss_mb'])} ({_fmt(r['peak_workers_pss_mb'])}) "
+                     f"| {_fmt(r['peak_driver_rss_mb'])} | {_fmt(r['peak_total_rss_mb'])} "
+                     f"| {'yes' if r['ok'] else 'NO'} |")
     q = mem["ratio_large_to_small"]
-    lines += ["", f"Ratio 10x / 1x: JVM {_fmt(q['peak_jvm_rss_mb'], 2)}, Python workers "
-              f"{_fmt(q['peak_workers_rss_mb'], 2)}, total {_fmt(q['peak_total_rss_mb'], 2)}.", ""]
+    lines += ["", f"Ratio 10x / 1x: JVM RSS {_fmt(q['peak_jvm_rss_mb'], 2)}, heap after GC "
+              f"{_fmt(q.get('heap_after_gc_max_mb'), 2)} "
+              f"(second half {_fmt(q.get('heap_after_gc_max_second_half_mb'), 2)}), "
+              f"Python workers {_fmt(q['peak_workers_rss_mb'], 2)}, total {_fmt(q['peak_total_rss_mb'], 2)}.",
+              "",
+              "Heap after GC is what survived each collection (from the JVM's GC log): what the pipeline keeps "
+              "between batches. RSS is mostly the heap G1 has grown to, towards `spark.driver.memory`; the first-tenth "
+              "column is the peak JVM RSS until a tenth of the records were committed.", ""]
     return lines

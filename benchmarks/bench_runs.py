@@ -16,6 +16,7 @@ from typing import Any
 
 import datagen
 import deltastats
+import gclog
 from procmon import Line, Measured
 
 HERE = Path(__file__).resolve().parent
@@ -157,12 +158,17 @@ def parse_batches(lines: list[Line]) -> list[tuple[float, float, int]]:
 
 
 def run_ours(ctx: Context, topic: datagen.TopicData, rep: int, *, max_offsets: int | None = None,
-             label: str = "ours") -> dict[str, Any]:
+             label: str = "ours", gc_log: bool = False) -> dict[str, Any]:
     work = _fresh_dir(ctx.home / "runs" / f"{label}-{rep}")
     yaml_path = write_pipeline(ctx, work, topic.topic, max_offsets or ctx.max_offsets)
     load = _loadavg()
     verbose = ["-v"] if ctx.verbose_ours else []
-    proc = Measured([ctx.ingest, *verbose, "run", str(yaml_path), "--available-now"], env=ctx.env, cwd=work,
+    env, gc_logs = dict(ctx.env), ctx.home / "logs" / f"{label}-{rep}-gc"
+    if gc_log:  # every JVM of the run logs its collections to a file of its own (%p: its pid)
+        shutil.rmtree(gc_logs, ignore_errors=True)
+        gc_logs.mkdir(parents=True)
+        env["JAVA_TOOL_OPTIONS"] = f"{env.get('JAVA_TOOL_OPTIONS', '')} -Xlog:gc:file={gc_logs}/gc-%p.log".strip()
+    proc = Measured([ctx.ingest, *verbose, "run", str(yaml_path), "--available-now"], env=env, cwd=work,
                     log_file=ctx.home / "logs" / f"{label}-{rep}.log")
     code = proc.wait(ctx.timeout)
     batches = parse_batches(proc.lines)
@@ -178,9 +184,24 @@ def run_ours(ctx: Context, topic: datagen.TopicData, rep: int, *, max_offsets: i
                             "median_batch_s": round(statistics.median(seconds), 2) if seconds else None,
                             "first_batch_s": round(seconds[0], 2) if seconds else None,
                             "startup_s": round(min(s for s, _, _ in batches) - proc.started, 2) if batches else None,
-                            **_breakdown(proc.lines)})
+                            **_breakdown(proc.lines), **_growth(proc, batches),
+                            **(gclog.summary(sorted(gc_logs.glob("gc-*.log"))) if gc_log else {})})
     shutil.rmtree(work, ignore_errors=True)
     return result
+
+
+def _growth(proc: Measured, batches: list[tuple[float, float, int]]) -> dict[str, Any]:
+    """Peak JVM RSS until the first tenth of the records was committed, against the run's peak: memory that stops
+    growing early is bounded by the batch, not by the topic."""
+    total = sum(n for _, _, n in batches)
+    done, tenth_at = 0, None
+    for start, seconds, rows in sorted(batches):
+        done += rows
+        if done * 10 >= total:
+            tenth_at = start + seconds
+            break
+    early = [mb for at, mb in proc.peaks.jvm_series if tenth_at is not None and at <= tenth_at]
+    return {"peak_jvm_rss_first_tenth_mb": round(max(early), 1)} if early else {}
 
 
 def _breakdown(lines: list[Line]) -> dict[str, Any]:
@@ -212,7 +233,8 @@ def run_freshness(ctx: Context, rate: float, seconds: float, warmup: float, trig
     create_topic({"bootstrap.servers": ctx.servers}, topic, datagen.PARTITIONS)
     work = _fresh_dir(ctx.home / "runs" / "freshness")
     yaml_path = write_pipeline(ctx, work, topic, ctx.max_offsets, trigger=trigger)
-    proc = Measured([ctx.ingest, "run", str(yaml_path)], env=ctx.env, cwd=work,
+    verbose = ["-v"] if ctx.verbose_ours else []
+    proc = Measured([ctx.ingest, *verbose, "run", str(yaml_path)], env=ctx.env, cwd=work,
                     log_file=ctx.home / "logs" / "freshness.log")
     problems: list[str] = []
     produced: dict[str, Any] = {}
@@ -270,9 +292,10 @@ def _delete_topic(ctx: Context, topic: str) -> None:
 
 def run_memory(ctx: Context, small: datagen.TopicData, large: datagen.TopicData, max_offsets: int) -> dict[str, Any]:
     """Ours on a topic and on one 10x larger, same maxOffsetsPerTrigger: peak memory should not grow 10x."""
-    runs = [run_ours(ctx, t, 0, max_offsets=max_offsets, label=f"memory-{t.records}") for t in (small, large)]
+    runs = [run_ours(ctx, t, 0, max_offsets=max_offsets, label=f"memory-{t.records}", gc_log=True)
+            for t in (small, large)]
     keys = ("peak_jvm_rss_mb", "peak_workers_rss_mb", "peak_workers_pss_mb", "peak_driver_rss_mb",
-            "peak_total_rss_mb")
-    ratios = {k: round(runs[1][k] / runs[0][k], 2) if runs[0][k] else None for k in keys}
+            "peak_total_rss_mb", "heap_after_gc_max_mb", "heap_after_gc_max_second_half_mb")
+    ratios = {k: round(runs[1][k] / runs[0][k], 2) if runs[0].get(k) and runs[1].get(k) else None for k in keys}
     return {"max_offsets_per_trigger": max_offsets, "runs": runs, "ratio_large_to_small": ratios,
             "ok": all(r["ok"] for r in runs)}

@@ -111,6 +111,7 @@ class MemoryPeaks:
     samples: int = 0
     per_process: dict[str, float] = field(default_factory=dict)  # "group pid comm" -> peak RSS MiB
     cpu_ticks: dict[int, tuple[str, int]] = field(default_factory=dict)  # pid -> (group, last CPU ticks seen)
+    jvm_series: list[tuple[float, float]] = field(default_factory=list)  # (time.monotonic(), JVM RSS MiB) per sample
 
     def sample(self, root: int) -> None:
         tree = process_tree(root)
@@ -133,6 +134,7 @@ class MemoryPeaks:
                 pss += _pss_kb(pid)
         for group, kb in sums.items():
             self.rss_mb[group] = max(self.rss_mb[group], kb / 1024)
+        self.jvm_series.append((time.monotonic(), sums["jvm"] / 1024))
         self.workers_pss_mb = max(self.workers_pss_mb, pss / 1024)
         self.max_workers = max(self.max_workers, workers)
         self.samples += 1

@@ -37,6 +37,14 @@ def partition_lag(end_offset: str | None, latest_offset: str | None, topic: str)
     return {int(p): max(0, int(latest[p]) - int(end.get(p, 0))) for p in latest}
 
 
+def phases(duration_ms: dict[str, int]) -> str:
+    """Spark's per-phase milliseconds of a batch (`durationMs`), longest first: `addBatch` is our writer,
+    `latestOffset` asks Kafka where each partition ends, `walCommit` and `commitOffsets` write the checkpoint."""
+    parts = sorted(((k, int(v)) for k, v in duration_ms.items() if k != "triggerExecution"), key=lambda kv: -kv[1])
+    total = duration_ms.get("triggerExecution")
+    return (f"{int(total)} ms: " if total is not None else "") + ", ".join(f"{k} {v}" for k, v in parts)
+
+
 def batch_metrics(progress: Any, result: BatchResult | None, lag: dict[int, int],
                   now: dt.datetime) -> dict[str, float]:
     """The MLflow metrics of one batch (names documented in the README)."""
@@ -146,6 +154,9 @@ class PipelineMonitor(StreamingQueryListener):
             self.metrics.log(progress.batchId, values)
         log.info("%s batch %d: lag %d (%s)", self.config.name, progress.batchId, int(values["lag_records"]),
                  ", ".join(f"{self.config.topic}/{p} {n}" for p, n in sorted(lag.items())))
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s batch %d: Spark's phases %s", self.config.name, progress.batchId,
+                      phases(progress.durationMs))
         if self.config.metrics.commit_offsets and source.endOffset:
             self._commit(json.loads(source.endOffset).get(self.config.topic, {}))
 

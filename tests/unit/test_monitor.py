@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from ingestion.ledger import PartitionRange
-from ingestion.monitor import Progress, batch_metrics, partition_lag
+from ingestion.monitor import Progress, batch_metrics, partition_lag, phases
 from ingestion.sink import BatchResult
 
 
@@ -70,3 +70,11 @@ def test_progress_logs_plain_lines_elsewhere(caplog: pytest.LogCaptureFixture) -
         progress.advance(10)
     assert out.getvalue() == ""
     assert "progress: 10 of 0 records (100%)" in caplog.text
+
+
+def test_phases_list_sparks_durations_longest_first_after_the_total() -> None:
+    duration = {"triggerExecution": 1500, "addBatch": 1100, "latestOffset": 40, "walCommit": 120,
+                "commitOffsets": 90, "queryPlanning": 30, "getBatch": 0}
+    assert phases(duration) == ("1500 ms: addBatch 1100, walCommit 120, commitOffsets 90, latestOffset 40, "
+                                "queryPlanning 30, getBatch 0")
+    assert phases({"addBatch": 5}) == "addBatch 5"
