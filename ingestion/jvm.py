@@ -5,7 +5,7 @@ Spark's own Ivy resolution (`spark.jars.packages`) is avoided on purpose: it nee
 cannot count on, and it pulls transitive jars (Hadoop, Jackson, Parquet) that clash with the ones pyspark ships.
 
 One jar is the project's own (`data/*.java`: the Avro body check of the JVM decode path, the per-partition
-summary aggregate of the one-pass write), compiled with `javac` against pyspark's jars into the same cache, named
+summary aggregate of the one-pass write, the local file system without child processes), compiled with `javac` against pyspark's jars into the same cache, named
 by the hash of its sources.
 """
 
@@ -150,8 +150,10 @@ def classpath(artifacts: ArtifactSet) -> str:
 HELPER_SOURCES = tuple(sorted((Path(__file__).parent / "data").glob("*.java")))
 HELPER_CLASS = "ingest.AvroBodyCheck"
 SUMMARY_CLASS = "ingest.PartitionSummary"
+NO_FORK_FS_CLASS = "ingest.NoForkLocalFileSystem"
 # What the helper compiles against, from pyspark's own jars folder (the versions Spark runs with).
-_HELPER_CLASSPATH = ("avro-[0-9]*.jar", "spark-sql-api_*.jar", "scala-library-*.jar", "scala-reflect-*.jar")
+_HELPER_CLASSPATH = ("avro-[0-9]*.jar", "spark-sql-api_*.jar", "scala-library-*.jar", "scala-reflect-*.jar",
+                     "hadoop-client-api-*.jar")
 
 
 def helper_jar(cache: Path | None = None) -> Path:

@@ -38,6 +38,11 @@ DEFAULTS: dict[str, str] = {
 # small machine that is seconds of task overhead per batch (measured: 4-6 s -> 0.8 s per write with 2).
 LOCAL_DEFAULTS: dict[str, str] = {
     "spark.databricks.delta.snapshotPartitions": "2",
+    # Local files without a `chmod` or `readlink` child process per file (data/NoForkLocalFileSystem.java): a
+    # micro-batch starts ~26 of them, 10-50 ms each, on the way from Kafka to a visible Delta commit. The class is
+    # on the driver's classpath from the start (see builder), as Spark resolves its jars through this file system.
+    "spark.hadoop.fs.file.impl": jvm.NO_FORK_FS_CLASS,
+    "spark.hadoop.fs.AbstractFileSystem.file.impl": f"{jvm.NO_FORK_FS_CLASS}$Fs",
 }
 
 
@@ -53,7 +58,8 @@ def builder(app_name: str = "ingest", master: str | None = None,
     if master:
         b = b.master(master)
     settings = dict(DEFAULTS)
-    if master and master.startswith("local"):
+    local = bool(master and master.startswith("local"))
+    if local:
         settings.update(LOCAL_DEFAULTS)
     settings["spark.jars"] = ",".join(str(jar) for jar in jvm.spark_jars())
     java_opts = " ".join([f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
@@ -61,6 +67,9 @@ def builder(app_name: str = "ingest", master: str | None = None,
     settings["spark.driver.extraJavaOptions"] = java_opts
     settings["spark.executor.extraJavaOptions"] = java_opts
     settings.update(conf or {})
+    if local:  # the helper first (the file system class above), then a classpath of the caller's
+        settings["spark.driver.extraClassPath"] = os.pathsep.join(
+            filter(None, [str(jvm.helper_jar()), (conf or {}).get("spark.driver.extraClassPath")]))
     for key, value in settings.items():
         b = b.config(key, value)
     return b
