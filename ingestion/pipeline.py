@@ -65,6 +65,8 @@ def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = 
     monitor = PipelineMonitor(config, metrics, progress)
     batches: list[BatchResult] = []
     log_checkpoints = BackgroundCheckpoints.for_table(spark, config.table_path, name=config.name)
+    if log_checkpoints is not None and not available_now:
+        log_checkpoints.warm_up()  # the JVM's first checkpoint is slow: at start, not beside the steady stream
 
     def on_batch(result: BatchResult) -> None:
         batches.append(result)

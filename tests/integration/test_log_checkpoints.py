@@ -136,3 +136,39 @@ def test_a_configured_interval_keeps_deltas_checkpoints(spark, kafka_servers, ma
                                          sink="  tableProperties:\n    delta.checkpointInterval: '10'\n"))
     bronze_plan, _ = tables.plans(spark, config, pipeline.resolver(spark, config).spec)
     assert bronze_plan.properties[log_checkpoints.PROPERTY] == "10"
+
+
+def test_a_streaming_run_writes_its_first_checkpoint_at_start(spark, kafka_servers, make_topic, orders_schema,
+                                                              tmp_path: Path) -> None:
+    topic = make_topic(partitions=1)
+    produce_orders(kafka_servers, topic, 5, schema_id=1, schema=orders_schema)
+    config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers))
+
+    running = pipeline.start(spark, config)  # a streaming run (trigger), not available-now
+    pipeline.stop(spark, running)  # waits for the checkpoint being written
+
+    assert running.log_checkpoints is not None
+    assert running.log_checkpoints.written[:1] == [0]  # the new table's version 0, before any batch's commit
+    assert _checkpointed(config.table_path)[0] == 0
+
+
+def test_warm_up_skips_a_version_that_has_a_checkpoint(spark, tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    spark.range(3).write.format("delta").option(log_checkpoints.PROPERTY, log_checkpoints.INLINE_INTERVAL) \
+        .save(str(table))
+    background = BackgroundCheckpoints.for_table(spark, str(table), name="t")
+    assert background is not None and background.checkpointed == -1
+    done = background.warm_up()
+    assert done is not None
+    done.result(120)
+    assert background.written == [0] and _checkpointed(table) == [0]
+    background.close()
+
+    again = BackgroundCheckpoints.for_table(spark, str(table), name="t")
+    assert again is not None and again.checkpointed == 0
+    done = again.warm_up()
+    assert done is not None
+    done.result(120)
+    again.close()
+    assert again.written == [] and _checkpointed(table) == [0]
+    assert again.committed(9) is None  # the next one still waits for 10 versions after it
