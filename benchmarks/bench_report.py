@@ -177,9 +177,10 @@ def _freshness_md(f: dict[str, Any] | None) -> list[str]:
     if not f:
         return []
     lat, p = f.get("latency", {}), f.get("produced", {})
+    why = f.get("rate_from", "half of ours' measured rate")
     lines = ["## Freshness", "",
              f"`ingest run` streaming with trigger `{f['trigger']}` while a producer writes "
-             f"{_fmt(p.get('rate'))} records/s (target {_fmt(f['target_rate'])}, half of ours' measured rate) for "
+             f"{_fmt(p.get('rate'))} records/s (target {_fmt(f['target_rate'])}: {why}) for "
              f"{_fmt(p.get('seconds'))} s; the first {f['warmup_s']:.0f} s are warm-up and not counted. "
              f"{_fmt(lat.get('rows'))} rows measured, {f['batches']} batches (median {_fmt(f['median_batch_s'], 2)} "
              f"s). When production stopped the table was {_fmt(f.get('rows_behind_when_production_stopped'))} rows "
