@@ -47,7 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--home", type=Path, default=Path(os.environ.get("BENCH_HOME", "/tmp/bench-home")),
                    help="state folder: broker, topic markers, runs, logs (default /tmp/bench-home)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds before a measured process is killed")
-    p.add_argument("--fresh-rate", type=float, help="records/s of the freshness producer (default: half of ours)")
+    p.add_argument("--fresh-rate", type=_rates, default=[],
+                   help="records/s of the freshness producer, or several, comma-separated, each a run of its own "
+                        "(default: half of ours)")
     p.add_argument("--fresh-seconds", type=float, default=60, help="measured production time (60)")
     p.add_argument("--fresh-warmup", type=float, default=10, help="production seconds not counted (10)")
     p.add_argument("--fresh-trigger", default="1 second", help="pipeline trigger for freshness ('1 second')")
@@ -74,9 +76,23 @@ def environment(home: Path) -> dict[str, str]:
     return dict(os.environ)
 
 
-def _fresh_rate(args: argparse.Namespace, summary: dict[str, Any]) -> tuple[float, str]:
+def _rates(text: str) -> list[float]:
+    try:
+        rates = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected records/s, comma-separated, got {text!r}") from None
+    if not rates or min(rates) <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive records/s, got {text!r}")
+    return rates
+
+
+def _fresh_rates(args: argparse.Namespace, summary: dict[str, Any]) -> list[tuple[float, str]]:
     if args.fresh_rate:
-        return args.fresh_rate, "--fresh-rate"
+        return [(rate, "--fresh-rate") for rate in args.fresh_rate]
+    return [_fresh_rate(args, summary)]
+
+
+def _fresh_rate(args: argparse.Namespace, summary: dict[str, Any]) -> tuple[float, str]:
     if summary.get("ours", {}).get("records_per_s"):
         return summary["ours"]["records_per_s"] / 2, "half of ours' median records/s in this run"
     previous = args.output / "results.json"
@@ -124,13 +140,14 @@ def main(argv: list[str] | None = None) -> int:
         _write(args.output, results, started)
         if "freshness" in stages:
             t0 = time.monotonic()
-            rate, why = _fresh_rate(args, results.get("summary", {}))
-            log(f"freshness: {rate:,.0f} records/s ({why}), trigger {args.fresh_trigger!r}")
-            results["freshness"] = bench_runs.run_freshness(ctx, rate, args.fresh_seconds, args.fresh_warmup,
-                                                            args.fresh_trigger) | {"rate_from": why}
-            log(f"freshness: {json.dumps(results['freshness']['latency'])}")
+            results["freshness"] = []
+            for rate, why in _fresh_rates(args, results.get("summary", {})):
+                log(f"freshness: {rate:,.0f} records/s ({why}), trigger {args.fresh_trigger!r}")
+                run = bench_runs.run_freshness(ctx, rate, args.fresh_seconds, args.fresh_warmup, args.fresh_trigger)
+                results["freshness"].append(run | {"rate_from": why})
+                log(f"freshness at {rate:,.0f} records/s: {json.dumps(run['latency'])}")
+                _write(args.output, results, started)
             results["stages_s"]["freshness"] = round(time.monotonic() - t0, 1)
-            _write(args.output, results, started)
         if "memory" in stages:
             t0 = time.monotonic()
             small_n = args.memory_records or max(args.records // 10, 1000)
@@ -148,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     _write(args.output, results, started)
     print(bench_report.markdown(results))
     failed = [r for r in results["runs"] if not r["ok"]]
-    failed += [results[k] for k in ("freshness", "memory") if k in results and not results[k]["ok"]]
+    failed += [run for run in results.get("freshness", []) if not run["ok"]]
+    failed += [results["memory"]] if "memory" in results and not results["memory"]["ok"] else []
     if failed:
         log(f"{len(failed)} measurement(s) had problems; see results.json")
     return 1 if failed else 0

@@ -173,29 +173,32 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _freshness_md(f: dict[str, Any] | None) -> list[str]:
-    if not f:
+def _freshness_md(found: dict[str, Any] | list[dict[str, Any]] | None) -> list[str]:
+    """One row per producer rate (results before the rate sweep hold a single run, not a list)."""
+    if not found:
         return []
-    lat, p = f.get("latency", {}), f.get("produced", {})
-    why = f.get("rate_from", "half of ours' measured rate")
+    runs = found if isinstance(found, list) else [found]
+    first = runs[0]
     lines = ["## Freshness", "",
-             f"`ingest run` streaming with trigger `{f['trigger']}` while a producer writes "
-             f"{_fmt(p.get('rate'))} records/s (target {_fmt(f['target_rate'])}: {why}) for "
-             f"{_fmt(p.get('seconds'))} s; the first {f['warmup_s']:.0f} s are warm-up and not counted. "
-             f"{_fmt(lat.get('rows'))} rows measured, {f['batches']} batches (median {_fmt(f['median_batch_s'], 2)} "
-             f"s). When production stopped the table was {_fmt(f.get('rows_behind_when_production_stopped'))} rows "
-             f"behind and caught up {_fmt(f.get('drain_s'), 1)} s later (a pipeline that keeps up is at most a "
-             "batch or two behind; one that does not keeps falling behind, and its percentiles grow with the "
-             f"run's length). Peak JVM RSS {_fmt(f['peak_jvm_rss_mb'])} MiB, Python workers "
-             f"{_fmt(f['peak_workers_rss_mb'])} MiB."
-             + ("" if f["ok"] else f" PROBLEMS: {'; '.join(f['problems'])}"), "",
-             "| latency, from the Kafka timestamp (producer CreateTime) to | p50 ms | p90 ms | p99 ms | max ms |",
-             "| --- | ---: | ---: | ---: | ---: |"]
-    for key, label in (("to_ingested_at", "`_ingested_at` (batch start on the driver)"),
-                       ("to_commit_visible", "the Delta commit holding the row (commit file written)")):
-        s = lat.get(key, {})
-        lines.append(f"| {label} | {_fmt(s.get('p50_ms'))} | {_fmt(s.get('p90_ms'))} | {_fmt(s.get('p99_ms'))} "
-                     f"| {_fmt(s.get('max_ms'))} |")
+             f"`ingest run` streaming with trigger `{first['trigger']}` while a producer writes at a fixed rate; the "
+             f"first {first['warmup_s']:.0f} s of production are warm-up and not counted. Latency from the Kafka "
+             "timestamp (producer CreateTime) to the Delta commit holding the row (commit file written), and to "
+             "`_ingested_at` (batch start on the driver). Behind at stop: rows not yet in the table when production "
+             "stopped, and how long they took (a pipeline that keeps up is a batch or two behind; one that does not "
+             "keeps falling behind, and its percentiles grow with the run's length).", "",
+             "| records/s (rate from) | rows measured | batches (median s) | p50 ms | p90 ms | p99 ms | max ms "
+             "| p99 to `_ingested_at` ms | behind at stop (caught up in s) | peak JVM RSS MiB | ok |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for f in runs:
+        lat, produced = f.get("latency", {}), f.get("produced", {})
+        visible, started = lat.get("to_commit_visible", {}), lat.get("to_ingested_at", {})
+        why = f.get("rate_from", "half of ours' measured rate")
+        lines.append(
+            f"| {_fmt(produced.get('rate'))} ({why}) | {_fmt(lat.get('rows'))} | {f['batches']} "
+            f"({_fmt(f['median_batch_s'], 2)}) | {_fmt(visible.get('p50_ms'))} | {_fmt(visible.get('p90_ms'))} "
+            f"| {_fmt(visible.get('p99_ms'))} | {_fmt(visible.get('max_ms'))} | {_fmt(started.get('p99_ms'))} "
+            f"| {_fmt(f.get('rows_behind_when_production_stopped'))} ({_fmt(f.get('drain_s'), 1)}) "
+            f"| {_fmt(f['peak_jvm_rss_mb'])} | {'yes' if f['ok'] else 'NO: ' + '; '.join(f['problems'])} |")
     return [*lines, ""]
 
 
