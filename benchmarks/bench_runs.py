@@ -235,7 +235,7 @@ def run_freshness(ctx: Context, rate: float, seconds: float, warmup: float, trig
     yaml_path = write_pipeline(ctx, work, topic, ctx.max_offsets, trigger=trigger)
     verbose = ["-v"] if ctx.verbose_ours else []
     proc = Measured([ctx.ingest, *verbose, "run", str(yaml_path)], env=ctx.env, cwd=work,
-                    log_file=ctx.home / "logs" / "freshness.log")
+                    log_file=ctx.home / "logs" / f"freshness-{rate:.0f}.log")
     problems: list[str] = []
     produced: dict[str, Any] = {}
     drained: dict[str, Any] = {}

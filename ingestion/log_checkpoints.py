@@ -13,9 +13,9 @@ costs CPU (1 to 2 s on the benchmark) that the batches beside it lose, and a rea
 small commits. A table whose own interval is `EVERY` or less (one created before, or one where
 `sink.tableProperties` sets `delta.checkpointInterval`) keeps Delta's checkpoints inside commits only.
 
-The first checkpoint a JVM writes is slow: it loads and compiles Delta's checkpoint code (about 20 s of wall
-time beside 1-second batches on the benchmark, against 1 to 2 s for later ones), and its CPU slows the batches
-next to it; the backlog they leave set the p99 freshness. A streaming run therefore writes one at start
+The first checkpoint a JVM writes is the slowest: it loads Delta's checkpoint code (19 to 23 s of wall time
+beside 1-second batches on the benchmark), and its CPU slows the batches next to it; the backlog they leave set
+the p99 freshness. A streaming run therefore writes one at start
 (`warm_up`), where it overlaps the JVM's own warm-up, unless the table's current version has one already.
 
 A checkpoint is an optimization that Delta can always do without: one that fails is logged and the next is tried
