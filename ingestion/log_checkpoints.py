@@ -15,8 +15,8 @@ small commits. A table whose own interval is `EVERY` or less (one created before
 
 The first checkpoint a JVM writes is the slowest: it loads Delta's checkpoint code (19 to 23 s of wall time
 beside 1-second batches on the benchmark), and its CPU slows the batches next to it; the backlog they leave set
-the p99 freshness. A streaming run therefore writes one at start
-(`warm_up`), where it overlaps the JVM's own warm-up, unless the table's current version has one already.
+the p99 freshness. A streaming run therefore writes one at start (`warm_up`), where it overlaps the JVM's own
+warm-up, unless the table's current version has one already.
 
 A checkpoint is an optimization that Delta can always do without: one that fails is logged and the next is tried
 `EVERY` versions later; the batches and their commits do not depend on it.
@@ -75,24 +75,26 @@ class BackgroundCheckpoints:
         passed since the last one and none is being written; the checkpoint started, if one was."""
         now = time.monotonic()
         with self._lock:
-            if version - self.last < self.every or (self._running is not None and not self._running.done()):
+            if version - self.last < self.every:
                 return None
             if self._started_at is not None and now - self._started_at < self.min_seconds:
                 return None
-            self._started_at = now
-            self._running = self._pool.submit(self._write)
-            return self._running
+            return self._start(now)
 
     def warm_up(self) -> Future[None] | None:
         """Start a checkpoint of the table's current version now, unless it has one or one is being written: the
         first of a JVM, written while the stream starts rather than beside its steady batches. The next one follows
         `every` versions and `min_seconds` later."""
         with self._lock:
-            if self._running is not None and not self._running.done():
-                return None
-            self._started_at = time.monotonic()
-            self._running = self._pool.submit(self._write)
-            return self._running
+            return self._start(time.monotonic())
+
+    def _start(self, now: float) -> Future[None] | None:
+        """Submit `_write` unless a checkpoint is being written (the caller holds the lock)."""
+        if self._running is not None and not self._running.done():
+            return None
+        self._started_at = now
+        self._running = self._pool.submit(self._write)
+        return self._running
 
     def _write(self) -> None:
         started = time.monotonic()
