@@ -13,6 +13,7 @@ from ingestion import jvm
 from ingestion.fastpath import AVRO_LIMITS
 
 LOG4J_CONFIG = Path(__file__).parent / "data" / "log4j2.properties"
+FAIR_POOLS = Path(__file__).parent / "data" / "fairscheduler.xml"
 
 # Defaults sized for one machine; every key can be overridden by the pipeline config's `spark:` section or by
 # spark-submit, which wins because it starts the JVM before this code runs.
@@ -43,6 +44,10 @@ LOCAL_DEFAULTS: dict[str, str] = {
     # on the driver's classpath from the start (see builder), as Spark resolves its jars through this file system.
     "spark.hadoop.fs.file.impl": jvm.NO_FORK_FS_CLASS,
     "spark.hadoop.fs.AbstractFileSystem.file.impl": f"{jvm.NO_FORK_FS_CLASS}$Fs",
+    # Batches before background work: the pool of the Delta checkpoints written beside the batches
+    # (log_checkpoints.py) gets a core only when no batch task waits for one (data/fairscheduler.xml).
+    "spark.scheduler.mode": "FAIR",
+    "spark.scheduler.allocation.file": str(FAIR_POOLS),
 }
 
 
