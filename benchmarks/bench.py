@@ -6,6 +6,7 @@ One run, one machine, one topic (produced once per size and reused), a broker of
   baseline   Spark Kafka source, strip the 5-byte header, Spark's from_avro, Delta append with a checkpoint
   ours       `ingest run <pipeline> --available-now` with every promise on
   freshness  ours streaming (short trigger) while a producer writes at half of ours' rate: latency p50/p99
+             once the stream is warm (--fresh-warmup)
   memory     ours on a topic and on one 10x larger, same maxOffsetsPerTrigger: peak RSS should stay flat
 
 Every measured thing runs in its own process, sampled for peak RSS (JVM, Python workers, driver). The
@@ -50,8 +51,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--fresh-rate", type=_rates, default=[],
                    help="records/s of the freshness producer, or several, comma-separated, each a run of its own "
                         "(default: half of ours)")
-    p.add_argument("--fresh-seconds", type=float, default=60, help="measured production time (60)")
-    p.add_argument("--fresh-warmup", type=float, default=10, help="production seconds not counted (10)")
+    p.add_argument("--fresh-seconds", type=float, default=90, help="measured production time (90)")
+    p.add_argument("--fresh-warmup", type=float, default=150,
+                   help="production seconds not counted (150): under load on 2 cores the JVM compiles for ~4 "
+                        "minutes, and batches are slower until it is done; 30 measures that start instead")
     p.add_argument("--fresh-trigger", default="1 second", help="pipeline trigger for freshness ('1 second')")
     p.add_argument("--ours-verbose", action="store_true",
                    help="run ours and freshness with `ingest -v`: per-batch decode, write and Spark phase times "
@@ -59,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-records", type=int, help="smaller memory topic; the larger is 10x (default records/10)")
     p.add_argument("--memory-max-offsets", type=int,
                    help="maxOffsetsPerTrigger of both memory runs (default min(max-offsets, memory-records/2))")
+    p.add_argument("--memory-driver-memory", metavar="SIZE",
+                   help="spark.driver.memory of both memory runs (the JVM's heap cap, e.g. 1g; default: ingest's, 2g)")
     return p
 
 
@@ -155,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
             small = datagen.ensure_topic(servers, home, small_n, log)
             large = datagen.ensure_topic(servers, home, small_n * 10, log)
             log(f"memory: ours on {small_n:,} and {small_n * 10:,} records, maxOffsetsPerTrigger {max_offsets:,}")
-            results["memory"] = bench_runs.run_memory(ctx, small, large, max_offsets)
+            results["memory"] = bench_runs.run_memory(ctx, small, large, max_offsets,
+                                                       args.memory_driver_memory)
             log(f"memory: ratio 10x/1x {json.dumps(results['memory']['ratio_large_to_small'])}")
             results["stages_s"]["memory"] = round(time.monotonic() - t0, 1)
     finally:

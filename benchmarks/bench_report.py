@@ -206,8 +206,9 @@ def _memory_md(mem: dict[str, Any] | None) -> list[str]:
     if not mem:
         return []
     lines = ["## Memory against topic size", "",
-             f"`ingest run --available-now`, maxOffsetsPerTrigger {mem['max_offsets_per_trigger']:,}, on a topic and "
-             "on one 10 times larger.", "",
+             f"`ingest run --available-now`, maxOffsetsPerTrigger {mem['max_offsets_per_trigger']:,}, "
+             f"spark.driver.memory {mem.get('driver_memory') or 'as ingest sets it'}, on a topic and on one 10 times "
+             "larger.", "",
              "| topic records | batches | records/s | peak JVM RSS MiB | peak JVM RSS MiB, first tenth of the run "
              "| heap after GC, max MiB (second half) | heap committed, max MiB | GC pauses "
              "| peak Python workers RSS (PSS) MiB | peak driver RSS MiB | peak total RSS MiB | ok |",

@@ -127,8 +127,10 @@ def run_spark_job(ctx: Context, mode: str, topic: datagen.TopicData, rep: int) -
     return result
 
 
-def write_pipeline(ctx: Context, work: Path, topic: str, max_offsets: int, trigger: str = "10 seconds") -> Path:
-    """A pipeline YAML with every promise on: metadata columns, txn ids, recorded offsets, quarantine, metrics."""
+def write_pipeline(ctx: Context, work: Path, topic: str, max_offsets: int, trigger: str = "10 seconds",
+                   spark: dict[str, str] | None = None) -> Path:
+    """A pipeline YAML with every promise on: metadata columns, txn ids, recorded offsets, quarantine, metrics;
+    `spark`: the pipeline's spark: section (session settings), if any."""
     name = "bench"
     config = {
         "name": name, "topic": topic,
@@ -141,6 +143,8 @@ def write_pipeline(ctx: Context, work: Path, topic: str, max_offsets: int, trigg
         "metrics": {"experiment": f"bench/{work.name}", "consumerGroup": f"bench-{work.name}",
                     "commitOffsets": True},
     }
+    if spark:
+        config["spark"] = spark
     path = work / "pipeline.yaml"
     path.write_text(json.dumps(config, indent=2))  # JSON is YAML
     return path
@@ -158,9 +162,9 @@ def parse_batches(lines: list[Line]) -> list[tuple[float, float, int]]:
 
 
 def run_ours(ctx: Context, topic: datagen.TopicData, rep: int, *, max_offsets: int | None = None,
-             label: str = "ours", gc_log: bool = False) -> dict[str, Any]:
+             label: str = "ours", gc_log: bool = False, spark: dict[str, str] | None = None) -> dict[str, Any]:
     work = _fresh_dir(ctx.home / "runs" / f"{label}-{rep}")
-    yaml_path = write_pipeline(ctx, work, topic.topic, max_offsets or ctx.max_offsets)
+    yaml_path = write_pipeline(ctx, work, topic.topic, max_offsets or ctx.max_offsets, spark=spark)
     load = _loadavg()
     verbose = ["-v"] if ctx.verbose_ours else []
     env, gc_logs = dict(ctx.env), ctx.home / "logs" / f"{label}-{rep}-gc"
@@ -290,12 +294,16 @@ def _delete_topic(ctx: Context, topic: str) -> None:
         ctx.log(f"could not delete topic {topic}: {exc}")
 
 
-def run_memory(ctx: Context, small: datagen.TopicData, large: datagen.TopicData, max_offsets: int) -> dict[str, Any]:
-    """Ours on a topic and on one 10x larger, same maxOffsetsPerTrigger: peak memory should not grow 10x."""
-    runs = [run_ours(ctx, t, 0, max_offsets=max_offsets, label=f"memory-{t.records}", gc_log=True)
+def run_memory(ctx: Context, small: datagen.TopicData, large: datagen.TopicData, max_offsets: int,
+               driver_memory: str | None = None) -> dict[str, Any]:
+    """Ours on a topic and on one 10x larger, same maxOffsetsPerTrigger (and heap cap, `driver_memory`, when
+    given): peak memory should not grow 10x."""
+    spark = {"spark.driver.memory": driver_memory} if driver_memory else None
+    runs = [run_ours(ctx, t, 0, max_offsets=max_offsets, label=f"memory-{t.records}", gc_log=True, spark=spark)
             for t in (small, large)]
     keys = ("peak_jvm_rss_mb", "peak_workers_rss_mb", "peak_workers_pss_mb", "peak_driver_rss_mb",
             "peak_total_rss_mb", "heap_after_gc_max_mb", "heap_after_gc_max_second_half_mb")
     ratios = {k: round(runs[1][k] / runs[0][k], 2) if runs[0].get(k) and runs[1].get(k) else None for k in keys}
-    return {"max_offsets_per_trigger": max_offsets, "runs": runs, "ratio_large_to_small": ratios,
+    return {"max_offsets_per_trigger": max_offsets, "driver_memory": driver_memory, "runs": runs,
+            "ratio_large_to_small": ratios,
             "ok": all(r["ok"] for r in runs)}
