@@ -69,9 +69,9 @@ def builder(app_name: str = "ingest", master: str | None = None,
     settings["spark.jars"] = ",".join(str(jar) for jar in jvm.spark_jars())
     java_opts = " ".join([f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
                           *(f"-D{key}={value}" for key, value in AVRO_LIMITS.items())])
-    settings["spark.driver.extraJavaOptions"] = java_opts
-    settings["spark.executor.extraJavaOptions"] = java_opts
     settings.update(conf or {})
+    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):  # the caller's after ours
+        settings[key] = " ".join(filter(None, [java_opts, (conf or {}).get(key)]))
     if local:  # the helper first (the file system class above), then a classpath of the caller's
         settings["spark.driver.extraClassPath"] = os.pathsep.join(
             filter(None, [str(jvm.helper_jar()), (conf or {}).get("spark.driver.extraClassPath")]))

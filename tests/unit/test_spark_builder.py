@@ -1,0 +1,23 @@
+"""The one SparkSession factory's settings (ingestion/spark.py), read from the builder without starting a JVM."""
+
+from __future__ import annotations
+
+from ingestion import spark
+
+
+def test_java_options_of_a_pipeline_come_after_ingests_own() -> None:
+    options = spark.builder("t", "local[2]", conf={"spark.driver.extraJavaOptions": "-Xms1g -XX:+UseG1GC",
+                                                   "spark.driver.memory": "1g"})._options
+    driver = options["spark.driver.extraJavaOptions"]
+    assert driver.startswith(f"-Dlog4j2.configurationFile={spark.LOG4J_CONFIG} ")  # the log config is kept
+    assert driver.endswith(" -Xms1g -XX:+UseG1GC")  # and the pipeline's options follow, so theirs win
+    assert "-Xms1g" not in options["spark.executor.extraJavaOptions"]
+    assert options["spark.driver.memory"] == "1g"
+
+
+def test_local_masters_schedule_batches_before_background_checkpoints() -> None:
+    local = spark.builder("t", "local[2]")._options
+    assert local["spark.scheduler.mode"] == "FAIR"
+    assert local["spark.scheduler.allocation.file"] == str(spark.FAIR_POOLS) and spark.FAIR_POOLS.is_file()
+    remote = spark.builder("t", "spark://127.0.0.1:7077")._options
+    assert "spark.scheduler.mode" not in remote and "spark.scheduler.allocation.file" not in remote
