@@ -62,8 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-records", type=int, help="smaller memory topic; the larger is 10x (default records/10)")
     p.add_argument("--memory-max-offsets", type=int,
                    help="maxOffsetsPerTrigger of both memory runs (default min(max-offsets, memory-records/2))")
-    p.add_argument("--memory-driver-memory", metavar="SIZE",
-                   help="spark.driver.memory of both memory runs (the JVM's heap cap, e.g. 1g; default: ingest's, 2g)")
+    p.add_argument("--memory-spark", metavar="KEY=VALUE", action="append", type=_setting, default=[],
+                   help="a Spark setting of both memory runs' pipelines (their spark: section), repeatable: "
+                        "spark.driver.memory=1g caps the heap (ingest's default: 2g)")
     return p
 
 
@@ -89,6 +90,13 @@ def _rates(text: str) -> list[float]:
     if not rates or min(rates) <= 0:
         raise argparse.ArgumentTypeError(f"expected positive records/s, got {text!r}")
     return rates
+
+
+def _setting(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip().startswith("spark.") or not value.strip():
+        raise argparse.ArgumentTypeError(f"expected spark.<key>=<value>, got {text!r}")
+    return key.strip(), value.strip()
 
 
 def _fresh_rates(args: argparse.Namespace, summary: dict[str, Any]) -> list[tuple[float, str]]:
@@ -161,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             large = datagen.ensure_topic(servers, home, small_n * 10, log)
             log(f"memory: ours on {small_n:,} and {small_n * 10:,} records, maxOffsetsPerTrigger {max_offsets:,}")
             results["memory"] = bench_runs.run_memory(ctx, small, large, max_offsets,
-                                                       args.memory_driver_memory)
+                                                       dict(args.memory_spark))
             log(f"memory: ratio 10x/1x {json.dumps(results['memory']['ratio_large_to_small'])}")
             results["stages_s"]["memory"] = round(time.monotonic() - t0, 1)
     finally:

@@ -202,13 +202,20 @@ def _freshness_md(found: dict[str, Any] | list[dict[str, Any]] | None) -> list[s
     return [*lines, ""]
 
 
+def _settings(spark: dict[str, str] | str | None) -> str:
+    """The memory runs' pipeline settings (a run of f1f2b4d recorded only its driver memory)."""
+    if isinstance(spark, str):
+        spark = {"spark.driver.memory": spark}
+    return ", ".join(f"`{k}={v}`" for k, v in spark.items()) if spark else "as ingest sets them"
+
+
 def _memory_md(mem: dict[str, Any] | None) -> list[str]:
     if not mem:
         return []
     lines = ["## Memory against topic size", "",
              f"`ingest run --available-now`, maxOffsetsPerTrigger {mem['max_offsets_per_trigger']:,}, "
-             f"spark.driver.memory {mem.get('driver_memory') or 'as ingest sets it'}, on a topic and on one 10 times "
-             "larger.", "",
+             f"Spark settings {_settings(mem.get('spark') or mem.get('driver_memory'))}, on a topic and on one 10 "
+             "times larger.", "",
              "| topic records | batches | records/s | peak JVM RSS MiB | peak JVM RSS MiB, first tenth of the run "
              "| heap after GC, max MiB (second half) | heap committed, max MiB | GC pauses "
              "| peak Python workers RSS (PSS) MiB | peak driver RSS MiB | peak total RSS MiB | ok |",

@@ -295,15 +295,14 @@ def _delete_topic(ctx: Context, topic: str) -> None:
 
 
 def run_memory(ctx: Context, small: datagen.TopicData, large: datagen.TopicData, max_offsets: int,
-               driver_memory: str | None = None) -> dict[str, Any]:
-    """Ours on a topic and on one 10x larger, same maxOffsetsPerTrigger (and heap cap, `driver_memory`, when
-    given): peak memory should not grow 10x."""
-    spark = {"spark.driver.memory": driver_memory} if driver_memory else None
+               spark: dict[str, str] | None = None) -> dict[str, Any]:
+    """Ours on a topic and on one 10x larger, same maxOffsetsPerTrigger and pipeline `spark` settings (e.g. the
+    heap cap, spark.driver.memory): peak memory should not grow 10x."""
     runs = [run_ours(ctx, t, 0, max_offsets=max_offsets, label=f"memory-{t.records}", gc_log=True, spark=spark)
             for t in (small, large)]
     keys = ("peak_jvm_rss_mb", "peak_workers_rss_mb", "peak_workers_pss_mb", "peak_driver_rss_mb",
             "peak_total_rss_mb", "heap_after_gc_max_mb", "heap_after_gc_max_second_half_mb")
     ratios = {k: round(runs[1][k] / runs[0][k], 2) if runs[0].get(k) and runs[1].get(k) else None for k in keys}
-    return {"max_offsets_per_trigger": max_offsets, "driver_memory": driver_memory, "runs": runs,
+    return {"max_offsets_per_trigger": max_offsets, "spark": spark or {}, "runs": runs,
             "ratio_large_to_small": ratios,
             "ok": all(r["ok"] for r in runs)}
