@@ -19,9 +19,10 @@ the p99 freshness. A streaming run therefore writes one at start (`warm_up`), wh
 warm-up, unless the table's current version has one already.
 
 Its jobs run in the Spark scheduler pool `POOL`. On a local master the session schedules FAIR with the pools of
-data/fairscheduler.xml, where the batches' pool comes first: a checkpoint's tasks take the cores the batch leaves
-free instead of holding one that a batch's write waits for (with 2 cores, a batch's 2 write tasks otherwise run one
-after the other beside a checkpoint). Under Spark's default FIFO scheduling the pool changes nothing.
+data/fairscheduler.xml, where the batches' pool comes first: a checkpoint's task starts only on a core that no batch
+task is waiting for (one already running finishes first; Spark does not preempt). Under FIFO a checkpoint job
+submitted first keeps every free core until its tasks are all started, and with 2 cores a batch's 2 write tasks
+then run one after the other. Under Spark's default FIFO scheduling (other masters) the pool changes nothing.
 
 A checkpoint is an optimization that Delta can always do without: one that fails is logged and the next is tried
 `EVERY` versions later; the batches and their commits do not depend on it.
