@@ -67,14 +67,17 @@ def builder(app_name: str = "ingest", master: str | None = None,
     if local:
         settings.update(LOCAL_DEFAULTS)
     settings["spark.jars"] = ",".join(str(jar) for jar in jvm.spark_jars())
+    caller = dict(conf or {})
+    settings.update(caller)
+    # Settings that both sides add to: ingest's part first, then the caller's (of two -X options, the JVM takes
+    # the last; on a local master the helper jar, with the file system class above, leads the classpath).
     java_opts = " ".join([f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
                           *(f"-D{key}={value}" for key, value in AVRO_LIMITS.items())])
-    settings.update(conf or {})
-    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):  # the caller's after ours
-        settings[key] = " ".join(filter(None, [java_opts, (conf or {}).get(key)]))
-    if local:  # the helper first (the file system class above), then a classpath of the caller's
-        settings["spark.driver.extraClassPath"] = os.pathsep.join(
-            filter(None, [str(jvm.helper_jar()), (conf or {}).get("spark.driver.extraClassPath")]))
+    ahead = {"spark.driver.extraJavaOptions": (java_opts, " "), "spark.executor.extraJavaOptions": (java_opts, " ")}
+    if local:
+        ahead["spark.driver.extraClassPath"] = (str(jvm.helper_jar()), os.pathsep)
+    for key, (ours, separator) in ahead.items():
+        settings[key] = separator.join(filter(None, [ours, caller.get(key)]))
     for key, value in settings.items():
         b = b.config(key, value)
     return b
