@@ -133,3 +133,34 @@ def _rng() -> Any:
     import random
 
     return random.Random(1)
+
+
+def test_a_batchs_values_do_not_make_spark_compile_its_stage_again(spark) -> None:
+    import datetime as dt
+
+    from pyspark.sql import functions as F
+
+    from ingestion import bronze
+    from ingestion.decode import PAYLOAD
+
+    decoded = spark.range(50).select(
+        F.struct(F.col("id").alias("n")).alias(PAYLOAD), F.lit("orders").alias("topic"),
+        (F.col("id") % 3).cast("int").alias("partition"), F.col("id").alias("offset"),
+        F.timestamp_seconds(F.col("id")).alias("timestamp"), F.lit(0).alias("timestampType"),
+        F.col("id").cast("string").alias("_key"), F.lit(None).cast("array<struct<key:string,value:binary>>")
+        .alias("headers"), F.lit(False).alias("_tombstone"), F.lit(1).alias("_schema_id"),
+        F.lit(None).cast("string").alias("_error_class"))
+    compilations = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    start = dt.datetime(2026, 11, 22, tzinfo=dt.UTC)
+
+    def batch(batch_id: int) -> set[tuple[Any, ...]]:
+        rows = bronze.bronze_rows(decoded, batch_id=batch_id, ingested_at=start + dt.timedelta(seconds=batch_id))
+        return {tuple(r) for r in rows.select("_batch_id", F.unix_seconds("_ingested_at")).collect()}
+
+    first = int(start.timestamp())
+    assert batch(1) == {(1, first + 1)}
+    compiled = compilations.getCount()
+    assert batch(2) == {(2, first + 2)}
+    assert batch(3) == {(3, first + 3)}
+    # Spark found batch 1's generated code in its cache: the batch's values are data, not literals in the code.
+    assert compilations.getCount() == compiled
