@@ -32,6 +32,11 @@ DEFAULTS: dict[str, str] = {
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
     # Streaming queries read their source options on every restart; keep the log of batches small.
     "spark.sql.streaming.minBatchesToRetain": "100",
+    # PySpark 4 records the Python call site of every DataFrame and Column function for error messages: four
+    # more py4j round trips per call, 270 of the ~460 it takes to build a micro-batch's plan (each one a context
+    # switch to the JVM and back, which a loaded machine turns into milliseconds). The call sites would name
+    # ingest's own code, not the user's.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 
 

@@ -164,3 +164,46 @@ def test_a_batchs_values_do_not_make_spark_compile_its_stage_again(spark) -> Non
     assert batch(3) == {(3, first + 3)}
     # Spark found batch 1's generated code in its cache: the batch's values are data, not literals in the code.
     assert compilations.getCount() == compiled
+
+
+def test_building_a_batchs_plan_takes_few_round_trips_to_the_jvm(spark, orders_schema) -> None:
+    import datetime as dt
+    import json
+
+    import py4j.clientserver
+    import py4j.java_gateway
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from ingestion import bronze, fastpath
+    from ingestion.decode import DecodeSpec
+
+    text = json.dumps(orders_schema)
+    spec = DecodeSpec({1: text}, text, 100_000, False, key_format="string")
+    kafka_rows = spark.createDataFrame([], bronze.KAFKA_SOURCE_SCHEMA)
+
+    def plan(batch_id: int) -> T.StructType:
+        observation = Observation()
+        decoded = fastpath.decode(kafka_rows, spec).observe(
+            observation, F.count(F.lit(1)).alias("records"), bronze.observed_summary(spark).alias("partitions"))
+        return bronze.bronze_rows(decoded, batch_id=batch_id, ingested_at=dt.datetime.now(dt.UTC)).schema
+
+    plan(1)  # the decode expressions and the summary function are built once per session
+    commands: list[str] = []
+    originals = {cls: cls.send_command for cls in (py4j.clientserver.ClientServerConnection,
+                                                    py4j.java_gateway.GatewayConnection)}
+    try:
+        for cls, send in originals.items():
+            def counting(self: Any, command: str, *args: Any, _send: Any = send, **kwargs: Any) -> Any:
+                if not command.startswith("m\n"):  # py4j's own garbage collection, not the plan's work
+                    commands.append(command.split("\n", 1)[0])
+                return _send(self, command, *args, **kwargs)
+            cls.send_command = counting  # type: ignore[method-assign]
+        schema = plan(2)
+    finally:
+        for cls, send in originals.items():
+            cls.send_command = send  # type: ignore[method-assign]
+    # 160 with the session's defaults; 410 when PySpark records the call site of every function (4 more each).
+    assert "_batch_id" in schema.fieldNames()
+    assert 20 < len(commands) <= 250, len(commands)
