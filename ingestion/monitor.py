@@ -17,9 +17,10 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any, ClassVar, TextIO
 
 from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import QueryProgressEvent, StreamingQueryProgress
 
 from ingestion.config import PipelineConfig
 from ingestion.metrics import RunMetrics
@@ -71,6 +72,47 @@ def batch_metrics(progress: Any, result: BatchResult | None, lag: dict[int, int]
     return values
 
 
+_OFFSETS = ("startOffset", "endOffset", "latestOffset")
+
+
+def progress_from_json(text: str) -> StreamingQueryProgress:
+    """A batch's progress from Spark's JSON of it, with each source's offsets as the JSON strings that PySpark's
+    own conversion gives (and the rates Spark leaves out of the JSON when they are not numbers, as NaN)."""
+    data = json.loads(text)
+    for source in data.get("sources", []):
+        for key in _OFFSETS:
+            if source.get(key) is not None and not isinstance(source[key], str):
+                source[key] = json.dumps(source[key], separators=(",", ":"))
+        for key in ("inputRowsPerSecond", "processedRowsPerSecond"):
+            source.setdefault(key, float("nan"))
+    return StreamingQueryProgress.fromJson(data)
+
+
+class _JsonEvents:
+    """The JVM's side of a Python StreamingQueryListener, as PySpark's `JStreamingQueryListener` is, but reading a
+    progress event as one JSON string: PySpark converts it field by field, about 500 py4j round trips per batch on
+    the listener thread, beside the next batch's driver work. Only progress events are passed on (the monitor
+    ignores the others)."""
+
+    def __init__(self, listener: StreamingQueryListener) -> None:
+        self.listener = listener
+
+    def onQueryStarted(self, jevent: Any) -> None:
+        pass
+
+    def onQueryProgress(self, jevent: Any) -> None:
+        self.listener.onQueryProgress(QueryProgressEvent(progress=progress_from_json(jevent.progress().json())))
+
+    def onQueryIdle(self, jevent: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, jevent: Any) -> None:
+        pass
+
+    class Java:
+        implements: ClassVar[list[str]] = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+
+
 @dataclass
 class Progress:
     """Records done of records to do: a bar on a terminal, a log line otherwise."""
@@ -108,6 +150,16 @@ class PipelineMonitor(StreamingQueryListener):
         self._results: dict[int, BatchResult] = {}
         self._lock = threading.Lock()
         self._admin: Any = None
+
+    @property
+    def _jlistener(self) -> Any:
+        """What `spark.streams.addListener` registers in the JVM: PySpark's wrapper around `_JsonEvents`."""
+        from pyspark import SparkContext
+
+        if not hasattr(self, "_jlistenerobj"):
+            jvm: Any = SparkContext._jvm
+            self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(_JsonEvents(self))
+        return self._jlistenerobj
 
     def on_batch(self, result: BatchResult) -> None:
         with self._lock:
