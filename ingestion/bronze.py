@@ -59,16 +59,17 @@ QUARANTINE_COLUMNS = (
 
 def bronze_rows(decoded: DataFrame, *, batch_id: int | Column, ingested_at: dt.datetime) -> DataFrame:
     """Decoded rows that carry a payload or are tombstones, as bronze columns."""
-    rows, batch = _with_batch_values(decoded.where(F.col("_error_class").isNull()), batch_id, ingested_at)
-    return rows.select(
-        f"{PAYLOAD}.*",
+    spark = decoded.sparkSession
+    verified, columns = sessions.once(spark, "bronze columns", lambda: (F.col("_error_class").isNull(), [
+        F.col(f"{PAYLOAD}.*"),
         *_coordinates(),
         F.col("_key").alias("_kafka_key"),
         F.col("headers").alias("_kafka_headers"),
         F.col("_tombstone").alias("_kafka_tombstone"),
         F.col("_schema_id"),
-        *batch,
-    )
+    ]))  # built once per session: a batch would otherwise spend ~40 py4j round trips on the same expressions
+    rows, batch = _with_batch_values(decoded.where(verified), batch_id, ingested_at)
+    return rows.select(*columns, *batch)
 
 
 def quarantine_rows(decoded: DataFrame, *, batch_id: int | Column, ingested_at: dt.datetime) -> DataFrame:
@@ -103,8 +104,12 @@ def _with_batch_values(rows: DataFrame, batch_id: int | Column,
     one_row = rows.sparkSession.sql(
         f"SELECT * FROM VALUES (CAST(:batch_id AS BIGINT), CAST(:ingested_at AS TIMESTAMP)) AS v({batch_name}, "
         f"{at_name})", args={"batch_id": batch_id if isinstance(batch_id, int) else 0, "ingested_at": ingested_at})
-    batch = batch_id.cast("long") if isinstance(batch_id, Column) else F.col(batch_name)
-    return rows.crossJoin(F.broadcast(one_row)), [batch.alias("_batch_id"), F.col(at_name).alias("_ingested_at")]
+    if isinstance(batch_id, Column):
+        batch = [batch_id.cast("long").alias("_batch_id"), F.col(at_name).alias("_ingested_at")]
+    else:
+        batch = sessions.once(rows.sparkSession, "batch values", lambda: [
+            F.col(batch_name).alias("_batch_id"), F.col(at_name).alias("_ingested_at")])
+    return rows.crossJoin(F.broadcast(one_row)), batch
 
 
 def _coordinates() -> list[Column]:

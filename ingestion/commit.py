@@ -21,6 +21,32 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 _PROBED: dict[int, str | None] = {}
+_JAVA: dict[str, tuple[Any, Any]] = {}  # dotted name -> (the JVM view it was looked up in, the class or member)
+
+
+def java(jvm: Any, name: str) -> Any:
+    """A JVM class or static member by its dotted name, looked up once per gateway: py4j resolves each dotted step
+    of `jvm.a.b.C` with a round trip of its own (7 for a Delta class), and a commit uses about a dozen of them."""
+    known = _JAVA.get(name)
+    if known is None or known[0] is not jvm:
+        value = jvm
+        for part in name.split("."):
+            value = getattr(value, part)
+        known = _JAVA[name] = (jvm, value)
+    return known[1]
+
+
+def java_list(items: Any) -> list[Any]:
+    """The elements of a java.util.List, by index. py4j's own iteration ends by letting the JVM throw
+    NoSuchElementException, which PySpark's error handler then converts: ~60 more round trips per loop."""
+    return [items.get(i) for i in range(items.size())]
+
+
+def _none(jvm: Any) -> Any:
+    return java(jvm, "scala.Option").empty()
+
+
+_CONVERTERS = "scala.jdk.javaapi.CollectionConverters"
 
 
 def probe(spark: SparkSession) -> str | None:
@@ -30,7 +56,7 @@ def probe(spark: SparkSession) -> str | None:
         jvm: Any = spark._jvm
         try:
             _write_operation(jvm, "{}")
-            jvm.org.apache.spark.sql.delta.actions.SetTransaction("probe", 0, jvm.scala.Option.empty())
+            java(jvm, "org.apache.spark.sql.delta.actions.SetTransaction")("probe", 0, _none(jvm))
             _PROBED[key] = None
         except Py4JError as exc:
             _PROBED[key] = f"Delta's transaction API differs from delta-spark 4.4 ({str(exc).splitlines()[0]})"
@@ -40,12 +66,12 @@ def probe(spark: SparkSession) -> str | None:
 def delta_log(spark: SparkSession, path: str) -> Any:
     """Delta's log handle of the table at `path` (cached by Delta per path)."""
     jvm: Any = spark._jvm
-    return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    return java(jvm, "org.apache.spark.sql.delta.DeltaLog").forTable(spark._jsparkSession, path)
 
 
 def latest_snapshot(spark: SparkSession, path: str) -> Any:
     """The table's latest snapshot, the log listed again (~10 ms; no Spark job)."""
-    none = spark._jvm.scala.Option.empty()  # type: ignore[union-attr]
+    none = _none(spark._jvm)
     return delta_log(spark, path).update(False, none, none)
 
 
@@ -80,8 +106,8 @@ class DeltaTxn:
         checksum = snapshot.checksumOpt()
         if retention.isDefined() or not checksum.isDefined() or not checksum.get().setTransactions().isDefined():
             return None
-        seq = checksum.get().setTransactions().get()
-        return {t.appId(): int(t.version()) for t in self._jvm.scala.jdk.javaapi.CollectionConverters.asJava(seq)}
+        return {t.appId(): int(t.version())
+                for t in java_list(java(self._jvm, _CONVERTERS).asJava(checksum.get().setTransactions().get()))}
 
     def incompatible(self, schema: T.StructType) -> str | None:
         """Why rows of `schema` cannot be appended as they are (the DataFrame writer evolves or maps the schema),
@@ -98,7 +124,7 @@ class DeltaTxn:
     def properties(self) -> dict[str, str]:
         """The table's properties as this transaction read them."""
         scala_map = self._txn.metadata().configuration()
-        return dict(self._jvm.scala.jdk.javaapi.CollectionConverters.asJava(scala_map))
+        return dict(java(self._jvm, _CONVERTERS).asJava(scala_map))
 
     def write(self, rows: DataFrame) -> list[Any]:
         """Write the rows as data files of the table (one Spark job), not committed yet: the files' actions."""
@@ -122,18 +148,20 @@ class DeltaTxn:
         return [path.toString() for path in self._hadoop_paths(files)]
 
     def _hadoop_paths(self, files: list[Any]) -> list[Any]:
-        fs, data_path = self._jvm.org.apache.hadoop.fs, self._log.dataPath()
-        return [fs.Path(data_path, fs.Path(self._jvm.java.net.URI(f.path()))) for f in files]
+        path, uri, data_path = java(self._jvm, "org.apache.hadoop.fs.Path"), java(self._jvm, "java.net.URI"), \
+            self._log.dataPath()
+        return [path(data_path, path(uri(f.path()))) for f in files]
 
     def commit(self, files: list[Any], *, app_id: str, txn_version: int, user_metadata: str) -> int:
         """Commit the files with SetTransaction(app_id, txn_version) and the userMetadata; the new table version."""
         jvm = self._jvm
-        actions = jvm.java.util.ArrayList()
+        actions = java(jvm, "java.util.ArrayList")()
         for f in files:
             actions.add(f)
-        now = jvm.java.lang.Long(int(time.time() * 1000))
-        actions.add(jvm.org.apache.spark.sql.delta.actions.SetTransaction(app_id, txn_version, jvm.scala.Some(now)))
-        seq = jvm.scala.jdk.javaapi.CollectionConverters.asScala(actions).toSeq()
+        now = java(jvm, "java.lang.Long")(int(time.time() * 1000))
+        actions.add(java(jvm, "org.apache.spark.sql.delta.actions.SetTransaction")(app_id, txn_version,
+                                                                                   java(jvm, "scala.Some")(now)))
+        seq = java(jvm, _CONVERTERS).asScala(actions).toSeq()
         return int(self._txn.commit(seq, _write_operation(jvm, user_metadata)))
 
     def discard(self, files: list[Any]) -> None:
@@ -145,7 +173,7 @@ class DeltaTxn:
 
 def _write_operation(jvm: Any, user_metadata: str) -> Any:
     """DeltaOperations.Write(Append) with the userMetadata: what a DataFrame append records as its operation."""
-    none = jvm.scala.Option.empty()
-    append = jvm.org.apache.spark.sql.SaveMode.Append
-    return jvm.org.apache.spark.sql.delta.DeltaOperations.Write(
-        append, none, none, jvm.scala.Some(user_metadata), none, none, none, none, none)
+    none = _none(jvm)
+    append = java(jvm, "org.apache.spark.sql.SaveMode").Append
+    return java(jvm, "org.apache.spark.sql.delta.DeltaOperations").Write(
+        append, none, none, java(jvm, "scala.Some")(user_metadata), none, none, none, none, none)

@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from ingestion import bronze, commit, dictionaries, fastpath, ledger
+from ingestion import bronze, commit, dictionaries, fastpath, ledger, sessions
 from ingestion.config import PipelineConfig
 from ingestion.decode import DecodeSpec
 from ingestion.errors import ConfigError, DecodeError
@@ -122,10 +122,7 @@ class BronzeWriter:
         spark = kafka_rows.sparkSession
         txn = commit.DeltaTxn(spark, self.config.table_path)
         observation = Observation()
-        decoded = fastpath.decode(kafka_rows, self.resolver.spec).observe(
-            observation, F.count(F.lit(1)).alias("records"), F.count("_error_class").alias("unverified"),
-            F.coalesce(F.sum("_value_bytes"), F.lit(0)).alias("bytes"),
-            bronze.observed_summary(spark).alias("partitions"))
+        decoded = fastpath.decode(kafka_rows, self.resolver.spec).observe(observation, *_observed(spark))
         # The observation sits between the decode and bronze's filter: Spark cannot push the filter below it,
         # so from_avro runs once per record.
         rows = bronze.bronze_rows(decoded, batch_id=batch_id, ingested_at=ingested_at)
@@ -136,7 +133,7 @@ class BronzeWriter:
         if txn.committed_version(self.bronze.app_id) >= batch_id:
             return None  # a batch Spark replays after a crash: the settled path reports Delta's skip
         files = txn.write(_right_sized(rows))
-        seen = observation.get
+        seen = _observed_values(observation)
         records, unverified = int(seen["records"]), int(seen["unverified"])
         if unverified or not records:
             txn.discard(files)
@@ -267,6 +264,26 @@ class BronzeWriter:
         return ledger.batch_records(stats, pipeline=self.config.name, batch_id=batch_id,
                                     kind="stream", app_id=self.bronze.app_id,
                                     quarantine_app_id=self.quarantine.app_id)
+
+
+_OBSERVED_NAMES = ("records", "unverified", "bytes", "partitions")  # the aliases of `_observed`
+
+
+def _observed(spark: SparkSession) -> list[Column]:
+    """What the one-pass write observes of its rows: built once per session (a Column is only an expression, and
+    building these takes ~20 py4j round trips)."""
+    return sessions.once(spark, "one-pass observed", lambda: [
+        F.count(F.lit(1)).alias("records"), F.count("_error_class").alias("unverified"),
+        F.coalesce(F.sum("_value_bytes"), F.lit(0)).alias("bytes"), bronze.observed_summary(spark).alias("partitions")])
+
+
+def _observed_values(observation: Observation) -> dict[str, Any]:
+    """The values `_observed` names, once the write has run: what `observation.get` returns, without iterating a
+    Java map through py4j (its end costs a JVM exception that PySpark converts, ~60 round trips per batch)."""
+    values = observation._jo.getAsJava() if observation._jo is not None else None  # waits for the write's job
+    if values is None:
+        return observation.get  # raises PySpark's own error: nothing was observed
+    return {name: values.get(name) for name in _OBSERVED_NAMES}
 
 
 def _right_sized(rows: DataFrame) -> DataFrame:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import threading
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -49,3 +52,32 @@ def delta_txns(table: Path) -> list[tuple[int, str, int]]:
             if "txn" in action:
                 found.append((int(commit.stem), action["txn"]["appId"], int(action["txn"]["version"])))
     return found
+
+
+@contextmanager
+def py4j_commands(counted: Callable[[], bool] = lambda: True) -> Iterator[list[str]]:
+    """The py4j commands this process sends to the JVM inside the block, other than py4j's own garbage collection,
+    sent while `counted()` is true in the sending thread: their kind (`c` call, `r` reflection, ...)."""
+    import py4j.clientserver
+    import py4j.java_gateway
+
+    commands: list[str] = []
+    lock = threading.Lock()
+    originals = {cls: cls.send_command for cls in (py4j.clientserver.ClientServerConnection,
+                                                    py4j.java_gateway.GatewayConnection)}
+
+    def counting(send: Any) -> Any:
+        def send_command(self: Any, command: str, *args: Any, **kwargs: Any) -> Any:
+            if not command.startswith("m\n") and counted():
+                with lock:
+                    commands.append(command.split("\n", 1)[0])
+            return send(self, command, *args, **kwargs)
+        return send_command
+
+    try:
+        for cls, send in originals.items():
+            cls.send_command = counting(send)  # type: ignore[method-assign]
+        yield commands
+    finally:
+        for cls, send in originals.items():
+            cls.send_command = send  # type: ignore[method-assign]

@@ -15,7 +15,7 @@ from ingestion.decode import encode
 from ingestion.errors import IngestionError
 from ingestion.samples import avro_body, order, produce_orders
 from tests.conftest import pipeline_yaml
-from tests.helpers import assert_exactly_produced
+from tests.helpers import assert_exactly_produced, py4j_commands
 
 pytestmark = pytest.mark.integration
 
@@ -170,8 +170,6 @@ def test_building_a_batchs_plan_takes_few_round_trips_to_the_jvm(spark, orders_s
     import datetime as dt
     import json
 
-    import py4j.clientserver
-    import py4j.java_gateway
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -190,20 +188,43 @@ def test_building_a_batchs_plan_takes_few_round_trips_to_the_jvm(spark, orders_s
         return bronze.bronze_rows(decoded, batch_id=batch_id, ingested_at=dt.datetime.now(dt.UTC)).schema
 
     plan(1)  # the decode expressions and the summary function are built once per session
-    commands: list[str] = []
-    originals = {cls: cls.send_command for cls in (py4j.clientserver.ClientServerConnection,
-                                                    py4j.java_gateway.GatewayConnection)}
-    try:
-        for cls, send in originals.items():
-            def counting(self: Any, command: str, *args: Any, _send: Any = send, **kwargs: Any) -> Any:
-                if not command.startswith("m\n"):  # py4j's own garbage collection, not the plan's work
-                    commands.append(command.split("\n", 1)[0])
-                return _send(self, command, *args, **kwargs)
-            cls.send_command = counting  # type: ignore[method-assign]
+    with py4j_commands() as commands:
         schema = plan(2)
-    finally:
-        for cls, send in originals.items():
-            cls.send_command = send  # type: ignore[method-assign]
     # 160 with the session's defaults; 410 when PySpark records the call site of every function (4 more each).
     assert "_batch_id" in schema.fieldNames()
     assert 20 < len(commands) <= 250, len(commands)
+
+
+def test_a_one_pass_batch_takes_few_round_trips_to_the_jvm(spark, kafka_servers, make_topic, orders_schema,
+                                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from ingestion import sink
+
+    topic = make_topic(partitions=3)
+    produced = produce_orders(kafka_servers, topic, 400, schema_id=1, schema=orders_schema)
+    config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers,
+                                         extra="source:\n  maxOffsetsPerTrigger: 100\n"))
+    in_batch = threading.local()
+    per_batch: list[tuple[int, int]] = []  # (batch id, py4j commands sent by the batch's own thread)
+    write = sink.BronzeWriter.__call__
+
+    def counted_write(self: Any, kafka_rows: Any, batch_id: int) -> None:
+        in_batch.on = True
+        try:
+            before = len(commands)
+            write(self, kafka_rows, batch_id)
+            per_batch.append((batch_id, len(commands) - before))
+        finally:
+            in_batch.on = False
+
+    monkeypatch.setattr(sink.BronzeWriter, "__call__", counted_write)
+    with py4j_commands(lambda: getattr(in_batch, "on", False)) as commands:
+        running = pipeline.run(spark, config, available_now=True)
+
+    assert_exactly_produced(_bronze(spark, config), produced)
+    assert len(running.batches) >= 4 and all(r.one_pass for r in running.batches)
+    # ~170 a batch; ~500 when Java lists and maps are iterated with py4j's iterator (its end is a JVM exception
+    # that PySpark converts) and Delta's classes are looked up by their dotted names every time.
+    assert [b for b, _ in per_batch] == [r.batch_id for r in running.batches]
+    assert all(n <= 250 for _, n in per_batch[1:]), per_batch

@@ -8,8 +8,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import py4j.clientserver
-import py4j.java_gateway
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from ingestion import pipeline
@@ -17,6 +15,7 @@ from ingestion.config import load_pipeline
 from ingestion.monitor import _JsonEvents, partition_lag, progress_from_json
 from ingestion.samples import produce_orders
 from tests.conftest import pipeline_yaml
+from tests.helpers import py4j_commands
 
 
 def test_progress_events_are_read_as_json_with_the_values_pyspark_gives(spark, kafka_servers, make_topic,
@@ -55,19 +54,6 @@ def test_progress_events_are_read_as_json_with_the_values_pyspark_gives(spark, k
 
 
 def _round_trips(call: Any) -> int:
-    """py4j commands sent while `call` runs, other than py4j's own garbage collection."""
-    commands: list[str] = []
-    originals = {cls: cls.send_command for cls in (py4j.clientserver.ClientServerConnection,
-                                                    py4j.java_gateway.GatewayConnection)}
-    try:
-        for cls, send in originals.items():
-            def counting(self: Any, command: str, *args: Any, _send: Any = send, **kwargs: Any) -> Any:
-                if not command.startswith("m\n"):
-                    commands.append(command.split("\n", 1)[0])
-                return _send(self, command, *args, **kwargs)
-            cls.send_command = counting  # type: ignore[method-assign]
+    with py4j_commands() as commands:
         call()
-    finally:
-        for cls, send in originals.items():
-            cls.send_command = send  # type: ignore[method-assign]
     return len(commands)
