@@ -21,3 +21,15 @@ def test_local_masters_schedule_batches_before_background_checkpoints() -> None:
     assert local["spark.scheduler.allocation.file"] == str(spark.FAIR_POOLS) and spark.FAIR_POOLS.is_file()
     remote = spark.builder("t", "spark://127.0.0.1:7077")._options
     assert "spark.scheduler.mode" not in remote and "spark.scheduler.allocation.file" not in remote
+
+
+def test_local_masters_rebuild_delta_state_with_half_their_cores() -> None:
+    import os
+
+    assert spark.builder("t", "local[2]")._options[spark.SNAPSHOT_PARTITIONS] == "1"
+    assert spark.builder("t", "local[8]")._options[spark.SNAPSHOT_PARTITIONS] == "4"
+    assert spark.snapshot_partitions("local") == spark.snapshot_partitions("local[3,2]") == 1
+    assert spark.snapshot_partitions("local[*]") == max(1, (os.cpu_count() or 1) // 2)
+    assert spark.builder("t", "local[2]", conf={spark.SNAPSHOT_PARTITIONS: "6"})._options[
+        spark.SNAPSHOT_PARTITIONS] == "6"  # a pipeline's `spark:` section wins
+    assert spark.SNAPSHOT_PARTITIONS not in spark.builder("t", "spark://127.0.0.1:7077")._options
