@@ -56,8 +56,8 @@ LOCAL_DEFAULTS: dict[str, str] = {
 # Delta rebuilds a table's state from its log (for a checkpoint, a reader, and the txnAppId check when the
 # checksum cannot answer) with 50 tasks by default: seconds of task overhead on a small machine (measured: 4-6 s ->
 # 0.8 s per write with 2). Local masters use half their cores: a checkpoint written beside the batches
-# (log_checkpoints) then leaves the other half to them (on 2 cores, 1 task instead of 2: p90 freshness 3.0 -> 2.3 s
-# at 13,180 records/s, one run each).
+# (log_checkpoints) then leaves the other half to them (on 2 cores, 1 task instead of 2: p90 freshness 3.0 -> 2.3
+# and 2.5 s at 13,180 records/s).
 SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
 
 
