@@ -224,7 +224,7 @@ def test_a_one_pass_batch_takes_few_round_trips_to_the_jvm(spark, kafka_servers,
 
     assert_exactly_produced(_bronze(spark, config), produced)
     assert len(running.batches) >= 4 and all(r.one_pass for r in running.batches)
-    # ~170 a batch; ~500 when Java lists and maps are iterated with py4j's iterator (its end is a JVM exception
-    # that PySpark converts) and Delta's classes are looked up by their dotted names every time.
+    # ~170 a batch; 340 when Java lists and maps are iterated with py4j's iterator (its end is a JVM exception
+    # that PySpark converts); ~500 when Delta's classes are also looked up by their dotted names every time.
     assert [b for b, _ in per_batch] == [r.batch_id for r in running.batches]
     assert all(n <= 250 for _, n in per_batch[1:]), per_batch
