@@ -98,8 +98,8 @@ def _with_batch_values(rows: DataFrame, batch_id: int | Column,
     timestamp literal into the Java code it generates for a stage, so literals that change every batch make it
     compile the stage again every batch (2 classes, 70 to 250 ms each on the benchmark), and the JVM then runs
     the new classes interpreted until it has JIT-compiled them again. As data, the stage's code is the same in
-    every batch and comes from Spark's code cache. (A `VALUES` table is a local relation: broadcasting it starts
-    no Spark job.)"""
+    every batch and comes from Spark's code cache. (Broadcasting the one-row table costs a one-task Spark job
+    of ~30 ms per batch, which the event log shows; a compilation cost more.)"""
     batch_name, at_name = _BATCH_VALUES
     one_row = rows.sparkSession.sql(
         f"SELECT * FROM VALUES (CAST(:batch_id AS BIGINT), CAST(:ingested_at AS TIMESTAMP)) AS v({batch_name}, "

@@ -24,7 +24,7 @@ import datetime as dt
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,7 +122,8 @@ class BronzeWriter:
         spark = kafka_rows.sparkSession
         txn = commit.DeltaTxn(spark, self.config.table_path)
         observation = Observation()
-        decoded = fastpath.decode(kafka_rows, self.resolver.spec).observe(observation, *_observed(spark))
+        observed = _observed(spark)
+        decoded = fastpath.decode(kafka_rows, self.resolver.spec).observe(observation, *observed.values())
         # The observation sits between the decode and bronze's filter: Spark cannot push the filter below it,
         # so from_avro runs once per record.
         rows = bronze.bronze_rows(decoded, batch_id=batch_id, ingested_at=ingested_at)
@@ -133,7 +134,7 @@ class BronzeWriter:
         if txn.committed_version(self.bronze.app_id) >= batch_id:
             return None  # a batch Spark replays after a crash: the settled path reports Delta's skip
         files = txn.write(_right_sized(rows))
-        seen = _observed_values(observation)
+        seen = _observed_values(observation, observed)
         records, unverified = int(seen["records"]), int(seen["unverified"])
         if unverified or not records:
             txn.discard(files)
@@ -266,24 +267,25 @@ class BronzeWriter:
                                     quarantine_app_id=self.quarantine.app_id)
 
 
-_OBSERVED_NAMES = ("records", "unverified", "bytes", "partitions")  # the aliases of `_observed`
+def _observed(spark: SparkSession) -> dict[str, Column]:
+    """What the one-pass write observes of its rows, by name: built once per session (a Column is only an
+    expression, and building these takes ~20 py4j round trips)."""
+    def build() -> dict[str, Column]:
+        metrics = {"records": F.count(F.lit(1)), "unverified": F.count("_error_class"),
+                   "bytes": F.coalesce(F.sum("_value_bytes"), F.lit(0)),
+                   "partitions": bronze.observed_summary(spark)}
+        return {name: column.alias(name) for name, column in metrics.items()}
+
+    return sessions.once(spark, "one-pass observed", build)
 
 
-def _observed(spark: SparkSession) -> list[Column]:
-    """What the one-pass write observes of its rows: built once per session (a Column is only an expression, and
-    building these takes ~20 py4j round trips)."""
-    return sessions.once(spark, "one-pass observed", lambda: [
-        F.count(F.lit(1)).alias("records"), F.count("_error_class").alias("unverified"),
-        F.coalesce(F.sum("_value_bytes"), F.lit(0)).alias("bytes"), bronze.observed_summary(spark).alias("partitions")])
-
-
-def _observed_values(observation: Observation) -> dict[str, Any]:
-    """The values `_observed` names, once the write has run: what `observation.get` returns, without iterating a
-    Java map through py4j (its end costs a JVM exception that PySpark converts, ~60 round trips per batch)."""
+def _observed_values(observation: Observation, names: Iterable[str]) -> dict[str, Any]:
+    """The observed values of `names`, once the write has run: what `observation.get` returns, without iterating
+    a Java map through py4j (its end costs a JVM exception that PySpark converts, ~60 round trips per batch)."""
     values = observation._jo.getAsJava() if observation._jo is not None else None  # waits for the write's job
     if values is None:
         return observation.get  # raises PySpark's own error: nothing was observed
-    return {name: values.get(name) for name in _OBSERVED_NAMES}
+    return {name: values.get(name) for name in names}
 
 
 def _right_sized(rows: DataFrame) -> DataFrame:

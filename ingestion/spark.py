@@ -82,9 +82,9 @@ def builder(app_name: str = "ingest", master: str | None = None,
         b = b.master(master)
     settings = dict(DEFAULTS)
     local = bool(master and master.startswith("local"))
-    if master and local:
+    if local:
         settings.update(LOCAL_DEFAULTS)
-        settings[SNAPSHOT_PARTITIONS] = str(snapshot_partitions(master))
+        settings[SNAPSHOT_PARTITIONS] = str(snapshot_partitions(master or "local"))
     settings["spark.jars"] = ",".join(str(jar) for jar in jvm.spark_jars())
     caller = dict(conf or {})
     settings.update(caller)
