@@ -188,12 +188,13 @@ def _kafka_status(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ingestion import pipeline
+    from ingestion import metrics, pipeline
     from ingestion.config import load_pipeline
     from ingestion.spark import get_session
 
     if args.all == bool(args.pipeline):
         raise IngestionError("name one pipeline, or pass --all")
+    metrics.open_store_early()  # while the JVM boots
     if args.all:
         from ingestion.config import list_pipelines
 

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 
 def run_demo(*, records: int = 10_000, partitions: int = 3, keep_broker: bool = False) -> int:
-    from ingestion import pipeline
+    from ingestion import metrics, pipeline
     from ingestion.spark import get_session
 
     started = time.monotonic()
@@ -39,6 +39,7 @@ def run_demo(*, records: int = 10_000, partitions: int = 3, keep_broker: bool = 
         produce_orders(servers, config.topic, records, schema_id=schema_id,
                        schema=subject.latest, first_seq=first)
         log.info("produced %d sample orders to %s (schema id %d)", records, config.topic, schema_id)
+        metrics.open_store_early()  # while the JVM boots
         spark = get_session("ingest-demo")
         running = pipeline.run(spark, config, available_now=True)
         _summary(spark, config, running.metrics.run_id if running.metrics else None, time.monotonic() - started)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import metadata
 
+from py4j.protocol import Py4JError
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -165,6 +166,7 @@ def stop(spark: SparkSession, running: RunningPipeline, status: str = "FINISHED"
         running.query.stop()
     if running.log_checkpoints is not None:
         running.log_checkpoints.close()
+    _wait_for_listener_events(spark)
     running.monitor.drain()
     spark.streams.removeListener(running.monitor)
     running.monitor.close()
@@ -172,6 +174,15 @@ def stop(spark: SparkSession, running: RunningPipeline, status: str = "FINISHED"
         running.monitor.progress.close()
     if running.metrics is not None:
         running.metrics.finish(status)
+
+
+def _wait_for_listener_events(spark: SparkSession, timeout_ms: int = 10_000) -> None:
+    """Let Spark hand its listeners every event posted so far: a progress event the query posted as it ended
+    would otherwise reach the monitor after it is removed, or after Python has gone (a py4j error at exit)."""
+    try:
+        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(timeout_ms)  # type: ignore[union-attr]
+    except Py4JError as exc:  # a timeout (another query keeps it busy) or another Spark's internals
+        log.debug("Spark's listener bus was not empty: %s", str(exc).splitlines()[0])
 
 
 def _records_to_do(config: PipelineConfig, recorded: dict[str, dict[str, int]]) -> int:

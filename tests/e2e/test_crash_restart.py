@@ -89,6 +89,9 @@ def test_sigkill_at_several_moments_then_restart_loses_and_duplicates_nothing(
     # 4. A last run catches up and exits 0.
     run4 = IngestProcess(config, tmp_path / "run4.log")
     assert run4.proc.wait(300) == 0, run4.text()[-3000:]
+    # and says nothing went wrong (a progress event that reached the monitor after Python had gone was logged
+    # as an ERROR of Spark's listener bus, with a py4j stack)
+    assert "ERROR" not in run4.text(), run4.text()[-3000:]
 
     rows = spark.read.format("delta").load(str(table)).collect()
     assert_exactly_produced(rows, produced)
