@@ -57,7 +57,7 @@ def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = 
     location = config.checkpoint_path
     resumed = checkpoint.has_progress(spark, location)
     app_id = checkpoint.app_id(spark, location, config.name)
-    recorded = ledger.next_offsets(ledger.history(spark, config.table_path))
+    recorded = _recorded_offsets(spark, config, needed=available_now or not resumed)
     starting = None if resumed else _resume_from_table(config, recorded)
     log.info("%s: %s checkpoint %s, txnAppId %s%s", config.name, "resuming" if resumed else "new", location,
              app_id, f", starting from the table's offsets {starting}" if starting else "")
@@ -183,6 +183,16 @@ def _wait_for_listener_events(spark: SparkSession, timeout_ms: int = 10_000) -> 
         spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(timeout_ms)  # type: ignore[union-attr]
     except Py4JError as exc:  # a timeout (another query keeps it busy) or another Spark's internals
         log.debug("Spark's listener bus was not empty: %s", str(exc).splitlines()[0])
+
+
+def _recorded_offsets(spark: SparkSession, config: PipelineConfig, *, needed: bool) -> dict[str, dict[str, int]]:
+    """Where the table's ledger says the topic's partitions continue, when the start needs it: a new checkpoint
+    resumes there, and an available-now run counts its records to do from there. A stream that resumes its
+    checkpoint needs neither, and a table at version 0 (its creation) has no ledger. Reading the ledger is Delta's
+    commit history, ~2 s in a new JVM (its history reader's first use) and growing with the table's versions."""
+    if not needed or ledger.table_version(spark, config.table_path) == 0:
+        return {}
+    return ledger.next_offsets(ledger.history(spark, config.table_path))
 
 
 def _records_to_do(config: PipelineConfig, recorded: dict[str, dict[str, int]]) -> int:

@@ -93,6 +93,31 @@ def test_restart_reuses_app_id_and_new_checkpoint_resumes_from_table(spark, kafk
     assert_exactly_produced(_bronze(spark, config), first + second + third)
 
 
+def test_the_ledger_is_read_at_start_only_when_the_start_needs_it(spark, kafka_servers, make_topic, orders_schema,
+                                                                 tmp_path: Path, monkeypatch) -> None:
+    from ingestion import tables
+    from ingestion.kafka_admin import watermarks
+
+    topic = make_topic(partitions=3)
+    produce_orders(kafka_servers, topic, 90, schema_id=1, schema=orders_schema)
+    config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers))
+    reads: list[str] = []
+    history = ledger.history
+    monkeypatch.setattr(ledger, "history", lambda s, path: reads.append(path) or history(s, path))
+
+    tables.ensure_tables(spark, config, pipeline.resolver(spark, config).spec)
+    assert pipeline._recorded_offsets(spark, config, needed=True) == {}  # version 0: the creation, no ledger
+    assert reads == []
+    pipeline.run(spark, config, available_now=True)
+    reads.clear()
+
+    assert pipeline._recorded_offsets(spark, config, needed=False) == {}  # a stream resuming its checkpoint
+    assert reads == []
+    ends = {str(p): high for p, (_, high) in watermarks({"bootstrap.servers": kafka_servers}, topic).items()}
+    assert pipeline._recorded_offsets(spark, config, needed=True) == {topic: ends}
+    assert reads == [config.table_path]
+
+
 def test_tombstone_is_a_marked_row(spark, kafka_servers, make_topic, orders_schema, tmp_path: Path) -> None:
     from confluent_kafka import Producer
 
