@@ -45,6 +45,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def new_cluster_id() -> str:
+    """A KRaft cluster id as Kafka makes one (16 random bytes, URL-safe base64), never starting with '-': the
+    storage tool would read such an id as an option ('argument --cluster-id/-t: expected one argument'), one
+    start in 64."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 @dataclass(frozen=True)
 class Broker:
     """One local broker, described by its folder."""
@@ -102,7 +112,7 @@ class Broker:
         java = ["java", "-Xms256m", "-Xmx768m", f"-Dlog4j2.configurationFile={self.home / 'log4j2.properties'}",
                 "-cp", classpath]
         if not (self.home / "data" / "meta.properties").is_file():
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            cluster_id = new_cluster_id()
             fmt = subprocess.run(
                 [*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.properties)],
                 capture_output=True, text=True, check=False,
