@@ -199,13 +199,13 @@ def _run(args: argparse.Namespace) -> int:
         from ingestion.config import list_pipelines
 
         configs = [load_pipeline(p) for p in list_pipelines()]
-        spark = get_session("ingest-all", conf={k: v for c in configs for k, v in c.spark.items()})
+        spark = get_session("ingest-all", conf={k: v for c in configs for k, v in c.spark.items()}, fixed_heap=True)
         outcome = pipeline.run_all(spark, configs, available_now=args.available_now)
         for name, status in outcome.items():
             print(f"{name}: {status}")
         return 1 if any(s.startswith("FAILED") for s in outcome.values()) else 0
     config = load_pipeline(args.pipeline)
-    spark = get_session(f"ingest-{config.name}", conf=config.spark)
+    spark = get_session(f"ingest-{config.name}", conf=config.spark, fixed_heap=True)
     running = pipeline.run(spark, config, available_now=args.available_now)
     rows = sum(b.rows for b in running.batches if b.committed)
     log.info("%s: done, %d batches, %d rows written", config.name, len(running.batches), rows)

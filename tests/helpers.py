@@ -81,3 +81,27 @@ def py4j_commands(counted: Callable[[], bool] = lambda: True) -> Iterator[list[s
     finally:
         for cls, send in originals.items():
             cls.send_command = send  # type: ignore[method-assign]
+
+
+def java_command_line(ancestor: int) -> list[str]:
+    """The command line of the java process started (through spark-submit's scripts) below process `ancestor`."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after its last ')'
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    for pid in parents:
+        up = pid
+        while up in parents and up != ancestor:
+            up = parents[up]
+        if up != ancestor or pid == ancestor:
+            continue
+        try:
+            args = (Path("/proc") / str(pid) / "cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            continue
+        if Path(args[0]).name == "java":
+            return args
+    raise AssertionError(f"no java process below pid {ancestor}")

@@ -12,13 +12,15 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
 from ingestion.samples import produce_orders
 from tests.conftest import pipeline_yaml
-from tests.helpers import assert_exactly_produced, delta_txns
+from tests.helpers import assert_exactly_produced, delta_txns, java_command_line
 
 pytestmark = pytest.mark.e2e
 
@@ -26,6 +28,8 @@ INGEST = str(Path(sys.executable).parent / "ingest")
 
 
 class IngestProcess:
+    started: ClassVar[list[IngestProcess]] = []  # killed after each test, whatever its outcome
+
     def __init__(self, config: Path, log: Path, fault: str | None = None) -> None:
         self.log = log
         self.marker = log.with_suffix(".fault")
@@ -36,6 +40,7 @@ class IngestProcess:
             self.proc = subprocess.Popen([INGEST, "run", str(config), "--available-now"], stdout=out,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                          start_new_session=True)
+        IngestProcess.started.append(self)
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -52,8 +57,17 @@ class IngestProcess:
         raise AssertionError(f"timed out waiting; log:\n{self.text()[-3000:]}")
 
     def kill(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGKILL)  # the group of the process we started: driver and its JVM
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the group of the process we started: driver and its JVM
         self.proc.wait(30)
+
+
+@pytest.fixture(autouse=True)
+def _no_process_left() -> Iterator[None]:
+    """A failed assertion must not leave a run waiting at its fault point for ever."""
+    yield
+    while IngestProcess.started:
+        IngestProcess.started.pop().kill()
 
 
 def test_sigkill_at_several_moments_then_restart_loses_and_duplicates_nothing(
@@ -68,6 +82,8 @@ def test_sigkill_at_several_moments_then_restart_loses_and_duplicates_nothing(
     # 1. Killed right after batch 1's Delta commit, before Spark's checkpoint marks batch 1 done.
     run1 = IngestProcess(config, tmp_path / "run1.log", fault="after_commit:1")
     run1.wait_for(run1.marker.exists)
+    java = java_command_line(run1.proc.pid)  # a JVM that runs pipelines holds its heap from the start
+    assert {"-Xmx2g", "-Xms2048m", "-XX:+AlwaysPreTouch"} <= set(java), java
     run1.kill()
     assert [v for _, _, v in delta_txns(table)] == [0, 1]
     assert not (commits / "1").exists(), "the checkpoint must not know batch 1 is done yet"
