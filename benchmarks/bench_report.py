@@ -99,6 +99,61 @@ def ratios(summary: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | No
     return out
 
 
+# The issue's targets: ours at least as fast as the hand-written baseline; freshness p99 under the trigger plus
+# 2 s at half of ours' rate; peak RSS flat when the topic grows 10x (here: the larger topic's peak JVM RSS within
+# 10% of the smaller's).
+MIN_RATIO = 1.0
+FRESHNESS_SLACK_S = 2.0
+FLAT_RSS = 1.10
+_UNITS = {"ms": 0.001, "millisecond": 0.001, "s": 1.0, "sec": 1.0, "second": 1.0, "min": 60.0, "minute": 60.0}
+
+
+def trigger_seconds(trigger: str) -> float:
+    """Seconds of a processing-time trigger as Spark writes it ('1 second', '500 ms', '2 minutes')."""
+    number, _, unit = trigger.strip().partition(" ")
+    unit = unit.strip().lower()
+    return float(number) * _UNITS[unit if unit in _UNITS else unit.removesuffix("s")]
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target the results can answer: what it asks, what was measured, and whether it is met."""
+    out: list[dict[str, Any]] = []
+    ratio = results.get("ratios", {}).get("ours/baseline", {}).get("records_per_s")
+    if ratio is not None:
+        out.append({"target": f"ours/baseline records/s >= {MIN_RATIO}", "measured": f"{ratio:.2f}",
+                    "met": ratio >= MIN_RATIO})
+    for run in results.get("freshness") or []:
+        p99 = run.get("latency", {}).get("to_commit_visible", {}).get("p99_ms")
+        if p99 is None:
+            continue
+        limit = trigger_seconds(run["trigger"]) + FRESHNESS_SLACK_S
+        half = str(run.get("rate_from", "")).startswith("half of ours")
+        out.append({"target": f"freshness p99 <= trigger + {FRESHNESS_SLACK_S:.0f} s = {limit:g} s at half of ours' "
+                              "rate",
+                    "measured": f"{p99 / 1000:.2f} s at {run['target_rate']:,.0f} records/s "
+                                f"({run.get('rate_from', '?')})",
+                    "met": p99 / 1000 <= limit if half else None})
+    memory = results.get("memory")
+    if memory:
+        grown = memory.get("ratio_large_to_small", {}).get("peak_jvm_rss_mb")
+        if grown is not None:
+            small, large = (r["records"] for r in memory["runs"])
+            out.append({"target": f"peak JVM RSS flat (within {FLAT_RSS - 1:.0%}) from {small:,} to {large:,} "
+                                  f"records at maxOffsetsPerTrigger {memory['max_offsets_per_trigger']:,}",
+                        "measured": f"{grown:.2f}x", "met": grown <= FLAT_RSS})
+    return out
+
+
+def markdown_targets(found: list[dict[str, Any]]) -> list[str]:
+    if not found:
+        return []
+    lines = ["## Targets", "", "| target | measured | met |", "| --- | ---: | --- |"]
+    for t in found:
+        met = "n/a (not the issue's load)" if t["met"] is None else ("yes" if t["met"] else "**no**")
+        lines.append(f"| {t['target']} | {t['measured']} | {met} |")
+    return [*lines, ""]
+
+
 def _fmt(value: Any, digits: int = 0) -> str:
     if value is None:
         return "–"
@@ -123,6 +178,7 @@ def markdown(results: dict[str, Any]) -> str:
                   f"of values, lz4-compressed in Kafka), schema `{cfg['subject']}` ({cfg['fields']} fields). "
                   f"maxOffsetsPerTrigger {cfg['max_offsets']:,}; {cfg['repeat']} repetition(s), alternating; "
                   "medians.", ""]
+    lines += markdown_targets(targets(results))
     summary = results.get("summary", {})
     if summary:
         lines += [
