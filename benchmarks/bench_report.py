@@ -291,6 +291,8 @@ def _memory_md(mem: dict[str, Any] | None) -> list[str]:
               f"Python workers {_fmt(q['peak_workers_rss_mb'], 2)}, total {_fmt(q['peak_total_rss_mb'], 2)}.",
               "",
               "Heap after GC is what survived each collection (from the JVM's GC log): what the pipeline keeps "
-              "between batches. RSS is mostly the heap G1 has grown to, towards `spark.driver.memory`; the first-tenth "
-              "column is the peak JVM RSS until a tenth of the records were committed.", ""]
+              "between batches. `ingest run` holds its whole heap (`spark.driver.memory`) from the start on a local "
+              "master, so its RSS is that heap plus the JVM's own memory (compiled code, classes, threads); a JVM "
+              "that sizes its own heap grows it towards `spark.driver.memory`. The first-tenth column is the peak "
+              "JVM RSS until a tenth of the records were committed.", ""]
     return lines
