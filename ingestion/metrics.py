@@ -99,25 +99,27 @@ class RunMetrics:
         self._queue.put([Metric(key, float(value), now, step) for key, value in values.items()])
 
     def _write(self) -> None:
-        """Write queued metrics until `finish`, everything queued by then in as few calls as MLflow allows."""
-        done = False
-        while not done:
+        """Write queued metrics until `finish`; what queued up while the store was busy goes in one call."""
+        closing = False
+        while not closing:
             pending: list[Metric] = []
             item = self._queue.get()
-            while True:
-                if item is None:
-                    done = True
-                    break
+            while item is not None:
                 pending.extend(item)
                 if len(pending) >= MAX_METRICS_PER_CALL or self._queue.empty():
                     break
                 item = self._queue.get()
-            for first in range(0, len(pending), MAX_METRICS_PER_CALL):
-                try:
-                    self.client.log_batch(self.run_id, metrics=pending[first:first + MAX_METRICS_PER_CALL])
-                except Exception as exc:  # noqa: BLE001 - metrics are lost, the stream is not
-                    log.warning("mlflow run %s: could not log %d metrics: %s", self.run_id, len(pending),
-                                str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            closing = item is None
+            self._send(pending)
+
+    def _send(self, metrics: list[Metric]) -> None:
+        for first in range(0, len(metrics), MAX_METRICS_PER_CALL):
+            chunk = metrics[first:first + MAX_METRICS_PER_CALL]
+            try:
+                self.client.log_batch(self.run_id, metrics=chunk)
+            except Exception as exc:  # noqa: BLE001 - metrics are lost, the stream is not
+                log.warning("mlflow run %s: could not log %d metrics: %s", self.run_id, len(chunk),
+                            str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
 
     def finish(self, status: str = "FINISHED", timeout: float = 60.0) -> None:
         """Write what is queued, then close the run with `status`."""

@@ -89,3 +89,17 @@ def test_a_store_that_fails_loses_metrics_not_the_run(tracking: str, caplog: pyt
 
     assert opened.client.get_run(run.run_id).info.status == "FINISHED"
     assert "could not log 1 metrics: store is read-only" in caplog.text
+
+
+def test_a_batch_of_more_metrics_than_one_call_takes_is_split(tracking: str) -> None:
+    opened = RunMetrics.start("ingest/wide", "wide", {})
+    opened._queue.put(None)
+    store = _SlowStore(opened.client)
+    store.go.set()
+    run = RunMetrics(opened.run_id, opened.experiment_id, opened.uri, store)
+    lag = {f"lag_records_p{p}": float(p) for p in range(1500)}  # a topic of 1,500 partitions
+    run.log(0, lag)
+    run.finish()
+
+    assert store.calls == [1000, 500]  # MLflow takes at most 1,000 metrics a call
+    assert len(opened.client.get_run(run.run_id).data.metrics) == 1500
