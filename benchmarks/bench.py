@@ -112,12 +112,12 @@ def _fresh_rates(args: argparse.Namespace, summary: dict[str, Any]) -> list[tupl
 
 def _fresh_rate(args: argparse.Namespace, summary: dict[str, Any]) -> tuple[float, str]:
     if summary.get("ours", {}).get("records_per_s"):
-        return summary["ours"]["records_per_s"] / 2, "half of ours' median records/s in this run"
+        return summary["ours"]["records_per_s"] / 2, f"{bench_report.HALF_OF_OURS} in this run"
     previous = args.output / "results.json"
     if previous.is_file():
         rate = json.loads(previous.read_text()).get("summary", {}).get("ours", {}).get("records_per_s")
         if rate:
-            return rate / 2, f"half of ours' median records/s in {previous}"
+            return rate / 2, f"{bench_report.HALF_OF_OURS} in {previous}"
     return 2000.0, "default 2000 records/s (ours not measured)"
 
 
