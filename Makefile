@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	rm -f $(VENV)/.installed-* && touch $@
 
-.ingest/jars/.ready: $(STAMP) ingestion/jvm.py $(wildcard ingestion/data/*.java)
+.ingest/jars/.ready: $(STAMP) ingestion/runtime/jars.py $(wildcard ingestion/runtime/data/*.java)
 	$(BIN)/ingest jars
 	touch $@
 
@@ -31,6 +31,7 @@ test-unit: setup
 lint: setup
 	$(BIN)/ruff check ingestion tests benchmarks
 	$(BIN)/mypy ingestion
+	$(BIN)/lint-imports
 
 # Throughput, freshness and memory against a hand-written Spark job and the raw limits (see benchmarks/bench.py);
 # pass options with BENCH_ARGS="--records 200000 --repeat 1".

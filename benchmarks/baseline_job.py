@@ -20,7 +20,7 @@ from typing import Any
 
 
 def _session() -> Any:
-    from ingestion.spark import get_session
+    from ingestion.runtime.session import get_session
 
     # The project's jar set includes spark-avro (ours uses from_avro too).
     return get_session("bench-baseline", conf={"spark.sql.streaming.numRecentProgressUpdates": "100000"})

@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     home = args.home.absolute()
     home.mkdir(parents=True, exist_ok=True)
     env = environment(home)
-    from ingestion.devstack import Broker
+    from ingestion.dev.broker import Broker
 
     started = time.monotonic()
     results: dict[str, Any] = {

@@ -55,7 +55,7 @@ def _git_head(repo: Path) -> str:
 def machine(repo: Path) -> dict[str, Any]:
     from confluent_kafka import libversion
 
-    from ingestion import jvm
+    from ingestion.runtime import jars as jvm
 
     java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False).stderr.splitlines()
     mem_kb = int(_first_line("/proc/meminfo", "MemTotal").split()[0])

@@ -231,7 +231,7 @@ def run_kind(ctx: Context, kind: str, topic: datagen.TopicData, rep: int) -> dic
 
 def run_freshness(ctx: Context, rate: float, seconds: float, warmup: float, trigger: str) -> dict[str, Any]:
     """Ours streaming with a short trigger while a producer writes at a fixed rate; produce -> visible latency."""
-    from ingestion.kafka_admin import create_topic
+    from ingestion.kafka.clients import create_topic
 
     topic = f"bench-fresh-{int(time.time())}"
     create_topic({"bootstrap.servers": ctx.servers}, topic, datagen.PARTITIONS)
@@ -255,7 +255,7 @@ def run_freshness(ctx: Context, rate: float, seconds: float, warmup: float, trig
         produced = datagen.produce_at_rate(ctx.servers, topic, rate, warmup + seconds)
         since = float(produced["started_at"]) + warmup
         in_table = deltastats.row_count(work / "table")
-        from ingestion.kafka_admin import watermarks
+        from ingestion.kafka.clients import watermarks
 
         total = sum(high for _, high in watermarks({"bootstrap.servers": ctx.servers}, topic).values())
         behind = total - in_table

@@ -18,8 +18,8 @@ from typing import Any
 
 from fastavro import parse_schema, schemaless_writer
 
-from ingestion.decode import encode
-from ingestion.kafka_admin import create_topic, watermarks
+from ingestion.decode.wire import encode
+from ingestion.kafka.clients import create_topic, watermarks
 
 SUBJECT = "payments-value"
 SCHEMA_ID = 1

@@ -139,7 +139,7 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="broker + sample topic + sample records + one ingestion + summary")
     demo.add_argument("--records", type=int, default=10_000, help="sample records to produce (default 10000)")
     demo.add_argument("--keep-broker", action="store_true", help="leave the broker running afterwards")
-    demo.set_defaults(func=lambda a: _lazy("ingestion.demo", "run_demo")(records=a.records,
+    demo.set_defaults(func=lambda a: _lazy("ingestion.dev.demo", "run_demo")(records=a.records,
                                                                            keep_broker=a.keep_broker))
 
     jars = commands.add_parser("jars", help="resolve the JVM jars (Delta, Spark Kafka source, broker) via Maven; "
@@ -155,14 +155,14 @@ def _lazy(module: str, name: str) -> Callable[..., int]:
 
 
 def _kafka_start(args: argparse.Namespace) -> int:
-    from ingestion.devstack import Broker
+    from ingestion.dev.broker import Broker
 
     print(Broker.default().start(port=args.port))
     return 0
 
 
 def _kafka_stop(args: argparse.Namespace) -> int:
-    from ingestion.devstack import Broker
+    from ingestion.dev.broker import Broker
 
     print("stopped" if Broker.default().stop() else "not running")
     return 0
@@ -171,7 +171,7 @@ def _kafka_stop(args: argparse.Namespace) -> int:
 def _kafka_status(args: argparse.Namespace) -> int:
     from confluent_kafka.admin import AdminClient
 
-    from ingestion.devstack import Broker
+    from ingestion.dev.broker import Broker
 
     broker = Broker.default()
     pid = broker.pid()
@@ -188,9 +188,9 @@ def _kafka_status(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ingestion import metrics, pipeline
     from ingestion.config import load_pipeline
-    from ingestion.spark import get_session
+    from ingestion.runtime.session import get_session
+    from ingestion.stream import metrics, pipeline
 
     if args.all == bool(args.pipeline):
         raise IngestionError("name one pipeline, or pass --all")
@@ -213,36 +213,24 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _history(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
-
-    from ingestion import ledger
+    from ingestion.ops import history
 
     config, spark = _pipeline_session(args.pipeline)
-    records = ledger.history(spark, config.table_path)
-    if args.json:
-        print(json.dumps([asdict(r) for r in records], default=str, indent=2))
-        return 0
-    print(f"{'version':>7}  {'committed at':19}  {'kind':8} {'batch':>5} {'rows':>7} {'quar.':>5} {'schemas':>7}  "
-          "offsets (partition:first-last)")
-    for r in records:
-        spans = ", ".join(f"{x.partition}:{x.first}-{x.last}" for x in r.ranges)
-        when = r.committed_at.strftime("%Y-%m-%d %H:%M:%S") if r.committed_at else "-"
-        schemas = ",".join(str(i) for i in r.schema_ids) or "-"
-        print(f"{r.version:>7}  {when:19}  {r.kind:8} {r.batch_id:>5} {r.rows:>7} {r.quarantined:>5} {schemas:>7}  "
-              f"{spans}")
+    records = history.history(spark, config)
+    print(history.to_json(records) if args.json else history.render(records))
     return 0
 
 
 def _pipeline_session(name: str) -> tuple[PipelineConfig, SparkSession]:
     from ingestion.config import load_pipeline
-    from ingestion.spark import get_session
+    from ingestion.runtime.session import get_session
 
     config = load_pipeline(name)
     return config, get_session(f"ingest-{config.name}", conf=config.spark)
 
 
 def _onboard(args: argparse.Namespace) -> int:
-    from ingestion.onboard import onboard
+    from ingestion.ops.onboard import onboard
 
     config, spark = _pipeline_session(args.pipeline)
     report = onboard(spark, config, dry_run=args.dry_run, create_topic=args.create_topic,
@@ -254,9 +242,9 @@ def _onboard(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from ingestion import status
     from ingestion.config import list_pipelines, load_pipeline
-    from ingestion.spark import get_session
+    from ingestion.ops import status
+    from ingestion.runtime.session import get_session
 
     configs = [load_pipeline(args.pipeline)] if args.pipeline else [load_pipeline(p) for p in list_pipelines()]
     spark = get_session("ingest-status")
@@ -271,8 +259,8 @@ def _status(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ingestion import report
     from ingestion.config import load_pipeline
+    from ingestion.ops import report
     from ingestion.paths import state_dir
 
     config = load_pipeline(args.pipeline)
@@ -284,9 +272,9 @@ def _report(args: argparse.Namespace) -> int:
 def _sql(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ingestion import catalog
     from ingestion.config import list_pipelines, load_pipeline
-    from ingestion.spark import get_session
+    from ingestion.ops import catalog
+    from ingestion.runtime.session import get_session
 
     spark = get_session("ingest-sql")
     tables = catalog.register(spark, [load_pipeline(p) for p in list_pipelines()])
@@ -309,10 +297,10 @@ def _sql(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from ingestion import reprocess
+    from ingestion.ops import replay
 
     config, spark = _pipeline_session(args.pipeline)
-    r = reprocess.replay(spark, config, start=args.start, end=args.end)
+    r = replay.replay(spark, config, start=args.start, end=args.end)
     print(f"{r.read} records read, {r.already_present} already present, {r.written} written to bronze, "
           f"{r.quarantined} quarantined (bronze version {r.bronze_version})")
     return 0
@@ -321,18 +309,18 @@ def _replay(args: argparse.Namespace) -> int:
 def _rewind(args: argparse.Namespace) -> int:
     import datetime as dt
 
-    from ingestion import reprocess
+    from ingestion.ops import rewind
 
     config, spark = _pipeline_session(args.pipeline)
     when = dt.datetime.fromisoformat(args.to_timestamp) if args.to_timestamp else None
-    r = reprocess.rewind(spark, config, to_version=args.to_version, to_timestamp=when)
+    r = rewind.rewind(spark, config, to_version=args.to_version, to_timestamp=when)
     print(f"bronze restored to version {r.bronze_version}, quarantine to {r.quarantine_version}; "
           f"old checkpoint kept at {r.checkpoint_moved_to}; the next run resumes from {json.dumps(r.resume_from)}")
     return 0
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from ingestion import verify
+    from ingestion.ops import verify
 
     config, spark = _pipeline_session(args.pipeline)
     result = verify.audit(spark, config)
@@ -341,7 +329,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _quarantine_list(args: argparse.Namespace) -> int:
-    from ingestion import quarantine
+    from ingestion.ops import quarantine
 
     config, spark = _pipeline_session(args.pipeline)
     table = quarantine.read(spark, config)
@@ -358,7 +346,7 @@ def _quarantine_list(args: argparse.Namespace) -> int:
 def _quarantine_show(args: argparse.Namespace) -> int:
     from pyspark.sql import functions as F
 
-    from ingestion import quarantine
+    from ingestion.ops import quarantine
 
     config, spark = _pipeline_session(args.pipeline)
     table = quarantine.read(spark, config)
@@ -376,7 +364,7 @@ def _quarantine_show(args: argparse.Namespace) -> int:
 
 
 def _quarantine_reprocess(args: argparse.Namespace) -> int:
-    from ingestion import quarantine
+    from ingestion.ops import quarantine
 
     config, spark = _pipeline_session(args.pipeline)
     r = quarantine.redecode(spark, config)
@@ -387,11 +375,11 @@ def _quarantine_reprocess(args: argparse.Namespace) -> int:
 
 
 def _jars(args: argparse.Namespace) -> int:
-    from ingestion import jvm
+    from ingestion.runtime import jars
 
-    for artifacts in jvm.ALL_SETS:
-        print(f"{artifacts.name}: {len(jvm.resolve(artifacts))} jars in {artifacts.folder(jvm.jar_cache())}")
-    print(f"helper: {jvm.helper_jar()}")
+    for artifacts in jars.ALL_SETS:
+        print(f"{artifacts.name}: {len(jars.resolve(artifacts))} jars in {artifacts.folder(jars.jar_cache())}")
+    print(f"helper: {jars.helper_jar()}")
     return 0
 
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import yaml
 
 from ingestion.errors import ConfigError
-from ingestion.paths import conf_dir, state_dir
+from ingestion.paths import conf_dir, local_broker_address, state_dir
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _SECRET = re.compile(r"password|secret|jaas|token|credentials|key\.pem|basic\.auth\.user\.info", re.I)
@@ -123,10 +123,8 @@ class PipelineConfig:
 
     def bootstrap_servers(self) -> str:
         """From the config, else `$KAFKA_BOOTSTRAP_SERVERS`, else the local dev broker's address file."""
-        from ingestion.devstack import Broker
-
         servers = self.kafka.get("bootstrap.servers") or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-        servers = servers or Broker.default().bootstrap_servers()
+        servers = servers or local_broker_address()
         if not servers:
             raise ConfigError(f"{self.file}: no 'kafka.bootstrap.servers', no $KAFKA_BOOTSTRAP_SERVERS and no "
                               "local broker (start one with `ingest kafka start`)")

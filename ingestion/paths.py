@@ -19,3 +19,14 @@ def conf_dir() -> Path:
 def schemas_dir() -> Path:
     """The folder of Avro schema files, laid out as `<subject>/<schema id>.avsc`."""
     return Path(os.environ.get("INGEST_SCHEMAS_DIR", "schemas")).absolute()
+
+
+def local_broker_dir() -> Path:
+    """The folder of the local development broker (`ingest kafka start`)."""
+    return state_dir() / "kafka"
+
+
+def local_broker_address() -> str | None:
+    """The bootstrap address the local development broker wrote when it started, or None without one."""
+    address = local_broker_dir() / "bootstrap"
+    return address.read_text().strip() if address.is_file() else None

@@ -38,7 +38,7 @@ def kafka_servers(state_home: Path) -> Iterator[str]:
     if existing:
         yield existing
         return
-    from ingestion.devstack import Broker
+    from ingestion.dev.broker import Broker
 
     broker = Broker(state_home / "kafka")
     servers = broker.start()
@@ -51,7 +51,7 @@ def kafka_servers(state_home: Path) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def spark(state_home: Path) -> Iterator[Any]:
-    from ingestion.spark import get_session
+    from ingestion.runtime.session import get_session
 
     session = get_session("ingest-tests", conf={"spark.sql.shuffle.partitions": "2"})
     yield session
@@ -61,7 +61,7 @@ def spark(state_home: Path) -> Iterator[Any]:
 @pytest.fixture
 def make_topic(kafka_servers: str, request: pytest.FixtureRequest) -> Callable[..., str]:
     """Create a uniquely named topic: make_topic(partitions=3) -> name."""
-    from ingestion.kafka_admin import create_topic
+    from ingestion.kafka.clients import create_topic
 
     def make(partitions: int = 3) -> str:
         name = f"t-{request.node.name[:40].replace('[', '-').replace(']', '')}-{uuid.uuid4().hex[:6]}"
@@ -73,7 +73,7 @@ def make_topic(kafka_servers: str, request: pytest.FixtureRequest) -> Callable[.
 
 @pytest.fixture
 def orders_schema() -> dict[str, Any]:
-    from ingestion.samples import load_schema
+    from ingestion.dev.samples import load_schema
 
     return load_schema(str(REPO / "schemas" / "orders-value" / "1.avsc"))
 

@@ -12,7 +12,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from ingestion.samples import Produced
+from ingestion.dev.samples import Produced
 
 
 def as_produced(row: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import ClassVar
 
 import pytest
 
-from ingestion.samples import produce_orders
+from ingestion.dev.samples import produce_orders
 from tests.conftest import pipeline_yaml
 from tests.helpers import assert_exactly_produced, delta_txns, java_command_line
 

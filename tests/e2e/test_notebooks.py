@@ -11,9 +11,10 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from ingestion import ledger, pipeline
 from ingestion.config import load_pipeline
-from ingestion.samples import produce_orders
+from ingestion.delta import ledger
+from ingestion.dev.samples import produce_orders
+from ingestion.stream import pipeline
 from tests.conftest import REPO, pipeline_yaml
 
 pytestmark = pytest.mark.e2e

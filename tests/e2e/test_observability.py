@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ingestion import kafka_admin
-from ingestion.samples import produce_orders
+from ingestion.dev.samples import produce_orders
+from ingestion.kafka import clients as kafka_admin
 from tests.conftest import pipeline_yaml
 
 pytestmark = pytest.mark.e2e
@@ -26,7 +26,7 @@ def test_bursts_show_lag_rising_and_falling_in_mlflow_kafka_status_and_report(
         spark, kafka_servers, make_topic, orders_schema, tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
-    from ingestion.metrics import tracking_uri
+    from ingestion.stream.metrics import tracking_uri
 
     topic = make_topic(partitions=3)
     group = f"ingest-observed-{topic}"

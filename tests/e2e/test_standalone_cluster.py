@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ingestion.devstack import free_port
-from ingestion.samples import produce_orders
+from ingestion.dev.broker import free_port
+from ingestion.dev.samples import produce_orders
 from tests.conftest import pipeline_yaml
 from tests.helpers import assert_exactly_produced
 

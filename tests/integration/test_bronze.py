@@ -9,11 +9,14 @@ from typing import Any
 
 import pytest
 
-from ingestion import checkpoint, ledger, pipeline
+from ingestion.columns import KAFKA_SOURCE_SCHEMA
 from ingestion.config import load_pipeline
-from ingestion.decode import encode
+from ingestion.decode.wire import encode
+from ingestion.delta import ledger
+from ingestion.dev.samples import avro_body, order, produce_orders
 from ingestion.errors import IngestionError
-from ingestion.samples import avro_body, order, produce_orders
+from ingestion.runtime import helper
+from ingestion.stream import checkpoint, pipeline, setup
 from tests.conftest import pipeline_yaml
 from tests.helpers import assert_exactly_produced, py4j_commands
 
@@ -95,8 +98,7 @@ def test_restart_reuses_app_id_and_new_checkpoint_resumes_from_table(spark, kafk
 
 def test_the_ledger_is_read_at_start_only_when_the_start_needs_it(spark, kafka_servers, make_topic, orders_schema,
                                                                  tmp_path: Path, monkeypatch) -> None:
-    from ingestion import tables
-    from ingestion.kafka_admin import watermarks
+    from ingestion.kafka.clients import watermarks
 
     topic = make_topic(partitions=3)
     produce_orders(kafka_servers, topic, 90, schema_id=1, schema=orders_schema)
@@ -105,7 +107,7 @@ def test_the_ledger_is_read_at_start_only_when_the_start_needs_it(spark, kafka_s
     history = ledger.history
     monkeypatch.setattr(ledger, "history", lambda s, path: reads.append(path) or history(s, path))
 
-    tables.ensure_tables(spark, config, pipeline.resolver(spark, config).spec)
+    setup.ensure_tables(spark, config, setup.resolver(spark, config).spec)
     assert pipeline._recorded_offsets(spark, config, needed=True) == {}  # version 0: the creation, no ledger
     assert reads == []
     pipeline.run(spark, config, available_now=True)
@@ -165,8 +167,8 @@ def test_a_batchs_values_do_not_make_spark_compile_its_stage_again(spark) -> Non
 
     from pyspark.sql import functions as F
 
-    from ingestion import bronze
-    from ingestion.decode import PAYLOAD
+    from ingestion.decode import bronze
+    from ingestion.decode.spec import PAYLOAD
 
     decoded = spark.range(50).select(
         F.struct(F.col("id").alias("n")).alias(PAYLOAD), F.lit("orders").alias("topic"),
@@ -199,17 +201,18 @@ def test_building_a_batchs_plan_takes_few_round_trips_to_the_jvm(spark, orders_s
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from ingestion import bronze, fastpath
-    from ingestion.decode import DecodeSpec
+    from ingestion.decode import bronze
+    from ingestion.decode import jvm_decoder as fastpath
+    from ingestion.decode.spec import DecodeSpec
 
     text = json.dumps(orders_schema)
     spec = DecodeSpec({1: text}, text, 100_000, False, key_format="string")
-    kafka_rows = spark.createDataFrame([], bronze.KAFKA_SOURCE_SCHEMA)
+    kafka_rows = spark.createDataFrame([], KAFKA_SOURCE_SCHEMA)
 
     def plan(batch_id: int) -> T.StructType:
         observation = Observation()
-        decoded = fastpath.decode(kafka_rows, spec).observe(
-            observation, F.count(F.lit(1)).alias("records"), bronze.observed_summary(spark).alias("partitions"))
+        decoded = fastpath.decode_in_jvm(kafka_rows, spec).observe(
+            observation, F.count(F.lit(1)).alias("records"), helper.partition_summary(spark).alias("partitions"))
         return bronze.bronze_rows(decoded, batch_id=batch_id, ingested_at=dt.datetime.now(dt.UTC)).schema
 
     plan(1)  # the decode expressions and the summary function are built once per session
@@ -224,7 +227,7 @@ def test_a_one_pass_batch_takes_few_round_trips_to_the_jvm(spark, kafka_servers,
                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
-    from ingestion import sink
+    from ingestion.stream import writer as sink
 
     topic = make_topic(partitions=3)
     produced = produce_orders(kafka_servers, topic, 400, schema_id=1, schema=orders_schema)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from delta.exceptions import ConcurrentTransactionException  # importing delta converts Delta's JVM errors
 
-from ingestion import commit
+from ingestion.runtime import delta_txn as commit
 
 
 def _append(spark: Any, path: Path, app_id: str, version: int) -> None:

@@ -17,9 +17,12 @@ import pytest
 from fastavro import parse_schema, schemaless_writer
 from pyspark.sql import functions as F
 
-from ingestion import bronze, dictionaries, tables
-from ingestion.decode import DecodeSpec, encode
-from ingestion.sink import BronzeWriter
+from ingestion.columns import KAFKA_SOURCE_SCHEMA
+from ingestion.decode.spec import DecodeSpec
+from ingestion.decode.wire import encode
+from ingestion.delta import dictionaries
+from ingestion.stream import setup
+from ingestion.stream.writer import BronzeWriter
 from tests.integration.test_fastpath import _config, _Specs
 
 SCHEMA = {"type": "record", "name": "Reading", "namespace": "t", "fields": [
@@ -43,7 +46,7 @@ def kafka_rows(spark: Any, batch: int) -> Any:
                                         "ok": i % 2 == 0, "pinned": offset * 7919,
                                         "region": ["x", "y", "z"][i % 3]})
         rows.append((b"k", encode(1, out.getvalue()), "t", 0, offset, ts, 0, []))
-    return spark.createDataFrame(rows, bronze.KAFKA_SOURCE_SCHEMA).coalesce(1)
+    return spark.createDataFrame(rows, KAFKA_SOURCE_SCHEMA).coalesce(1)
 
 
 def dictionary_pages(path: Path) -> dict[str, bool]:
@@ -62,7 +65,7 @@ def test_columns_parquet_wrote_plain_are_written_without_a_dictionary(spark: Any
                                    "    parquet.enable.dictionary#region: 'false'\n")
     text = json.dumps(SCHEMA)
     spec = DecodeSpec({1: text}, text, 1000, False, key_format="string")
-    tables.ensure_tables(spark, config, spec)
+    setup.ensure_tables(spark, config, spec)
     results: list[Any] = []
     writer = BronzeWriter(config=config, app_id="app", resolver=_Specs(spec), on_batch=results.append)
     table = Path(config.table_path)

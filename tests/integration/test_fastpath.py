@@ -18,11 +18,17 @@ import pytest
 from fastavro import parse_schema, schemaless_writer
 from pyspark.sql import functions as F
 
-from ingestion import bronze, fastpath, ledger, tables
+from ingestion.columns import KAFKA_SOURCE_SCHEMA
 from ingestion.config import load_pipeline
-from ingestion.decode import DecodeSpec, encode
+from ingestion.decode import bronze
+from ingestion.decode import jvm_decoder as fastpath
+from ingestion.decode.python_decoder import decode_in_python
+from ingestion.decode.spec import DecodeSpec
+from ingestion.decode.wire import encode
+from ingestion.delta import ledger
 from ingestion.errors import ConfigError
-from ingestion.sink import BronzeWriter
+from ingestion.stream import setup
+from ingestion.stream.writer import BronzeWriter
 from tests.conftest import pipeline_yaml
 from tests.helpers import delta_txns
 
@@ -116,7 +122,7 @@ VERIFIED = {*range(GOOD), 6, 18}  # what the JVM path decodes without Python
 def kafka_rows(spark: Any) -> Any:
     ts = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     rows = [(key, value, "t", offset % 2, offset, ts, 0, [("h", b"v")]) for offset, (key, value) in enumerate(CASES)]
-    return spark.createDataFrame(rows, bronze.KAFKA_SOURCE_SCHEMA)
+    return spark.createDataFrame(rows, KAFKA_SOURCE_SCHEMA)
 
 
 def spec(key_format: str = "string") -> DecodeSpec:
@@ -132,12 +138,12 @@ def collect(df: Any) -> list[dict[str, Any]]:
 def test_jvm_path_lands_the_same_rows_as_the_python_decoder(spark: Any, kafka_rows: Any, key_format: str) -> None:
     s = spec(key_format)
     assert fastpath.unusable(spark, s) is None
-    expected = collect(bronze.decode(kafka_rows, s))
-    fast = fastpath.decode(kafka_rows, s).cache()
+    expected = collect(decode_in_python(kafka_rows, s))
+    fast = fastpath.decode_in_jvm(kafka_rows, s).cache()
     verified = {r["offset"] for r in fast.where(F.col("_error_class").isNull()).select("offset").collect()}
     key_verified = VERIFIED | ({17} if key_format != "string" else set())
     assert verified == key_verified
-    settled, python = fastpath.settle(fast, s, kafka_rows.schema)
+    settled, python = fastpath.settle_in_python(fast, s, kafka_rows.schema)
     try:
         actual = collect(settled)
     finally:
@@ -157,7 +163,7 @@ def test_jvm_path_lands_the_same_rows_as_the_python_decoder(spark: Any, kafka_ro
 
 
 def test_batch_stats_summarize_each_partition_in_the_jvm(spark: Any, kafka_rows: Any) -> None:
-    stats = bronze.batch_stats(bronze.decode(kafka_rows, spec()))
+    stats = bronze.batch_stats(decode_in_python(kafka_rows, spec()))
     assert [(s["topic"], s["partition"]) for s in stats] == [("t", 0), ("t", 1)]
     even, odd = stats
     assert (even["first"], even["last"], even["count"]) == (0, 18, 10)
@@ -223,20 +229,20 @@ def test_jvm_body_check_trusts_exactly_what_both_decoders_read_alike(spark: Any)
     ts = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     names = list(EDGE_CASES)
     kafka = spark.createDataFrame([(b"k", value, "t", 0, offset, ts, 0, []) for offset, (value, _) in
-                                   enumerate(EDGE_CASES.values())], bronze.KAFKA_SOURCE_SCHEMA)
+                                   enumerate(EDGE_CASES.values())], KAFKA_SOURCE_SCHEMA)
     s = DecodeSpec(writer_schemas={1: json.dumps(EDGE)}, reader_schema=json.dumps(EDGE), max_bytes=2000,
                    fail_fast=False, key_format="string")
     assert fastpath.unusable(spark, s) is None
-    fast = fastpath.decode(kafka, s).cache()
+    fast = fastpath.decode_in_jvm(kafka, s).cache()
     try:
         verified = {names[r["offset"]] for r in fast.where(F.col("_error_class").isNull()).collect()}
         assert verified == {name for name, (_, trusted) in EDGE_CASES.items() if trusted}
-        settled, python = fastpath.settle(fast, s, kafka.schema)
+        settled, python = fastpath.settle_in_python(fast, s, kafka.schema)
         actual = collect(settled)
         python.unpersist()
     finally:
         fast.unpersist()
-    expected = collect(bronze.decode(kafka, s))
+    expected = collect(decode_in_python(kafka, s))
     for got, want in zip(actual, expected, strict=True):
         assert got == want, names[want["offset"]]
     assert expected[0]["_payload"]["s"] == "h\u00e9llo \u2713 \U0001f600"
@@ -271,7 +277,7 @@ def test_clean_batches_commit_in_one_pass_and_others_take_the_settled_path(spark
     Both give the rows and the ledger the Python decoder would give."""
     config = _config(tmp_path, "value:\n  format: confluent\n  subject: orders-value\n")
     s = spec()
-    tables.ensure_tables(spark, config, s)
+    setup.ensure_tables(spark, config, s)
     results: list[Any] = []
     writer = BronzeWriter(config=config, app_id="app", resolver=_Specs(s), on_batch=results.append)
     clean = kafka_rows.where(F.col("offset").isin(sorted(VERIFIED)))
@@ -294,7 +300,7 @@ def test_clean_batches_commit_in_one_pass_and_others_take_the_settled_path(spark
 
     # Rows: as the Python decoder lands them, whichever path wrote them.
     table = spark.read.format("delta").load(config.table_path)
-    python_rows = bronze.bronze_rows(bronze.decode(clean, s), batch_id=0, ingested_at=dt.datetime.now(dt.UTC))
+    python_rows = bronze.bronze_rows(decode_in_python(clean, s), batch_id=0, ingested_at=dt.datetime.now(dt.UTC))
     strip = ["_ingested_at"]
     def rows(frame: Any) -> list[dict[str, Any]]:
         return [r.asDict(recursive=True) for r in frame.drop(*strip).orderBy("_kafka_offset").collect()]
@@ -304,7 +310,7 @@ def test_clean_batches_commit_in_one_pass_and_others_take_the_settled_path(spark
 
     # Ledger: the one-pass commit records what the cached summary would have recorded.
     records = {r.batch_id: r for r in ledger.history(spark, config.table_path)}
-    expected, _ = ledger.batch_records(bronze.batch_stats(bronze.decode(clean, s)), pipeline=config.name, batch_id=0,
+    expected, _ = ledger.batch_records(bronze.batch_stats(decode_in_python(clean, s)), pipeline=config.name, batch_id=0,
                                        kind="stream", app_id="app", quarantine_app_id="app.quarantine")
     assert records[0] == expected
     assert records[3].ranges == tuple(replace(r, first=r.first + 300, last=r.last + 300) for r in expected.ranges)
@@ -323,7 +329,7 @@ def test_a_table_partitioned_by_a_kafka_coordinate_commits_in_one_pass(spark: An
     config = _config(tmp_path, "value:\n  format: confluent\n  subject: orders-value\n",
                      sink="  partitionBy: [_kafka_partition]\n")
     s = spec()
-    tables.ensure_tables(spark, config, s)
+    setup.ensure_tables(spark, config, s)
     results: list[Any] = []
     writer = BronzeWriter(config=config, app_id="app", resolver=_Specs(s), on_batch=results.append)
     clean = kafka_rows.where(F.col("offset").isin(sorted(VERIFIED)))
@@ -331,7 +337,7 @@ def test_a_table_partitioned_by_a_kafka_coordinate_commits_in_one_pass(spark: An
 
     assert [(r.batch_id, r.one_pass, r.committed, r.rows) for r in results] == [(0, True, True, len(VERIFIED))]
     assert results[0].max_timestamp == dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-    expected, _ = ledger.batch_records(bronze.batch_stats(bronze.decode(clean, s)), pipeline=config.name, batch_id=0,
+    expected, _ = ledger.batch_records(bronze.batch_stats(decode_in_python(clean, s)), pipeline=config.name, batch_id=0,
                                        kind="stream", app_id="app", quarantine_app_id="app.quarantine")
     assert [r for r in ledger.history(spark, config.table_path) if r.batch_id == 0] == [expected]
     assert {p.name for p in Path(config.table_path).iterdir() if not p.name.startswith("_delta")} == {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ingestion.gateway import java, java_list
+from ingestion.runtime.gateway import java, java_list
 from tests.helpers import py4j_commands
 
 

@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from ingestion import jvm
+from ingestion.runtime.session import NO_FORK_FS_CLASS
 
 
 def _fs(spark: Any, path: Path) -> Any:
@@ -18,10 +18,10 @@ def _fs(spark: Any, path: Path) -> Any:
 
 def test_the_session_reads_and_writes_local_files_through_it(spark: Any, tmp_path: Path) -> None:
     fs = _fs(spark, tmp_path)
-    assert fs.getClass().getName() == jvm.NO_FORK_FS_CLASS
+    assert fs.getClass().getName() == NO_FORK_FS_CLASS
     context = spark._jvm.org.apache.hadoop.fs.FileContext.getFileContext(
         spark._jvm.java.net.URI(tmp_path.as_uri()), spark.sparkContext._jsc.hadoopConfiguration())
-    assert context.getDefaultFileSystem().getClass().getName() == f"{jvm.NO_FORK_FS_CLASS}$Fs"
+    assert context.getDefaultFileSystem().getClass().getName() == f"{NO_FORK_FS_CLASS}$Fs"
 
 
 def test_created_files_get_hadoops_permissions_and_checksums(spark: Any, tmp_path: Path) -> None:

@@ -13,10 +13,12 @@ from typing import Any
 import pytest
 from delta.tables import DeltaTable
 
-from ingestion import commit, log_checkpoints, pipeline
 from ingestion.config import load_pipeline
-from ingestion.log_checkpoints import BackgroundCheckpoints
-from ingestion.samples import produce_orders
+from ingestion.delta import log_checkpoints
+from ingestion.delta.log_checkpoints import BackgroundCheckpoints
+from ingestion.dev.samples import produce_orders
+from ingestion.runtime import delta_txn as commit
+from ingestion.stream import pipeline, setup
 from tests.conftest import pipeline_yaml
 
 pytestmark = pytest.mark.integration
@@ -130,11 +132,10 @@ def test_tables_delta_checkpoints_often_enough_are_left_to_delta(spark, tmp_path
 
 
 def test_a_configured_interval_keeps_deltas_checkpoints(spark, kafka_servers, make_topic, tmp_path: Path) -> None:
-    from ingestion import tables
 
     config = load_pipeline(pipeline_yaml(tmp_path, topic=make_topic(partitions=1), servers=kafka_servers,
                                          sink="  tableProperties:\n    delta.checkpointInterval: '10'\n"))
-    bronze_plan, _ = tables.plans(spark, config, pipeline.resolver(spark, config).spec)
+    bronze_plan, _ = setup.plans(spark, config, setup.resolver(spark, config).spec)
     assert bronze_plan.properties[log_checkpoints.PROPERTY] == "10"
 
 

@@ -10,10 +10,11 @@ from typing import Any
 
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
-from ingestion import pipeline
 from ingestion.config import load_pipeline
-from ingestion.monitor import _JsonEvents, partition_lag, progress_from_json
-from ingestion.samples import produce_orders
+from ingestion.dev.samples import produce_orders
+from ingestion.runtime.listener import _JsonEvents, progress_from_json
+from ingestion.stream import pipeline
+from ingestion.stream.monitor import partition_lag
 from tests.conftest import pipeline_yaml
 from tests.helpers import py4j_commands
 

@@ -15,13 +15,15 @@ from typing import Any
 
 import pytest
 
-from ingestion import kafka_admin, ledger, pipeline
 from ingestion.config import load_pipeline
-from ingestion.decode import encode
+from ingestion.decode.wire import encode
+from ingestion.delta import ledger
+from ingestion.dev.samples import avro_body, order
 from ingestion.errors import IngestionError
-from ingestion.onboard import onboard
-from ingestion.registry import registry_client
-from ingestion.samples import avro_body, order
+from ingestion.kafka import clients as kafka_admin
+from ingestion.ops.onboard import onboard
+from ingestion.schema.registry import registry_client
+from ingestion.stream import pipeline
 from tests.conftest import pipeline_yaml
 
 pytestmark = pytest.mark.integration
@@ -267,7 +269,7 @@ def test_onboard_dry_run_changes_nothing_then_creates_then_is_idempotent(
     config = load_pipeline(pipeline_yaml(
         tmp_path, topic=topic, servers=kafka_servers,
         sink="  partitionBy: [_kafka_partition]\n  tableProperties:\n    delta.appendOnly: 'true'\n"
-             "    delta.dataSkippingStatsColumns: _kafka_offset,_kafka_timestamp\n",  # the README's tuning tip
+             "    delta.dataSkippingStatsColumns: _kafka_offset,_kafka_timestamp\n",  # docs/configuration.md tip
         extra=f"value:\n  format: confluent\n  subject: {subject}\n  registry:\n    url: \"mock://{topic}\"\n"
               "topicSettings:\n  partitions: 4\n"))
 

@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 
-from ingestion import kafka_admin, ledger, pipeline
 from ingestion.config import load_pipeline
-from ingestion.decode import encode
-from ingestion.samples import avro_body, order
+from ingestion.decode.wire import encode
+from ingestion.delta import ledger
+from ingestion.dev.samples import avro_body, order
+from ingestion.kafka import clients as kafka_admin
+from ingestion.stream import pipeline
 from tests.conftest import pipeline_yaml
 
 pytestmark = pytest.mark.integration
@@ -132,7 +134,7 @@ def test_reprocess_moves_what_now_decodes_exactly_once_and_twice_changes_nothing
 
     from confluent_kafka import Producer
 
-    from ingestion import quarantine
+    from ingestion.ops import quarantine
     from tests.conftest import REPO
 
     schemas = tmp_path / "schemas"

@@ -6,7 +6,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from ingestion import bronze, sessions
+from ingestion.runtime import helper
+from ingestion.runtime import session_cache as sessions
 
 
 def test_once_per_jvm_session_whatever_python_object_wraps_it(spark: Any) -> None:
@@ -28,6 +29,6 @@ def test_once_per_jvm_session_whatever_python_object_wraps_it(spark: Any) -> Non
 
 def test_the_summary_function_is_registered_once_per_session(spark: Any) -> None:
     rewrapped = SparkSession(spark.sparkContext, spark._jsparkSession)
-    first = bronze.observed_summary(spark)
-    assert bronze.observed_summary(rewrapped) is first
-    assert spark.catalog.functionExists(bronze.SUMMARY_FUNCTION)
+    first = helper.partition_summary(spark)
+    assert helper.partition_summary(rewrapped) is first
+    assert spark.catalog.functionExists(helper.SUMMARY_FUNCTION)

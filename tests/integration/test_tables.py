@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from delta.tables import DeltaTable
 
-from ingestion import pipeline, tables
 from ingestion.config import load_pipeline
-from ingestion.samples import produce_orders
+from ingestion.delta import tables
+from ingestion.dev.samples import produce_orders
+from ingestion.stream import pipeline, setup
 from tests.conftest import pipeline_yaml
 
 pytestmark = pytest.mark.integration
@@ -52,16 +53,16 @@ def test_bronze_has_statistics_on_coordinates_times_and_whole_numbers(spark, kaf
 
 
 def test_partition_columns_and_configured_statistics_are_left_out(spark, kafka_servers, tmp_path: Path) -> None:
-    spec = pipeline.resolver(spark, load_pipeline(pipeline_yaml(tmp_path / "a", topic="t", servers=kafka_servers))).spec
+    spec = setup.resolver(spark, load_pipeline(pipeline_yaml(tmp_path / "a", topic="t", servers=kafka_servers))).spec
     partitioned = load_pipeline(pipeline_yaml(tmp_path / "b", topic="t", servers=kafka_servers,
                                               sink="  partitionBy: [_kafka_partition]\n"))
-    bronze_plan = tables.plans(spark, partitioned, spec)[0]
+    bronze_plan = setup.plans(spark, partitioned, spec)[0]
     assert bronze_plan.properties[tables.STATS_PROPERTY] == ",".join(c for c in ORDERS_STATS
                                                                      if c != "_kafka_partition")
 
     for key in tables.STATS_PROPERTIES:  # either of Delta's two settings means the user chose
         configured = load_pipeline(pipeline_yaml(tmp_path / key, topic="t", servers=kafka_servers,
                                                  sink=f"  tableProperties:\n    {key}: '5'\n"))
-        properties = tables.plans(spark, configured, spec)[0].properties
+        properties = setup.plans(spark, configured, spec)[0].properties
         assert properties.get(key) == "5"
         assert set(properties) & set(tables.STATS_PROPERTIES) == {key}

@@ -8,10 +8,12 @@ from typing import Any
 import pytest
 from delta.tables import DeltaTable
 
-from ingestion import catalog, checkpoint, ledger, pipeline, reprocess, verify
 from ingestion.config import load_pipeline
-from ingestion.decode import encode
-from ingestion.samples import avro_body, order, produce_orders
+from ingestion.decode.wire import encode
+from ingestion.delta import ledger
+from ingestion.dev.samples import avro_body, order, produce_orders
+from ingestion.ops import catalog, replay, rewind, verify
+from ingestion.stream import checkpoint, pipeline
 from tests.conftest import pipeline_yaml
 from tests.helpers import assert_exactly_produced
 
@@ -37,13 +39,13 @@ def test_replay_fills_a_gap_exactly_once_and_is_a_no_op_over_ingested_ranges(
     DeltaTable.forPath(spark, config.table_path).delete("_kafka_partition = 1 AND _kafka_offset BETWEEN 5 AND 9")
     assert len(_rows(spark, config)) == 75
 
-    filled = reprocess.replay(spark, config, start="earliest")
+    filled = replay.replay(spark, config, start="earliest")
     assert (filled.read, filled.already_present, filled.written, filled.quarantined) == (80, 75, 5, 0)
     assert_exactly_produced(_rows(spark, config), produced)
     assert ledger.history(spark, config.table_path)[-1].kind == "replay"
 
     version = ledger.table_version(spark, config.table_path)
-    again = reprocess.replay(spark, config, start="0:0,1:0", end="0:40,1:40")
+    again = replay.replay(spark, config, start="0:0,1:0", end="0:40,1:40")
     assert (again.written, again.quarantined) == (0, 0)
     assert ledger.table_version(spark, config.table_path) == version
 
@@ -60,7 +62,7 @@ def test_rewind_then_run_holds_exactly_what_a_clean_run_holds(spark, kafka_serve
     assert ledger.table_version(spark, config.table_path) == len(first.batches) >= 3
 
     at_zero = ledger.history(spark, config.table_path)[0]  # the first batch's commit (version 0 is the CREATE)
-    result = reprocess.rewind(spark, config, to_version=at_zero.version)
+    result = rewind.rewind(spark, config, to_version=at_zero.version)
     assert result.bronze_version == at_zero.version == 1
     assert result.resume_from == {topic: {str(r.partition): r.last + 1 for r in at_zero.ranges}}
     assert len(_rows(spark, config)) == at_zero.rows

@@ -14,8 +14,8 @@ import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from pyspark.sql import types as T
 
-from ingestion import avro
 from ingestion.errors import SchemaError
+from ingestion.schema import avro_types as avro
 
 ORDERS = json.loads((Path(__file__).resolve().parents[2] / "schemas" / "orders-value" / "1.avsc").read_text())
 

@@ -13,21 +13,19 @@ import pyarrow as pa
 import pytest
 from fastavro import parse_schema
 
-from ingestion import decode
-from ingestion.decode import (
+from ingestion.decode.python_decoder import BatchDecoder
+from ingestion.decode.spec import (
     DECODER_COLUMNS,
-    BatchDecoder,
     DecodeSpec,
     RecordTooLargeError,
     TrailingBytesError,
     UnknownSchemaError,
     WireFormatError,
-    encode,
-    split,
 )
+from ingestion.decode.wire import encode, split
+from ingestion.dev.samples import avro_body, order
 from ingestion.errors import DecodeError
-from ingestion.samples import avro_body, order
-from ingestion.schemas import canonical_json
+from ingestion.schema.files import canonical_json
 
 ORDERS = json.loads((Path(__file__).resolve().parents[2] / "schemas" / "orders-value" / "1.avsc").read_text())
 ORDERS_JSON = canonical_json(ORDERS)
@@ -276,7 +274,7 @@ def test_reader_schema_resolution_for_older_writer() -> None:
     d._prepare()
     r0, b0 = body_of(0)
     r1 = {**order(1, random.Random(1)), "channel": "app"}
-    b1 = decode.encode(2, avro_body(parse_schema(v2), r1))
+    b1 = encode(2, avro_body(parse_schema(v2), r1))
     out = d.decode_batch(kafka_batch([encode(1, b0), b1]))
     assert column(out, "_error_class") == [None, None]
     assert column(out, "_schema_id") == [1, 2]
@@ -286,7 +284,7 @@ def test_reader_schema_resolution_for_older_writer() -> None:
 def test_output_schema_puts_payload_first() -> None:
     from pyspark.sql import types as T
 
-    from ingestion.bronze import KAFKA_SOURCE_SCHEMA as source
+    from ingestion.columns import KAFKA_SOURCE_SCHEMA as source
 
     schema = spec().output_schema(source)
     assert schema.names == OUTPUT_NAMES
@@ -307,7 +305,8 @@ def test_value_arrow_cannot_hold_fails_only_its_record() -> None:
     # A union whose int branch would receive a value beyond 32 bits if the decoder picked it blindly; here the
     # reader schema says int but the writer wrote long (promotion is illegal the other way), so build the payload
     # by hand: the decoder's per-row fallback must flag just the bad row.
-    from ingestion.decode import BatchDecoder, DecodeSpec
+    from ingestion.decode.python_decoder import BatchDecoder
+    from ingestion.decode.spec import DecodeSpec
 
     schema = {"type": "record", "name": "R", "fields": [{"name": "n", "type": "int"}]}
     text = canonical_json(schema)
@@ -348,8 +347,8 @@ def test_bytes_keys_pass_through() -> None:
 
 
 def test_arrays_of_zero_byte_items_are_refused_before_decoding() -> None:
-    from ingestion.avro import check_bounded
     from ingestion.errors import SchemaError
+    from ingestion.schema.avro_types import check_bounded
 
     empty = {"type": "record", "name": "Empty", "fields": []}
     for items in ("null", empty, {"type": "fixed", "name": "Z", "size": 0}):

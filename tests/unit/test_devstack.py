@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 
-from ingestion.devstack import new_cluster_id
+from ingestion.dev.broker import new_cluster_id
 
 
 def test_cluster_ids_are_kafkas_shape_and_never_read_as_an_option() -> None:

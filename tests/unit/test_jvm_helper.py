@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from zipfile import ZipFile
 
-from ingestion import jvm
+from ingestion.runtime import jars as jvm
 
 
 def test_helper_jar_is_compiled_once_per_source_version(tmp_path: Path) -> None:

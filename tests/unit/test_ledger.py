@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ingestion.ledger import METADATA_KEY, BatchRecord, PartitionRange, next_offsets
+from ingestion.delta.ledger import METADATA_KEY, BatchRecord, PartitionRange, next_offsets
 
 
 def record(batch_id: int, *ranges: PartitionRange, kind: str = "stream") -> BatchRecord:

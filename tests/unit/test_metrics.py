@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from ingestion import metrics
-from ingestion.metrics import RunMetrics
+from ingestion.stream import metrics
+from ingestion.stream.metrics import RunMetrics
 
 
 @pytest.fixture

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from ingestion.ledger import PartitionRange
-from ingestion.monitor import Progress, batch_metrics, partition_lag, phases
-from ingestion.sink import BatchResult
+from ingestion.delta.ledger import PartitionRange
+from ingestion.stream.batch import BatchResult
+from ingestion.stream.monitor import Progress, batch_metrics, partition_lag, phases
 
 
 def test_partition_lag_from_spark_offset_json() -> None:
@@ -66,7 +66,7 @@ def test_progress_draws_a_bar_on_a_terminal() -> None:
 def test_progress_logs_plain_lines_elsewhere(caplog: pytest.LogCaptureFixture) -> None:
     out = io.StringIO()
     progress = Progress(total=0, stream=out)
-    with caplog.at_level(logging.INFO, logger="ingestion.monitor"):
+    with caplog.at_level(logging.INFO, logger="ingestion.stream.monitor"):
         progress.advance(10)
     assert out.getvalue() == ""
     assert "progress: 10 of 0 records (100%)" in caplog.text

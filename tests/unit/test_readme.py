@@ -1,23 +1,38 @@
-"""The README documents what the code does: config keys, commands and bronze columns may not drift apart."""
+"""The README and docs/ document what the code does: config keys, commands and columns may not drift apart, every
+command they show must parse, and every link must lead somewhere."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import os
 import re
+import shlex
 import typing
+from collections.abc import Iterator
 from pathlib import Path
 
-from ingestion.bronze import METADATA_COLUMNS, QUARANTINE_COLUMNS
-from ingestion.cli import _parser
-from ingestion.config import PipelineConfig
+import pytest
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[2]
+README_PATH = ROOT / "README.md"
+DOCS = ROOT / "docs"
+PAGES = [README_PATH, *sorted(DOCS.glob("*.md"))]
+README = README_PATH.read_text()
+MAX_README_LINES = 250
+
+_FENCE = re.compile(r"^```[^\n]*\n.*?^```[ \t]*$", re.M | re.S)
+_SHELL_OPERATORS = {"&&", "||", ";", "|", "&"}
 
 
-def _section(title: str) -> str:
-    start = README.index(f"\n## {title}\n")
-    following = re.compile(r"\n##+ ").search(README, start + 1)  # up to the next heading of any depth
-    return README[start:following.start() if following else len(README)]
+def _page(name: str) -> str:
+    return (ROOT / name).read_text()
+
+
+def _section(text: str, title: str) -> str:
+    start = text.index(f"\n## {title}\n")
+    following = re.compile(r"\n##+ ").search(text, start + 1)  # up to the next heading of any depth
+    return text[start:following.start() if following else len(text)]
 
 
 def _first_cells(section: str) -> list[str]:
@@ -40,37 +55,207 @@ def _config_keys(cls: type, prefix: str = "") -> set[str]:
     return keys
 
 
+def _parser() -> argparse.ArgumentParser:
+    from ingestion.cli import _parser as cli_parser
+
+    return cli_parser()
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """A parser's sub-commands by name ({} when it has none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    return {option for action in parser._actions for option in action.option_strings}
+
+
+def _prose(text: str) -> str:
+    """The text without its fenced code blocks."""
+    return _FENCE.sub("", text)
+
+
+def _code_blocks(text: str) -> Iterator[str]:
+    for block in _FENCE.finditer(text):
+        yield block.group(0).split("\n", 1)[1].rsplit("```", 1)[0]
+
+
+def _ingest_commands(block: str) -> Iterator[tuple[str, list[str]]]:
+    """(line, arguments after `ingest`) of every `ingest` command in a code block, shell operators and comments
+    understood (`ingest rewind ... && ingest run ...` is two commands)."""
+    for line in block.replace("\\\n", " ").splitlines():
+        line = line.strip().removeprefix("$ ")
+        if "ingest" not in line:
+            continue
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        segment: list[str] = []
+        for token in [*lexer, ";"]:
+            if token not in _SHELL_OPERATORS:
+                segment.append(token)
+                continue
+            if segment and Path(segment[0]).name == "ingest":
+                yield line, segment[1:]
+            segment = []
+
+
+def _inline_ingest_usages(text: str) -> list[str]:
+    """Every inline code span that starts with `ingest`, outside code blocks."""
+    return re.findall(r"(?<!`)`(ingest(?: [^`]*)?)`(?!`)", _prose(text))
+
+
+# --- the README's commands table, the config reference and the column tables -----------------------------------
+
 def test_every_config_key_is_documented_and_every_documented_key_exists() -> None:
-    documented = {k for cell in _first_cells(_section("Pipeline config reference"))
+    from ingestion.config import PipelineConfig
+
+    documented = {k for cell in _first_cells(_section(_page("docs/configuration.md"), "Keys"))
                   for k in re.findall(r"`([^`]+)`", cell)}
     documented = {re.sub(r"<[^>]+>", "<setting>", k) for k in documented}
     actual = _config_keys(PipelineConfig)
     # a mapping may be documented as `key` or as `key.<setting>`
     documented |= {f"{k}.<setting>" for k in documented if f"{k}.<setting>" in actual}
     documented -= {k.removesuffix(".<setting>") for k in actual if k.endswith(".<setting>")}
-    assert actual - documented == set(), "config keys missing from the README"
-    assert documented - actual - {"kafka.bootstrap.servers"} == set(), "README documents keys that do not exist"
+    assert actual - documented == set(), "config keys missing from docs/configuration.md"
+    assert documented - actual - {"kafka.bootstrap.servers"} == set(), \
+        "docs/configuration.md documents keys that do not exist"
 
 
 def test_every_command_is_documented_and_every_documented_command_exists() -> None:
-    commands = _parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    commands = _subparsers(_parser())
     actual = set()
     for name, sub in commands.items():
-        nested = [a for a in sub._actions if a.__class__.__name__ == "_SubParsersAction"]
-        actual |= {f"{name} {action}" for action in nested[0].choices} if nested else {name}
+        nested = _subparsers(sub)
+        actual |= {f"{name} {action}" for action in nested} if nested else {name}
     documented = set()
-    for cell in _first_cells(_section("Commands")):
+    for cell in _first_cells(_section(README, "Commands")):
         for usage in re.findall(r"`ingest ([a-z][^`]*)`", cell):
             words = usage.split()
             documented.add(" ".join(words[:2]) if " ".join(words[:2]) in actual else words[0])
-    for slashed in re.findall(r"`ingest (\w+) (\w+)` / `(\w+)`", _section("Commands")):
+    for slashed in re.findall(r"`ingest (\w+) (\w+)` / `(\w+)`", _section(README, "Commands")):
         documented.add(f"{slashed[0]} {slashed[2]}")
     assert actual - documented == set(), "commands missing from the README"
     assert documented - actual == set(), "README documents commands that do not exist"
 
 
 def test_bronze_and_quarantine_column_references_match_the_code() -> None:
-    bronze = [c for cell in _first_cells(_section("Bronze columns")) for c in re.findall(r"`([^`]+)`", cell)]
+    from ingestion.columns import METADATA_COLUMNS, QUARANTINE_COLUMNS
+
+    columns = _page("docs/columns.md")
+    bronze = [c for cell in _first_cells(_section(columns, "Bronze columns")) for c in re.findall(r"`([^`]+)`", cell)]
     assert bronze == list(METADATA_COLUMNS)
-    quarantine = [c for cell in _first_cells(_section("Quarantine columns")) for c in re.findall(r"`([^`]+)`", cell)]
+    quarantine = [c for cell in _first_cells(_section(columns, "Quarantine columns"))
+                  for c in re.findall(r"`([^`]+)`", cell)]
     assert quarantine == list(QUARANTINE_COLUMNS)
+
+
+# --- every page's commands ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_ingest_command_in_a_code_block_parses(page: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = _parser()
+    failures = []
+    for block in _code_blocks(page.read_text()):
+        for line, args in _ingest_commands(block):
+            try:
+                parser.parse_args(args)
+            except SystemExit:
+                failures.append(f"{line!r}: {capsys.readouterr().err.strip().splitlines()[-1]}")
+    assert failures == [], f"{page.name}: commands the `ingest` parser refuses"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_inline_ingest_usage_names_a_command_and_options_that_exist(page: Path) -> None:
+    parser = _parser()
+    commands = _subparsers(parser)
+    global_options = _options(parser)
+    failures = []
+    for usage in _inline_ingest_usages(page.read_text()):
+        words = [w for w in usage.split()[1:] if w not in global_options]
+        options = set(re.findall(r"(?<![\w-])--?[a-zA-Z][\w-]*", usage))
+        if not words or words[0].startswith(("<", "-", "[")):  # `ingest --help`, `ingest <command> --help`
+            unknown = options - global_options
+            if words and words[0].startswith("<"):
+                unknown = set()
+            failures += [f"`{usage}`: unknown option {o}" for o in sorted(unknown)]
+            continue
+        sub = commands.get(words[0])
+        if sub is None:
+            failures.append(f"`{usage}`: no command {words[0]!r}")
+            continue
+        known = global_options | _options(sub)
+        nested = _subparsers(sub)
+        if nested and len(words) > 1 and not words[1].startswith(("<", "-", "[")):
+            for action in words[1].split("|"):
+                if action not in nested:
+                    failures.append(f"`{usage}`: no command {words[0]} {action!r}")
+                else:
+                    known |= _options(nested[action])
+        elif nested:
+            known |= {o for p in nested.values() for o in _options(p)}
+        failures += [f"`{usage}`: unknown option {o}" for o in sorted(options - known)]
+    assert failures == [], f"{page.name}: `ingest` usages that do not match the command"
+
+
+# --- size and links -------------------------------------------------------------------------------------------------
+
+def test_the_readme_is_a_short_front_door() -> None:
+    lines = len(README.splitlines())
+    assert lines <= MAX_README_LINES, f"README.md has {lines} lines; move detail into docs/"
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    anchors: set[str] = set()
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#{1,6} +(.+?) *#*$", _prose(page.read_text()), re.M):
+        slug = _slug(heading)
+        anchors.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+        seen[slug] = seen.get(slug, 0) + 1
+    return anchors
+
+
+def _links(text: str) -> list[str]:
+    prose = re.sub(r"`[^`\n]*`", "", _prose(text))  # links inside code are not links
+    return re.findall(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)", prose)
+
+
+def _broken(target: Path, anchor: str, source: str) -> str | None:
+    shown = os.path.relpath(target, ROOT)
+    if not target.exists():
+        return f"{source}: {shown} does not exist"
+    if anchor and target.suffix == ".md" and anchor not in _anchors(target):
+        return f"{source}: no heading #{anchor} in {shown}"
+    return None
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_leads_to_a_file_and_heading_that_exist(page: Path) -> None:
+    broken = []
+    for link in _links(page.read_text()):
+        if re.match(r"[a-z][a-z0-9+.-]*:", link):  # https:, mailto:, ...
+            continue
+        path, _, anchor = link.partition("#")
+        target = (page.parent / path).resolve() if path else page
+        problem = _broken(target, anchor, link)
+        if problem:
+            broken.append(problem)
+    assert broken == [], f"{page.name}: broken links"
+
+
+def test_docs_links_in_the_code_lead_to_pages_and_headings_that_exist() -> None:
+    """Code comments point at docs/<page>.md#<heading> for measured figures and reasons; those must exist."""
+    broken = []
+    for source in sorted([*(ROOT / "ingestion").rglob("*.py"), *(ROOT / "benchmarks").glob("*.py")]):
+        for page, anchor in re.findall(r"\bdocs/([\w.-]+\.md)(?:#([\w-]+))?", source.read_text()):
+            problem = _broken(DOCS / page, anchor, f"{source.relative_to(ROOT)}: docs/{page}#{anchor}")
+            if problem:
+                broken.append(problem)
+    assert broken == []

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ingestion.errors import SchemaError
-from ingestion.schemas import Subject, canonical_json, load_subject
+from ingestion.schema.files import Subject, canonical_json, load_subject
 
 
 def schema(*fields: str) -> dict[str, Any]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ingestion import spark
 from ingestion.errors import ConfigError
+from ingestion.runtime import session as spark
 
 
 def test_java_options_of_a_pipeline_come_after_ingests_own() -> None:

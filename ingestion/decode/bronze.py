@@ -1,0 +1,118 @@
+"""Pure DataFrame functions from decoded rows to bronze and quarantine rows, and per-partition summaries."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from ingestion.columns import KAFKA_SOURCE_SCHEMA, METADATA_COLUMNS, QUARANTINE_COLUMNS
+from ingestion.decode.python_decoder import decode_in_python
+from ingestion.decode.spec import PAYLOAD, DecodeSpec, UnknownSchemaError
+from ingestion.runtime import session_cache
+
+
+def table_schemas(spark: SparkSession, spec: DecodeSpec) -> tuple[T.StructType, T.StructType]:
+    """(bronze, quarantine) schemas, from the same functions that produce their rows, on no rows."""
+    empty = decode_in_python(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), spec)
+    now = dt.datetime.now(dt.UTC)
+    return (bronze_rows(empty, batch_id=0, ingested_at=now).schema,
+            quarantine_rows(empty, batch_id=0, ingested_at=now).schema)
+
+
+# Where each metadata column comes from in the decoder's rows (`_batch_id` and `_ingested_at`: the batch values).
+_SOURCES = {"_kafka_topic": "topic", "_kafka_partition": "partition", "_kafka_offset": "offset",
+            "_kafka_timestamp": "timestamp", "_kafka_timestamp_type": "timestampType", "_kafka_headers": "headers",
+            "_kafka_tombstone": "_tombstone", "_kafka_value": "_raw_value", "_schema_id": "_schema_id",
+            "_error_class": "_error_class", "_error_message": "_error_message"}
+_BATCH_COLUMNS = ("_batch_id", "_ingested_at")
+
+
+def _columns(names: tuple[str, ...], key_source: str) -> list[Column]:
+    """The decoder columns under the table's names, in the declared order, without the batch values."""
+    sources = {**_SOURCES, "_kafka_key": key_source}
+    return [F.col(sources[name]).alias(name) for name in names if name not in _BATCH_COLUMNS]
+
+
+def bronze_rows(decoded: DataFrame, *, batch_id: int | Column, ingested_at: dt.datetime) -> DataFrame:
+    """Decoded rows that carry a payload or are tombstones, as bronze columns."""
+    spark = decoded.sparkSession
+    verified, columns = session_cache.once(spark, "bronze columns", lambda: (
+        F.col("_error_class").isNull(), [F.col(f"{PAYLOAD}.*"), *_columns(METADATA_COLUMNS, "_key")]))
+    # built once per session: a batch would otherwise spend py4j round trips on the same expressions
+    rows, batch = _with_batch_values(decoded.where(verified), batch_id, ingested_at)
+    return rows.select(*columns, *batch)
+
+
+def quarantine_rows(decoded: DataFrame, *, batch_id: int | Column, ingested_at: dt.datetime) -> DataFrame:
+    """Decoded rows that failed, with their raw key and value bytes and the reason."""
+    rows, batch = _with_batch_values(decoded.where(F.col("_error_class").isNotNull()), batch_id, ingested_at)
+    return rows.select(*_columns(QUARANTINE_COLUMNS, "key"), *batch)
+
+
+_BATCH_VALUES = ("__ingest_batch_id", "__ingest_ingested_at")
+
+
+def _with_batch_values(rows: DataFrame, batch_id: int | Column,
+                       ingested_at: dt.datetime) -> tuple[DataFrame, list[Column]]:
+    """The rows joined with their batch's values, and the `_batch_id`, `_ingested_at` columns to select.
+
+    The values come from a one-row table broadcast to the tasks, not from literals: Spark writes a long or
+    timestamp literal into the Java code it generates for a stage, so literals that change every batch make it
+    compile the stage again every batch, and the JVM then runs the new classes interpreted until it has
+    JIT-compiled them again. As data, the stage's code is the same in every batch and comes from Spark's code
+    cache. Broadcasting the one-row table costs a one-task Spark job per batch; a compilation cost more
+    (docs/performance.md#batch-values-as-a-broadcast-row)."""
+    batch_name, at_name = _BATCH_VALUES
+    one_row = rows.sparkSession.sql(
+        f"SELECT * FROM VALUES (CAST(:batch_id AS BIGINT), CAST(:ingested_at AS TIMESTAMP)) AS v({batch_name}, "
+        f"{at_name})", args={"batch_id": batch_id if isinstance(batch_id, int) else 0, "ingested_at": ingested_at})
+    if isinstance(batch_id, Column):
+        batch = [batch_id.cast("long").alias("_batch_id"), F.col(at_name).alias("_ingested_at")]
+    else:
+        batch = session_cache.once(rows.sparkSession, "batch values", lambda: [
+            F.col(batch_name).alias("_batch_id"), F.col(at_name).alias("_ingested_at")])
+    return rows.crossJoin(F.broadcast(one_row)), batch
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def batch_stats(decoded: DataFrame) -> list[dict[str, Any]]:
+    """Per topic partition summary of a decoded batch, sorted by (topic, partition): first and last offset, count,
+    the failed records' first, last offset and count, newest Kafka timestamp, value bytes, schema ids, and the
+    ids no version of the subject has (UnknownSchemaError). One JVM aggregation, no Python worker."""
+    failed = F.col("_error_class").isNotNull()
+    offset = F.col("offset")
+    rows = decoded.groupBy("topic", "partition").agg(
+        F.min(offset).alias("first"), F.max(offset).alias("last"), F.count(F.lit(1)).alias("count"),
+        F.min(F.when(failed, offset)).alias("failed_first"), F.max(F.when(failed, offset)).alias("failed_last"),
+        F.count(F.when(failed, 1)).alias("failed"), F.unix_micros(F.max("timestamp")).alias("max_timestamp"),
+        F.coalesce(F.sum("_value_bytes"), F.lit(0)).alias("bytes"),
+        F.array_sort(F.collect_set("_schema_id")).alias("schema_ids"),
+        F.array_sort(F.collect_set(F.when(F.col("_error_class") == UnknownSchemaError.__name__, F.col("_schema_id"))))
+        .alias("unknown_ids"),
+    ).collect()
+    return _by_partition([row.asDict() for row in rows])
+
+
+def _by_partition(stats: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Summaries sorted by (topic, partition), their newest timestamp (microseconds) as an aware UTC datetime:
+    collect() would give a naive one in this process's time zone."""
+    for s in stats:
+        micros = s["max_timestamp"]
+        s["max_timestamp"] = None if micros is None else _EPOCH + dt.timedelta(microseconds=micros)
+    return sorted(stats, key=lambda r: (r["topic"], r["partition"]))
+
+
+def observed_stats(summary: str) -> list[dict[str, Any]]:
+    """`batch_stats` of rows that all land in bronze, from `runtime.helper.partition_summary`'s value. Value bytes
+    are counted by the caller: `bytes` is 0."""
+    stats = json.loads(summary)
+    for s in stats:
+        s.update(failed_first=None, failed_last=None, failed=0, bytes=0, unknown_ids=[])
+    return _by_partition(stats)

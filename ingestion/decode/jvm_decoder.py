@@ -1,0 +1,205 @@
+"""Decoding in the JVM with Spark's own `from_avro`, for the records it can vouch for; Python settles the rest.
+
+Sending every record to a Python worker and back costs more than decoding it (docs/performance.md#decoding-in-the-jvm).
+So records are decoded where they are, by Spark's `from_avro`, and trusted only when they are *verified*:
+
+- the header is valid and names the table's current schema (older versions need schema resolution: Python),
+- the value is within `value.maxBytes`,
+- `from_avro` decodes the body (in PERMISSIVE mode a malformed body gives a row of nulls instead of failing the
+  batch, so a record with every field null is left to Python too),
+- the project's Avro body check (`data/AvroBodyCheck.java`, a Java UDF, one pass over the bytes) passes it: the
+  body is read to its last byte in Avro's minimal encoding (what `to_avro` would write back), its strings (map
+  keys too) are valid UTF-8, its uuids canonical, its values within what both decoders represent alike (booleans
+  0 or 1, decimals within their precision, dates and timestamps in years 1 to 9999),
+- its key decodes as `key.format` says.
+
+Every other row (bad input, unknown or older schema ids, unusual encodings) goes to the Python decoder
+(`python_decoder.BatchDecoder`), which is the authority on what is wrong with a record: quarantine reasons and messages
+are the same on both paths, and a row lands in bronze with the same values either way.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import operator
+from typing import Any, NamedTuple
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.utils import AnalysisException
+
+from ingestion.decode.python_decoder import BatchDecoder
+from ingestion.decode.spec import DECODER_COLUMNS, PAYLOAD, UNVERIFIED, DecodeSpec, UnknownSchemaError
+from ingestion.decode.wire import HEADER_SIZE, encode
+from ingestion.errors import SchemaError
+from ingestion.runtime import helper, session_cache
+from ingestion.schema import avro_types
+
+_MAX_INT = 2**31 - 1
+
+
+def unusable(spark: SparkSession, spec: DecodeSpec) -> str | None:
+    """Why the JVM path cannot decode this pipeline's records, or None when it can."""
+    if spec.key_format == "avro":
+        return "key.format avro is decoded in Python"
+    reader = json.loads(spec.reader_schema)
+    try:
+        avro_types.check_bounded(reader)
+        _uuid_fields(reader)
+    except SchemaError as exc:
+        return str(exc)
+    try:
+        jvm_type = _from_avro_type(spark, spec.reader_schema)
+    except AnalysisException as exc:
+        return f"Spark's from_avro is not available (spark-avro jar): {str(exc).splitlines()[0]}"
+    try:
+        helper.body_check(spark, spec.reader_schema, HEADER_SIZE)
+        helper.partition_summary(spark)
+    except Exception as exc:  # noqa: BLE001 - py4j reports a missing class or a schema Avro refuses as it can
+        return (f"the project's JVM helper ({helper.BODY_CHECK_CLASS}, {helper.SUMMARY_CLASS}) is not usable; is the "
+                f"helper jar (`ingest jars`) in spark.jars? {str(exc).strip().splitlines()[-1][:300]}")
+    if jvm_type.simpleString() != spec.payload_type.simpleString():
+        return (f"Spark's from_avro maps the schema to {jvm_type.simpleString()}, "
+                f"the table has {spec.payload_type.simpleString()}")
+    return None
+
+
+def _from_avro_type(spark: SparkSession, schema: str) -> T.DataType:
+    from pyspark.sql.avro.functions import from_avro
+
+    return spark.createDataFrame([], "value binary").select(from_avro("value", schema).alias("p")).schema["p"].dataType
+
+
+def decode_in_jvm(kafka_rows: DataFrame, spec: DecodeSpec) -> DataFrame:
+    """Kafka rows -> decoder rows (the columns of `BatchDecoder`'s output). Rows the JVM could not verify carry
+    `_error_class` UNVERIFIED (or UnknownSchemaError for a valid header naming an id this pipeline does not know)
+    and their value in `_raw_value`: pass the result to `settle_in_python` unless no row is unverified."""
+    plan = _plan(kafka_rows.sparkSession, spec)
+    passthrough = [name for name in kafka_rows.columns if name != "value"]
+    # `_verified` is a column of its own, so the checks run once per row, not once per output column.
+    return (kafka_rows.select("*", *plan.stage).withColumn("_verified", plan.verified)
+            .select(*plan.columns, *passthrough))
+
+
+class _Plan(NamedTuple):
+    stage: list[Column]  # added to the Kafka columns: _schema_id, _unknown, _decoded
+    verified: Column  # over the stage
+    columns: list[Column]  # DECODER_COLUMNS, over the stage and _verified
+
+
+def _plan(spark: SparkSession, spec: DecodeSpec) -> _Plan:
+    """The expressions for a spec, built once per session: they are the same for every batch, and building them
+    costs thousands of py4j calls (docs/performance.md#py4j-round-trips). The cached value holds the
+    spec, so its id, in the key, cannot be reused by another spec."""
+    return session_cache.once(spark, ("decode plan", id(spec)), lambda: (spec, _build(spark, spec)))[1]
+
+
+def _build(spark: SparkSession, spec: DecodeSpec) -> _Plan:
+    from pyspark.sql.avro.functions import from_avro
+
+    value = F.col("value")
+    fits = F.length(value) <= spec.max_bytes
+    reader_ids = sorted(i for i, text in spec.writer_schemas.items() if text == spec.reader_schema)
+    if spec.plain_schema_id is not None:
+        attempt: Column = value.isNotNull() & fits
+        schema_id: Column = F.lit(spec.plain_schema_id)
+        unknown: Column = F.lit(False)
+        body, header = value, 0
+    else:
+        # The common case costs one 5-byte comparison: the header of the reader schema's id, as a literal.
+        prefix = F.substring(value, 1, HEADER_SIZE)
+        ours = [(i, prefix == F.lit(bytearray(encode(i, b"")))) for i in reader_ids]
+        attempt = fits & _any([match for _, match in ours])
+        header_ok = (F.length(value) >= HEADER_SIZE) & (F.substring(value, 1, 1) == F.lit(bytearray(b"\x00")))
+        as_long = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")
+        other_id = F.when(header_ok & (as_long <= _MAX_INT), as_long.cast("int"))
+        schema_id = _first_match(ours, otherwise=other_id)
+        known = other_id.isin(sorted(spec.writer_schemas))
+        unknown = F.when(attempt, F.lit(False)).otherwise(header_ok & fits & ~known)
+        body, header = F.expr(f"substring(value, {HEADER_SIZE + 1})"), HEADER_SIZE
+    stage = [
+        schema_id.alias("_schema_id"),
+        unknown.alias("_unknown"),
+        from_avro(F.when(attempt, body), spec.reader_schema, {"mode": "PERMISSIVE"}).alias("_decoded"),
+    ]
+    decoded = F.col("_decoded")
+    # PERMISSIVE gives a malformed body as a row of nulls; a record whose fields are all null is left to Python.
+    present = _any([decoded.getField(f.name).isNotNull() for f in spec.payload_type.fields])
+    check = helper.body_check(spark, spec.reader_schema, header)
+    body_ok = present & F.coalesce(F.call_function(check, value), F.lit(False))
+    key, key_ok = _key(spec)
+    tombstone = value.isNull()
+    verified = F.col("_verified")
+    columns = {
+        PAYLOAD: F.when(verified & ~tombstone, decoded),  # from_avro's type: the table's, up to nullability
+        "_key": F.when(verified, key),
+        "_schema_id": F.when(~tombstone, F.col("_schema_id")),
+        "_tombstone": (verified & tombstone),
+        "_error_class": F.when(verified, F.lit(None).cast("string"))
+                         .when(F.col("_unknown"), F.lit(UnknownSchemaError.__name__)).otherwise(F.lit(UNVERIFIED)),
+        "_error_message": F.lit(None).cast("string"),
+        "_raw_value": F.when(~verified, value),
+        "_value_bytes": F.length(value).cast("int"),
+    }
+    assert tuple(columns) == DECODER_COLUMNS
+    return _Plan(stage, (tombstone | body_ok) & key_ok, [c.alias(name) for name, c in columns.items()])
+
+
+def settle_in_python(fast: DataFrame, spec: DecodeSpec, source: T.StructType) -> tuple[DataFrame, DataFrame]:
+    """(decoded rows, the Python part): verified rows as they are, the others decoded again by the Python decoder.
+    The Python part is persisted (it is small, and read by every write); unpersist it when done."""
+    kafka_columns = [F.col("_raw_value").alias("value") if f.name == "value" else F.col(f.name)
+                     for f in source.fields]
+    pending = fast.where(F.col("_error_class").isNotNull()).select(*kafka_columns)
+    decoder: Any = BatchDecoder(spec)
+    python = pending.mapInArrow(decoder, spec.output_schema(source)).persist(StorageLevel.MEMORY_AND_DISK)
+    return fast.where(F.col("_error_class").isNull()).unionByName(python), python
+
+
+def _key(spec: DecodeSpec) -> tuple[Column, Column]:
+    """(the key column as key.format says, whether it decoded)."""
+    key = F.col("key")
+    if spec.key_format == "none":
+        return F.lit(None).cast("binary"), F.lit(True)
+    if spec.key_format == "string":
+        text = key.cast("string")
+        return text, key.isNull() | F.is_valid_utf8(text)
+    return key, F.lit(True)
+
+
+def _first_match(cases: list[tuple[int, Column]], otherwise: Column) -> Column:
+    result = otherwise
+    for schema_id, match in reversed(cases):
+        result = F.when(match, F.lit(schema_id)).otherwise(result)
+    return result
+
+
+def _any(parts: list[Column]) -> Column:
+    return functools.reduce(operator.or_, parts, F.lit(False))
+
+
+def _uuid_fields(schema: dict[str, Any]) -> list[str]:
+    """Top-level fields of logical type uuid. SchemaError when a uuid sits deeper: the body check verifies every
+    uuid, but fastavro's value for one in a multi-branch union is matched back to a branch by its Python type,
+    and nested uuids have no test comparing the two paths yet, so such schemas are decoded in Python."""
+    def is_uuid(t: Any) -> bool:
+        return isinstance(t, dict) and t.get("logicalType") == "uuid" and t.get("type") == "string"
+
+    top = [f["name"] for f in schema.get("fields", [])
+           if is_uuid(f["type"]) or (isinstance(f["type"], list) and any(is_uuid(b) for b in f["type"])
+                                     and len([b for b in f["type"] if b != "null"]) == 1)]
+    if _count_uuids(schema) != len(top):
+        raise SchemaError("a uuid inside a nested type or a multi-branch union is decoded in Python")
+    return top
+
+
+def _count_uuids(node: Any) -> int:
+    if isinstance(node, dict):
+        own = 1 if node.get("logicalType") == "uuid" and node.get("type") == "string" else 0
+        return own + sum(_count_uuids(v) for v in node.values())
+    if isinstance(node, list):
+        return sum(_count_uuids(v) for v in node)
+    return 0

@@ -1,0 +1,185 @@
+"""The Python decoder: fastavro on the executors, one Arrow batch at a time.
+
+`BatchDecoder` is the function given to `mapInArrow`: it gets Arrow batches of Kafka rows and returns Arrow batches
+of decoded rows (`spec.DECODER_COLUMNS`). It carries its schemas with it (a small id -> schema map built on the
+driver), so executors never call a registry. Rows that cannot be decoded come back with an error class and message,
+or stop the batch with a DecodeError naming topic, partition and offset when the policy is `fail`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from fastavro import parse_schema, schemaless_reader
+from pyspark.sql import DataFrame
+from pyspark.sql.pandas.types import to_arrow_type
+
+from ingestion.columns import METADATA_COLUMNS
+from ingestion.decode.spec import (
+    DECODER_COLUMNS,
+    DecodeSpec,
+    KeyDecodeError,
+    RecordTooLargeError,
+    TrailingBytesError,
+    UnknownSchemaError,
+)
+from ingestion.decode.wire import split
+from ingestion.errors import DecodeError, SchemaError
+from ingestion.schema import avro_types
+
+
+def decode_in_python(kafka_rows: DataFrame, spec: DecodeSpec) -> DataFrame:
+    """Kafka source rows -> decoder rows (payload struct, schema id, error columns, Kafka columns), every record
+    decoded by `BatchDecoder` in the Python workers."""
+    clash = set(spec.payload_type.fieldNames()) & set(METADATA_COLUMNS)
+    if clash:
+        raise SchemaError(f"payload fields {sorted(clash)} clash with bronze metadata columns")
+    decoder: Any = BatchDecoder(spec)  # an Iterator -> Iterator callable, as mapInArrow wants
+    return kafka_rows.mapInArrow(decoder, spec.output_schema(kafka_rows.schema))
+
+
+class BatchDecoder:
+    """`mapInArrow` function: Kafka rows in, decoded rows out, one Arrow batch at a time."""
+
+    def __init__(self, spec: DecodeSpec) -> None:
+        self.spec = spec
+        self._ready = False
+
+    def _prepare(self) -> None:
+        # Parsed on the executor, once per task: parsed fastavro schemas are not worth pickling.
+        reader_json = json.loads(self.spec.reader_schema)
+        self._reader = parse_schema(reader_json)
+        self._writers = {sid: parse_schema(json.loads(text)) for sid, text in self.spec.writer_schemas.items()}
+        self._same = {sid for sid, text in self.spec.writer_schemas.items() if text == self.spec.reader_schema}
+        self._convert = avro_types.converter(reader_json)
+        self._payload_type = to_arrow_type(self.spec.payload_type)
+        avro_types.check_bounded(reader_json)
+        self._key_type = to_arrow_type(self.spec.key_type)
+        if self.spec.key_format == "avro" and self.spec.key_reader:
+            key_reader = json.loads(self.spec.key_reader)
+            self._key_reader = parse_schema(key_reader)
+            self._key_writers = {i: parse_schema(json.loads(t)) for i, t in (self.spec.key_schemas or {}).items()}
+            self._key_convert = avro_types.converter(key_reader)
+        self._ready = True
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        if not self._ready:
+            self._prepare()
+        for batch in batches:
+            yield self.decode_batch(batch)
+
+    def decode_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        values = batch.column("value").to_pylist()
+        n = len(values)
+        payloads: list[Any] = [None] * n
+        schema_ids: list[int | None] = [None] * n
+        tombstones = [False] * n
+        error_classes: list[str | None] = [None] * n
+        messages: list[str | None] = [None] * n
+        decoded_keys = self.spec.key_format in ("string", "avro")
+        keys: list[Any] = batch.column("key").to_pylist() if decoded_keys else []
+        for i, value in enumerate(values):
+            try:
+                if decoded_keys and keys[i] is not None:
+                    keys[i] = self.decode_key(keys[i])
+                if value is None:
+                    tombstones[i] = True
+                    continue
+                schema_ids[i], payloads[i] = self.decode_value(value, schema_ids, i)
+            except Exception as exc:  # every failure becomes a quarantine reason or a DecodeError
+                if self.spec.fail_fast:
+                    raise DecodeError(f"cannot decode {_where(batch, i)}: {type(exc).__name__}: {exc}") from exc
+                error_classes[i], messages[i] = type(exc).__name__, str(exc)[:1000]
+                tombstones[i] = False
+        payload = self._payload_array(batch, payloads, error_classes, messages)
+        failed = pa.array([e is not None for e in error_classes], type=pa.bool_())
+        if decoded_keys:
+            key_column = pa.array([None if error_classes[i] else k for i, k in enumerate(keys)], type=self._key_type)
+        elif self.spec.key_format == "none":
+            key_column = pa.nulls(n, type=pa.binary())
+        else:
+            key_column = batch.column("key")
+        passthrough = [name for name in batch.schema.names if name != "value"]
+        columns = [
+            payload,
+            key_column,
+            pa.array(schema_ids, type=pa.int32()),
+            pa.array(tombstones, type=pa.bool_()),
+            pa.array(error_classes, type=pa.string()),
+            pa.array(messages, type=pa.string()),
+            pc.if_else(failed, batch.column("value"), pa.scalar(None, pa.binary())),
+            pc.binary_length(batch.column("value")).cast(pa.int32()),
+            *(batch.column(name) for name in passthrough),
+        ]
+        return pa.RecordBatch.from_arrays(columns, names=[*DECODER_COLUMNS, *passthrough])
+
+    def _payload_array(self, batch: pa.RecordBatch, payloads: list[Any], error_classes: list[str | None],
+                       messages: list[str | None]) -> pa.Array:
+        try:
+            return pa.array(payloads, type=self._payload_type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            pass
+        # Rare: a decoded value Arrow cannot hold for the column type. Find the rows, fail or flag only them.
+        for i, payload in enumerate(payloads):
+            if payload is None:
+                continue
+            try:
+                pa.array([payload], type=self._payload_type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+                if self.spec.fail_fast:
+                    raise DecodeError(f"cannot decode {_where(batch, i)}: ArrowConversionError: {exc}") from exc
+                payloads[i], error_classes[i], messages[i] = None, "ArrowConversionError", str(exc)[:1000]
+        return pa.array(payloads, type=self._payload_type)
+
+    def decode_value(self, value: bytes, schema_ids: list[int | None], i: int) -> tuple[int, Any]:
+        if len(value) > self.spec.max_bytes:
+            raise RecordTooLargeError(f"value of {len(value)} bytes exceeds value.maxBytes={self.spec.max_bytes}")
+        if self.spec.plain_schema_id is not None:
+            schema_id, body = self.spec.plain_schema_id, memoryview(value)
+        else:
+            schema_id, body = split(value)
+        schema_ids[i] = schema_id  # kept for the quarantine row even when the body fails below
+        writer = self._writers.get(schema_id)
+        if writer is None:
+            raise UnknownSchemaError(f"schema id {schema_id} is not a version of this pipeline's subject")
+        stream = io.BytesIO(body)
+        record = schemaless_reader(stream, writer, None if schema_id in self._same else self._reader)
+        if stream.tell() != len(body):
+            raise TrailingBytesError(f"{len(body) - stream.tell()} bytes left after the record "
+                                     f"(schema id {schema_id})")
+        return schema_id, self._convert(record) if self._convert else record
+
+    def decode_key(self, key: bytes) -> Any:
+        if self.spec.key_format == "string":
+            return _utf8_key(key)
+        try:
+            schema_id, body = split(key)
+            writer = self._key_writers.get(schema_id)
+            if writer is None:
+                raise UnknownSchemaError(f"key schema id {schema_id} is not a version of the key subject")
+            stream = io.BytesIO(body)
+            record = schemaless_reader(stream, writer, self._key_reader)
+            if stream.tell() != len(body):
+                raise TrailingBytesError(f"{len(body) - stream.tell()} bytes left after the key")
+        except Exception as exc:  # every key failure is one error class, with the cause in the message
+            raise KeyDecodeError(f"key: {type(exc).__name__}: {exc}") from exc
+        return self._key_convert(record) if self._key_convert else record
+
+
+def _utf8_key(key: bytes) -> str:
+    try:
+        return key.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise KeyDecodeError(f"key is not valid UTF-8 (key.format: string): {exc}") from None
+
+
+def _where(batch: pa.RecordBatch, i: int) -> str:
+    topic = batch.column("topic")[i].as_py()
+    partition = batch.column("partition")[i].as_py()
+    offset = batch.column("offset")[i].as_py()
+    return f"record {topic}/{partition}@{offset}"

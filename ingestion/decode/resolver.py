@@ -1,0 +1,96 @@
+"""The reader schema of a pipeline and the decode spec built from it, refreshed when new writer ids appear.
+
+The reader schema is the subject's newest version, adopted only while the table can follow it by adding
+columns: a version that changes an existing column's type is not adopted, and its records either resolve to
+the current reader by Avro's rules or fail like any undecodable record (quarantine or fail, per `on_error`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+
+from pyspark.sql import types as T
+
+from ingestion.config import PipelineConfig
+from ingestion.decode.spec import DecodeSpec
+from ingestion.errors import SchemaError
+from ingestion.schema import avro_types
+from ingestion.schema.registry import SchemaSource
+
+log = logging.getLogger(__name__)
+
+
+def additive(old: T.StructType, new: T.StructType) -> bool:
+    """True when `new` keeps every field of `old` with the same type (recursively) and only adds fields."""
+    fields = {f.name: f.dataType for f in new.fields}
+    for f in old.fields:
+        if f.name not in fields:
+            return False
+        if isinstance(f.dataType, T.StructType) and isinstance(fields[f.name], T.StructType):
+            if not additive(f.dataType, fields[f.name]):  # type: ignore[arg-type]
+                return False
+        elif f.dataType != fields[f.name]:
+            return False
+    return True
+
+
+@dataclass
+class SchemaResolver:
+    """The decode spec of one pipeline, refreshed when a batch brings schema ids it does not know."""
+
+    config: PipelineConfig
+    source: SchemaSource
+    table_payload: T.StructType | None = None  # the payload columns the table has now, if it exists
+    spec: DecodeSpec = field(init=False)
+
+    def __post_init__(self) -> None:
+        versions = self.source.versions(self.config.value.subject)
+        self.spec = self._build(versions, self._reader(versions, current=None))
+
+    def refresh(self, unknown_ids: set[int]) -> bool:
+        """Learn the given ids if they are versions of the subject; True when the spec changed."""
+        versions = self.source.versions(self.config.value.subject)
+        learned = {i for i in unknown_ids if i in versions} - set(self.spec.writer_schemas)
+        for schema_id in sorted(set(unknown_ids) - learned):
+            log.warning("%s: schema id %d is not a version of subject %r; its records cannot be decoded",
+                        self.config.name, schema_id, self.config.value.subject)
+        if not learned:
+            return False
+        reader = self._reader(versions, current=self.spec.reader_schema)
+        if reader != self.spec.reader_schema:
+            log.info("%s: new schema version(s) %s of %r: the table evolves to the newest", self.config.name,
+                     sorted(learned), self.config.value.subject)
+        self.spec = self._build({**self.spec.writer_schemas, **versions}, reader)
+        return True
+
+    def _reader(self, versions: dict[int, str], current: str | None) -> str:
+        """The newest version the table can follow by adding columns (the newest, for a new table)."""
+        baseline = self.table_payload or (avro_types.spark_schema(json.loads(current)) if current else None)
+        for schema_id in sorted(versions, reverse=True):
+            candidate = versions[schema_id]
+            payload = avro_types.spark_schema(json.loads(candidate))
+            if baseline is None or additive(baseline, payload):
+                return candidate
+            log.warning("%s: schema id %d changes existing column types; keeping the current reader schema "
+                        "(records resolve to it by Avro's rules, or fail per on_error)", self.config.name, schema_id)
+        if current is None:
+            raise SchemaError(f"no version of subject {self.config.value.subject!r} matches the columns of "
+                              f"{self.config.table_path}")
+        return current
+
+    def _build(self, writers: dict[int, str], reader: str) -> DecodeSpec:
+        avro_types.check_bounded(json.loads(reader))
+        key_schemas = key_reader = None
+        if self.config.key.format == "avro":
+            key_schemas = self.source.versions(self.config.key.subject)
+            key_reader = key_schemas[max(key_schemas)]
+        plain_id = None
+        if self.config.value.format == "avro":  # no header: the newest version wrote every value
+            plain_id = next(i for i in sorted(writers, reverse=True) if writers[i] == reader)
+        # Executors always flag failures instead of raising: the driver first learns schema ids it did not know,
+        # then applies on_error (see sink.BronzeWriter).
+        return DecodeSpec(writer_schemas=dict(writers), reader_schema=reader, max_bytes=self.config.value.max_bytes,
+                          fail_fast=False, key_format=self.config.key.format, plain_schema_id=plain_id,
+                          key_schemas=key_schemas, key_reader=key_reader)

@@ -1,0 +1,84 @@
+"""What an executor needs to decode a batch (`DecodeSpec`), the decoder's output columns and its error classes.
+
+Both decode paths (the Python decoder and Spark's from_avro, see `python_decoder` and `jvm_decoder`) produce rows
+of `DECODER_COLUMNS`; a row that failed carries the name of one of the error classes below in `_error_class`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from pyspark.sql import types as T
+
+from ingestion.decode.wire import WireFormatError
+from ingestion.schema import avro_types
+
+PAYLOAD = "_payload"
+# Every input column but `value` is passed through untouched (zero-copy); `value` itself comes back only for rows
+# that failed (`_raw_value`), so the cached decoded batch does not hold every value twice.
+DECODER_COLUMNS = ("_payload", "_key", "_schema_id", "_tombstone", "_error_class", "_error_message", "_raw_value",
+                   "_value_bytes")
+
+
+class UnknownSchemaError(LookupError):
+    """The header names a schema id this pipeline does not know."""
+
+
+class TrailingBytesError(ValueError):
+    """The Avro body has bytes left after the record: it was not written with the schema its header names."""
+
+
+class RecordTooLargeError(ValueError):
+    """The value is larger than the pipeline's `value.maxBytes`."""
+
+
+class KeyDecodeError(ValueError):
+    """The key cannot be decoded as `key.format` says (not UTF-8 for `string`, not Avro for `avro`)."""
+
+
+@dataclass(frozen=True)
+class DecodeSpec:
+    """What an executor needs to decode a batch; built on the driver, pickled with the task."""
+
+    writer_schemas: dict[int, str]  # schema id -> schema JSON
+    reader_schema: str  # the table's current schema JSON
+    max_bytes: int
+    fail_fast: bool
+    key_format: str = "bytes"  # none | bytes | string | avro
+    plain_schema_id: int | None = None  # set for value.format avro: bodies without a header, written with this id
+    key_schemas: dict[int, str] | None = None  # key.format avro: key schema id -> JSON
+    key_reader: str | None = None  # key.format avro: the key subject's newest version
+
+    @property
+    def key_type(self) -> T.DataType:
+        if self.key_format == "string":
+            return T.StringType()
+        if self.key_format == "avro" and self.key_reader:
+            return avro_types.spark_type(json.loads(self.key_reader))
+        return T.BinaryType()
+
+    @property
+    def payload_type(self) -> T.StructType:
+        return avro_types.spark_schema(json.loads(self.reader_schema))
+
+    def output_schema(self, source: T.StructType) -> T.StructType:
+        """The Spark schema of the decoder's output rows, given the Kafka source's schema."""
+        return T.StructType([
+            T.StructField(PAYLOAD, self.payload_type, True),
+            T.StructField("_key", self.key_type, True),
+            T.StructField("_schema_id", T.IntegerType(), True),
+            T.StructField("_tombstone", T.BooleanType(), False),
+            T.StructField("_error_class", T.StringType(), True),
+            T.StructField("_error_message", T.StringType(), True),
+            T.StructField("_raw_value", T.BinaryType(), True),
+            T.StructField("_value_bytes", T.IntegerType(), True),
+            *(field for field in source.fields if field.name != "value"),
+        ])
+
+
+# Internal error class of rows the JVM did not verify; the Python decoder replaces it before anything is written.
+UNVERIFIED = "Unverified"
+
+__all__ = ["DECODER_COLUMNS", "PAYLOAD", "UNVERIFIED", "DecodeSpec", "KeyDecodeError", "RecordTooLargeError",
+           "TrailingBytesError", "UnknownSchemaError", "WireFormatError"]

@@ -1,0 +1,86 @@
+"""Creating a pipeline's bronze and quarantine tables, with their schema, partitioning and properties.
+
+Both `ingest onboard` and `ingest run` go through `ensure_tables` (with the schemas the decoder's rows have, see
+`stream.setup`), so a table looks the same whichever made it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import SparkSession
+from pyspark.sql import types as T
+
+from ingestion.columns import METADATA_COLUMNS
+from ingestion.config import PipelineConfig
+from ingestion.delta import log_checkpoints
+from ingestion.errors import ConfigError
+from ingestion.runtime.delta_txn import is_table
+
+# Delta collects min/max/null-count statistics per data file, by default on a table's first 32 columns: on bronze,
+# nearly every payload field. Readers skip files by them, and in a stream's files only some columns differ from
+# file to file: the Kafka coordinates, the batch and ingestion time, and payload times and whole numbers that grow
+# with them (event times, sequence ids). Strings and fractions (names, uuids, amounts) span about the same range in
+# every file and skip none, yet cost the most to collect (docs/performance.md#delta-statistics-columns). Bronze
+# tables are therefore created with statistics on those columns only, unless `sink.tableProperties` sets either
+# property below.
+STATS_PROPERTY = "delta.dataSkippingStatsColumns"
+STATS_PROPERTIES = (STATS_PROPERTY, "delta.dataSkippingNumIndexedCols")
+STATS_METADATA = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_batch_id",
+                  "_ingested_at")
+STATS_PAYLOAD_TYPES = (T.TimestampType, T.TimestampNTZType, T.DateType, T.IntegerType, T.LongType)
+
+
+def stats_columns(schema: T.StructType, partition_by: tuple[str, ...] = ()) -> list[str]:
+    """Bronze's columns with Delta statistics: the Kafka coordinates, `_batch_id`, `_ingested_at` and the top-level
+    payload fields that are times, dates or whole numbers; not the partition columns (Delta refuses those)."""
+    payload = [f.name for f in schema.fields
+               if f.name not in METADATA_COLUMNS and isinstance(f.dataType, STATS_PAYLOAD_TYPES)]
+    return [name for name in (*STATS_METADATA, *payload) if name not in partition_by]
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    path: str
+    schema: T.StructType
+    partition_by: tuple[str, ...]
+    properties: dict[str, str]
+    exists: bool
+
+
+def plans(spark: SparkSession, config: PipelineConfig, bronze_schema: T.StructType,
+          quarantine_schema: T.StructType) -> list[TablePlan]:
+    """What bronze and quarantine look like (or would look like) for rows of these schemas."""
+    unknown = [c for c in config.sink.partition_by if c not in bronze_schema.fieldNames()]
+    if unknown:
+        raise ConfigError(f"{config.file}: key 'sink.partitionBy' names {unknown}, which are not bronze columns "
+                          f"({', '.join(bronze_schema.fieldNames())})")
+    props = dict(config.sink.table_properties)
+    # Bronze's Delta checkpoints are written beside the batches (log_checkpoints), unless the config sets the
+    # interval, which keeps Delta's checkpoints inside its commits.
+    bronze_props = {log_checkpoints.PROPERTY: log_checkpoints.INLINE_INTERVAL} | props
+    if not any(key in props for key in STATS_PROPERTIES):
+        bronze_props[STATS_PROPERTY] = ",".join(stats_columns(bronze_schema, config.sink.partition_by))
+    return [
+        TablePlan(config.table_path, bronze_schema, config.sink.partition_by, bronze_props,
+                  is_table(spark, config.table_path)),
+        TablePlan(config.quarantine_path, quarantine_schema, (), props, is_table(spark, config.quarantine_path)),
+    ]
+
+
+def ensure_tables(spark: SparkSession, config: PipelineConfig, bronze_schema: T.StructType,
+                  quarantine_schema: T.StructType) -> list[TablePlan]:
+    """Create the tables that do not exist yet; return the plans (with `exists` as it was before)."""
+    from delta.tables import DeltaTable
+
+    found = plans(spark, config, bronze_schema, quarantine_schema)
+    for plan in found:
+        if plan.exists:
+            continue
+        builder = DeltaTable.createIfNotExists(spark).location(plan.path).addColumns(plan.schema)
+        if plan.partition_by:
+            builder = builder.partitionedBy(*plan.partition_by)
+        for key, value in plan.properties.items():
+            builder = builder.property(key, value)
+        builder.execute()
+    return found

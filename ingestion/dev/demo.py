@@ -1,0 +1,71 @@
+"""`ingest demo`: a local broker, a sample topic, sample records, one caught-up ingestion, a summary."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ingestion import kafka
+from ingestion.config import PipelineConfig, load_pipeline
+from ingestion.delta import ledger, reads
+from ingestion.dev.broker import Broker
+from ingestion.dev.samples import produce_orders
+from ingestion.paths import schemas_dir
+from ingestion.schema.files import load_subject
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+
+def run_demo(*, records: int = 10_000, partitions: int = 3, keep_broker: bool = False) -> int:
+    from ingestion.runtime.session import get_session
+    from ingestion.stream import metrics, pipeline
+
+    started = time.monotonic()
+    broker = Broker.default()
+    was_running = broker.pid() is not None
+    servers = broker.start()
+    try:
+        config = load_pipeline("orders")
+        settings = config.kafka_client_settings()
+        if kafka.create_topic(settings, config.topic, partitions):
+            log.info("created topic %s with %d partitions", config.topic, partitions)
+        subject = load_subject(schemas_dir(), config.value.subject)
+        schema_id = subject.latest_id
+        first = sum(end for _, end in kafka.watermarks(settings, config.topic).values())
+        produce_orders(servers, config.topic, records, schema_id=schema_id,
+                       schema=subject.latest, first_seq=first)
+        log.info("produced %d sample orders to %s (schema id %d)", records, config.topic, schema_id)
+        metrics.open_store_early()  # while the JVM boots
+        spark = get_session("ingest-demo")
+        running = pipeline.run(spark, config, available_now=True)
+        _summary(spark, config, running.metrics.run_id if running.metrics else None, time.monotonic() - started)
+        spark.stop()
+    finally:
+        if not (keep_broker or was_running):
+            broker.stop()
+    return 0
+
+
+def _summary(spark: SparkSession, config: PipelineConfig, run_id: str | None, seconds: float) -> None:
+    from ingestion.stream.metrics import tracking_uri
+
+    path = config.table_path
+    table = reads.read_table(spark, path)
+    rows = table.count() if table is not None else 0
+    version = ledger.table_version(spark, path)
+    ingested = ledger.next_offsets(ledger.history(spark, path)).get(config.topic, {})
+    ends = kafka.watermarks(config.kafka_client_settings(), config.topic)
+    print(f"\n=== demo summary ({seconds:.0f}s) ===")
+    print(f"bronze table   {path}  ({rows} rows, version {version})")
+    print(f"checkpoint     {config.checkpoint_path}")
+    print(f"mlflow         {tracking_uri()}  run {run_id}  (open: mlflow ui --backend-store-uri {tracking_uri()})")
+    print(f"{'partition':>10} {'end offset':>11} {'ingested up to':>15}")
+    for partition, (_, end) in sorted(ends.items()):
+        print(f"{partition:>10} {end:>11} {ingested.get(str(partition), 0):>15}")
+    print(f"total          {sum(e for _, e in ends.values())} records in Kafka, {rows} rows in bronze")
+    print(f"read it with   spark.read.format('delta').load('{Path(path)}')")

@@ -1,0 +1,37 @@
+"""Test-only fault injection, in one place and inert unless a test sets it.
+
+`INGEST_TEST_FAULT="<point>:<batch id>"` makes the process write the file named by `INGEST_TEST_FAULT_FILE` when it
+reaches that point of that batch, then hang there, so a test can SIGKILL it exactly there. Points:
+`before_commit` (the batch's files may be written, nothing committed) and `after_commit` (Delta has committed,
+Spark's checkpoint has not).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from enum import StrEnum
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+FAULT_ENV = "INGEST_TEST_FAULT"
+FAULT_FILE_ENV = "INGEST_TEST_FAULT_FILE"
+
+
+class FaultPoint(StrEnum):
+    BEFORE_COMMIT = "before_commit"
+    AFTER_COMMIT = "after_commit"
+
+
+def reached(point: FaultPoint, batch_id: int) -> None:
+    """Hang here when a test asked for this point of this batch; return at once otherwise."""
+    if os.environ.get(FAULT_ENV) != f"{point}:{batch_id}":
+        return
+    marker = os.environ.get(FAULT_FILE_ENV)
+    if marker:
+        Path(marker).write_text(f"{point}:{batch_id}\n")
+    log.warning("test fault point %s reached for batch %d: waiting to be killed", point, batch_id)
+    while True:
+        time.sleep(1)

@@ -1,0 +1,120 @@
+"""`ingest onboard`: check everything a pipeline needs and create what is missing, or say what it would do.
+
+Idempotent: a second run finds everything in place, changes nothing and says so.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from pyspark.sql import SparkSession
+
+from ingestion import kafka
+from ingestion.config import PipelineConfig
+from ingestion.decode.resolver import SchemaResolver
+from ingestion.delta import reads
+from ingestion.errors import IngestionError
+from ingestion.paths import schemas_dir
+from ingestion.schema.registry import FolderSource, registry_client, source_for
+from ingestion.stream import setup
+
+
+@dataclass
+class OnboardReport:
+    lines: list[str] = field(default_factory=list)
+    changes: int = 0
+
+    def say(self, line: str, *, change: bool = False) -> None:
+        self.lines.append(line)
+        self.changes += int(change)
+
+
+def onboard(spark: SparkSession, config: PipelineConfig, *, dry_run: bool = False, create_topic: bool = False,
+            register_schemas: bool = False) -> OnboardReport:
+    report = OnboardReport()
+    report.say(f"config {config.file}: valid (pipeline {config.name!r}, topic {config.topic!r})")
+    _topic(config, report, dry_run=dry_run, create=create_topic)
+    source = source_for(config)
+    if register_schemas:
+        _register(config, report, dry_run=dry_run)
+        if dry_run:  # resolve from the files that would have been registered
+            source = FolderSource()
+    schemas = SchemaResolver(config, source, table_payload=reads.payload_columns(spark, config))
+    versions = source.versions(config.value.subject)
+    where = config.value.registry.get("url", "") or str(schemas_dir())
+    reader_id = next(i for i, text in versions.items() if text == schemas.spec.reader_schema)
+    report.say(f"subject {config.value.subject!r} at {where}: schema ids {sorted(versions)}; the table follows id "
+               f"{reader_id}")
+    for plan in setup.plans(spark, config, schemas.spec):
+        report.say(f"table {plan.path}:\n" + _indent(plan.schema.treeString()))
+        extras = (f" partitioned by {list(plan.partition_by)}" if plan.partition_by else "") + (
+            f" with properties {plan.properties}" if plan.properties else "")
+        if plan.exists:
+            report.say(f"  exists, left as it is{extras}")
+        elif dry_run:
+            report.say(f"  would be created{extras}", change=True)
+        else:
+            setup.ensure_tables(spark, config, schemas.spec)
+            report.say(f"  created{extras}", change=True)
+    if not report.changes:
+        report.say("everything is in place: nothing to change")
+    elif dry_run:
+        report.say(f"dry run: {report.changes} change(s) not made")
+    return report
+
+
+def _topic(config: PipelineConfig, report: OnboardReport, *, dry_run: bool, create: bool) -> None:
+    settings = config.kafka_client_settings()
+    try:
+        found = kafka.partitions(settings, config.topic)
+        report.say(f"topic {config.topic!r}: exists with {len(found)} partitions")
+        return
+    except IngestionError:
+        pass
+    wanted = config.topic_settings
+    if not create:
+        raise IngestionError(f"topic {config.topic!r} does not exist on {settings['bootstrap.servers']}; create it, "
+                             f"or pass --create-topic ({wanted.partitions} partitions, replication "
+                             f"{wanted.replication_factor} from topicSettings)")
+    if dry_run:
+        report.say(f"topic {config.topic!r}: would be created with {wanted.partitions} partitions, replication "
+                   f"{wanted.replication_factor}", change=True)
+        return
+    kafka.create_topic(settings, config.topic, wanted.partitions, wanted.replication_factor)
+    report.say(f"topic {config.topic!r}: created with {wanted.partitions} partitions, replication "
+               f"{wanted.replication_factor}", change=True)
+
+
+def _register(config: PipelineConfig, report: OnboardReport, *, dry_run: bool) -> None:
+    """Register the schema files of the subject in the registry, oldest first (as their versions)."""
+    from confluent_kafka.schema_registry import Schema
+
+    if not config.value.registry:
+        raise IngestionError("--register-schemas needs value.registry in the pipeline config")
+    client = registry_client(config.value.registry)
+    known = set(source_for(config).versions(config.value.subject).values()) if _has_subject(client, config) else set()
+    folder = schemas_dir() / config.value.subject
+    for file in sorted(folder.glob("*.avsc"), key=lambda f: int(f.stem)):
+        text = json.dumps(json.loads(file.read_text()), sort_keys=True, separators=(",", ":"))
+        if text in known:
+            report.say(f"schema {file}: already registered under {config.value.subject!r}")
+        elif dry_run:
+            report.say(f"schema {file}: would be registered under {config.value.subject!r}", change=True)
+        else:
+            schema_id = client.register_schema(config.value.subject, Schema(file.read_text(), "AVRO"))
+            report.say(f"schema {file}: registered under {config.value.subject!r} as id {schema_id}", change=True)
+
+
+def _has_subject(client: object, config: PipelineConfig) -> bool:
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    try:
+        client.get_versions(config.value.subject)  # type: ignore[attr-defined]
+        return True
+    except SchemaRegistryError:
+        return False
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines())

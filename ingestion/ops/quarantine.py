@@ -1,0 +1,132 @@
+"""The quarantine table: what is in it, and re-decoding it into bronze once the cause is fixed.
+
+Re-decoding is idempotent by construction rather than by a txn id: it appends to bronze only the records whose
+(topic, partition, offset) bronze does not hold yet, then removes from quarantine every record bronze now holds
+and updates the error of those that still fail, in one MERGE. A crash between the two steps leaves records in
+both tables for a moment; the next run appends nothing new and finishes the removal. Nothing changes (no new
+table version) when there is nothing to do.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from ingestion.columns import COORDINATES
+from ingestion.config import PipelineConfig
+from ingestion.decode import bronze
+from ingestion.decode.python_decoder import decode_in_python
+from ingestion.delta import ledger, reads
+from ingestion.delta.append import commit_metadata
+from ingestion.delta.ledger import REDECODE_BATCH_ID, BatchKind, BatchRecord
+from ingestion.stream import setup
+
+log = logging.getLogger(__name__)
+
+KEYS = COORDINATES
+
+
+@dataclass(frozen=True)
+class RedecodeResult:
+    examined: int
+    redecoded: int  # appended to bronze now
+    already_in_bronze: int  # decodable, and bronze already held them (an earlier, interrupted run)
+    still_failing: int
+    errors_changed: int
+    bronze_version: int | None
+    quarantine_version: int | None
+
+
+def read(spark: SparkSession, config: PipelineConfig) -> DataFrame | None:
+    return reads.read_table(spark, config.quarantine_path)
+
+
+def summary(quarantined: DataFrame) -> DataFrame:
+    """Counts per error class and partition, with the offset range and newest Kafka timestamp."""
+    return (quarantined.groupBy("_error_class", "_kafka_topic", "_kafka_partition")
+            .agg(F.count(F.lit(1)).alias("records"), F.min("_kafka_offset").alias("first_offset"),
+                 F.max("_kafka_offset").alias("last_offset"), F.max("_kafka_timestamp").alias("newest"))
+            .orderBy("_error_class", "_kafka_topic", "_kafka_partition"))
+
+
+def as_kafka_rows(quarantined: DataFrame) -> DataFrame:
+    """Quarantine rows in the Kafka source's shape, so the stream's decoder reads them unchanged."""
+    return quarantined.select(
+        F.col("_kafka_key").alias("key"), F.col("_kafka_value").alias("value"),
+        F.col("_kafka_topic").alias("topic"), F.col("_kafka_partition").alias("partition"),
+        F.col("_kafka_offset").alias("offset"), F.col("_kafka_timestamp").alias("timestamp"),
+        F.col("_kafka_timestamp_type").alias("timestampType"), F.col("_kafka_headers").alias("headers"),
+        F.col("_batch_id").alias("_orig_batch_id"), F.col("_error_class").alias("_old_error_class"),
+        F.col("_error_message").alias("_old_error_message"),
+    )
+
+
+def redecode(spark: SparkSession, config: PipelineConfig) -> RedecodeResult:
+    from delta.tables import DeltaTable
+
+    quarantined = read(spark, config)
+    if quarantined is None:
+        return RedecodeResult(0, 0, 0, 0, 0, ledger.table_version(spark, config.table_path), None)
+    spec = setup.resolver(spark, config).spec
+    decoded = decode_in_python(as_kafka_rows(quarantined), spec).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        renamed = decoded.withColumnsRenamed({"topic": KEYS[0], "partition": KEYS[1], "offset": KEYS[2]})
+        bronze_table = reads.read_table(spark, config.table_path)
+        in_bronze = bronze_table.select(*KEYS) if bronze_table is not None else None
+        good = renamed.where(F.col("_error_class").isNull())
+        new = good if in_bronze is None else good.join(in_bronze, list(KEYS), "left_anti")
+        new = new.withColumnsRenamed({KEYS[0]: "topic", KEYS[1]: "partition", KEYS[2]: "offset"}).persist()
+        counts = decoded.agg(
+            F.count(F.lit(1)).alias("examined"),
+            F.sum(F.col("_error_class").isNull().cast("long")).alias("decodable"),
+            F.sum((F.col("_error_class").isNotNull() & (
+                (F.col("_error_class") != F.col("_old_error_class")) |
+                (F.col("_error_message") != F.col("_old_error_message")))).cast("long")).alias("changed"),
+        ).first()
+        assert counts is not None  # a global aggregate always has one row
+        examined, decodable, changed = (int(counts[k] or 0) for k in ("examined", "decodable", "changed"))
+        appended = _append_to_bronze(spark, config, new)
+        quarantine_version = ledger.table_version(spark, config.quarantine_path)
+        if decodable or changed:
+            source = renamed.select(*KEYS, "_error_class", "_error_message", "_schema_id")
+            with commit_metadata(spark, _redecode_marker(config)):
+                (DeltaTable.forPath(spark, config.quarantine_path).alias("q")
+                 .merge(source.alias("s"), " AND ".join(f"q.{k} = s.{k}" for k in KEYS))
+                 .whenMatchedDelete(condition="s._error_class IS NULL")
+                 .whenMatchedUpdate(condition="q._error_class <> s._error_class OR "
+                                              "q._error_message <> s._error_message",
+                                    set={"_error_class": "s._error_class", "_error_message": "s._error_message",
+                                         "_schema_id": "s._schema_id"})
+                 .execute())
+            quarantine_version = ledger.table_version(spark, config.quarantine_path)
+        new.unpersist()
+    finally:
+        decoded.unpersist()
+    result = RedecodeResult(examined, appended, decodable - appended, examined - decodable, changed,
+                            ledger.table_version(spark, config.table_path), quarantine_version)
+    log.info("%s quarantine: %d examined, %d re-decoded into bronze, %d already there, %d still failing "
+             "(%d with a new error)", config.name, result.examined, result.redecoded, result.already_in_bronze,
+             result.still_failing, result.errors_changed)
+    return result
+
+
+def _append_to_bronze(spark: SparkSession, config: PipelineConfig, new: DataFrame) -> int:
+    stats = bronze.batch_stats(new)
+    record, _ = ledger.batch_records(stats, pipeline=config.name, batch_id=REDECODE_BATCH_ID, kind=BatchKind.REDECODE,
+                                     app_id="redecode", quarantine_app_id="redecode")
+    if not record.rows:
+        return 0
+    rows_df = bronze.bronze_rows(new, batch_id=F.col("_orig_batch_id"), ingested_at=dt.datetime.now(dt.UTC))
+    (rows_df.write.format("delta").mode("append").option("userMetadata", record.to_user_metadata())
+     .save(config.table_path))
+    return record.rows
+
+
+def _redecode_marker(config: PipelineConfig) -> BatchRecord:
+    return BatchRecord(pipeline=config.name, app_id="redecode", batch_id=REDECODE_BATCH_ID, kind=BatchKind.REDECODE,
+                       rows=0, schema_ids=(), ranges=())

@@ -1,0 +1,111 @@
+"""`ingest replay`: read a Kafka range again and write only what neither bronze nor quarantine holds.
+
+Replay reads a Kafka range in batch and appends only records whose (topic, partition, offset) neither bronze
+nor quarantine holds; replaying what is already there writes nothing, replaying over a gap fills it. Do not
+replay a range the running stream is about to read.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+
+from ingestion import kafka
+from ingestion.config import PipelineConfig
+from ingestion.decode import bronze
+from ingestion.decode.python_decoder import decode_in_python
+from ingestion.delta import ledger, reads
+from ingestion.delta.ledger import REPLAY_BATCH_ID, BatchKind
+from ingestion.errors import IngestionError
+from ingestion.stream import setup
+from ingestion.stream.source import kafka_options
+
+log = logging.getLogger(__name__)
+
+KEYS = ("topic", "partition", "offset")
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    read: int
+    already_present: int
+    written: int
+    quarantined: int
+    bronze_version: int | None
+
+
+def parse_position(text: str, topic: str, marks: dict[int, tuple[int, int]], *, ending: bool) -> tuple[str, str]:
+    """A position as a Kafka batch-source option: ('startingOffsets'|'endingOffsets', json) or
+    ('startingTimestamp'|'endingTimestamp', millis). Accepted: earliest, latest, `0:10,1:20` per partition,
+    an ISO 8601 time, or epoch milliseconds. Offsets are clamped to what Kafka holds (`marks`: partition ->
+    (log start, end)), so a range reaching past either end reads what there is instead of failing."""
+    partitions = sorted(marks)
+    which = "ending" if ending else "starting"
+    if text in ("earliest", "latest"):
+        return f"{which}Offsets", text
+    if ":" in text and all(part.count(":") == 1 and part.split(":")[0].isdigit() for part in text.split(",")):
+        given = {int(p): int(o) for p, o in (part.split(":") for part in text.split(","))}
+        unknown = set(given) - set(partitions)
+        if unknown:
+            raise IngestionError(f"partitions {sorted(unknown)} are not partitions of {topic!r} ({partitions})")
+        # Partitions not named are read whole (-2 earliest) when starting and to the end (-1 latest) when ending.
+        default = -1 if ending else -2
+        clamped = {p: min(max(o, marks[p][0]), marks[p][1]) for p, o in given.items()}
+        return f"{which}Offsets", json.dumps({topic: {str(p): clamped.get(p, default) for p in partitions}})
+    if text.isdigit():
+        return f"{which}Timestamp", text
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise IngestionError(f"cannot read {text!r} as a position: use earliest, latest, partition:offset pairs "
+                             "like 0:100,1:250, an ISO time or epoch milliseconds") from None
+    when = when if when.tzinfo else when.replace(tzinfo=dt.UTC)
+    return f"{which}Timestamp", str(int(when.timestamp() * 1000))
+
+
+def replay(spark: SparkSession, config: PipelineConfig, *, start: str, end: str = "latest") -> ReplayResult:
+    settings = config.kafka_client_settings()
+    marks = kafka.watermarks(settings, config.topic)
+    options = {k: v for k, v in kafka_options(config).items()
+               if k not in ("startingOffsets", "maxOffsetsPerTrigger", "minPartitions")}
+    options.update([parse_position(start, config.topic, marks, ending=False),
+                    parse_position(end, config.topic, marks, ending=True)])
+    reader = spark.read.format("kafka")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    decoded = decode_in_python(reader.load(), setup.resolver(spark, config).spec).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        present = reads.held_coordinates(spark, config)
+        new = decoded if present is None else decoded.join(present, list(KEYS), "left_anti")
+        new = new.persist(StorageLevel.MEMORY_AND_DISK)
+        read_count, new_count = decoded.count(), new.count()
+        stats = bronze.batch_stats(new)
+        failed = sum(s["failed"] for s in stats)
+        if new_count:
+            _write_replay(spark, config, new, stats)
+        new.unpersist()
+    finally:
+        decoded.unpersist()
+    result = ReplayResult(read_count, read_count - new_count, new_count - failed, failed,
+                          ledger.table_version(spark, config.table_path))
+    log.info("%s replay %s..%s: %d records read, %d already present, %d written to bronze, %d quarantined",
+             config.name, start, end, result.read, result.already_present, result.written, result.quarantined)
+    return result
+
+
+def _write_replay(spark: SparkSession, config: PipelineConfig, new: DataFrame, stats: list[dict[str, Any]]) -> None:
+    now = dt.datetime.now(dt.UTC)
+    record, failed = ledger.batch_records(stats, pipeline=config.name,
+                                          batch_id=REPLAY_BATCH_ID, kind=BatchKind.REPLAY, app_id="replay",
+                                          quarantine_app_id="replay")
+    if failed is not None:  # quarantine first, as the stream does
+        (bronze.quarantine_rows(new, batch_id=REPLAY_BATCH_ID, ingested_at=now).write.format("delta")
+         .mode("append").option("userMetadata", failed.to_user_metadata()).save(config.quarantine_path))
+    (bronze.bronze_rows(new, batch_id=REPLAY_BATCH_ID, ingested_at=now).write.format("delta").mode("append")
+     .option("userMetadata", record.to_user_metadata()).save(config.table_path))

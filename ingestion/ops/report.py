@@ -1,0 +1,55 @@
+"""`ingest report`: a pipeline's lag and throughput over batches, from its MLflow run, as a PNG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ingestion.config import PipelineConfig
+from ingestion.errors import IngestionError
+from ingestion.stream.metrics import tracking_uri
+
+PANELS = (
+    ("lag_records", "lag (records)"),
+    ("lag_seconds", "lag (seconds)"),
+    ("processed_rows_per_second", "processed rows/s"),
+    ("input_rows", "input rows per batch"),
+)
+
+
+def metric_series(config: PipelineConfig, run_id: str | None = None) -> tuple[str, dict[str, list[tuple[int, float]]]]:
+    """(run id, metric -> [(batch id, value)]) of the given run, or of the pipeline's newest run."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri())
+    if run_id is None:
+        experiment = client.get_experiment_by_name(config.experiment)
+        runs = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"],
+                                  max_results=1) if experiment else []
+        if not runs:
+            raise IngestionError(f"no MLflow run for pipeline {config.name!r} in experiment "
+                                 f"{config.experiment!r} at {tracking_uri()}")
+        run_id = runs[0].info.run_id
+    series = {key: sorted((m.step, m.value) for m in client.get_metric_history(run_id, key)) for key, _ in PANELS}
+    return run_id, series
+
+
+def write_png(config: PipelineConfig, output: Path, run_id: str | None = None) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    run_id, series = metric_series(config, run_id)
+    fig, axes = plt.subplots(len(PANELS), 1, figsize=(9, 2.4 * len(PANELS)), sharex=True)
+    for ax, (key, title) in zip(axes, PANELS, strict=True):
+        points = series[key]
+        ax.plot([s for s, _ in points], [v for _, v in points], marker=".", linewidth=1)
+        ax.set_ylabel(title)
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("batch id")
+    fig.suptitle(f"{config.name}: MLflow run {run_id[:8]}")
+    fig.tight_layout()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(output, dpi=90)
+    plt.close(fig)
+    return output

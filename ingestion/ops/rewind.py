@@ -1,0 +1,95 @@
+"""`ingest rewind`: restore a pipeline's tables to an earlier version, so the next run re-reads what it undid.
+
+Rewind restores bronze (and quarantine, to the state it had when that bronze version was committed) with
+Delta's RESTORE, marks the RESTORE commit as a `rewind` whose ranges are the coverage as of that version, and
+moves the checkpoint aside. The next `ingest run` then starts a new checkpoint with a new txnAppId from the
+table's offsets, so it re-reads exactly what the rewind undid.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from ingestion.config import PipelineConfig
+from ingestion.delta import ledger
+from ingestion.delta.append import commit_metadata
+from ingestion.delta.ledger import BatchKind, BatchRecord
+from ingestion.errors import IngestionError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RewindResult:
+    bronze_version: int  # the version restored to
+    quarantine_version: int | None
+    resume_from: dict[str, dict[str, int]]  # where the next run starts
+    checkpoint_moved_to: str | None
+
+
+def rewind(spark: SparkSession, config: PipelineConfig, *, to_version: int | None = None,
+           to_timestamp: dt.datetime | None = None) -> RewindResult:
+    from delta.tables import DeltaTable
+
+    records = ledger.history(spark, config.table_path)
+    history = DeltaTable.forPath(spark, config.table_path).history().select("version", "timestamp").collect()
+    times = {int(r["version"]): r["timestamp"] for r in history}
+    version = to_version if to_version is not None else _version_at(times, to_timestamp)
+    if version not in times:
+        raise IngestionError(f"{config.table_path} has no version {version} (versions {min(times)}-{max(times)})")
+    kept = [r for r in records if r.version is not None and r.version <= version]
+    marker = BatchRecord(pipeline=config.name, app_id="rewind", batch_id=version, kind=BatchKind.REWIND,
+                         rows=0, schema_ids=(), ranges=ledger.coverage(kept))
+    _restore(spark, config.table_path, version, marker)
+    q_version = None
+    if ledger.is_table(spark, config.quarantine_path):
+        q_times = {int(r["version"]): r["timestamp"] for r in
+                   DeltaTable.forPath(spark, config.quarantine_path).history().select("version", "timestamp")
+                   .collect()}
+        q_version = _version_at(q_times, times[version], allow_none=True)
+        if q_version is not None:
+            _restore(spark, config.quarantine_path, q_version, marker)
+        else:  # the quarantine table did not exist yet then: empty it
+            DeltaTable.forPath(spark, config.quarantine_path).delete()
+    moved = _move_checkpoint_aside(config.checkpoint_path)
+    resume = ledger.next_offsets(ledger.history(spark, config.table_path))
+    log.info("%s: rewound bronze to version %d and quarantine to %s; checkpoint moved to %s; the next run "
+             "resumes from %s", config.name, version, q_version, moved, resume)
+    return RewindResult(version, q_version, resume, moved)
+
+
+def _version_at(times: dict[int, dt.datetime], when: dt.datetime | None, allow_none: bool = False) -> int | None:
+    """The newest version committed at or before `when`."""
+    if when is None:
+        raise IngestionError("rewind needs --to-version or --to-timestamp")
+    naive = when.replace(tzinfo=None) if when.tzinfo is None else when.astimezone(dt.UTC).replace(tzinfo=None)
+    older = [v for v, t in times.items() if t.replace(tzinfo=None) <= naive]
+    if not older and not allow_none:
+        raise IngestionError(f"no table version at or before {when.isoformat()} (oldest is "
+                             f"{min(times.values()).isoformat()})")
+    return max(older) if older else None
+
+
+def _restore(spark: SparkSession, path: str, version: int, marker: BatchRecord) -> None:
+    from delta.tables import DeltaTable
+
+    if ledger.table_version(spark, path) == version:
+        return
+    with commit_metadata(spark, marker):
+        DeltaTable.forPath(spark, path).restoreToVersion(version)
+
+
+def _move_checkpoint_aside(location: str) -> str | None:
+    """Keep the old checkpoint for inspection, out of the way (local paths; elsewhere delete it yourself)."""
+    path = Path(location.removeprefix("file:"))
+    if not path.exists():
+        return None
+    target = path.with_name(f"{path.name}.rewound-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}")
+    shutil.move(str(path), str(target))
+    return str(target)

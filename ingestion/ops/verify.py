@@ -1,0 +1,191 @@
+"""`ingest verify`: audit bronze + quarantine against Kafka, per partition.
+
+For every partition the ledger says the pipeline consumed (from its first recorded offset to its last), the
+two tables together must hold every offset exactly once. Duplicates are violations. A missing offset is a
+violation only when Kafka can still return that record; offsets Kafka no longer has (below the log start:
+retention), never returns (transaction markers, aborted records under read_committed) or has compacted away are
+explained gaps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from ingestion import kafka
+from ingestion.config import PipelineConfig
+from ingestion.delta import ledger, reads
+
+MAX_SHOWN = 100  # offsets or ranges listed per partition and kind
+MAX_GAP_READ = 1_000_000  # offsets read back from Kafka per partition to classify gaps
+
+
+@dataclass
+class PartitionAudit:
+    topic: str
+    partition: int
+    kafka_low: int
+    kafka_high: int
+    first: int | None  # first offset the ledger records
+    last: int | None  # last offset the ledger records
+    rows: int = 0  # distinct offsets held by bronze + quarantine
+    duplicates: list[int] = field(default_factory=list)  # offsets held more than once
+    lost: list[list[int]] = field(default_factory=list)  # [first, last] ranges Kafka still has but the tables do not
+    explained: dict[str, list[list[int]]] = field(default_factory=dict)  # reason -> [first, last] ranges
+    unverified: list[list[int]] = field(default_factory=list)  # gaps too large to read back
+
+    @property
+    def ok(self) -> bool:
+        return not self.duplicates and not self.lost and not self.unverified
+
+
+@dataclass
+class Audit:
+    pipeline: str
+    topic: str
+    partitions: list[PartitionAudit]
+
+    @property
+    def ok(self) -> bool:
+        return all(p.ok for p in self.partitions)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pipeline": self.pipeline, "topic": self.topic, "ok": self.ok,
+                "partitions": [{**asdict(p), "ok": p.ok} for p in self.partitions]}
+
+
+def held_offsets(spark: SparkSession, config: PipelineConfig) -> DataFrame:
+    """(partition, offset) of every row of bronze and quarantine for the pipeline's topic, duplicates kept."""
+    held = reads.held_coordinates(spark, config)
+    if held is None:
+        return spark.createDataFrame([], "partition int, offset long")
+    return held.where(F.col("topic") == config.topic).select("partition", "offset")
+
+
+def gaps(distinct: DataFrame, bounds: dict[int, tuple[int, int]]) -> dict[int, list[tuple[int, int]]]:
+    """Missing [first, last] ranges per partition between the bounds, from distinct (partition, offset) rows."""
+    previous = F.lag("offset").over(Window.partitionBy("partition").orderBy("offset"))
+    inner = (distinct.withColumn("prev", previous).where(F.col("offset") - F.col("prev") > 1)
+             .select("partition", (F.col("prev") + 1).alias("a"), (F.col("offset") - 1).alias("b")).collect())
+    ends = {r["partition"]: (r["lo"], r["hi"]) for r in
+            distinct.groupBy("partition").agg(F.min("offset").alias("lo"), F.max("offset").alias("hi")).collect()}
+    out: dict[int, list[tuple[int, int]]] = {p: [] for p in bounds}
+    for r in inner:
+        if r["partition"] in out:
+            out[r["partition"]].append((int(r["a"]), int(r["b"])))
+    for p, (first, last) in bounds.items():
+        if p not in ends:
+            out[p] = [(first, last)]
+            continue
+        lo, hi = ends[p]
+        if lo > first:
+            out[p].append((first, lo - 1))
+        if hi < last:
+            out[p].append((hi + 1, last))
+        out[p].sort()
+    return out
+
+
+def audit(spark: SparkSession, config: PipelineConfig) -> Audit:
+    settings = config.kafka_client_settings()
+    coverage = {r.partition: r for r in ledger.coverage(ledger.history(spark, config.table_path))
+                if r.topic == config.topic}
+    marks = kafka.watermarks(settings, config.topic)
+    held = held_offsets(spark, config)
+    counts = held.groupBy("partition", "offset").count()
+    duplicates: dict[int, list[int]] = {}
+    for r in counts.where(F.col("count") > 1).orderBy("partition", "offset").limit(MAX_SHOWN * 10).collect():
+        duplicates.setdefault(r["partition"], []).append(int(r["offset"]))
+    rows = {r["partition"]: int(r["n"]) for r in
+            counts.groupBy("partition").agg(F.count(F.lit(1)).alias("n")).collect()}
+    missing = gaps(counts.select("partition", "offset"), {p: (c.first, c.last) for p, c in coverage.items()})
+    result = []
+    for p, (low, high) in sorted(marks.items()):
+        span = coverage.get(p)
+        part = PartitionAudit(config.topic, p, low, high, span.first if span else None, span.last if span else None,
+                              rows.get(p, 0), duplicates.get(p, [])[:MAX_SHOWN])
+        _classify(settings, config, part, missing.get(p, []))
+        result.append(part)
+    return Audit(config.name, config.topic, result)
+
+
+def _classify(settings: dict[str, Any], config: PipelineConfig, part: PartitionAudit,
+              ranges: list[tuple[int, int]]) -> None:
+    budget = MAX_GAP_READ
+    for a, b in ranges:
+        if b < part.kafka_low:
+            part.explained.setdefault("retention", []).append([a, b])
+            continue
+        if a < part.kafka_low:
+            part.explained.setdefault("retention", []).append([a, part.kafka_low - 1])
+            a = part.kafka_low
+        if b - a + 1 > budget:
+            part.unverified.append([a, b])
+            continue
+        budget -= b - a + 1
+        in_kafka = _offsets_in_kafka(settings, config.topic, part.partition, a, b)
+        for lo, hi in _runs(sorted(in_kafka)):
+            part.lost.append([lo, hi])
+        for lo, hi in _runs(sorted(set(range(a, b + 1)) - in_kafka)):
+            part.explained.setdefault("not in Kafka (transaction marker, aborted or compacted)", []).append([lo, hi])
+    part.lost = part.lost[:MAX_SHOWN]
+
+
+def _offsets_in_kafka(settings: dict[str, Any], topic: str, partition: int, first: int, last: int) -> set[int]:
+    """Offsets in [first, last] that a consumer with the pipeline's settings gets back from Kafka."""
+    from confluent_kafka import TopicPartition
+
+    consumer = kafka.consumer(settings, "ingest-verify", **{"enable.partition.eof": True,
+                                                            "auto.offset.reset": "earliest"})
+    found: set[int] = set()
+    try:
+        consumer.assign([TopicPartition(topic, partition, first)])
+        while True:
+            messages = consumer.consume(10_000, timeout=5.0)
+            if not messages:
+                break
+            done = False
+            for msg in messages:
+                if msg.error():
+                    done = True  # end of partition
+                    break
+                offset = msg.offset()
+                if offset is None or offset > last:
+                    done = True
+                    break
+                found.add(offset)
+            if done:
+                break
+    finally:
+        consumer.close()
+    return found
+
+
+def _runs(offsets: list[int]) -> list[tuple[int, int]]:
+    """Consecutive runs of sorted offsets as [first, last] pairs."""
+    runs: list[tuple[int, int]] = []
+    for o in offsets:
+        if runs and runs[-1][1] == o - 1:
+            runs[-1] = (runs[-1][0], o)
+        else:
+            runs.append((o, o))
+    return runs
+
+
+def render(result: Audit) -> str:
+    lines = [f"{result.pipeline}: topic {result.topic}: {'OK' if result.ok else 'VIOLATIONS FOUND'}"]
+    for p in result.partitions:
+        lines.append(f"  {p.topic}/{p.partition}: offsets {p.first}-{p.last} recorded, {p.rows} held, Kafka "
+                     f"{p.kafka_low}-{p.kafka_high}: {'ok' if p.ok else 'VIOLATION'}")
+        if p.duplicates:
+            lines.append(f"    duplicated offsets: {p.duplicates}")
+        if p.lost:
+            lines.append(f"    missing although Kafka has them: {p.lost}")
+        if p.unverified:
+            lines.append(f"    gaps too large to check against Kafka: {p.unverified}")
+        for reason, spans in p.explained.items():
+            lines.append(f"    explained gaps ({reason}): {spans}")
+    return "\n".join(lines)

@@ -1,0 +1,90 @@
+"""Hadoop file systems and Parquet footers, read through the JVM so that every store Spark can use works
+(local files, HDFS, s3a://, abfss://, gs://) with the session's own Hadoop configuration."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from ingestion.runtime.gateway import java
+
+
+def _fs(spark: SparkSession, location: str) -> tuple[Any, Any]:
+    """Hadoop's FileSystem and Path for `location` (py4j objects)."""
+    path = java(spark._jvm, "org.apache.hadoop.fs.Path")(location)
+    return path.getFileSystem(spark._jsc.hadoopConfiguration()), path  # type: ignore[union-attr]
+
+
+def exists(spark: SparkSession, location: str) -> bool:
+    fs, path = _fs(spark, location)
+    return bool(fs.exists(path))
+
+
+def has_children(spark: SparkSession, location: str) -> bool:
+    """True when `location` is a folder with at least one entry."""
+    fs, path = _fs(spark, location)
+    return bool(fs.exists(path)) and len(fs.listStatus(path)) > 0
+
+
+def read_text(spark: SparkSession, location: str) -> str:
+    fs, path = _fs(spark, location)
+    stream = fs.open(path)
+    try:
+        return str(java(spark._jvm, "org.apache.commons.io.IOUtils").toString(stream, "UTF-8"))
+    finally:
+        stream.close()
+
+
+def create_text(spark: SparkSession, location: str, text: str) -> None:
+    """Write a new file (never overwriting one)."""
+    fs, path = _fs(spark, location)
+    out = fs.create(path, False)
+    try:
+        out.write(bytearray(text.encode()))
+    finally:
+        out.close()
+
+
+def delete_files(spark: SparkSession, locations: Iterable[str]) -> None:
+    for location in locations:
+        fs, path = _fs(spark, location)
+        fs.delete(path, False)
+
+
+@dataclass(frozen=True)
+class ColumnChunk:
+    """One column chunk of a Parquet row group, as its footer describes it."""
+
+    column: str  # dot path
+    physical_type: str  # BOOLEAN, INT32, BINARY, ...
+    values: int
+    nulls: int  # -1 when the footer does not say
+    has_dictionary: bool
+
+
+def parquet_chunks(spark: SparkSession, locations: Iterable[str]) -> list[ColumnChunk]:
+    """Every column chunk of every row group of these Parquet files, from their footers."""
+    jvm: Any = spark._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    reader_class = java(jvm, "org.apache.parquet.hadoop.ParquetFileReader")
+    input_file = java(jvm, "org.apache.parquet.hadoop.util.HadoopInputFile")
+    path_class = java(jvm, "org.apache.hadoop.fs.Path")
+    chunks: list[ColumnChunk] = []
+    for location in locations:
+        reader = reader_class.open(input_file.fromPath(path_class(location), conf))
+        try:
+            blocks = reader.getFooter().getBlocks()
+            for b in range(blocks.size()):
+                columns = blocks.get(b).getColumns()
+                for c in range(columns.size()):
+                    chunk = columns.get(c)
+                    chunks.append(ColumnChunk(
+                        chunk.getPath().toDotString(), str(chunk.getPrimitiveType().getPrimitiveTypeName().name()),
+                        int(chunk.getValueCount()), int(chunk.getStatistics().getNumNulls()),
+                        bool(chunk.hasDictionaryPage())))
+        finally:
+            reader.close()
+    return chunks

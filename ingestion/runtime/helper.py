@@ -1,0 +1,52 @@
+"""The project's own JVM functions (the helper jar, compiled from `data/*.java` by `jars.helper_jar`), registered
+as Spark SQL functions, and what an `Observation` saw, read without a py4j loop."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from typing import Any
+
+from pyspark.sql import Column, Observation, SparkSession
+from pyspark.sql import functions as F
+
+from ingestion.runtime import session_cache
+from ingestion.runtime.gateway import java
+
+BODY_CHECK_CLASS = "ingest.AvroBodyCheck"
+SUMMARY_CLASS = "ingest.PartitionSummary"
+SUMMARY_FUNCTION = "ingest_partition_summary"
+
+
+def body_check(spark: SparkSession, schema: str, header: int) -> str:
+    """Register the Avro body check (`data/AvroBodyCheck.java`) for a schema and a header length as a session
+    function; its name (one per schema and header)."""
+    name = f"ingest_avro_ok_{hashlib.sha1(schema.encode()).hexdigest()[:12]}_{header}"
+    jvm: Any = spark._jvm
+    session_cache.register(spark, name, lambda udf: udf.register(
+        name, getattr(jvm, BODY_CHECK_CLASS)(schema, header), java(jvm, "org.apache.spark.sql.types.DataTypes")
+        .BooleanType))
+    return name
+
+
+def partition_summary(spark: SparkSession) -> Column:
+    """The per topic partition summary of rows (`data/PartitionSummary.java`) as one aggregate for
+    `DataFrame.observe`: a JSON list of {topic, partition, first, last, count, max_timestamp, schema_ids}. The
+    function is registered once per session."""
+    def register() -> Column:
+        jvm: Any = spark._jvm
+        session_cache.register(spark, SUMMARY_FUNCTION, lambda udf: udf.register(
+            SUMMARY_FUNCTION, getattr(jvm, SUMMARY_CLASS).function()))
+        return F.call_function(SUMMARY_FUNCTION, F.col("topic"), F.col("partition"), F.col("offset"),
+                               F.unix_micros("timestamp"), F.col("_schema_id"))
+
+    return session_cache.once(spark, SUMMARY_FUNCTION, register)
+
+
+def observed_values(observation: Observation, names: Iterable[str]) -> dict[str, Any]:
+    """The observed values of `names`, once the observed query has run: what `observation.get` returns, without
+    iterating a Java map through py4j (its end costs a JVM exception that PySpark converts, ~60 round trips)."""
+    values = observation._jo.getAsJava() if observation._jo is not None else None  # waits for the query's job
+    if values is None:
+        return observation.get  # raises PySpark's own error: nothing was observed
+    return {name: values.get(name) for name in names}

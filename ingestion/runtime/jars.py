@@ -1,0 +1,200 @@
+"""Where the JVM artifacts come from: Maven Central, resolved once with `mvn` into a cache folder.
+
+Spark gets its jars by path (`spark.jars`), so starting a session never resolves anything over the network.
+Spark's own Ivy resolution (`spark.jars.packages`) is avoided on purpose: it needs repositories this project
+cannot count on, and it pulls transitive jars (Hadoop, Jackson, Parquet) that clash with the ones pyspark ships.
+
+One jar is the project's own (`data/*.java`: the Avro body check of the JVM decode path, the per-partition
+summary aggregate of the one-pass write, the local file system without child processes), compiled with `javac`
+against pyspark's jars into the same cache, named by the hash of its sources.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from zipfile import ZipFile
+
+from ingestion.errors import JvmError
+from ingestion.paths import state_dir
+
+log = logging.getLogger(__name__)
+
+SPARK_VERSION = "4.0.2"
+SCALA_BINARY = "2.13"
+DELTA_VERSION = "4.4.0"
+KAFKA_BROKER_VERSION = "4.1.1"
+# spark-sql-kafka 4.0.2 depends on kafka-clients 3.9.1 and the token provider of its own version; Maven Central
+# as reached from here only holds spark-token-provider-kafka-0-10 4.0.0 for Spark 4.x, a patch release apart
+# and binary compatible, so it is pinned.
+TOKEN_PROVIDER_VERSION = "4.0.0"
+KAFKA_CLIENTS_VERSION = "3.9.1"
+
+
+@dataclass(frozen=True)
+class ArtifactSet:
+    """A named list of Maven coordinates (group:artifact:version) resolved into one folder."""
+
+    name: str
+    coordinates: tuple[str, ...]
+    transitive: bool
+
+    def folder(self, cache: Path) -> Path:
+        return cache / self.name
+
+
+# Non-transitive: everything else these jars need is already in pyspark's own jars folder.
+SPARK_JARS = ArtifactSet(
+    "spark",
+    (
+        f"io.delta:delta-spark_4.0_{SCALA_BINARY}:{DELTA_VERSION}",
+        f"io.delta:delta-storage:{DELTA_VERSION}",
+        f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{SPARK_VERSION}",
+        f"org.apache.spark:spark-avro_{SCALA_BINARY}:{SPARK_VERSION}",  # from_avro: the fast decode path
+        f"org.apache.spark:spark-token-provider-kafka-0-10_{SCALA_BINARY}:{TOKEN_PROVIDER_VERSION}",
+        f"org.apache.kafka:kafka-clients:{KAFKA_CLIENTS_VERSION}",
+        "org.apache.commons:commons-pool2:2.12.0",
+    ),
+    transitive=False,
+)
+
+# The broker runs in its own JVM with its own classpath, so its full dependency tree is fine.
+BROKER_JARS = ArtifactSet(
+    "kafka-broker",
+    (
+        f"org.apache.kafka:kafka_{SCALA_BINARY}:{KAFKA_BROKER_VERSION}",
+        "org.apache.logging.log4j:log4j-slf4j2-impl:2.24.3",
+        "org.apache.logging.log4j:log4j-core:2.24.3",
+    ),
+    transitive=True,
+)
+
+ALL_SETS = (SPARK_JARS, BROKER_JARS)
+
+# Spark's parent POM lists extra repositories besides Maven's built-in default (Central), which would be asked for
+# every artifact Central lacks, or first. Every repository but Central goes to an empty local folder instead, so
+# resolution asks Central alone (whatever Maven's configured default is) without naming any host here.
+_SETTINGS = """<settings><mirrors><mirror><id>no-other-repositories</id><mirrorOf>*,!central</mirrorOf>
+<url>{dead_end}</url></mirror></mirrors></settings>"""
+
+
+def jar_cache() -> Path:
+    return Path(os.environ.get("INGEST_JAR_CACHE", state_dir() / "jars"))
+
+
+def _pom(artifacts: ArtifactSet) -> str:
+    deps = []
+    for coordinate in artifacts.coordinates:
+        group, artifact, version = coordinate.split(":")
+        exclusions = (
+            "" if artifacts.transitive else
+            "<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>"
+        )
+        deps.append(
+            f"<dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
+            f"<version>{version}</version>{exclusions}</dependency>"
+        )
+    return (
+        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+        f"<groupId>local.ingest</groupId><artifactId>{artifacts.name}</artifactId><version>1</version>"
+        f"<packaging>pom</packaging><dependencies>{''.join(deps)}</dependencies></project>"
+    )
+
+
+def resolve(artifacts: ArtifactSet, cache: Path | None = None) -> list[Path]:
+    """Return the jar paths of a set, running `mvn` only when the cached folder is missing or stale."""
+    folder = artifacts.folder(cache or jar_cache())
+    stamp = folder / ".coordinates"
+    wanted = "\n".join(artifacts.coordinates)
+    if not (stamp.is_file() and stamp.read_text() == wanted):
+        _download(artifacts, folder)
+        stamp.write_text(wanted)
+    jars = sorted(folder.glob("*.jar"))
+    if not jars:
+        raise JvmError(f"no jars in {folder} for artifact set {artifacts.name!r}")
+    return jars
+
+
+def _download(artifacts: ArtifactSet, folder: Path) -> None:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise JvmError("`mvn` is not on PATH; install Maven to resolve the Spark, Delta and Kafka jars")
+    log.info("resolving %d Maven artifacts for %s into %s", len(artifacts.coordinates), artifacts.name, folder)
+    with tempfile.TemporaryDirectory(prefix="ingest-mvn-") as tmp:
+        work = Path(tmp)
+        (work / "pom.xml").write_text(_pom(artifacts))
+        dead_end = work / "no-other-repositories"
+        dead_end.mkdir()
+        (work / "settings.xml").write_text(_SETTINGS.format(dead_end=dead_end.as_uri()))
+        staging = work / "jars"
+        cmd = [
+            mvn, "-q", "-B", "-s", str(work / "settings.xml"), "-f", str(work / "pom.xml"),
+            "dependency:copy-dependencies", f"-DoutputDirectory={staging}", "-DincludeScope=runtime",
+        ]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            errors = [line for line in done.stdout.splitlines() if "ERROR" in line][:5]
+            raise JvmError(f"mvn could not resolve {artifacts.name!r}:\n" + "\n".join(errors or [done.stderr[-2000:]]))
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(staging), str(folder))
+
+
+def classpath(artifacts: ArtifactSet) -> str:
+    return os.pathsep.join(str(jar) for jar in resolve(artifacts))
+
+
+HELPER_SOURCES = tuple(sorted((Path(__file__).parent / "data").glob("*.java")))
+# What the helper compiles against, from pyspark's own jars folder (the versions Spark runs with).
+_HELPER_CLASSPATH = ("avro-[0-9]*.jar", "spark-sql-api_*.jar", "scala-library-*.jar", "scala-reflect-*.jar",
+                     "hadoop-client-api-*.jar")
+
+
+def helper_jar(cache: Path | None = None) -> Path:
+    """The project's JVM helper jar, compiled once per version of its sources (needs `javac`, i.e. a JDK)."""
+    digest = hashlib.sha1()
+    for source in HELPER_SOURCES:
+        digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
+    jar = (cache or jar_cache()) / "helper" / f"ingest-helper-{digest.hexdigest()[:12]}.jar"
+    if jar.is_file():
+        return jar
+    names = ", ".join(source.name for source in HELPER_SOURCES)
+    javac = shutil.which("javac")
+    if javac is None:
+        raise JvmError(f"`javac` is not on PATH; a JDK 17 is needed to build the project's JVM helper ({names})")
+    import pyspark
+
+    pyspark_jars = Path(pyspark.__file__).parent / "jars"
+    classpath = [next(iter(sorted(pyspark_jars.glob(pattern))), None) for pattern in _HELPER_CLASSPATH]
+    if None in classpath:
+        raise JvmError(f"pyspark's jars folder {pyspark_jars} lacks one of {', '.join(_HELPER_CLASSPATH)}")
+    log.info("compiling %s into %s", names, jar)
+    with tempfile.TemporaryDirectory(prefix="ingest-javac-") as tmp:
+        classes = Path(tmp) / "classes"
+        cmd = [javac, "--release", "17", "-nowarn", "-cp", os.pathsep.join(map(str, classpath)),
+               "-d", str(classes), *map(str, HELPER_SOURCES)]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise JvmError(f"javac could not compile {names}:\n{done.stderr[-2000:]}")
+        jar.parent.mkdir(parents=True, exist_ok=True)
+        staging = jar.parent / f".{jar.name}.{os.getpid()}"
+        with ZipFile(staging, "w") as out:
+            for path in sorted(classes.rglob("*.class")):
+                out.write(path, path.relative_to(classes).as_posix())
+        os.replace(staging, jar)  # atomic: a process starting Spark meanwhile sees no jar or the whole jar
+    for old in jar.parent.glob("ingest-helper-*.jar"):
+        if old != jar:
+            old.unlink(missing_ok=True)
+    return jar
+
+
+def spark_jars() -> list[Path]:
+    """Every jar a Spark session of this project needs: the resolved Maven set and the helper."""
+    return [*resolve(SPARK_JARS), helper_jar()]

@@ -1,0 +1,159 @@
+"""Per-batch observation: lag and throughput to MLflow, offsets to a Kafka consumer group, progress on screen.
+
+Spark reports each finished micro-batch to a StreamingQueryListener with the Kafka source's `endOffset` (where
+the batch stopped) and `latestOffset` (the newest offsets Spark saw when it planned the batch); their difference
+per partition is the lag in records, at no cost of extra Kafka calls. The writer's own result for the same batch
+(rows, quarantined, bytes, table version, newest Kafka timestamp) is merged in, and everything is logged with
+step = batch id. The end offsets are then committed to a consumer group so Kafka's own tools show the position
+and lag; those offsets are for monitoring only, recovery uses the checkpoint and the table.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from ingestion import kafka
+from ingestion.config import PipelineConfig
+from ingestion.runtime.listener import ProgressListener
+from ingestion.stream.batch import BatchResult
+from ingestion.stream.metrics import RunMetrics
+
+log = logging.getLogger(__name__)
+
+
+def partition_lag(end_offset: str | None, latest_offset: str | None, topic: str) -> dict[int, int]:
+    """Records between where a batch ended and the newest offset per partition, from Spark's offset JSON."""
+    if not end_offset or not latest_offset:
+        return {}
+    end = json.loads(end_offset).get(topic, {})
+    latest = json.loads(latest_offset).get(topic, {})
+    return {int(p): max(0, int(latest[p]) - int(end.get(p, 0))) for p in latest}
+
+
+def phases(duration_ms: dict[str, int]) -> str:
+    """Spark's per-phase milliseconds of a batch (`durationMs`), longest first: `addBatch` is our writer,
+    `latestOffset` asks Kafka where each partition ends, `walCommit` and `commitOffsets` write the checkpoint."""
+    parts = sorted(((k, int(v)) for k, v in duration_ms.items() if k != "triggerExecution"), key=lambda kv: -kv[1])
+    total = duration_ms.get("triggerExecution")
+    return (f"{int(total)} ms: " if total is not None else "") + ", ".join(f"{k} {v}" for k, v in parts)
+
+
+def batch_metrics(progress: Any, result: BatchResult | None, lag: dict[int, int],
+                  now: dt.datetime) -> dict[str, float]:
+    """The MLflow metrics of one batch (names documented in docs/operations.md#mlflow)."""
+    values: dict[str, float] = {
+        "input_rows": float(progress.numInputRows),
+        "input_rows_per_second": float(progress.inputRowsPerSecond or 0.0),
+        "processed_rows_per_second": float(progress.processedRowsPerSecond or 0.0),
+        "batch_duration_ms": float(progress.batchDuration),
+        "lag_records": float(sum(lag.values())),
+    }
+    values.update({f"lag_records_p{p}": float(n) for p, n in sorted(lag.items())})
+    if result is not None:
+        newest = result.max_timestamp
+        if newest is not None and newest.tzinfo is None:
+            newest = newest.replace(tzinfo=dt.UTC)
+        behind = (now - newest).total_seconds() if newest is not None and values["lag_records"] > 0 else 0.0
+        values.update({
+            "rows": float(result.rows if result.committed else 0),
+            "quarantined_rows": float(result.quarantined if result.committed else 0),
+            "input_bytes": float(result.bytes),
+            "table_version": float(result.version if result.version is not None else -1),
+            "lag_seconds": max(0.0, behind),
+        })
+    return values
+
+
+@dataclass
+class Progress:
+    """Records done of records to do: a bar on a terminal, a log line otherwise."""
+
+    total: int
+    stream: TextIO = field(default_factory=lambda: sys.stderr)
+    done: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def advance(self, records: int) -> None:
+        self.done += records
+        rate = self.done / max(time.monotonic() - self.started, 1e-9)
+        share = min(1.0, self.done / self.total) if self.total else 1.0
+        if self.stream.isatty():
+            bar = "#" * int(share * 30)
+            self.stream.write(f"\r[{bar:<30}] {self.done:,}/{self.total:,} records ({share:.0%}) {rate:,.0f}/s ")
+            self.stream.flush()
+        else:
+            log.info("progress: %d of %d records (%.0f%%), %.0f records/s", self.done, self.total, share * 100, rate)
+
+    def close(self) -> None:
+        if self.stream.isatty():
+            self.stream.write("\n")
+
+
+class PipelineMonitor(ProgressListener):
+    """Listens to one pipeline's query; `on_batch` is the writer's callback for the same batches."""
+
+    def __init__(self, config: PipelineConfig, metrics: RunMetrics | None, progress: Progress | None = None) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.progress = progress
+        self.group = config.metrics.consumer_group or f"ingest-{config.name}"
+        self.last_lag: dict[int, int] = {}
+        self._results: dict[int, BatchResult] = {}
+        self._lock = threading.Lock()
+        self._admin: Any = None
+
+    def on_batch(self, result: BatchResult) -> None:
+        with self._lock:
+            self._results[result.batch_id] = result
+        if self.progress is not None:
+            self.progress.advance(sum(r.count for r in result.ranges))
+
+    def drain(self, timeout: float = 15.0) -> None:
+        """Wait until Spark has reported every batch the writer finished (progress events are asynchronous)."""
+        deadline = time.monotonic() + timeout
+        while self._results and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        """Drop the Kafka admin client (its threads would outlive the pipeline and log the broker's absence)."""
+        self._admin = None
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = event.progress
+        if progress.name != self.config.name or not progress.sources:
+            return
+        try:
+            self._observe(progress)
+        except Exception:  # a listener must never take the stream down
+            log.exception("%s: could not report batch %s", self.config.name, progress.batchId)
+
+    def _observe(self, progress: Any) -> None:
+        source = progress.sources[0]
+        with self._lock:
+            result = self._results.pop(progress.batchId, None)
+        lag = partition_lag(source.endOffset, source.latestOffset, self.config.topic)
+        self.last_lag = lag
+        values = batch_metrics(progress, result, lag, dt.datetime.now(dt.UTC))
+        if self.metrics is not None:
+            self.metrics.log(progress.batchId, values)
+        log.info("%s batch %d: lag %d (%s)", self.config.name, progress.batchId, int(values["lag_records"]),
+                 ", ".join(f"{self.config.topic}/{p} {n}" for p, n in sorted(lag.items())))
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s batch %d: Spark's phases %s", self.config.name, progress.batchId,
+                      phases(progress.durationMs))
+        if self.config.metrics.commit_offsets and source.endOffset:
+            self._commit(json.loads(source.endOffset).get(self.config.topic, {}))
+
+    def _commit(self, end: dict[str, int]) -> None:
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            self._admin = AdminClient(self.config.kafka_client_settings())
+        kafka.commit_group_offsets(self._admin, self.group, self.config.topic, {int(p): int(o) for p, o in end.items()})

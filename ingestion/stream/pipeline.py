@@ -1,0 +1,227 @@
+"""Wiring one pipeline: Kafka source -> foreachBatch(BronzeWriter) -> checkpoint, with metrics per batch."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import re
+import signal
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import metadata
+
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from ingestion import kafka
+from ingestion.config import PipelineConfig
+from ingestion.delta import ledger
+from ingestion.delta.log_checkpoints import BackgroundCheckpoints
+from ingestion.errors import IngestionError
+from ingestion.runtime.listener import wait_for_listener_events
+from ingestion.stream import checkpoint, setup, source
+from ingestion.stream.batch import BatchResult
+from ingestion.stream.metrics import RunMetrics
+from ingestion.stream.monitor import PipelineMonitor, Progress
+from ingestion.stream.writer import BronzeWriter
+
+log = logging.getLogger(__name__)
+
+# How one of our errors raised on an executor or in foreachBatch appears in Spark's failure text.
+_OUR_ERROR = re.compile(r"^\s*ingestion\.errors\.\w+: (.*)$")
+
+
+@dataclass
+class RunningPipeline:
+    config: PipelineConfig
+    query: StreamingQuery
+    app_id: str
+    metrics: RunMetrics | None
+    monitor: PipelineMonitor
+    batches: list[BatchResult]
+    log_checkpoints: BackgroundCheckpoints | None = None
+
+
+def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = False,
+          with_metrics: bool = True) -> RunningPipeline:
+    """Start the streaming query of one pipeline and return at once."""
+    schemas = setup.resolver(spark, config)
+    setup.ensure_tables(spark, config, schemas.spec)
+    location = config.checkpoint_path
+    resumed = checkpoint.has_progress(spark, location)
+    app_id = checkpoint.app_id(spark, location, config.name)
+    recorded = _recorded_offsets(spark, config, needed=available_now or not resumed)
+    starting = None if resumed else _resume_from_table(config, recorded)
+    log.info("%s: %s checkpoint %s, txnAppId %s%s", config.name, "resuming" if resumed else "new", location,
+             app_id, f", starting from the table's offsets {starting}" if starting else "")
+    metrics = _start_metrics(config, app_id, available_now, starting) if with_metrics else None
+    progress = Progress(_records_to_do(config, recorded)) if available_now else None
+    monitor = PipelineMonitor(config, metrics, progress)
+    batches: list[BatchResult] = []
+    log_checkpoints = BackgroundCheckpoints.for_table(spark, config.table_path, name=config.name)
+    if log_checkpoints is not None and not available_now:
+        log_checkpoints.warm_up()  # the JVM's first checkpoint is slow: at start, not beside the steady stream
+
+    def on_batch(result: BatchResult) -> None:
+        batches.append(result)
+        monitor.on_batch(result)
+        if log_checkpoints is not None and result.committed and result.version is not None:
+            log_checkpoints.committed(result.version)
+
+    writer = BronzeWriter(config=config, app_id=app_id, resolver=schemas, on_batch=on_batch)
+    writer.jvm_path(spark)  # decide (and log) how records are decoded; value.decoder jvm fails here if it cannot
+    spark.streams.addListener(monitor)
+    stream = (source.read_stream(spark, config, starting).writeStream
+              .queryName(config.name).foreachBatch(writer).option("checkpointLocation", location))
+    stream = stream.trigger(availableNow=True) if available_now else stream.trigger(processingTime=config.sink.trigger)
+    return RunningPipeline(config, stream.start(), app_id, metrics, monitor, batches, log_checkpoints)
+
+
+def run(spark: SparkSession, config: PipelineConfig, *, available_now: bool = False) -> RunningPipeline:
+    """Run a pipeline until it stops: caught up (available-now), failed, or asked to stop (SIGINT, SIGTERM)."""
+    running = start(spark, config, available_now=available_now)
+    status = "FAILED"
+    with _stop_signals() as stop_requested:
+        try:
+            # Wait in slices: PySpark's own SIGINT handler would call into the JVM while the main thread is
+            # inside awaitTermination, which py4j cannot do; ours only sets a flag that is checked here.
+            while not running.query.awaitTermination(1):
+                if stop_requested.is_set():
+                    log.info("%s: stopping on request", config.name)
+                    running.query.stop()
+                    break
+            status = "KILLED" if stop_requested.is_set() else "FINISHED"
+        except StreamingQueryException as exc:
+            raise IngestionError(f"pipeline {config.name!r} failed: {failure_reason(exc)}") from None
+        finally:
+            stop(spark, running, status)
+    return running
+
+
+def run_all(spark: SparkSession, configs: list[PipelineConfig], *, available_now: bool = False) -> dict[str, str]:
+    """Run several pipelines in one Spark application, a query each (own checkpoint, own txnAppId). A pipeline
+    that fails is reported by name and stopped; the others go on. Returns pipeline name -> status or error."""
+    outcome: dict[str, str] = {}
+    running: list[RunningPipeline] = []
+    for config in configs:
+        try:
+            running.append(start(spark, config, available_now=available_now))
+        except IngestionError as exc:
+            outcome[config.name] = f"FAILED: {exc}"
+            log.error("%s: could not start: %s", config.name, exc)
+
+    def record_ended() -> None:
+        """Report each query that has ended since the last look, by name."""
+        for r in running:
+            if r.config.name in outcome or r.query.isActive:
+                continue
+            error = r.query.exception()
+            outcome[r.config.name] = (f"FAILED: {failure_reason(error)}" if error else "FINISHED")
+            stop(spark, r, "FAILED" if error else "FINISHED")
+            if error:
+                log.error("%s failed (the other pipelines go on): %s", r.config.name, outcome[r.config.name])
+
+    with _stop_signals() as stop_requested:
+        while any(r.query.isActive for r in running) and not stop_requested.is_set():
+            with contextlib.suppress(StreamingQueryException):  # a failed query is reported by name below
+                spark.streams.awaitAnyTermination(1)
+            record_ended()
+            spark.streams.resetTerminated()
+        record_ended()  # a query that ended between the last look and the loop's condition
+        for r in running:
+            if r.config.name not in outcome:
+                outcome[r.config.name] = "KILLED"
+                stop(spark, r, "KILLED")
+    return outcome
+
+
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[threading.Event]:
+    """SIGINT and SIGTERM set an event instead of raising, while a pipeline runs in the main thread."""
+    requested = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield requested
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, lambda signum, frame: requested.set())
+    try:
+        yield requested
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def stop(spark: SparkSession, running: RunningPipeline, status: str = "FINISHED") -> None:
+    """Stop the query (if it still runs), report its last batches, finish a Delta checkpoint being written and
+    close the MLflow run."""
+    if running.query.isActive:
+        running.query.stop()
+    if running.log_checkpoints is not None:
+        running.log_checkpoints.close()
+    wait_for_listener_events(spark)
+    running.monitor.drain()
+    spark.streams.removeListener(running.monitor)
+    running.monitor.close()
+    if running.monitor.progress is not None:
+        running.monitor.progress.close()
+    if running.metrics is not None:
+        running.metrics.finish(status)
+
+
+def _recorded_offsets(spark: SparkSession, config: PipelineConfig, *, needed: bool) -> dict[str, dict[str, int]]:
+    """Where the table's ledger says the topic's partitions continue, when the start needs it: a new checkpoint
+    resumes there, and an available-now run counts its records to do from there. A stream that resumes its
+    checkpoint needs neither, and a table at version 0 (its creation) has no ledger. Reading the ledger is Delta's
+    commit history: seconds in a new JVM (its history reader's first use), growing with the table's versions."""
+    if not needed or ledger.table_version(spark, config.table_path) == 0:
+        return {}
+    return ledger.next_offsets(ledger.history(spark, config.table_path))
+
+
+def _records_to_do(config: PipelineConfig, recorded: dict[str, dict[str, int]]) -> int:
+    """Offsets between where the table stands (or the start of the topic) and the end of the topic."""
+    done = recorded.get(config.topic, {})
+    marks = kafka.watermarks(config.kafka_client_settings(), config.topic)
+    return sum(max(0, high - max(low, done.get(str(p), low))) for p, (low, high) in marks.items())
+
+
+def failure_reason(exc: Exception) -> str:
+    """The line of a Spark failure that says why (a DecodeError names topic, partition and offset)."""
+    lines = str(exc).splitlines()
+    for line in lines:
+        found = _OUR_ERROR.search(line)
+        if found:
+            return found.group(1)
+    return lines[0] if lines else repr(exc)
+
+
+def _resume_from_table(config: PipelineConfig, recorded: dict[str, dict[str, int]]) -> str | None:
+    """With no checkpoint progress but offsets recorded in the table, resume after them, not at startingOffsets:
+    a lost checkpoint must cause neither duplicates nor a gap."""
+    if not recorded:
+        return None
+    known = recorded.get(config.topic, {})
+    # Partitions the table has never seen start at the earliest offset (-2), as Spark's JSON form allows.
+    return json.dumps({config.topic: {str(p): known.get(str(p), -2)
+                                      for p in kafka.partitions(config.kafka_client_settings(), config.topic)}})
+
+
+def _start_metrics(config: PipelineConfig, app_id: str, available_now: bool, starting: str | None) -> RunMetrics:
+    import pyspark
+
+    params = {
+        "pipeline": config.name, "topic": config.topic, "table": config.table_path,
+        "checkpoint": config.checkpoint_path, "txn_app_id": app_id,
+        "starting_offsets": starting or config.source.starting_offsets,
+        "trigger": "availableNow" if available_now else config.sink.trigger,
+        "config_digest": hashlib.sha256(json.dumps(config.redacted(), sort_keys=True).encode()).hexdigest()[:16],
+        "consumer_group": config.metrics.consumer_group or f"ingest-{config.name}",
+        "spark_version": pyspark.__version__, "delta_version": metadata.version("delta-spark"),
+        "confluent_kafka_version": metadata.version("confluent-kafka"),
+    }
+    return RunMetrics.start(config.experiment, config.name, params)

@@ -1,0 +1,30 @@
+"""What a pipeline needs before its first batch: its schemas (resolved against the table's columns) and its
+tables, created with the schemas of the rows the decoder produces. Used by `run`, `onboard`, `replay` and the
+quarantine re-decode alike."""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+from ingestion.config import PipelineConfig
+from ingestion.decode import bronze
+from ingestion.decode.resolver import SchemaResolver
+from ingestion.decode.spec import DecodeSpec
+from ingestion.delta import reads, tables
+from ingestion.delta.tables import TablePlan
+from ingestion.schema.registry import source_for
+
+
+def resolver(spark: SparkSession, config: PipelineConfig) -> SchemaResolver:
+    """The pipeline's schemas (registry or schemas/ folder), checked against the table's current columns."""
+    return SchemaResolver(config, source_for(config), table_payload=reads.payload_columns(spark, config))
+
+
+def plans(spark: SparkSession, config: PipelineConfig, spec: DecodeSpec) -> list[TablePlan]:
+    """Bronze's and quarantine's plans for the rows of this spec."""
+    return tables.plans(spark, config, *bronze.table_schemas(spark, spec))
+
+
+def ensure_tables(spark: SparkSession, config: PipelineConfig, spec: DecodeSpec) -> list[TablePlan]:
+    """Create the tables that do not exist yet; the plans (with `exists` as it was before)."""
+    return tables.ensure_tables(spark, config, *bronze.table_schemas(spark, spec))

@@ -1,0 +1,71 @@
+"""The exactly-once writer, called by `foreachBatch` once per micro-batch.
+
+Every commit carries `txnAppId` (bronze: the checkpoint's id; quarantine: the same with `.quarantine`),
+`txnVersion = batch id`, and the batch's offset ranges (the ledger) as the commit's `userMetadata`. A batch is
+written by one of two strategies over the same decode API:
+
+- **One pass** (`one_pass.OnePassWrite`, most batches): one Spark job decodes, verifies, summarizes and writes the
+  bronze files, committed through Delta's transaction API only if the JVM verified every record.
+- **Settled** (`settled.SettledWrite`): decode once into a cache (the JVM where it can verify, the Python decoder
+  for the rest), append the records that failed to quarantine, then the rest to bronze. A batch the one-pass write
+  gives back is settled, and so is the next one, until a batch has nothing for the Python decoder.
+
+When Spark replays a batch after a crash between the Delta commits and its own checkpoint, the batch id is the
+same, so Delta sees a (txnAppId, txnVersion) it already holds and writes nothing; the writer logs the skip.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable
+
+from pyspark.sql import DataFrame, SparkSession
+
+from ingestion.config import PipelineConfig
+from ingestion.decode.resolver import SchemaResolver
+from ingestion.stream.batch import BatchResult, DecoderChoice, Targets, log_result
+from ingestion.stream.one_pass import OnePassWrite
+from ingestion.stream.settled import SettledWrite
+
+__all__ = ["BatchResult", "BronzeWriter"]
+
+
+class BronzeWriter:
+    """`foreachBatch` function of one pipeline."""
+
+    def __init__(self, *, config: PipelineConfig, app_id: str, resolver: SchemaResolver,
+                 on_batch: Callable[[BatchResult], None] | None = None) -> None:
+        self.config = config
+        self.app_id = app_id
+        self.resolver = resolver
+        self.on_batch = on_batch
+        self.targets = Targets(config, resolver, app_id)
+        self.bronze = self.targets.bronze
+        self.quarantine = self.targets.quarantine
+        self.decoder = DecoderChoice(self.targets)
+        self.one_pass = OnePassWrite(self.targets)
+        self.settled = SettledWrite(self.targets, self.decoder)
+        self._one_pass_next = True
+
+    def __call__(self, kafka_rows: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
+        spark = kafka_rows.sparkSession
+        ingested_at = dt.datetime.now(dt.UTC)
+        result = None
+        if self.jvm_path(spark) and self._one_pass_next and self.one_pass.usable(spark):
+            result = self.one_pass.write(kafka_rows, batch_id, ingested_at, started)
+            self._one_pass_next = not self.one_pass.needs_python
+        if result is None:
+            result = self.settled.write(kafka_rows, batch_id, ingested_at, started)
+            # The next batch tries the one-pass write again once a batch had nothing for the Python decoder.
+            self._one_pass_next = not self.settled.had_python_records
+        if result is None:
+            return
+        log_result(self.config.name, result)
+        if self.on_batch is not None:
+            self.on_batch(result)
+
+    def jvm_path(self, spark: SparkSession) -> bool:
+        """Whether records are decoded by Spark's from_avro first (decided once per schema version)."""
+        return self.decoder.jvm(spark)
