@@ -74,6 +74,9 @@ class SinkOptions:
     table_properties: Mapping[str, str] = field(default_factory=dict, metadata=_key("tableProperties"))
     trigger: str = "10 seconds"
     on_error: Literal["quarantine", "fail"] = "quarantine"
+    # A new schema version that widens a column (int -> long, float -> double) widens bronze's column with Delta's
+    # type widening (table feature typeWidening) and the stream goes on; false: such records are quarantined.
+    type_widening: bool = field(default=True, metadata=_key("typeWidening"))
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from ingestion.decode.spec import (
     TrailingBytesError,
     UnknownSchemaError,
 )
+from ingestion.decode.validate import body_validator
 from ingestion.decode.wire import split
 from ingestion.errors import DecodeError, SchemaError
 from ingestion.schema import avro_types
@@ -55,6 +56,9 @@ class BatchDecoder:
         reader_json = json.loads(self.spec.reader_schema)
         self._reader = parse_schema(reader_json)
         self._writers = {sid: parse_schema(json.loads(text)) for sid, text in self.spec.writer_schemas.items()}
+        # fastavro decodes some bodies the Avro specification rejects (negative enum or union indexes, booleans
+        # of 2, ...): every body is checked against its writer schema first (see validate.py).
+        self._checks = {sid: body_validator(json.loads(text)) for sid, text in self.spec.writer_schemas.items()}
         self._same = {sid for sid, text in self.spec.writer_schemas.items() if text == self.spec.reader_schema}
         self._convert = avro_types.converter(reader_json)
         self._payload_type = to_arrow_type(self.spec.payload_type)
@@ -64,6 +68,7 @@ class BatchDecoder:
             key_reader = json.loads(self.spec.key_reader)
             self._key_reader = parse_schema(key_reader)
             self._key_writers = {i: parse_schema(json.loads(t)) for i, t in (self.spec.key_schemas or {}).items()}
+            self._key_checks = {i: body_validator(json.loads(t)) for i, t in (self.spec.key_schemas or {}).items()}
             self._key_convert = avro_types.converter(key_reader)
         self._ready = True
 
@@ -94,7 +99,7 @@ class BatchDecoder:
             except Exception as exc:  # every failure becomes a quarantine reason or a DecodeError
                 if self.spec.fail_fast:
                     raise DecodeError(f"cannot decode {_where(batch, i)}: {type(exc).__name__}: {exc}") from exc
-                error_classes[i], messages[i] = type(exc).__name__, str(exc)[:1000]
+                error_classes[i], messages[i] = type(exc).__name__, (str(exc) or repr(exc))[:1000]
                 tombstones[i] = False
         payload = self._payload_array(batch, payloads, error_classes, messages)
         failed = pa.array([e is not None for e in error_classes], type=pa.bool_())
@@ -144,15 +149,21 @@ class BatchDecoder:
         else:
             schema_id, body = split(value)
         schema_ids[i] = schema_id  # kept for the quarantine row even when the body fails below
-        writer = self._writers.get(schema_id)
-        if writer is None:
-            raise UnknownSchemaError(f"schema id {schema_id} is not a version of this pipeline's subject")
-        stream = io.BytesIO(body)
-        record = schemaless_reader(stream, writer, None if schema_id in self._same else self._reader)
-        if stream.tell() != len(body):
-            raise TrailingBytesError(f"{len(body) - stream.tell()} bytes left after the record "
-                                     f"(schema id {schema_id})")
+        record = self.read_record(schema_id, body)
         return schema_id, self._convert(record) if self._convert else record
+
+    def read_record(self, schema_id: int, body: memoryview) -> Any:
+        """The record of a body written with `schema_id`, as fastavro gives it (resolved to the reader schema),
+        after the strict check of the body against its writer schema."""
+        check = self._checks.get(schema_id)
+        if check is None:
+            raise UnknownSchemaError(f"schema id {schema_id} is not a version of this pipeline's subject")
+        data = bytes(body)
+        end = check(data)
+        if end != len(data):
+            raise TrailingBytesError(f"{len(data) - end} bytes left after the record (schema id {schema_id})")
+        return schemaless_reader(io.BytesIO(data), self._writers[schema_id],
+                                 None if schema_id in self._same else self._reader)
 
     def decode_key(self, key: bytes) -> Any:
         if self.spec.key_format == "string":
@@ -162,10 +173,11 @@ class BatchDecoder:
             writer = self._key_writers.get(schema_id)
             if writer is None:
                 raise UnknownSchemaError(f"key schema id {schema_id} is not a version of the key subject")
-            stream = io.BytesIO(body)
-            record = schemaless_reader(stream, writer, self._key_reader)
-            if stream.tell() != len(body):
-                raise TrailingBytesError(f"{len(body) - stream.tell()} bytes left after the key")
+            data = bytes(body)
+            end = self._key_checks[schema_id](data)
+            if end != len(data):
+                raise TrailingBytesError(f"{len(data) - end} bytes left after the key")
+            record = schemaless_reader(io.BytesIO(data), writer, self._key_reader)
         except Exception as exc:  # every key failure is one error class, with the cause in the message
             raise KeyDecodeError(f"key: {type(exc).__name__}: {exc}") from exc
         return self._key_convert(record) if self._key_convert else record

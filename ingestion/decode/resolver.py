@@ -1,8 +1,10 @@
 """The reader schema of a pipeline and the decode spec built from it, refreshed when new writer ids appear.
 
-The reader schema is the subject's newest version, adopted only while the table can follow it by adding
-columns: a version that changes an existing column's type is not adopted, and its records either resolve to
-the current reader by Avro's rules or fail like any undecodable record (quarantine or fail, per `on_error`).
+The reader schema is the subject's newest version, adopted while the table can follow it: by adding columns,
+and (with `sink.typeWidening`, the default) by widening a column where both Avro's schema resolution and Delta's
+type widening allow it (int -> long, float -> double). A version that changes an existing column's type in any
+other way is not adopted, and its records either resolve to the current reader by Avro's rules or fail like any
+undecodable record (quarantine, `SchemaResolutionError`, or fail, per `on_error`).
 """
 
 from __future__ import annotations
@@ -22,18 +24,37 @@ from ingestion.schema.registry import SchemaSource
 log = logging.getLogger(__name__)
 
 
-def additive(old: T.StructType, new: T.StructType) -> bool:
-    """True when `new` keeps every field of `old` with the same type (recursively) and only adds fields."""
+# Column type changes a table follows: Avro promotions (a reader of the new type reads data of the old) that
+# Delta's type widening also supports.
+WIDENINGS: frozenset[tuple[type[T.DataType], type[T.DataType]]] = frozenset({
+    (T.IntegerType, T.LongType), (T.FloatType, T.DoubleType)})
+
+
+def evolution(old: T.StructType, new: T.StructType, *, widen: bool,
+              prefix: str = "") -> list[tuple[str, T.DataType]] | None:
+    """How a table of `old` columns follows `new`: the columns to widen ([] when adding columns is enough, dotted
+    paths for nested fields), or None when it cannot (a field dropped, or a type changed in another way)."""
     fields = {f.name: f.dataType for f in new.fields}
+    widened: list[tuple[str, T.DataType]] = []
     for f in old.fields:
         if f.name not in fields:
-            return False
-        if isinstance(f.dataType, T.StructType) and isinstance(fields[f.name], T.StructType):
-            if not additive(f.dataType, fields[f.name]):  # type: ignore[arg-type]
-                return False
-        elif f.dataType != fields[f.name]:
-            return False
-    return True
+            return None
+        now = fields[f.name]
+        if isinstance(f.dataType, T.StructType) and isinstance(now, T.StructType):
+            inner = evolution(f.dataType, now, widen=widen, prefix=f"{prefix}{f.name}.")
+            if inner is None:
+                return None
+            widened.extend(inner)
+        elif f.dataType != now:
+            if not (widen and (type(f.dataType), type(now)) in WIDENINGS):
+                return None
+            widened.append((prefix + f.name, now))
+    return widened
+
+
+def additive(old: T.StructType, new: T.StructType) -> bool:
+    """True when `new` keeps every field of `old` with the same type (recursively) and only adds fields."""
+    return evolution(old, new, widen=False) == []
 
 
 @dataclass
@@ -65,16 +86,24 @@ class SchemaResolver:
         self.spec = self._build({**self.spec.writer_schemas, **versions}, reader)
         return True
 
+    def widened_columns(self, table: T.StructType | None) -> list[tuple[str, T.DataType]]:
+        """The columns of a table with `table` payload columns that must widen to hold the reader's rows."""
+        if table is None:
+            return []
+        return evolution(table, self.spec.payload_type, widen=True) or []
+
     def _reader(self, versions: dict[int, str], current: str | None) -> str:
-        """The newest version the table can follow by adding columns (the newest, for a new table)."""
+        """The newest version the table can follow (the newest, for a new table)."""
         baseline = self.table_payload or (avro_types.spark_schema(json.loads(current)) if current else None)
+        widen = self.config.sink.type_widening
         for schema_id in sorted(versions, reverse=True):
             candidate = versions[schema_id]
             payload = avro_types.spark_schema(json.loads(candidate))
-            if baseline is None or additive(baseline, payload):
+            if baseline is None or evolution(baseline, payload, widen=widen) is not None:
                 return candidate
-            log.warning("%s: schema id %d changes existing column types; keeping the current reader schema "
-                        "(records resolve to it by Avro's rules, or fail per on_error)", self.config.name, schema_id)
+            log.warning("%s: schema id %d changes existing column types in a way the table cannot follow%s; "
+                        "keeping the current reader schema (records resolve to it by Avro's rules, or fail per "
+                        "on_error)", self.config.name, schema_id, "" if widen else " (sink.typeWidening is off)")
         if current is None:
             raise SchemaError(f"no version of subject {self.config.value.subject!r} matches the columns of "
                               f"{self.config.table_path}")

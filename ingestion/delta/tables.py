@@ -84,3 +84,19 @@ def ensure_tables(spark: SparkSession, config: PipelineConfig, bronze_schema: T.
             builder = builder.property(key, value)
         builder.execute()
     return found
+
+
+TYPE_WIDENING = "delta.enableTypeWidening"
+
+
+def widen_columns(spark: SparkSession, path: str, columns: list[tuple[str, T.DataType]]) -> None:
+    """Widen columns of the table at `path` (dotted paths for nested fields) with Delta's type widening: the table
+    gets the `typeWidening` feature (a protocol upgrade: readers must support it) and keeps its data files; rows
+    written before read back with their values in the wider type."""
+    if not columns:
+        return
+    table = "delta.`{}`".format(path.replace("`", "``"))
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('{TYPE_WIDENING}' = 'true')")
+    for name, wider in columns:
+        column = ".".join("`{}`".format(part.replace("`", "``")) for part in name.split("."))
+        spark.sql(f"ALTER TABLE {table} ALTER COLUMN {column} TYPE {wider.simpleString()}")

@@ -2,12 +2,19 @@
 `config`/`errors`."""
 
 from ingestion.kafka.clients import (
+    ISOLATION,
+    READ_COMMITTED,
+    admin_client,
     commit_group_offsets,
     committed_offsets,
     consumer,
     create_topic,
+    for_admin,
+    for_consumer,
+    for_producer,
     partitions,
     watermarks,
 )
 
-__all__ = ["commit_group_offsets", "committed_offsets", "consumer", "create_topic", "partitions", "watermarks"]
+__all__ = ["ISOLATION", "READ_COMMITTED", "admin_client", "commit_group_offsets", "committed_offsets", "consumer",
+           "create_topic", "for_admin", "for_consumer", "for_producer", "partitions", "watermarks"]

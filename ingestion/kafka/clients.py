@@ -1,5 +1,11 @@
 """The project's Kafka clients on confluent-kafka: topics, offsets and consumer groups, with a pipeline's client
-settings. Every consumer the project creates comes from `consumer`."""
+settings. Every consumer the project creates comes from `consumer`, every admin client from `admin_client`.
+
+A pipeline's `kafka:` section holds settings for every client. Each client gets only the settings of its role:
+librdkafka warns on the screen about a consumer setting given to a producer or an admin client, and the reverse.
+Consumers read committed records only (`isolation.level: read_committed`) unless the settings say otherwise, as
+the Spark source does (see `stream.source`): records of aborted transactions never land.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +14,56 @@ from typing import Any
 
 from ingestion.errors import IngestionError
 
+ISOLATION = "isolation.level"
+READ_COMMITTED = "read_committed"
+
+# librdkafka's consumer-only and producer-only settings (its CONFIGURATION.md, column C/P).
+CONSUMER_ONLY = frozenset({
+    "group.id", "group.instance.id", "partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms",
+    "group.protocol", "group.remote.assignor", "coordinator.query.interval.ms", "max.poll.interval.ms",
+    "enable.auto.commit", "auto.commit.interval.ms", "enable.auto.offset.store", "queued.min.messages",
+    "queued.max.messages.kbytes", "fetch.wait.max.ms", "fetch.queue.backoff.ms", "fetch.message.max.bytes",
+    "max.partition.fetch.bytes", "fetch.max.bytes", "fetch.min.bytes", "fetch.error.backoff.ms", ISOLATION,
+    "auto.offset.reset", "enable.partition.eof", "check.crcs", "allow.auto.create.topics",
+    "consume.callback.max.messages",
+})
+PRODUCER_ONLY = frozenset({
+    "transactional.id", "transaction.timeout.ms", "enable.idempotence", "enable.gapless.guarantee",
+    "queue.buffering.max.messages", "queue.buffering.max.kbytes", "queue.buffering.max.ms", "linger.ms",
+    "message.send.max.retries", "retries", "queue.buffering.backpressure.threshold",
+    "compression.codec", "compression.type", "batch.num.messages", "batch.size", "delivery.report.only.error",
+    "sticky.partitioning.linger.ms", "acks", "request.required.acks", "request.timeout.ms", "message.timeout.ms",
+    "delivery.timeout.ms", "partitioner", "compression.level",
+})
+
+
+def for_consumer(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings a consumer takes: read_committed by default, no producer settings."""
+    return {ISOLATION: READ_COMMITTED, **{k: v for k, v in settings.items() if k not in PRODUCER_ONLY}}
+
+
+def for_admin(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings an admin client takes: neither consumer nor producer settings."""
+    return {k: v for k, v in settings.items() if k not in CONSUMER_ONLY and k not in PRODUCER_ONLY}
+
+
+def for_producer(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings a producer takes: no consumer settings."""
+    return {k: v for k, v in settings.items() if k not in CONSUMER_ONLY}
+
+
+def admin_client(settings: Mapping[str, Any]) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(for_admin(settings))
+
 
 def create_topic(settings: Mapping[str, Any], topic: str, partitions: int, replication: int = 1) -> bool:
     """Create `topic`; False when it already exists."""
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import NewTopic
 
-    admin = AdminClient(dict(settings))
+    admin = admin_client(settings)
     try:
         admin.create_topics([NewTopic(topic, partitions, replication)])[topic].result(30)
         return True
@@ -25,9 +74,7 @@ def create_topic(settings: Mapping[str, Any], topic: str, partitions: int, repli
 
 
 def partitions(settings: Mapping[str, Any], topic: str) -> list[int]:
-    from confluent_kafka.admin import AdminClient
-
-    meta = AdminClient(dict(settings)).list_topics(topic, timeout=30)
+    meta = admin_client(settings).list_topics(topic, timeout=30)
     found = meta.topics.get(topic)
     if found is None or found.error is not None:
         raise IngestionError(f"topic {topic!r} does not exist on {settings.get('bootstrap.servers')}")
@@ -35,10 +82,11 @@ def partitions(settings: Mapping[str, Any], topic: str) -> list[int]:
 
 
 def consumer(settings: Mapping[str, Any], group: str, **overrides: Any) -> Any:
-    """A confluent-kafka Consumer in `group` that never commits offsets (the project commits explicitly)."""
+    """A confluent-kafka Consumer in `group` that never commits offsets (the project commits explicitly) and
+    reads committed records unless the settings or `overrides` say otherwise."""
     from confluent_kafka import Consumer
 
-    return Consumer({**settings, "group.id": group, "enable.auto.commit": False, **overrides})
+    return Consumer({**for_consumer(settings), "group.id": group, "enable.auto.commit": False, **overrides})
 
 
 def watermarks(settings: Mapping[str, Any], topic: str) -> dict[int, tuple[int, int]]:
@@ -65,9 +113,8 @@ def commit_group_offsets(admin: Any, group: str, topic: str, offsets: dict[int, 
 def committed_offsets(settings: Mapping[str, Any], group: str, topic: str) -> dict[int, int]:
     """`group`'s committed offset per partition of `topic` (partitions without a commit are left out)."""
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-    from confluent_kafka.admin import AdminClient
 
     request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions(settings, topic)])
-    admin = AdminClient(dict(settings))  # kept referenced until the future resolves, or it never does
+    admin = admin_client(settings)  # kept referenced until the future resolves, or it never does
     result = admin.list_consumer_group_offsets([request])[group].result(30)
     return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}

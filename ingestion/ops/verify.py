@@ -4,7 +4,9 @@ For every partition the ledger says the pipeline consumed (from its first record
 two tables together must hold every offset exactly once. Duplicates are violations. A missing offset is a
 violation only when Kafka can still return that record; offsets Kafka no longer has (below the log start:
 retention), never returns (transaction markers, aborted records under read_committed) or has compacted away are
-explained gaps.
+explained gaps. Kafka is read with `read_committed` whatever the pipeline's settings, so an offset the tables
+hold but a read_committed consumer never returns (a record of an aborted transaction, which a pipeline set to
+`read_uncommitted` ingests) is a violation of its own: `not_committed`.
 """
 
 from __future__ import annotations
@@ -36,10 +38,12 @@ class PartitionAudit:
     lost: list[list[int]] = field(default_factory=list)  # [first, last] ranges Kafka still has but the tables do not
     explained: dict[str, list[list[int]]] = field(default_factory=dict)  # reason -> [first, last] ranges
     unverified: list[list[int]] = field(default_factory=list)  # gaps too large to read back
+    not_committed: list[list[int]] = field(default_factory=list)  # held, but not committed in Kafka (aborted)
+    commits_unchecked: list[list[int]] = field(default_factory=list)  # spans too large to read back for that
 
     @property
     def ok(self) -> bool:
-        return not self.duplicates and not self.lost and not self.unverified
+        return not self.duplicates and not self.lost and not self.unverified and not self.not_committed
 
 
 @dataclass
@@ -107,13 +111,39 @@ def audit(spark: SparkSession, config: PipelineConfig) -> Audit:
         span = coverage.get(p)
         part = PartitionAudit(config.topic, p, low, high, span.first if span else None, span.last if span else None,
                               rows.get(p, 0), duplicates.get(p, [])[:MAX_SHOWN])
-        _classify(settings, config, part, missing.get(p, []))
+        committed = _committed(settings, config, part)
+        _classify(settings, config, part, missing.get(p, []), committed)
+        if committed is not None:
+            _find_not_committed(held, part, committed)
         result.append(part)
     return Audit(config.name, config.topic, result)
 
 
+def _committed(settings: dict[str, Any], config: PipelineConfig, part: PartitionAudit) -> set[int] | None:
+    """The offsets a read_committed consumer returns over the span the ledger records (what Kafka still has of
+    it), or None when the span is larger than MAX_GAP_READ (then noted in `commits_unchecked`)."""
+    if part.first is None or part.last is None:
+        return None
+    first, last = max(part.first, part.kafka_low), min(part.last, part.kafka_high - 1)
+    if last < first:
+        return set()
+    if last - first + 1 > MAX_GAP_READ:
+        part.commits_unchecked.append([first, last])
+        return None
+    return _offsets_in_kafka(settings, config.topic, part.partition, first, last)
+
+
+def _find_not_committed(held: DataFrame, part: PartitionAudit, committed: set[int]) -> None:
+    """Offsets the tables hold within what Kafka still has, that Kafka does not return as committed."""
+    first, last = max(part.first or 0, part.kafka_low), min(part.last or -1, part.kafka_high - 1)
+    rows = (held.where((F.col("partition") == part.partition) & F.col("offset").between(first, last))
+            .select("offset").distinct().collect())
+    extra = sorted({int(r["offset"]) for r in rows} - committed)
+    part.not_committed = [list(run) for run in _runs(extra)][:MAX_SHOWN]
+
+
 def _classify(settings: dict[str, Any], config: PipelineConfig, part: PartitionAudit,
-              ranges: list[tuple[int, int]]) -> None:
+              ranges: list[tuple[int, int]], committed: set[int] | None = None) -> None:
     budget = MAX_GAP_READ
     for a, b in ranges:
         if b < part.kafka_low:
@@ -125,8 +155,11 @@ def _classify(settings: dict[str, Any], config: PipelineConfig, part: PartitionA
         if b - a + 1 > budget:
             part.unverified.append([a, b])
             continue
-        budget -= b - a + 1
-        in_kafka = _offsets_in_kafka(settings, config.topic, part.partition, a, b)
+        if committed is not None:
+            in_kafka = {o for o in committed if a <= o <= b}
+        else:
+            budget -= b - a + 1
+            in_kafka = _offsets_in_kafka(settings, config.topic, part.partition, a, b)
         for lo, hi in _runs(sorted(in_kafka)):
             part.lost.append([lo, hi])
         for lo, hi in _runs(sorted(set(range(a, b + 1)) - in_kafka)):
@@ -135,11 +168,12 @@ def _classify(settings: dict[str, Any], config: PipelineConfig, part: PartitionA
 
 
 def _offsets_in_kafka(settings: dict[str, Any], topic: str, partition: int, first: int, last: int) -> set[int]:
-    """Offsets in [first, last] that a consumer with the pipeline's settings gets back from Kafka."""
+    """Offsets in [first, last] that a read_committed consumer with the pipeline's settings gets back from Kafka."""
     from confluent_kafka import TopicPartition
 
     consumer = kafka.consumer(settings, "ingest-verify", **{"enable.partition.eof": True,
-                                                            "auto.offset.reset": "earliest"})
+                                                            "auto.offset.reset": "earliest",
+                                                            kafka.ISOLATION: kafka.READ_COMMITTED})
     found: set[int] = set()
     try:
         consumer.assign([TopicPartition(topic, partition, first)])
@@ -186,6 +220,10 @@ def render(result: Audit) -> str:
             lines.append(f"    missing although Kafka has them: {p.lost}")
         if p.unverified:
             lines.append(f"    gaps too large to check against Kafka: {p.unverified}")
+        if p.not_committed:
+            lines.append(f"    held but not committed in Kafka (records of aborted transactions): {p.not_committed}")
+        if p.commits_unchecked:
+            lines.append(f"    not checked for aborted records (too large to read back): {p.commits_unchecked}")
         for reason, spans in p.explained.items():
             lines.append(f"    explained gaps ({reason}): {spans}")
     return "\n".join(lines)

@@ -153,7 +153,5 @@ class PipelineMonitor(ProgressListener):
 
     def _commit(self, end: dict[str, int]) -> None:
         if self._admin is None:
-            from confluent_kafka.admin import AdminClient
-
-            self._admin = AdminClient(self.config.kafka_client_settings())
+            self._admin = kafka.admin_client(self.config.kafka_client_settings())
         kafka.commit_group_offsets(self._admin, self.group, self.config.topic, {int(p): int(o) for p, o in end.items()})

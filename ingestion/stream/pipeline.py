@@ -51,6 +51,7 @@ def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = 
     """Start the streaming query of one pipeline and return at once."""
     schemas = setup.resolver(spark, config)
     setup.ensure_tables(spark, config, schemas.spec)
+    setup.widen_table(spark, config, schemas)
     location = config.checkpoint_path
     resumed = checkpoint.has_progress(spark, location)
     app_id = checkpoint.app_id(spark, location, config.name)

@@ -20,6 +20,7 @@ from ingestion import faults
 from ingestion.decode import bronze, jvm_decoder
 from ingestion.decode.python_decoder import decode_in_python
 from ingestion.errors import DecodeError
+from ingestion.stream import setup
 from ingestion.stream.batch import BatchResult, DecoderChoice, Targets
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ class SettledWrite:
             if unknown and resolver.refresh(unknown):
                 # New schema ids that are versions of the subject: decode the batch again with them. This costs
                 # a second pass only in the batch where a version first appears.
+                setup.widen_table(spark, config, resolver)
                 decoded.unpersist()
                 decoded = self._decode(kafka_rows)
                 cached = [decoded]

@@ -4,6 +4,8 @@ quarantine re-decode alike."""
 
 from __future__ import annotations
 
+import logging
+
 from pyspark.sql import SparkSession
 
 from ingestion.config import PipelineConfig
@@ -13,6 +15,8 @@ from ingestion.decode.spec import DecodeSpec
 from ingestion.delta import reads, tables
 from ingestion.delta.tables import TablePlan
 from ingestion.schema.registry import source_for
+
+log = logging.getLogger(__name__)
 
 
 def resolver(spark: SparkSession, config: PipelineConfig) -> SchemaResolver:
@@ -28,3 +32,14 @@ def plans(spark: SparkSession, config: PipelineConfig, spec: DecodeSpec) -> list
 def ensure_tables(spark: SparkSession, config: PipelineConfig, spec: DecodeSpec) -> list[TablePlan]:
     """Create the tables that do not exist yet; the plans (with `exists` as it was before)."""
     return tables.ensure_tables(spark, config, *bronze.table_schemas(spark, spec))
+
+
+def widen_table(spark: SparkSession, config: PipelineConfig, schemas: SchemaResolver) -> list[str]:
+    """Widen bronze's columns where the reader schema widened them (sink.typeWidening); the columns widened."""
+    widened = schemas.widened_columns(reads.payload_columns(spark, config))
+    if widened:
+        tables.widen_columns(spark, config.table_path, widened)
+        log.info("%s: widened bronze columns %s (Delta type widening) for schema version %s", config.name,
+                 ", ".join(f"{name} to {kind.simpleString()}" for name, kind in widened),
+                 max(schemas.spec.writer_schemas))
+    return [name for name, _ in widened]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 
 from ingestion.config import PipelineConfig
+from ingestion.kafka.clients import ISOLATION, READ_COMMITTED
 
 # Options the Spark Kafka source manages itself and refuses as `kafka.*` (see its integration guide).
 SPARK_MANAGED = ("group.id", "auto.offset.reset", "key.deserializer", "value.deserializer",
@@ -14,6 +15,8 @@ SPARK_MANAGED = ("group.id", "auto.offset.reset", "key.deserializer", "value.des
 def kafka_options(config: PipelineConfig, starting_offsets: str | None = None) -> dict[str, str]:
     """Options for `spark.readStream.format("kafka")`: the config's Kafka client settings as `kafka.*`."""
     options = {f"kafka.{key}": value for key, value in config.kafka.items() if key not in SPARK_MANAGED}
+    # Records of aborted transactions never land: Kafka's Java client reads uncommitted records by default.
+    options.setdefault(f"kafka.{ISOLATION}", READ_COMMITTED)
     options["kafka.bootstrap.servers"] = config.bootstrap_servers()
     options["subscribe"] = config.topic
     if starting_offsets:  # a position the table or a rewind decided: it wins over the configured start

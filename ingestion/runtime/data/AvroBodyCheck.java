@@ -32,9 +32,13 @@ import org.apache.spark.sql.api.java.UDF1;
 public final class AvroBodyCheck implements UDF1<byte[], Boolean> {
     private static final long serialVersionUID = 1L;
 
-    // Avro's Java decoder limits, as set for Spark's JVMs (see AVRO_LIMITS in fastpath.py).
-    private static final long MAX_LENGTH = 8L * 1024 * 1024;
-    private static final long MAX_ITEMS = 8L * 1024 * 1024;
+    // Avro's Java decoder limits, the system properties the session factory sets from ingestion/limits.py (the
+    // one declaration of the limits for both decode paths); Avro's own defaults when they are not set.
+    private static final long MAX_LENGTH = Math.min(
+        Long.getLong("org.apache.avro.limits.string.maxLength", Integer.MAX_VALUE - 8),
+        Long.getLong("org.apache.avro.limits.bytes.maxLength", Integer.MAX_VALUE - 8));
+    private static final long MAX_ITEMS = Long.getLong("org.apache.avro.limits.collectionItems.maxLength",
+        Integer.MAX_VALUE - 8);
 
     // Python's datetime range, 0001-01-01 to 9999-12-31 (inclusive), relative to the Unix epoch.
     private static final long MIN_DAY = -719_162L;
