@@ -26,17 +26,46 @@ tables, checkpoints, the MLflow store, the JVM jars) lives in .ingest/ or $INGES
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("py4j", "alembic", "mlflow", "urllib3"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    _logging(verbose=args.verbose)
     try:
         return int(args.func(args) or 0)
     except IngestionError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return _failed(str(exc), exc, args.verbose)
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # noqa: BLE001 - every failure ends in one line; the trace only with -v
+        text = str(exc).strip().splitlines()
+        return _failed(f"{type(exc).__name__}: {text[0] if text else 'no message'} (run with -v for the trace)",
+                       exc, args.verbose)
+
+
+def _logging(*, verbose: bool) -> None:
+    """Progress lines (INFO) on stdout, warnings and errors on stderr; debug and librdkafka's own lines with -v."""
+    root = logging.getLogger()
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    formatter = logging.Formatter("%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    progress = logging.StreamHandler(sys.stdout)
+    progress.addFilter(lambda record: record.levelno < logging.WARNING)
+    problems = logging.StreamHandler(sys.stderr)
+    problems.setLevel(logging.WARNING)
+    for handler in (progress, problems):
+        handler.setFormatter(formatter)
+        root.addHandler(handler)
+    for noisy in ("alembic", "mlflow", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    # py4j logs, with a trace, every exception raised in a Python callback (foreachBatch, the listener); the
+    # pipeline reports the cause itself in one line.
+    logging.getLogger("py4j").setLevel(logging.DEBUG if verbose else logging.CRITICAL + 1)
+    logging.getLogger("ingestion.librdkafka").setLevel(logging.DEBUG if verbose else logging.CRITICAL + 1)
+
+
+def _failed(message: str, exc: BaseException, verbose: bool) -> int:
+    if verbose:
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+    print(f"error: {message}", file=sys.stderr)
+    return 1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -194,22 +223,40 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.all == bool(args.pipeline):
         raise IngestionError("name one pipeline, or pass --all")
-    metrics.open_store_early()  # while the JVM boots
     if args.all:
-        from ingestion.config import list_pipelines
-
-        configs = [load_pipeline(p) for p in list_pipelines()]
+        configs = _all_valid()
+        for config in configs:
+            pipeline.check_can_start(config)
+        metrics.open_store_early()  # while the JVM boots
         spark = get_session("ingest-all", conf={k: v for c in configs for k, v in c.spark.items()}, fixed_heap=True)
         outcome = pipeline.run_all(spark, configs, available_now=args.available_now)
         for name, status in outcome.items():
             print(f"{name}: {status}")
         return 1 if any(s.startswith("FAILED") for s in outcome.values()) else 0
     config = load_pipeline(args.pipeline)
+    pipeline.check_can_start(config)  # before anything is created or a JVM boots: Kafka, the topic, the lock
+    metrics.open_store_early()  # while the JVM boots
     spark = get_session(f"ingest-{config.name}", conf=config.spark, fixed_heap=True)
     running = pipeline.run(spark, config, available_now=args.available_now)
     rows = sum(b.rows for b in running.batches if b.committed)
-    log.info("%s: done, %d batches, %d rows written", config.name, len(running.batches), rows)
+    how = "stopped on request" if running.stopped_on_request else "done"
+    log.info("%s: %s, %d batches, %d rows written", config.name, how, len(running.batches), rows)
     return 0
+
+
+def _all_valid() -> list[PipelineConfig]:
+    """Every pipeline file of conf/pipelines/; when any is bad, one line per bad file and an IngestionError (no
+    pipeline runs: a typo must not leave a pipeline silently stopped)."""
+    from ingestion.config import load_all
+
+    configs, errors = load_all()
+    for error in errors:
+        print(f"error: {error}", file=sys.stderr)
+    if errors:
+        raise IngestionError(f"{len(errors)} pipeline file(s) are wrong (listed above); nothing was started")
+    if not configs:
+        raise IngestionError("no pipeline files in conf/pipelines/")
+    return configs
 
 
 def _history(args: argparse.Namespace) -> int:
@@ -242,11 +289,11 @@ def _onboard(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from ingestion.config import list_pipelines, load_pipeline
+    from ingestion.config import load_pipeline
     from ingestion.ops import status
     from ingestion.runtime.session import get_session
 
-    configs = [load_pipeline(args.pipeline)] if args.pipeline else [load_pipeline(p) for p in list_pipelines()]
+    configs = [load_pipeline(args.pipeline)] if args.pipeline else _all_valid()
     spark = get_session("ingest-status")
     found = [status.pipeline_status(spark, c) for c in configs]
     if args.json:

@@ -40,6 +40,8 @@ class SourceOptions:
     max_offsets_per_trigger: int | None = field(default=None, metadata=_key("maxOffsetsPerTrigger"))
     fail_on_data_loss: bool = field(default=True, metadata=_key("failOnDataLoss"))
     min_partitions: int | None = field(default=None, metadata=_key("minPartitions"))
+    # How long a command waits for the Kafka brokers to answer before it gives up (one line, exit 1).
+    broker_timeout: str = field(default="15 seconds", metadata=_key("brokerTimeout"))
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,29 @@ def list_pipelines() -> list[Path]:
     return sorted((conf_dir() / "pipelines").glob("*.yaml"))
 
 
+def load_all(paths: list[Path] | None = None) -> tuple[list[PipelineConfig], list[ConfigError]]:
+    """Every pipeline file (default: conf/pipelines/*.yaml): the valid configs, and one error per bad file. Two
+    files with the same pipeline name, table or checkpoint are both bad (each error names the other file)."""
+    configs: list[PipelineConfig] = []
+    errors: list[ConfigError] = []
+    for path in list_pipelines() if paths is None else paths:
+        try:
+            configs.append(load_pipeline(path))
+        except ConfigError as exc:
+            errors.append(exc)
+    clashing: set[Path] = set()
+    for what, key in (("name", lambda c: c.name), ("table", lambda c: c.table_path),
+                      ("checkpoint", lambda c: c.checkpoint_path)):
+        seen: dict[str, PipelineConfig] = {}
+        for config in configs:
+            other = seen.setdefault(key(config), config)
+            if other is not config:
+                errors.append(ConfigError(f"{config.file}: pipeline {config.name!r} has the same {what} "
+                                          f"{key(config)!r} as {other.file}; each pipeline needs its own"))
+                clashing |= {config.file, other.file}
+    return [c for c in configs if c.file not in clashing], errors
+
+
 def parse_pipeline(data: object, file: Path) -> PipelineConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{file}: expected a mapping of settings at the top level, got {data!r}")
@@ -204,6 +229,76 @@ def _check(config: PipelineConfig, raw_source: set[str]) -> None:
         if key.startswith("kafka."):
             raise ConfigError(f"{config.file}: key 'kafka.{key}': write Kafka client settings without the "
                               f"'kafka.' prefix (it is added for Spark), got {key!r}")
+    _check_values(config)
+
+
+_DURATION = re.compile(r"(?:interval\s+)?(\d+(?:\.\d+)?)\s*"
+                       r"(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?)", re.IGNORECASE)
+_SIZE = re.compile(r"\d+\s*(b|[kmgt]b?)?", re.IGNORECASE)
+_ISOLATION = ("read_committed", "read_uncommitted")
+
+
+def duration_seconds(text: str) -> float | None:
+    """Seconds of a Spark interval such as '10 seconds', '500 milliseconds', '1 minute'; None when it is not one."""
+    found = _DURATION.fullmatch(text.strip())
+    if found is None:
+        return None
+    unit = found[2].lower()
+    scale = 0.001 if unit.startswith("ms") or unit.startswith("milli") else 60.0 if unit.startswith("m") else \
+        3600.0 if unit.startswith("h") else 86400.0 if unit.startswith("d") else 1.0
+    return float(found[1]) * scale
+
+
+def _check_values(config: PipelineConfig) -> None:
+    """Values Spark or Kafka would refuse only once the pipeline runs, refused at load instead."""
+    file, source = config.file, config.source
+    timeout = duration_seconds(source.broker_timeout)
+    if timeout is None or timeout <= 0:
+        raise ConfigError(f"{file}: key 'source.brokerTimeout' must be a positive duration such as '15 seconds', "
+                          f"got {source.broker_timeout!r}")
+    if duration_seconds(config.sink.trigger) is None:
+        raise ConfigError(f"{file}: key 'sink.trigger' must be a duration such as '10 seconds', '500 milliseconds' "
+                          f"or '1 minute', got {config.sink.trigger!r}")
+    positive = {"value.maxBytes": config.value.max_bytes, "source.minPartitions": source.min_partitions}
+    for key, value in positive.items():
+        if value is not None and value <= 0:
+            raise ConfigError(f"{file}: key {key!r} must be positive, got {value!r}")
+    if source.starting_timestamp is not None and source.starting_timestamp < 0:
+        raise ConfigError(f"{file}: key 'source.startingTimestamp' must be epoch milliseconds (>= 0), got "
+                          f"{source.starting_timestamp!r}")
+    if source.starting_offsets not in ("earliest", "latest"):
+        _check_offsets_json(config, "source.startingOffsets", source.starting_offsets, low=-2)
+    if source.starting_offsets_by_timestamp:
+        _check_offsets_json(config, "source.startingOffsetsByTimestamp", source.starting_offsets_by_timestamp,
+                            low=-2)
+    isolation = config.kafka.get("isolation.level")
+    if isolation is not None and isolation not in _ISOLATION:
+        raise ConfigError(f"{file}: key 'kafka.isolation.level' must be one of {list(_ISOLATION)}, got {isolation!r}")
+    for key in ("spark.driver.memory", "spark.executor.memory"):
+        if key in config.spark and not _SIZE.fullmatch(config.spark[key].strip()):
+            raise ConfigError(f"{file}: key 'spark.{key}' must be a size such as 2g or 1536m, got "
+                              f"{config.spark[key]!r}")
+
+
+def _check_offsets_json(config: PipelineConfig, key: str, text: str, *, low: int) -> None:
+    """Spark's JSON form of per-partition positions: {"<topic>": {"<partition>": <offset or time>}}."""
+    import json
+
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    topics = data if isinstance(data, dict) else {}
+    valid = bool(topics) and all(
+        isinstance(parts, dict) and parts and all(str(p).isdigit() and isinstance(v, int) and not isinstance(v, bool)
+                                                  and v >= low for p, v in parts.items())
+        for parts in topics.values())
+    if not valid:
+        raise ConfigError(f"{config.file}: key {key!r} must be earliest, latest or JSON like "
+                          f'{{"{config.topic}": {{"0": 42, "1": -2}}}}, got {text!r}')
+    if set(topics) != {config.topic}:
+        raise ConfigError(f"{config.file}: key {key!r} names topics {sorted(topics)}, but the pipeline reads "
+                          f"{config.topic!r}")
 
 
 def _interpolate(value: Any, file: Path, where: str) -> Any:

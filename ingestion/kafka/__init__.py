@@ -5,6 +5,7 @@ from ingestion.kafka.clients import (
     ISOLATION,
     READ_COMMITTED,
     admin_client,
+    check_reachable,
     commit_group_offsets,
     committed_offsets,
     consumer,
@@ -16,5 +17,6 @@ from ingestion.kafka.clients import (
     watermarks,
 )
 
-__all__ = ["ISOLATION", "READ_COMMITTED", "admin_client", "commit_group_offsets", "committed_offsets", "consumer",
-           "create_topic", "for_admin", "for_consumer", "for_producer", "partitions", "watermarks"]
+__all__ = ["ISOLATION", "READ_COMMITTED", "admin_client", "check_reachable", "commit_group_offsets",
+           "committed_offsets", "consumer", "create_topic", "for_admin", "for_consumer", "for_producer", "partitions",
+           "watermarks"]

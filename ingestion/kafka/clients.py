@@ -9,6 +9,7 @@ the Spark source does (see `stream.source`): records of aborted transactions nev
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,19 +38,50 @@ PRODUCER_ONLY = frozenset({
 })
 
 
+# librdkafka's own log lines (connection refusals while a broker restarts, ...) go to this logger, shown with -v,
+# instead of straight to the screen.
+LIBRDKAFKA_LOG = logging.getLogger("ingestion.librdkafka")
+
+
+def _logged(settings: dict[str, Any]) -> dict[str, Any]:
+    return {"logger": LIBRDKAFKA_LOG, **settings}
+
+
 def for_consumer(settings: Mapping[str, Any]) -> dict[str, Any]:
     """The settings a consumer takes: read_committed by default, no producer settings."""
-    return {ISOLATION: READ_COMMITTED, **{k: v for k, v in settings.items() if k not in PRODUCER_ONLY}}
+    return _logged({ISOLATION: READ_COMMITTED, **{k: v for k, v in settings.items() if k not in PRODUCER_ONLY}})
 
 
 def for_admin(settings: Mapping[str, Any]) -> dict[str, Any]:
     """The settings an admin client takes: neither consumer nor producer settings."""
-    return {k: v for k, v in settings.items() if k not in CONSUMER_ONLY and k not in PRODUCER_ONLY}
+    return _logged({k: v for k, v in settings.items() if k not in CONSUMER_ONLY and k not in PRODUCER_ONLY})
 
 
 def for_producer(settings: Mapping[str, Any]) -> dict[str, Any]:
     """The settings a producer takes: no consumer settings."""
-    return {k: v for k, v in settings.items() if k not in CONSUMER_ONLY}
+    return _logged({k: v for k, v in settings.items() if k not in CONSUMER_ONLY})
+
+
+def check_reachable(settings: Mapping[str, Any], topic: str, timeout: float) -> list[int]:
+    """The topic's partitions, asked of the brokers within `timeout` seconds; IngestionError naming the cause when
+    no broker answers or the topic does not exist."""
+    from confluent_kafka import KafkaException
+
+    servers = settings.get("bootstrap.servers")
+    admin = admin_client({**settings, "socket.connection.setup.timeout.ms": int(max(1.0, timeout) * 1000)})
+    try:
+        meta = admin.list_topics(topic, timeout=timeout)
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else exc
+        reason = error.str() if hasattr(error, "str") else str(error)
+        raise IngestionError(f"no Kafka broker answered at {servers} within {timeout:.0f}s ({reason}); check "
+                             "kafka.bootstrap.servers and that the brokers run") from None
+    found = meta.topics.get(topic)
+    if found is None or found.error is not None:
+        reason = f" ({found.error.str()})" if found is not None and found.error is not None else ""
+        raise IngestionError(f"topic {topic!r} does not exist on {servers}{reason}; create it, or run `ingest "
+                             "onboard <pipeline> --create-topic`")
+    return sorted(found.partitions)
 
 
 def admin_client(settings: Mapping[str, Any]) -> Any:
@@ -101,13 +133,13 @@ def watermarks(settings: Mapping[str, Any], topic: str) -> dict[int, tuple[int, 
         client.close()
 
 
-def commit_group_offsets(admin: Any, group: str, topic: str, offsets: dict[int, int]) -> None:
+def commit_group_offsets(admin: Any, group: str, topic: str, offsets: dict[int, int], timeout: float = 30) -> None:
     """Set `group`'s committed offsets (the next offset to read per partition), as a consumer commit would."""
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
     request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p, o) for p, o in sorted(offsets.items())])
-    for future in admin.alter_consumer_group_offsets([request]).values():
-        future.result(30)
+    for future in admin.alter_consumer_group_offsets([request], request_timeout=timeout).values():
+        future.result(timeout)
 
 
 def committed_offsets(settings: Mapping[str, Any], group: str, topic: str) -> dict[int, int]:

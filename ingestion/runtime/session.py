@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -130,6 +133,24 @@ def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[s
 
 def get_session(app_name: str = "ingest", master: str | None = None, conf: Mapping[str, str] | None = None, *,
                 fixed_heap: bool = False) -> SparkSession:
-    spark = builder(app_name, master, conf, fixed_heap=fixed_heap).getOrCreate()
+    with _jvm_keeps_out_of_signals():
+        spark = builder(app_name, master, conf, fixed_heap=fixed_heap).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+@contextlib.contextmanager
+def _jvm_keeps_out_of_signals() -> Iterator[None]:
+    """Start the JVM with SIGINT, SIGTERM and SIGHUP ignored, which it keeps (a JVM does not handle a signal that
+    was ignored when it started): Ctrl-C, `timeout` or a container stop signal the whole process group, and the
+    Python side then stops the pipeline between batches while the JVM stays up to finish it. The JVM still ends
+    with its Python process (PySpark's gateway exits when its stdin closes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

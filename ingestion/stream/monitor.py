@@ -27,14 +27,16 @@ from ingestion.stream.metrics import RunMetrics
 
 log = logging.getLogger(__name__)
 
+COMMIT_TIMEOUT = 10.0  # seconds a consumer-group commit may take before the next batch tries again
+
 
 def partition_lag(end_offset: str | None, latest_offset: str | None, topic: str) -> dict[int, int]:
     """Records between where a batch ended and the newest offset per partition, from Spark's offset JSON."""
     if not end_offset or not latest_offset:
         return {}
-    end = json.loads(end_offset).get(topic, {})
-    latest = json.loads(latest_offset).get(topic, {})
-    return {int(p): max(0, int(latest[p]) - int(end.get(p, 0))) for p in latest}
+    end = (json.loads(end_offset) or {}).get(topic) or {}
+    latest = (json.loads(latest_offset) or {}).get(topic) or {}
+    return {int(p): max(0, int(latest[p]) - int(end.get(p, 0))) for p in latest if latest[p] is not None}
 
 
 def phases(duration_ms: dict[str, int]) -> str:
@@ -131,8 +133,10 @@ class PipelineMonitor(ProgressListener):
             return
         try:
             self._observe(progress)
-        except Exception:  # a listener must never take the stream down
-            log.exception("%s: could not report batch %s", self.config.name, progress.batchId)
+        except Exception as exc:
+            log.warning("%s batch %s: could not report it: %s", self.config.name, progress.batchId,
+                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            log.debug("%s batch %s: report failure", self.config.name, progress.batchId, exc_info=True)
 
     def _observe(self, progress: Any) -> None:
         source = progress.sources[0]
@@ -149,9 +153,20 @@ class PipelineMonitor(ProgressListener):
             log.debug("%s batch %d: Spark's phases %s", self.config.name, progress.batchId,
                       phases(progress.durationMs))
         if self.config.metrics.commit_offsets and source.endOffset:
-            self._commit(json.loads(source.endOffset).get(self.config.topic, {}))
+            self._commit(progress.batchId, (json.loads(source.endOffset) or {}).get(self.config.topic) or {})
 
-    def _commit(self, end: dict[str, int]) -> None:
-        if self._admin is None:
-            self._admin = kafka.admin_client(self.config.kafka_client_settings())
-        kafka.commit_group_offsets(self._admin, self.group, self.config.topic, {int(p): int(o) for p, o in end.items()})
+    def _commit(self, batch_id: int, end: dict[str, int]) -> None:
+        """Commit the batch's end offsets to the consumer group. A failure (the broker restarting, say) costs one
+        warning line: the admin client is made again for the next batch, whose commit catches up."""
+        if not end:
+            return
+        try:
+            if self._admin is None:
+                self._admin = kafka.admin_client(self.config.kafka_client_settings())
+            kafka.commit_group_offsets(self._admin, self.group, self.config.topic,
+                                       {int(p): int(o) for p, o in end.items()}, timeout=COMMIT_TIMEOUT)
+        except Exception as exc:  # noqa: BLE001 - monitoring only; recovery uses the checkpoint and the table
+            self._admin = None
+            log.warning("%s batch %d: offsets not committed to consumer group %r (%s); the next batch's commit "
+                        "catches up", self.config.name, batch_id, self.group,
+                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__)

@@ -18,13 +18,14 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from ingestion import kafka
-from ingestion.config import PipelineConfig
+from ingestion.config import PipelineConfig, duration_seconds
 from ingestion.delta import ledger
 from ingestion.delta.log_checkpoints import BackgroundCheckpoints
 from ingestion.errors import IngestionError
 from ingestion.runtime.listener import wait_for_listener_events
 from ingestion.stream import checkpoint, setup, source
 from ingestion.stream.batch import BatchResult
+from ingestion.stream.lock import WriterLock
 from ingestion.stream.metrics import RunMetrics
 from ingestion.stream.monitor import PipelineMonitor, Progress
 from ingestion.stream.writer import BronzeWriter
@@ -44,11 +45,53 @@ class RunningPipeline:
     monitor: PipelineMonitor
     batches: list[BatchResult]
     log_checkpoints: BackgroundCheckpoints | None = None
+    lock: WriterLock | None = None
+    stopped_on_request: bool = False
+    writer: BronzeWriter | None = None
+
+    def stop_between_batches(self, timeout: float = 600.0) -> None:
+        """Let the batch being written finish, make the next one end the query before it writes anything, and
+        stop the query: no write is interrupted (a stopped write is redone exactly once, but noisily)."""
+        self.stopped_on_request = True
+        if self.writer is not None:
+            self.writer.stop_requested.set()
+            self.writer.idle.wait(timeout)
+        with contextlib.suppress(StreamingQueryException):
+            self.query.stop()
 
 
 def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = False,
           with_metrics: bool = True) -> RunningPipeline:
-    """Start the streaming query of one pipeline and return at once."""
+    """Start the streaming query of one pipeline and return at once. Kafka is asked first (the brokers and the
+    topic), so a pipeline that cannot run creates nothing; then the writer lock is taken (a second writer of the
+    pipeline is refused at once). A failure after that releases the lock and closes the MLflow run as FAILED."""
+    check_kafka(config)
+    lock = WriterLock(config.name, config.checkpoint_path)
+    lock.acquire()
+    try:
+        running = _start(spark, config, available_now=available_now, with_metrics=with_metrics)
+    except BaseException:
+        lock.release()
+        raise
+    running.lock = lock
+    return running
+
+
+def check_can_start(config: PipelineConfig) -> None:
+    """What `start` checks first, without a Spark session: Kafka answers, the topic exists, no other process runs
+    the pipeline. A command calls it before it boots a JVM, so these failures come in seconds."""
+    check_kafka(config)
+    WriterLock(config.name, config.checkpoint_path).probe()
+
+
+def check_kafka(config: PipelineConfig) -> list[int]:
+    """The topic's partitions, or an IngestionError within `source.brokerTimeout` naming what is wrong."""
+    timeout = duration_seconds(config.source.broker_timeout) or 15.0
+    return kafka.check_reachable(config.kafka_client_settings(), config.topic, timeout)
+
+
+def _start(spark: SparkSession, config: PipelineConfig, *, available_now: bool,
+           with_metrics: bool) -> RunningPipeline:
     schemas = setup.resolver(spark, config)
     setup.ensure_tables(spark, config, schemas.spec)
     setup.widen_table(spark, config, schemas)
@@ -60,44 +103,53 @@ def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = 
     log.info("%s: %s checkpoint %s, txnAppId %s%s", config.name, "resuming" if resumed else "new", location,
              app_id, f", starting from the table's offsets {starting}" if starting else "")
     metrics = _start_metrics(config, app_id, available_now, starting) if with_metrics else None
-    progress = Progress(_records_to_do(config, recorded)) if available_now else None
-    monitor = PipelineMonitor(config, metrics, progress)
-    batches: list[BatchResult] = []
-    log_checkpoints = BackgroundCheckpoints.for_table(spark, config.table_path, name=config.name)
-    if log_checkpoints is not None and not available_now:
-        log_checkpoints.warm_up()  # the JVM's first checkpoint is slow: at start, not beside the steady stream
+    try:
+        progress = Progress(_records_to_do(config, recorded)) if available_now else None
+        monitor = PipelineMonitor(config, metrics, progress)
+        batches: list[BatchResult] = []
+        log_checkpoints = BackgroundCheckpoints.for_table(spark, config.table_path, name=config.name)
+        if log_checkpoints is not None and not available_now:
+            log_checkpoints.warm_up()  # the JVM's first checkpoint is slow: at start, not beside the steady stream
 
-    def on_batch(result: BatchResult) -> None:
-        batches.append(result)
-        monitor.on_batch(result)
-        if log_checkpoints is not None and result.committed and result.version is not None:
-            log_checkpoints.committed(result.version)
+        def on_batch(result: BatchResult) -> None:
+            batches.append(result)
+            monitor.on_batch(result)
+            if log_checkpoints is not None and result.committed and result.version is not None:
+                log_checkpoints.committed(result.version)
 
-    writer = BronzeWriter(config=config, app_id=app_id, resolver=schemas, on_batch=on_batch)
-    writer.jvm_path(spark)  # decide (and log) how records are decoded; value.decoder jvm fails here if it cannot
-    spark.streams.addListener(monitor)
-    stream = (source.read_stream(spark, config, starting).writeStream
-              .queryName(config.name).foreachBatch(writer).option("checkpointLocation", location))
-    stream = stream.trigger(availableNow=True) if available_now else stream.trigger(processingTime=config.sink.trigger)
-    return RunningPipeline(config, stream.start(), app_id, metrics, monitor, batches, log_checkpoints)
+        writer = BronzeWriter(config=config, app_id=app_id, resolver=schemas, on_batch=on_batch)
+        writer.jvm_path(spark)  # decide (and log) how records are decoded; value.decoder jvm fails here if it cannot
+        spark.streams.addListener(monitor)
+        stream = (source.read_stream(spark, config, starting).writeStream
+                  .queryName(config.name).foreachBatch(writer).option("checkpointLocation", location))
+        stream = (stream.trigger(availableNow=True) if available_now
+                  else stream.trigger(processingTime=config.sink.trigger))
+        query = stream.start()
+    except BaseException:
+        if metrics is not None:
+            metrics.finish("FAILED")
+        raise
+    return RunningPipeline(config, query, app_id, metrics, monitor, batches, log_checkpoints, writer=writer)
 
 
 def run(spark: SparkSession, config: PipelineConfig, *, available_now: bool = False) -> RunningPipeline:
     """Run a pipeline until it stops: caught up (available-now), failed, or asked to stop (SIGINT, SIGTERM)."""
-    running = start(spark, config, available_now=available_now)
-    status = "FAILED"
     with _stop_signals() as stop_requested:
+        running = start(spark, config, available_now=available_now)  # a signal meanwhile stops it at once
+        status = "FAILED"
         try:
             # Wait in slices: PySpark's own SIGINT handler would call into the JVM while the main thread is
             # inside awaitTermination, which py4j cannot do; ours only sets a flag that is checked here.
             while not running.query.awaitTermination(1):
                 if stop_requested.is_set():
-                    log.info("%s: stopping on request", config.name)
-                    running.query.stop()
+                    log.info("%s: stopping on request, after the batch being written", config.name)
+                    running.stop_between_batches()
                     break
             status = "KILLED" if stop_requested.is_set() else "FINISHED"
         except StreamingQueryException as exc:
-            raise IngestionError(f"pipeline {config.name!r} failed: {failure_reason(exc)}") from None
+            if not stop_requested.is_set():
+                raise IngestionError(f"pipeline {config.name!r} failed: {failure_reason(exc)}") from None
+            status = "KILLED"  # the query ended where the next batch would have started
         finally:
             stop(spark, running, status)
     return running
@@ -135,6 +187,7 @@ def run_all(spark: SparkSession, configs: list[PipelineConfig], *, available_now
         record_ended()  # a query that ended between the last look and the loop's condition
         for r in running:
             if r.config.name not in outcome:
+                r.stop_between_batches()
                 outcome[r.config.name] = "KILLED"
                 stop(spark, r, "KILLED")
     return outcome
@@ -172,6 +225,8 @@ def stop(spark: SparkSession, running: RunningPipeline, status: str = "FINISHED"
         running.monitor.progress.close()
     if running.metrics is not None:
         running.metrics.finish(status)
+    if running.lock is not None:
+        running.lock.release()
 
 
 def _recorded_offsets(spark: SparkSession, config: PipelineConfig, *, needed: bool) -> dict[str, dict[str, int]]:

@@ -14,14 +14,19 @@ from ingestion.decode.resolver import SchemaResolver
 from ingestion.decode.spec import DecodeSpec
 from ingestion.delta import reads, tables
 from ingestion.delta.tables import TablePlan
+from ingestion.errors import SchemaError
 from ingestion.schema.registry import source_for
 
 log = logging.getLogger(__name__)
 
 
 def resolver(spark: SparkSession, config: PipelineConfig) -> SchemaResolver:
-    """The pipeline's schemas (registry or schemas/ folder), checked against the table's current columns."""
-    return SchemaResolver(config, source_for(config), table_payload=reads.payload_columns(spark, config))
+    """The pipeline's schemas (registry or schemas/ folder), checked against the table's current columns; a
+    SchemaError names the pipeline file and its subject."""
+    try:
+        return SchemaResolver(config, source_for(config), table_payload=reads.payload_columns(spark, config))
+    except SchemaError as exc:
+        raise SchemaError(f"{config.file}: key 'value.subject' ({config.value.subject!r}): {exc}") from None
 
 
 def plans(spark: SparkSession, config: PipelineConfig, spec: DecodeSpec) -> list[TablePlan]:

@@ -17,6 +17,7 @@ same, so Delta sees a (txnAppId, txnVersion) it already holds and writes nothing
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 from collections.abc import Callable
 
@@ -24,11 +25,18 @@ from pyspark.sql import DataFrame, SparkSession
 
 from ingestion.config import PipelineConfig
 from ingestion.decode.resolver import SchemaResolver
+from ingestion.errors import IngestionError
 from ingestion.stream.batch import BatchResult, DecoderChoice, Targets, log_result
 from ingestion.stream.one_pass import OnePassWrite
 from ingestion.stream.settled import SettledWrite
 
-__all__ = ["BatchResult", "BronzeWriter"]
+__all__ = ["BatchResult", "BronzeWriter", "StopRequested"]
+
+
+class StopRequested(IngestionError):
+    """Raised where a batch would start once a stop was asked for: the query ends between batches, never in the
+    middle of a write (Spark's own stop interrupts the running batch's jobs). The batch is redone by the next run,
+    exactly once like any other."""
 
 
 class BronzeWriter:
@@ -47,8 +55,20 @@ class BronzeWriter:
         self.one_pass = OnePassWrite(self.targets)
         self.settled = SettledWrite(self.targets, self.decoder)
         self._one_pass_next = True
+        self.stop_requested = threading.Event()
+        self.idle = threading.Event()  # no batch is being written
+        self.idle.set()
 
     def __call__(self, kafka_rows: DataFrame, batch_id: int) -> None:
+        if self.stop_requested.is_set():
+            raise StopRequested(f"pipeline {self.config.name!r} stops before batch {batch_id}")
+        self.idle.clear()
+        try:
+            self._write(kafka_rows, batch_id)
+        finally:
+            self.idle.set()
+
+    def _write(self, kafka_rows: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         spark = kafka_rows.sparkSession
         ingested_at = dt.datetime.now(dt.UTC)

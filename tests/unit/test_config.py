@@ -132,7 +132,7 @@ def test_unknown_nested_key_typo(tmp_path: Path) -> None:
     path = write(tmp_path, MINIMAL + "source:\n  startingOffset: latest\n")
     message = config_error(path)
     assert message == (f"{path}: unknown key 'source.startingOffset' (value 'latest'); known keys here: "
-                       "failOnDataLoss, maxOffsetsPerTrigger, minPartitions, startingOffsets, "
+                       "brokerTimeout, failOnDataLoss, maxOffsetsPerTrigger, minPartitions, startingOffsets, "
                        "startingOffsetsByTimestamp, startingTimestamp")
 
 

@@ -1,0 +1,117 @@
+"""Failing well, as an operator sees it: a second writer is refused at once, a signal to the whole process group
+stops cleanly, an unreachable broker is one line with nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ingestion.dev.samples import produce_orders
+from tests.conftest import pipeline_yaml
+
+pytestmark = pytest.mark.e2e
+
+INGEST = str(Path(sys.executable).parent / "ingest")
+
+
+def _start(config: Path, log: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as out:
+        return subprocess.Popen([INGEST, "run", str(config), *extra], stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=env or dict(os.environ), start_new_session=True)
+
+
+def _wait_for(log: Path, text: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if text in log.read_text():
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"ingest exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        time.sleep(0.3)
+    raise AssertionError(f"{text!r} not in the log after {timeout}s:\n{log.read_text()[-3000:]}")
+
+
+def test_a_second_writer_is_refused_at_once_and_a_killed_ones_lock_is_gone(
+        spark, kafka_servers, make_topic, orders_schema, tmp_path: Path) -> None:
+    topic = make_topic(partitions=2)
+    produced = produce_orders(kafka_servers, topic, 200, schema_id=1, schema=orders_schema)
+    config = pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, sink="  trigger: 1 second\n",
+                           extra="source:\n  maxOffsetsPerTrigger: 20\n")
+    first = _start(config, tmp_path / "first.log")
+    try:
+        _wait_for(tmp_path / "first.log", "txnAppId", first)
+        started = time.monotonic()
+        second = subprocess.run([INGEST, "run", str(config)], capture_output=True, text=True, timeout=60)
+        assert time.monotonic() - started < 10
+        assert second.returncode == 1
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1, second.stderr
+        assert lines[0].startswith("error: pipeline 'orders' is already running (pid ")
+        assert f"pid {first.pid} on " in lines[0]
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(30)
+    # The killed holder's lock went with it: a new run resumes and lands every record exactly once.
+    done = subprocess.run([INGEST, "run", str(config), "--available-now"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = spark.read.format("delta").load(str(tmp_path / "tables" / "orders")).select(
+        "_kafka_partition", "_kafka_offset").collect()
+    assert sorted((r[0], r[1]) for r in rows) == sorted((p.partition, p.offset) for p in produced)
+
+
+def test_sigterm_to_the_process_group_stops_cleanly(spark, kafka_servers, make_topic, orders_schema,
+                                                    tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from ingestion.stream.metrics import tracking_uri
+
+    topic = make_topic(partitions=3)
+    produce_orders(kafka_servers, topic, 3000, schema_id=1, schema=orders_schema)
+    experiment = f"ingest/sigterm-{topic}"
+    config = pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, sink="  trigger: 1 second\n",
+                           extra=f"source:\n  maxOffsetsPerTrigger: 300\nmetrics:\n  experiment: {experiment}\n")
+    with open(tmp_path / "out.log", "wb") as out, open(tmp_path / "err.log", "wb") as err:
+        proc = subprocess.Popen([INGEST, "run", str(config)], stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    _wait_for(tmp_path / "out.log", "batch 1:", proc)
+    os.killpg(proc.pid, signal.SIGTERM)  # what `timeout`, Ctrl-C in a terminal or a container stop do
+    assert proc.wait(120) == 0, (tmp_path / "err.log").read_text()[-3000:]
+    errors = (tmp_path / "err.log").read_text().strip().splitlines()
+    assert len(errors) <= 5, errors
+    assert not any("Traceback" in line for line in errors)
+    assert "stopped on request" in (tmp_path / "out.log").read_text()
+    client = MlflowClient(tracking_uri())
+    (run,) = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    assert run.info.status == "KILLED"
+    verify = subprocess.run([INGEST, "verify", str(config), "--json"], capture_output=True, text=True, timeout=300)
+    assert verify.returncode == 0, verify.stdout[-3000:] + verify.stderr[-3000:]
+    assert json.loads(verify.stdout)["ok"] is True
+
+
+def test_a_closed_bootstrap_port_is_one_line_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    home = tmp_path / "state"
+    config = pipeline_yaml(tmp_path, topic="orders", servers=f"127.0.0.1:{port}",
+                           extra="source:\n  brokerTimeout: 5 seconds\n")
+    env = {**os.environ, "INGEST_HOME": str(home)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    started = time.monotonic()
+    done = subprocess.run([INGEST, "run", str(config)], capture_output=True, text=True, timeout=60, env=env)
+    assert time.monotonic() - started < 20
+    assert done.returncode == 1
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: no Kafka broker answered at 127.0.0.1:{port} within 5s ("), line
+    assert line.endswith("check kafka.bootstrap.servers and that the brokers run"), line
+    assert not home.exists() or not any(home.rglob("*")), sorted(home.rglob("*"))
+    assert not (tmp_path / "tables").exists() and not (tmp_path / "checkpoints").exists()

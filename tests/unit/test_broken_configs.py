@@ -1,0 +1,87 @@
+"""A table of broken pipeline files, each a different mistake: every one is refused at load, in one line that
+names the file and the key, before Spark or Kafka would have refused it later."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ingestion.config import load_all, load_pipeline
+from ingestion.errors import ConfigError
+
+GOOD = """name: orders
+topic: orders
+kafka:
+  bootstrap.servers: "127.0.0.1:9092"
+value:
+  subject: orders-value
+"""
+
+# mistake -> (text appended to or replacing the good file, the key the message names)
+BROKEN: dict[str, tuple[str, str]] = {
+    "unknown key": (GOOD + "sink:\n  tabel: /tmp/x\n", "sink.tabel"),
+    "misspelt start position": (GOOD + "source:\n  startingOffset: earliest\n", "source.startingOffset"),
+    "negative trigger": (GOOD + "sink:\n  trigger: -5 seconds\n", "sink.trigger"),
+    "trigger without a unit": (GOOD + "sink:\n  trigger: '10'\n", "sink.trigger"),
+    "zero maxOffsetsPerTrigger": (GOOD + "source:\n  maxOffsetsPerTrigger: 0\n", "source.maxOffsetsPerTrigger"),
+    "maxOffsetsPerTrigger as text": (GOOD + "source:\n  maxOffsetsPerTrigger: lots\n",
+                                     "source.maxOffsetsPerTrigger"),
+    "startingOffsets not JSON": (GOOD + "source:\n  startingOffsets: '{0: 5'\n", "source.startingOffsets"),
+    "startingOffsets of another topic": (GOOD + "source:\n  startingOffsets: '{\"other\": {\"0\": 5}}'\n",
+                                         "source.startingOffsets"),
+    "negative startingTimestamp": (GOOD + "source:\n  startingTimestamp: -1\n", "source.startingTimestamp"),
+    "negative minPartitions": (GOOD + "source:\n  minPartitions: -2\n", "source.minPartitions"),
+    "zero broker timeout": (GOOD + "source:\n  brokerTimeout: 0 seconds\n", "source.brokerTimeout"),
+    "negative maxBytes": (GOOD.replace("  subject: orders-value\n", "  subject: orders-value\n  maxBytes: -1\n"),
+                          "value.maxBytes"),
+    "unknown decoder": (GOOD.replace("  subject: orders-value\n", "  subject: orders-value\n  decoder: rust\n"),
+                        "value.decoder"),
+    "no value subject": (GOOD.replace("  subject: orders-value\n", "  format: confluent\n"), "value.subject"),
+    "unknown on_error": (GOOD + "sink:\n  on_error: skip\n", "sink.on_error"),
+    "typeWidening not a boolean": (GOOD + "sink:\n  typeWidening: maybe\n", "sink.typeWidening"),
+    "isolation level misspelt": (GOOD.replace("kafka:\n", "kafka:\n  isolation.level: read-committed\n"),
+                                 "kafka.isolation.level"),
+    "kafka. prefix on a client setting": (GOOD.replace("kafka:\n", "kafka:\n  kafka.acks: all\n"),
+                                          "kafka.kafka.acks"),
+    "driver memory without a unit size": (GOOD + "spark:\n  spark.driver.memory: lots\n", "spark.spark.driver.memory"),
+    "registry without url": (GOOD.replace("  subject: orders-value\n",
+                                          "  subject: orders-value\n  registry:\n    basic.auth.user.info: a:b\n"),
+                             "value.registry"),
+    "name with a space": (GOOD.replace("name: orders", "name: my orders"), "name"),
+    "missing name": (GOOD.replace("name: orders\n", ""), "name"),
+    "unset environment variable": (GOOD.replace('"127.0.0.1:9092"', '"${NO_SUCH_VARIABLE_HERE}"'),
+                                   "kafka.bootstrap.servers"),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(BROKEN))
+def test_each_broken_file_is_one_line_naming_the_file_and_the_key(mistake: str, tmp_path: Path) -> None:
+    text, key = BROKEN[mistake]
+    path = tmp_path / f"{mistake.replace(' ', '_')}.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_pipeline(path)
+    message = str(caught.value)
+    assert "\n" not in message, message
+    assert message.startswith(f"{path}: "), message
+    assert repr(key) in message or f"'{key}" in message or f" {key} " in message, message
+
+
+def test_the_table_covers_at_least_fifteen_mistakes() -> None:
+    assert len(BROKEN) >= 15
+
+
+def test_run_all_sees_every_bad_file_and_pipelines_that_share_a_name(tmp_path: Path) -> None:
+    files = {}
+    for name, text in {"a": GOOD, "b": GOOD, "c": GOOD.replace("name: orders", "name: payments") + "bad: 1\n",
+                       "d": GOOD.replace("name: orders", "name: refunds")}.items():
+        files[name] = tmp_path / f"{name}.yaml"
+        files[name].write_text(text)
+    configs, errors = load_all(sorted(files.values()))
+    assert [c.name for c in configs] == ["refunds"]
+    messages = [str(e) for e in errors]
+    assert len(messages) == 4
+    assert any(m.startswith(f"{files['c']}: unknown key 'bad'") for m in messages)
+    assert any(m.startswith(f"{files['b']}: pipeline 'orders' has the same name 'orders' as {files['a']}")
+               for m in messages)
