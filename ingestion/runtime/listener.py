@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
-from pyspark.sql.streaming.listener import QueryProgressEvent, StreamingQueryProgress
+from pyspark.sql.streaming.listener import QueryIdleEvent, QueryProgressEvent, StreamingQueryProgress
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class _JsonEvents:
     """The JVM's side of a Python StreamingQueryListener, as PySpark's `JStreamingQueryListener` is, but reading a
     progress event as one JSON string: PySpark converts it field by field, about 500 py4j round trips per batch on
     the listener thread, beside the next batch's driver work. Only progress events are passed on (the monitor
-    ignores the others)."""
+    ignores the others, and only needs to know that an idle event came)."""
 
     def __init__(self, listener: StreamingQueryListener) -> None:
         self.listener = listener
@@ -51,7 +51,7 @@ class _JsonEvents:
         self.listener.onQueryProgress(QueryProgressEvent(progress=progress_from_json(jevent.progress().json())))
 
     def onQueryIdle(self, jevent: Any) -> None:
-        pass
+        self.listener.onQueryIdle(QueryIdleEvent.fromJObject(jevent))  # every 10 s of an idle query
 
     def onQueryTerminated(self, jevent: Any) -> None:
         pass

@@ -110,6 +110,7 @@ class PipelineMonitor(ProgressListener):
         self._results: dict[int, BatchResult] = {}
         self._lock = threading.Lock()
         self._admin: Any = None
+        self._pending: tuple[int, dict[str, int]] | None = None  # a commit that failed, to retry
 
     def on_batch(self, result: BatchResult) -> None:
         with self._lock:
@@ -155,11 +156,19 @@ class PipelineMonitor(ProgressListener):
         if self.config.metrics.commit_offsets and source.endOffset:
             self._commit(progress.batchId, (json.loads(source.endOffset) or {}).get(self.config.topic) or {})
 
+    def onQueryIdle(self, event: Any) -> None:
+        """Spark says the query is idle (no new data, every 10 s by default): retry a commit that failed."""
+        pending = self._pending
+        if pending is not None:
+            self._commit(*pending)
+
     def _commit(self, batch_id: int, end: dict[str, int]) -> None:
         """Commit the batch's end offsets to the consumer group. A failure (the broker restarting, say) costs one
-        warning line: the admin client is made again for the next batch, whose commit catches up."""
+        warning line: the admin client is made again, and the commit is retried when the query is idle or done
+        by the next batch's."""
         if not end:
             return
+        self._pending = None
         try:
             if self._admin is None:
                 self._admin = kafka.admin_client(self.config.kafka_client_settings())
@@ -167,6 +176,7 @@ class PipelineMonitor(ProgressListener):
                                        {int(p): int(o) for p, o in end.items()}, timeout=COMMIT_TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - monitoring only; recovery uses the checkpoint and the table
             self._admin = None
-            log.warning("%s batch %d: offsets not committed to consumer group %r (%s); the next batch's commit "
-                        "catches up", self.config.name, batch_id, self.group,
+            self._pending = (batch_id, end)
+            log.warning("%s batch %d: offsets not committed to consumer group %r (%s); retried when the query is "
+                        "idle or with the next batch", self.config.name, batch_id, self.group,
                         str(exc).splitlines()[0] if str(exc) else type(exc).__name__)

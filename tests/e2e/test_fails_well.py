@@ -115,3 +115,55 @@ def test_a_closed_bootstrap_port_is_one_line_and_leaves_nothing_behind(tmp_path:
     assert line.endswith("check kafka.bootstrap.servers and that the brokers run"), line
     assert not home.exists() or not any(home.rglob("*")), sorted(home.rglob("*"))
     assert not (tmp_path / "tables").exists() and not (tmp_path / "checkpoints").exists()
+
+
+def test_a_broker_killed_and_restarted_under_a_run_costs_no_traceback_and_the_group_catches_up(
+        spark, orders_schema, tmp_path: Path) -> None:
+    from ingestion.dev.broker import Broker
+    from ingestion.kafka import clients as kafka_admin
+
+    broker = Broker(tmp_path / "own-broker")  # a broker of this test's own, to kill
+    servers = broker.start()
+    try:
+        settings = {"bootstrap.servers": servers}
+        kafka_admin.create_topic(settings, "restarts", 2)
+        produce_orders(servers, "restarts", 200, schema_id=1, schema=orders_schema)
+        group = "ingest-restarts"
+        config = pipeline_yaml(tmp_path, topic="restarts", servers=servers, sink="  trigger: 1 second\n",
+                               extra=f"metrics:\n  consumerGroup: {group}\n")
+        log = tmp_path / "run.log"
+        proc = _start(config, log)
+        try:
+            ends = {p: high for p, (_, high) in kafka_admin.watermarks(settings, "restarts").items()}
+            _wait_until(lambda: kafka_admin.committed_offsets(settings, group, "restarts") == ends, proc, log)
+            pid = broker.pid()
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            time.sleep(3)
+            assert broker.start() == servers  # the same port
+            produce_orders(servers, "restarts", 200, schema_id=1, schema=orders_schema, first_seq=200)
+            ends = {p: high for p, (_, high) in kafka_admin.watermarks(settings, "restarts").items()}
+            _wait_until(lambda: kafka_admin.committed_offsets(settings, group, "restarts") == ends, proc, log,
+                        timeout=180)
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            assert proc.wait(120) == 0, log.read_text()[-3000:]
+        assert "Traceback" not in log.read_text()
+        rows = spark.read.format("delta").load(str(tmp_path / "tables" / "orders")).count()
+        assert rows == sum(ends.values()) == 400
+    finally:
+        broker.stop()
+
+
+def _wait_until(predicate: object, proc: subprocess.Popen[bytes], log: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():  # type: ignore[operator]
+                return
+        except Exception:  # noqa: BLE001 - the broker is restarting
+            pass
+        if proc.poll() is not None:
+            raise AssertionError(f"ingest exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        time.sleep(0.5)
+    raise AssertionError(f"timed out; log:\n{log.read_text()[-3000:]}")
