@@ -100,7 +100,9 @@ def _parser() -> argparse.ArgumentParser:
 
     onboard = commands.add_parser("onboard", help="validate a pipeline config, check (or create) its topic, "
                                   "resolve its schema, print the bronze schema and create its tables; idempotent")
-    onboard.add_argument("pipeline", help="pipeline name or path to its YAML file")
+    onboard.add_argument("pipeline", nargs="?", help="pipeline name or path to its YAML file")
+    onboard.add_argument("--all", action="store_true", help="every pipeline in conf/pipelines/ (every bad file is "
+                         "reported, one line each, and then none is onboarded)")
     onboard.add_argument("--dry-run", action="store_true", help="check and print, change nothing")
     onboard.add_argument("--create-topic", action="store_true",
                          help="create the topic when missing (topicSettings: partitions, replicationFactor)")
@@ -277,12 +279,18 @@ def _pipeline_session(name: str) -> tuple[PipelineConfig, SparkSession]:
 
 
 def _onboard(args: argparse.Namespace) -> int:
+    from ingestion.config import load_pipeline
     from ingestion.ops.onboard import onboard
+    from ingestion.runtime.session import get_session
 
-    config, spark = _pipeline_session(args.pipeline)
-    report = onboard(spark, config, dry_run=args.dry_run, create_topic=args.create_topic,
-                     register_schemas=args.register_schemas)
-    print("\n".join(report.lines))
+    if args.all == bool(args.pipeline):
+        raise IngestionError("name one pipeline, or pass --all")
+    configs = _all_valid() if args.all else [load_pipeline(args.pipeline)]
+    spark = get_session("ingest-onboard", conf={k: v for c in configs for k, v in c.spark.items()})
+    for config in configs:
+        report = onboard(spark, config, dry_run=args.dry_run, create_topic=args.create_topic,
+                         register_schemas=args.register_schemas)
+        print("\n".join(report.lines))
     return 0
 
 
