@@ -262,10 +262,17 @@ def _all_valid() -> list[PipelineConfig]:
 
 
 def _history(args: argparse.Namespace) -> int:
+    from ingestion.config import load_pipeline
+    from ingestion.delta.log_reader import JvmFreeReadError
     from ingestion.ops import history
 
-    config, spark = _pipeline_session(args.pipeline)
-    records = history.history(spark, config)
+    config = load_pipeline(args.pipeline)
+    try:
+        records = history.history_without_jvm(config)  # delta-rs: no JVM to start
+    except JvmFreeReadError as exc:
+        log.info("%s; reading the history with Spark instead", exc)
+        config, spark = _pipeline_session(args.pipeline)
+        records = history.history(spark, config)
     print(history.to_json(records) if args.json else history.render(records))
     return 0
 

@@ -8,13 +8,18 @@ from dataclasses import asdict
 from pyspark.sql import SparkSession
 
 from ingestion.config import PipelineConfig
-from ingestion.delta import ledger
+from ingestion.delta import ledger, log_reader
 from ingestion.delta.ledger import BatchRecord
 
 
 def history(spark: SparkSession, config: PipelineConfig) -> list[BatchRecord]:
-    """Every commit of bronze that records offsets, oldest first."""
+    """Every commit of bronze that records offsets, oldest first (read with Spark)."""
     return ledger.history(spark, config.table_path)
+
+
+def history_without_jvm(config: PipelineConfig) -> list[BatchRecord]:
+    """The same, read from the Delta log with delta-rs (no JVM); JvmFreeReadError when delta-rs cannot."""
+    return log_reader.history(config.table_path) or []
 
 
 def to_json(records: list[BatchRecord]) -> str:
