@@ -343,7 +343,7 @@ def _build(cls: type[Any], data: Mapping[str, Any], file: Path, prefix: str) -> 
     if remaining:
         key, value = next(iter(remaining.items()))
         known = sorted(f.metadata.get("key", f.name) for f in dataclasses.fields(cls) if not f.metadata.get("internal"))
-        raise ConfigError(f"{file}: unknown key {prefix + str(key)!r} (value {value!r}); "
+        raise ConfigError(f"{file}: unknown key {prefix + str(key)!r} (value {_shown(str(key), value)}); "
                           f"known keys here: {', '.join(known)}")
     return cls(**kwargs)
 
@@ -358,37 +358,46 @@ def _coerce(hint: Any, value: Any, file: Path, key: str) -> Any:
     if origin is Literal:
         allowed = typing.get_args(hint)
         if value not in allowed:
-            raise ConfigError(f"{file}: key {key!r} must be one of {list(allowed)}, got {value!r}")
+            raise ConfigError(f"{file}: key {key!r} must be one of {list(allowed)}, got {_shown(key, value)}")
         return value
     if dataclasses.is_dataclass(hint):
         if not isinstance(value, dict):
-            raise ConfigError(f"{file}: key {key!r} must be a mapping, got {value!r}")
+            raise ConfigError(f"{file}: key {key!r} must be a mapping, got {_shown(key, value)}")
         return _build(typing.cast(type, hint), value, file, key + ".")
     if origin is tuple:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{file}: key {key!r} must be a list of names, got {value!r}")
+            raise ConfigError(f"{file}: key {key!r} must be a list of names, got {_shown(key, value)}")
         return tuple(value)
     if origin in (Mapping, dict):
         if not isinstance(value, dict):
-            raise ConfigError(f"{file}: key {key!r} must be a mapping of settings, got {value!r}")
+            raise ConfigError(f"{file}: key {key!r} must be a mapping of settings, got {_shown(key, value)}")
         bad = {k: v for k, v in value.items() if not isinstance(v, (str, int, float, bool))}
         if bad:
             sub, val = next(iter(bad.items()))
-            raise ConfigError(f"{file}: key '{key}.{sub}' must be a plain value, got {val!r}")
+            raise ConfigError(f"{file}: key '{key}.{sub}' must be a plain value, got {_shown(sub, val)}")
         return {str(k): _scalar_text(v) for k, v in value.items()}
     if hint is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{file}: key {key!r} must be true or false, got {value!r}")
+            raise ConfigError(f"{file}: key {key!r} must be true or false, got {_shown(key, value)}")
         return value
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{file}: key {key!r} must be an integer, got {value!r}")
+            raise ConfigError(f"{file}: key {key!r} must be an integer, got {_shown(key, value)}")
         return value
     if hint is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise ConfigError(f"{file}: key {key!r} must be a string, got {value!r}")
+            raise ConfigError(f"{file}: key {key!r} must be a string, got {_shown(key, value)}")
         return str(value)
     raise ConfigError(f"{file}: key {key!r} has an unsupported type {hint!r}")  # pragma: no cover
+
+
+def _shown(key: str, value: Any) -> str:
+    """A rejected value as an error message shows it: secrets (by their key, at any depth) as '***'."""
+    if _SECRET.search(key):
+        return "'***'"
+    if isinstance(value, dict):
+        return repr({k: "***" if _SECRET.search(str(k)) else v for k, v in value.items()})
+    return repr(value)
 
 
 def _scalar_text(value: str | int | float | bool) -> str:

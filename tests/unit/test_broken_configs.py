@@ -85,3 +85,18 @@ def test_run_all_sees_every_bad_file_and_pipelines_that_share_a_name(tmp_path: P
     assert any(m.startswith(f"{files['c']}: unknown key 'bad'") for m in messages)
     assert any(m.startswith(f"{files['b']}: pipeline 'orders' has the same name 'orders' as {files['a']}")
                for m in messages)
+
+
+@pytest.mark.parametrize("text", [
+    GOOD + "sasl.password: hunter2-canary\n",  # a secret at the wrong level: an unknown key
+    GOOD + "sink:\n  basic.auth.user.info: user:hunter2-canary\n",
+    GOOD.replace("kafka:\n", "kafka:\n  sasl.password: [hunter2-canary]\n"),  # not a plain value
+    GOOD + "metrics:\n  secret:\n    password: hunter2-canary\n",
+])
+def test_rejected_secrets_are_not_shown_in_the_error(text: str, tmp_path: Path) -> None:
+    path = tmp_path / "secret.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_pipeline(path)
+    assert "hunter2-canary" not in str(caught.value)
+    assert "***" in str(caught.value)
