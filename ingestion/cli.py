@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import sys
@@ -229,6 +230,13 @@ def _run(args: argparse.Namespace) -> int:
         configs = _all_valid()
         for config in configs:
             pipeline.check_can_start(config)
+        if args.available_now:
+            done = [c for c in configs if pipeline.caught_up(c) is not None]
+            for config in done:
+                print(f"{config.name}: caught up, nothing to do")
+            configs = [c for c in configs if c not in done]
+            if not configs:
+                return 0
         metrics.open_store_early()  # while the JVM boots
         spark = get_session("ingest-all", conf={k: v for c in configs for k, v in c.spark.items()}, fixed_heap=True)
         outcome = pipeline.run_all(spark, configs, available_now=args.available_now)
@@ -237,6 +245,11 @@ def _run(args: argparse.Namespace) -> int:
         return 1 if any(s.startswith("FAILED") for s in outcome.values()) else 0
     config = load_pipeline(args.pipeline)
     pipeline.check_can_start(config)  # before anything is created or a JVM boots: Kafka, the topic, the lock
+    if args.available_now and (reached := pipeline.caught_up(config)) is not None:
+        where = ", ".join(f"{config.topic}/{p}:{o}" for p, o in sorted(reached.items()))
+        log.info("%s: caught up, nothing to do (the table holds every committed record before %s); no Spark "
+                 "session started", config.name, where)
+        return 0
     metrics.open_store_early()  # while the JVM boots
     spark = get_session(f"ingest-{config.name}", conf=config.spark, fixed_heap=True)
     running = pipeline.run(spark, config, available_now=args.available_now)
@@ -263,18 +276,21 @@ def _all_valid() -> list[PipelineConfig]:
 
 def _history(args: argparse.Namespace) -> int:
     from ingestion.config import load_pipeline
-    from ingestion.delta.log_reader import JvmFreeReadError
     from ingestion.ops import history
 
     config = load_pipeline(args.pipeline)
-    try:
-        records = history.history_without_jvm(config)  # delta-rs: no JVM to start
-    except JvmFreeReadError as exc:
-        log.info("%s; reading the history with Spark instead", exc)
-        config, spark = _pipeline_session(args.pipeline)
-        records = history.history(spark, config)
+    records = _without_jvm(lambda reader: history.history(reader, config), config)
     print(history.to_json(records) if args.json else history.render(records))
     return 0
+
+
+def _without_jvm(answer: Callable[[Any], Any], config: PipelineConfig | None = None) -> Any:
+    """A read-only command's answer through delta-rs, or through Spark when delta-rs cannot read a table."""
+    from ingestion.ops.readers import without_jvm
+    from ingestion.runtime.session import get_session
+
+    return without_jvm(answer, lambda: get_session(f"ingest-{config.name}" if config else "ingest-read",
+                                                   conf=config.spark if config else None))
 
 
 def _pipeline_session(name: str) -> tuple[PipelineConfig, SparkSession]:
@@ -306,16 +322,20 @@ def _status(args: argparse.Namespace) -> int:
 
     from ingestion.config import load_pipeline
     from ingestion.ops import status
-    from ingestion.runtime.session import get_session
 
     configs = [load_pipeline(args.pipeline)] if args.pipeline else _all_valid()
-    spark = get_session("ingest-status")
-    found = [status.pipeline_status(spark, c) for c in configs]
+    found = [_without_jvm(functools.partial(_status_of, config=c), c) for c in configs]
     if args.json:
         print(json.dumps([asdict(s) for s in found], indent=2))
     else:
         print("\n\n".join(status.render(s) for s in found))
     return 0
+
+
+def _status_of(reader: Any, *, config: PipelineConfig) -> Any:
+    from ingestion.ops import status
+
+    return status.pipeline_status(reader, config)
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -382,46 +402,33 @@ def _rewind(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    from ingestion.config import load_pipeline
     from ingestion.ops import verify
 
-    config, spark = _pipeline_session(args.pipeline)
-    result = verify.audit(spark, config)
+    config = load_pipeline(args.pipeline)
+    result = _without_jvm(lambda reader: verify.audit(reader, config), config)
     print(json.dumps(result.to_json(), indent=2) if args.json else verify.render(result))
     return 0 if result.ok else 1
 
 
 def _quarantine_list(args: argparse.Namespace) -> int:
+    from ingestion.config import load_pipeline
     from ingestion.ops import quarantine
 
-    config, spark = _pipeline_session(args.pipeline)
-    table = quarantine.read(spark, config)
-    rows = quarantine.summary(table).collect() if table is not None else []
-    print(f"{'error class':24} {'partition':>18} {'records':>8} {'offsets':>17}  newest")
-    for r in rows:
-        where = f"{r['_kafka_topic']}/{r['_kafka_partition']}"
-        print(f"{r['_error_class']:24} {where:>18} {r['records']:>8} "
-              f"{str(r['first_offset']) + '-' + str(r['last_offset']):>17}  {r['newest']}")
-    print(f"{sum(r['records'] for r in rows)} records quarantined in {config.quarantine_path}")
+    config = load_pipeline(args.pipeline)
+    found = _without_jvm(lambda reader: quarantine.groups(reader, config), config)
+    print(quarantine.render_groups(found, config.quarantine_path))
     return 0
 
 
 def _quarantine_show(args: argparse.Namespace) -> int:
-    from pyspark.sql import functions as F
-
+    from ingestion.config import load_pipeline
     from ingestion.ops import quarantine
 
-    config, spark = _pipeline_session(args.pipeline)
-    table = quarantine.read(spark, config)
-    if table is None:
-        print("no quarantine table yet")
-        return 0
-    if args.error_class:
-        table = table.where(F.col("_error_class") == args.error_class)
-    for r in table.orderBy("_kafka_partition", "_kafka_offset").limit(args.limit).collect():
-        value = r["_kafka_value"]
-        shown = "null" if value is None else f"{len(value)} bytes {bytes(value[:16]).hex(' ')}"
-        print(f"{r['_kafka_topic']}/{r['_kafka_partition']}@{r['_kafka_offset']}  {r['_kafka_timestamp']}  "
-              f"schema id {r['_schema_id']}  {r['_error_class']}: {r['_error_message']}\n    value {shown}")
+    config = load_pipeline(args.pipeline)
+    found = _without_jvm(lambda reader: quarantine.records(reader, config, limit=args.limit,
+                                                           error_class=args.error_class), config)
+    print(quarantine.render_records(found))
     return 0
 
 

@@ -10,6 +10,7 @@ from ingestion.kafka.clients import (
     committed_offsets,
     consumer,
     create_topic,
+    first_unread,
     for_admin,
     for_consumer,
     for_producer,
@@ -18,5 +19,5 @@ from ingestion.kafka.clients import (
 )
 
 __all__ = ["ISOLATION", "READ_COMMITTED", "admin_client", "check_reachable", "commit_group_offsets",
-           "committed_offsets", "consumer", "create_topic", "for_admin", "for_consumer", "for_producer", "partitions",
-           "watermarks"]
+           "committed_offsets", "consumer", "create_topic", "first_unread", "for_admin", "for_consumer", "for_producer",
+           "partitions", "watermarks"]

@@ -150,3 +150,38 @@ def committed_offsets(settings: Mapping[str, Any], group: str, topic: str) -> di
     admin = admin_client(settings)  # kept referenced until the future resolves, or it never does
     result = admin.list_consumer_group_offsets([request])[group].result(30)
     return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
+
+
+def first_unread(settings: Mapping[str, Any], topic: str, positions: Mapping[int, int],
+                 timeout: float = 10.0) -> dict[int, tuple[int, int] | None]:
+    """Per partition, the (offset, timestamp ms) of the first record a read_committed consumer gets at or after
+    `positions[partition]`, or None when there is none: what lies between the position and the end offset is then
+    only transaction markers and aborted records (a transactional producer always ends a partition with a
+    marker). Partitions that did not answer within `timeout` seconds are left out."""
+    import time
+
+    from confluent_kafka import KafkaError, TopicPartition
+
+    if not positions:
+        return {}
+    client = consumer(settings, "ingest-first-unread", **{"enable.partition.eof": True,
+                                                          "auto.offset.reset": "earliest"})
+    found: dict[int, tuple[int, int] | None] = {}
+    try:
+        client.assign([TopicPartition(topic, p, o) for p, o in positions.items()])
+        deadline = time.monotonic() + timeout
+        while len(found) < len(positions) and time.monotonic() < deadline:
+            msg = client.poll(0.5)
+            partition = msg.partition() if msg is not None else None
+            if msg is None or partition is None or partition in found or partition not in positions:
+                continue
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    found[partition] = None
+                continue
+            found[partition] = (int(msg.offset()), int(msg.timestamp()[1]))
+            client.pause([TopicPartition(topic, partition)])
+    finally:
+        client.close()
+    return found

@@ -5,21 +5,15 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from pyspark.sql import SparkSession
-
 from ingestion.config import PipelineConfig
-from ingestion.delta import ledger, log_reader
 from ingestion.delta.ledger import BatchRecord
+from ingestion.ops.readers import Source, as_reader
 
 
-def history(spark: SparkSession, config: PipelineConfig) -> list[BatchRecord]:
-    """Every commit of bronze that records offsets, oldest first (read with Spark)."""
-    return ledger.history(spark, config.table_path)
-
-
-def history_without_jvm(config: PipelineConfig) -> list[BatchRecord]:
-    """The same, read from the Delta log with delta-rs (no JVM); JvmFreeReadError when delta-rs cannot."""
-    return log_reader.history(config.table_path) or []
+def history(source: Source, config: PipelineConfig) -> list[BatchRecord]:
+    """Every commit of bronze that records offsets, oldest first (read through a TableReader, or a SparkSession to
+    read with Spark)."""
+    return as_reader(source).history(config.table_path)
 
 
 def to_json(records: list[BatchRecord]) -> str:

@@ -24,6 +24,8 @@ from ingestion.decode.python_decoder import decode_in_python
 from ingestion.delta import ledger, reads
 from ingestion.delta.append import commit_metadata
 from ingestion.delta.ledger import REDECODE_BATCH_ID, BatchKind, BatchRecord
+from ingestion.delta.reader import QuarantinedRecord, QuarantineGroup
+from ingestion.ops.readers import Source, as_reader
 from ingestion.stream import setup
 
 log = logging.getLogger(__name__)
@@ -46,12 +48,34 @@ def read(spark: SparkSession, config: PipelineConfig) -> DataFrame | None:
     return reads.read_table(spark, config.quarantine_path)
 
 
-def summary(quarantined: DataFrame) -> DataFrame:
+def groups(source: Source, config: PipelineConfig) -> list[QuarantineGroup]:
     """Counts per error class and partition, with the offset range and newest Kafka timestamp."""
-    return (quarantined.groupBy("_error_class", "_kafka_topic", "_kafka_partition")
-            .agg(F.count(F.lit(1)).alias("records"), F.min("_kafka_offset").alias("first_offset"),
-                 F.max("_kafka_offset").alias("last_offset"), F.max("_kafka_timestamp").alias("newest"))
-            .orderBy("_error_class", "_kafka_topic", "_kafka_partition"))
+    return as_reader(source).quarantine_groups(config.quarantine_path)
+
+
+def records(source: Source, config: PipelineConfig, *, limit: int,
+            error_class: str | None = None) -> list[QuarantinedRecord]:
+    """The first `limit` quarantined records by partition and offset (of one error class when given)."""
+    return as_reader(source).quarantined(config.quarantine_path, limit=limit, error_class=error_class)
+
+
+def render_groups(found: list[QuarantineGroup], path: str) -> str:
+    lines = [f"{'error class':24} {'partition':>18} {'records':>8} {'offsets':>17}  newest"]
+    for g in found:
+        where = f"{g.topic}/{g.partition}"
+        lines.append(f"{g.error_class:24} {where:>18} {g.records:>8} "
+                     f"{str(g.first_offset) + '-' + str(g.last_offset):>17}  {g.newest}")
+    lines.append(f"{sum(g.records for g in found)} records quarantined in {path}")
+    return "\n".join(lines)
+
+
+def render_records(found: list[QuarantinedRecord]) -> str:
+    lines = []
+    for r in found:
+        shown = "null" if r.value is None else f"{len(r.value)} bytes {r.value[:16].hex(' ')}"
+        lines.append(f"{r.topic}/{r.partition}@{r.offset}  {r.timestamp}  schema id {r.schema_id}  "
+                     f"{r.error_class}: {r.error_message}\n    value {shown}")
+    return "\n".join(lines) if lines else "no quarantined records"
 
 
 def as_kafka_rows(quarantined: DataFrame) -> DataFrame:

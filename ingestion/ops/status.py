@@ -10,13 +10,11 @@ import datetime as dt
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
-
 from ingestion import kafka
 from ingestion.config import PipelineConfig
-from ingestion.delta import ledger, reads
+from ingestion.delta import ledger
 from ingestion.delta.ledger import BatchKind
+from ingestion.ops.readers import Source, as_reader
 
 
 @dataclass(frozen=True)
@@ -45,61 +43,35 @@ class PipelineStatus:
         return asdict(self)
 
 
-def pipeline_status(spark: SparkSession, config: PipelineConfig, now: dt.datetime | None = None) -> PipelineStatus:
+def pipeline_status(source: Source, config: PipelineConfig, now: dt.datetime | None = None) -> PipelineStatus:
+    """Where the pipeline stands, from its tables (through `source`: a TableReader, or a SparkSession to read with
+    Spark) and Kafka."""
+    reader = as_reader(source)
     now = now or dt.datetime.now(dt.UTC)
     settings = config.kafka_client_settings()
-    records = ledger.history(spark, config.table_path)
+    records = reader.history(config.table_path)
     ingested = ledger.next_offsets(records).get(config.topic, {})
     marks = kafka.watermarks(settings, config.topic)
-    quarantined = _quarantined(spark, config)
-    behind = {p: max(0, high - ingested.get(str(p), low)) for p, (low, high) in marks.items()}
-    ages = _ages(settings, config.topic, {p: ingested.get(str(p), low) for p, (low, _) in marks.items()
-                                          if behind[p]}, now)
-    partitions = [
-        PartitionStatus(config.topic, p, high, ingested.get(str(p), 0), behind[p],
-                        ages.get(p) if behind[p] else 0.0, quarantined.get(p, 0))
-        for p, (low, high) in sorted(marks.items())
-    ]
+    quarantined = reader.quarantined_per_partition(config.quarantine_path, config.topic)
+    position = {p: ingested.get(str(p), low) for p, (low, _) in marks.items()}
+    # Lag counts from the first committed record past the table's position: transaction markers and aborted
+    # records there are not lag (the table can never hold them).
+    unread = kafka.first_unread(settings, config.topic, {p: o for p, o in position.items() if o < marks[p][1]})
+    partitions = []
+    for p, (_, high) in sorted(marks.items()):
+        first = unread.get(p, (position[p], None)) if position[p] < high else None
+        lag = 0 if first is None else high - first[0]
+        age = 0.0 if first is None else None if first[1] is None else max(0.0, now.timestamp() - first[1] / 1000)
+        partitions.append(PartitionStatus(config.topic, p, high, ingested.get(str(p), 0), lag, age,
+                                          quarantined.get(p, 0)))
     stream = [r for r in records if r.kind == BatchKind.STREAM]
     last = stream[-1] if stream else None
     return PipelineStatus(
-        config.name, config.topic, config.table_path, ledger.table_version(spark, config.table_path),
+        config.name, config.topic, config.table_path, reader.version(config.table_path),
         last.batch_id if last else None,
         last.committed_at.isoformat() if last and last.committed_at else None,
-        sum(behind.values()), partitions,
+        sum(p.lag_records for p in partitions), partitions,
     )
-
-
-def _quarantined(spark: SparkSession, config: PipelineConfig) -> dict[int, int]:
-    table = reads.read_table(spark, config.quarantine_path)
-    if table is None:
-        return {}
-    rows = (table.where(F.col("_kafka_topic") == config.topic).groupBy("_kafka_partition").count().collect())
-    return {int(r["_kafka_partition"]): int(r["count"]) for r in rows}
-
-
-def _ages(settings: dict[str, Any], topic: str, next_offsets: dict[int, int], now: dt.datetime) -> dict[int, float]:
-    """Seconds since the Kafka timestamp of the first record not ingested yet, per lagging partition."""
-    if not next_offsets:
-        return {}
-    from confluent_kafka import TopicPartition
-
-    consumer = kafka.consumer(settings, "ingest-status", **{"enable.partition.eof": True})
-    ages: dict[int, float] = {}
-    try:
-        consumer.assign([TopicPartition(topic, p, o) for p, o in next_offsets.items()])
-        deadline = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=10)
-        while len(ages) < len(next_offsets) and dt.datetime.now(dt.UTC) < deadline:
-            msg = consumer.poll(1.0)
-            partition = msg.partition() if msg is not None and not msg.error() else None
-            if msg is None or partition is None or partition in ages:
-                continue
-            _, millis = msg.timestamp()
-            ages[partition] = max(0.0, now.timestamp() - millis / 1000)
-            consumer.pause([TopicPartition(topic, partition)])
-    finally:
-        consumer.close()
-    return ages
 
 
 def render(status: PipelineStatus) -> str:

@@ -14,12 +14,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
-
 from ingestion import kafka
 from ingestion.config import PipelineConfig
-from ingestion.delta import ledger, reads
+from ingestion.delta import ledger
+from ingestion.delta.reader import TableReader
+from ingestion.ops.readers import Source, as_reader
 
 MAX_SHOWN = 100  # offsets or ranges listed per partition and kind
 MAX_GAP_READ = 1_000_000  # offsets read back from Kafka per partition to classify gaps
@@ -61,60 +60,26 @@ class Audit:
                 "partitions": [{**asdict(p), "ok": p.ok} for p in self.partitions]}
 
 
-def held_offsets(spark: SparkSession, config: PipelineConfig) -> DataFrame:
-    """(partition, offset) of every row of bronze and quarantine for the pipeline's topic, duplicates kept."""
-    held = reads.held_coordinates(spark, config)
-    if held is None:
-        return spark.createDataFrame([], "partition int, offset long")
-    return held.where(F.col("topic") == config.topic).select("partition", "offset")
-
-
-def gaps(distinct: DataFrame, bounds: dict[int, tuple[int, int]]) -> dict[int, list[tuple[int, int]]]:
-    """Missing [first, last] ranges per partition between the bounds, from distinct (partition, offset) rows."""
-    previous = F.lag("offset").over(Window.partitionBy("partition").orderBy("offset"))
-    inner = (distinct.withColumn("prev", previous).where(F.col("offset") - F.col("prev") > 1)
-             .select("partition", (F.col("prev") + 1).alias("a"), (F.col("offset") - 1).alias("b")).collect())
-    ends = {r["partition"]: (r["lo"], r["hi"]) for r in
-            distinct.groupBy("partition").agg(F.min("offset").alias("lo"), F.max("offset").alias("hi")).collect()}
-    out: dict[int, list[tuple[int, int]]] = {p: [] for p in bounds}
-    for r in inner:
-        if r["partition"] in out:
-            out[r["partition"]].append((int(r["a"]), int(r["b"])))
-    for p, (first, last) in bounds.items():
-        if p not in ends:
-            out[p] = [(first, last)]
-            continue
-        lo, hi = ends[p]
-        if lo > first:
-            out[p].append((first, lo - 1))
-        if hi < last:
-            out[p].append((hi + 1, last))
-        out[p].sort()
-    return out
-
-
-def audit(spark: SparkSession, config: PipelineConfig) -> Audit:
+def audit(source: Source, config: PipelineConfig) -> Audit:
+    """Bronze and quarantine (read through `source`: a TableReader, or a SparkSession to read with Spark) against
+    Kafka, per partition of the pipeline's topic."""
+    reader = as_reader(source)
     settings = config.kafka_client_settings()
-    coverage = {r.partition: r for r in ledger.coverage(ledger.history(spark, config.table_path))
+    coverage = {r.partition: r for r in ledger.coverage(reader.history(config.table_path))
                 if r.topic == config.topic}
     marks = kafka.watermarks(settings, config.topic)
-    held = held_offsets(spark, config)
-    counts = held.groupBy("partition", "offset").count()
-    duplicates: dict[int, list[int]] = {}
-    for r in counts.where(F.col("count") > 1).orderBy("partition", "offset").limit(MAX_SHOWN * 10).collect():
-        duplicates.setdefault(r["partition"], []).append(int(r["offset"]))
-    rows = {r["partition"]: int(r["n"]) for r in
-            counts.groupBy("partition").agg(F.count(F.lit(1)).alias("n")).collect()}
-    missing = gaps(counts.select("partition", "offset"), {p: (c.first, c.last) for p, c in coverage.items()})
+    tables = (config.table_path, config.quarantine_path)
+    held = reader.held(tables, config.topic, {p: (c.first, c.last) for p, c in coverage.items()}, MAX_SHOWN)
     result = []
     for p, (low, high) in sorted(marks.items()):
         span = coverage.get(p)
+        found = held.get(p)
         part = PartitionAudit(config.topic, p, low, high, span.first if span else None, span.last if span else None,
-                              rows.get(p, 0), duplicates.get(p, [])[:MAX_SHOWN])
+                              found.rows if found else 0, list(found.duplicates) if found else [])
         committed = _committed(settings, config, part)
-        _classify(settings, config, part, missing.get(p, []), committed)
+        _classify(settings, config, part, list(found.gaps) if found else [], committed)
         if committed is not None:
-            _find_not_committed(held, part, committed)
+            _find_not_committed(reader, tables, part, committed)
         result.append(part)
     return Audit(config.name, config.topic, result)
 
@@ -133,12 +98,13 @@ def _committed(settings: dict[str, Any], config: PipelineConfig, part: Partition
     return _offsets_in_kafka(settings, config.topic, part.partition, first, last)
 
 
-def _find_not_committed(held: DataFrame, part: PartitionAudit, committed: set[int]) -> None:
+def _find_not_committed(reader: TableReader, tables: tuple[str, str], part: PartitionAudit,
+                        committed: set[int]) -> None:
     """Offsets the tables hold within what Kafka still has, that Kafka does not return as committed."""
     first, last = max(part.first or 0, part.kafka_low), min(part.last or -1, part.kafka_high - 1)
-    rows = (held.where((F.col("partition") == part.partition) & F.col("offset").between(first, last))
-            .select("offset").distinct().collect())
-    extra = sorted({int(r["offset"]) for r in rows} - committed)
+    if last < first:
+        return
+    extra = sorted(reader.held_between(tables, part.topic, part.partition, first, last) - committed)
     part.not_committed = [list(run) for run in _runs(extra)][:MAX_SHOWN]
 
 

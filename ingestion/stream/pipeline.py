@@ -21,6 +21,8 @@ from ingestion import kafka
 from ingestion.config import PipelineConfig, duration_seconds
 from ingestion.delta import ledger
 from ingestion.delta.log_checkpoints import BackgroundCheckpoints
+from ingestion.delta.reader import JvmFreeReadError
+from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.errors import IngestionError
 from ingestion.runtime.listener import wait_for_listener_events
 from ingestion.stream import checkpoint, setup, source
@@ -82,6 +84,30 @@ def check_can_start(config: PipelineConfig) -> None:
     the pipeline. A command calls it before it boots a JVM, so these failures come in seconds."""
     check_kafka(config)
     WriterLock(config.name, config.checkpoint_path).probe()
+
+
+def caught_up(config: PipelineConfig) -> dict[int, int] | None:
+    """Per partition, the offset the table has reached, when it holds every committed record Kafka has now (an
+    available-now run would have nothing to do); None otherwise, or when that cannot be told without a JVM (no
+    ledger yet, a table delta-rs cannot read). Read with delta-rs and a Kafka consumer: no JVM."""
+    reader = DeltaRsReader()
+    try:
+        if not reader.version(config.table_path):  # no table, or only its creation: the first run has work to do
+            return None
+        recorded = ledger.next_offsets(reader.history(config.table_path)).get(config.topic, {})
+    except JvmFreeReadError as exc:
+        log.debug("%s: cannot tell whether it is caught up without a JVM: %s", config.name, exc)
+        return None
+    if not recorded:
+        return None
+    settings = config.kafka_client_settings()
+    marks = kafka.watermarks(settings, config.topic)
+    position = {p: max(low, recorded.get(str(p), low)) for p, (low, _) in marks.items()}
+    behind = {p: o for p, o in position.items() if o < marks[p][1]}
+    unread = kafka.first_unread(settings, config.topic, behind) if behind else {}
+    if len(unread) < len(behind) or any(first is not None for first in unread.values()):
+        return None  # committed records to ingest (or a partition that did not answer)
+    return position
 
 
 def check_kafka(config: PipelineConfig) -> list[int]:

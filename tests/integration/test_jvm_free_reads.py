@@ -1,27 +1,40 @@
-"""Read-only answers without a JVM: delta-rs reads the ledger Spark wrote, and `ingest history` answers from it
-alone (a JVM it tried to start would fail here)."""
+"""Read-only answers without a JVM: delta-rs reads what Spark wrote, and `status`, `history`, `verify` and
+`quarantine list|show` answer through it alone (a JVM they tried to start would fail here). Every answer equals the
+one the same code gives from a Spark read of the same tables."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
+import random
 import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 
+from ingestion import kafka
 from ingestion.config import load_pipeline
-from ingestion.delta import ledger, log_reader
-from ingestion.dev.samples import produce_orders
-from ingestion.ops import rewind
+from ingestion.decode.wire import encode
+from ingestion.delta import ledger, rs_reads
+from ingestion.delta.reads import SparkReader
+from ingestion.delta.rs_reads import DeltaRsReader
+from ingestion.dev.samples import avro_body, order, produce_orders
+from ingestion.ops import history, quarantine, rewind, status, verify
 from ingestion.stream import pipeline
 from tests.conftest import pipeline_yaml
 
 pytestmark = pytest.mark.integration
 
 INGEST = str(Path(sys.executable).parent / "ingest")
+NO_JVM = {**os.environ, "JAVA_HOME": "/nonexistent-java"}  # a JVM started now would fail
+
+
+def ingest(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([INGEST, *args], capture_output=True, text=True, env=NO_JVM, timeout=120)
 
 
 def test_delta_rs_reads_the_same_ledger_as_spark_and_history_needs_no_jvm(
@@ -29,7 +42,7 @@ def test_delta_rs_reads_the_same_ledger_as_spark_and_history_needs_no_jvm(
     topic = make_topic(partitions=2)
     path = pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers)
     config = load_pipeline(path)
-    assert log_reader.history(config.table_path) is None  # no table yet
+    assert rs_reads.history(config.table_path) is None  # no table yet
     produce_orders(kafka_servers, topic, 60, schema_id=1, schema=orders_schema)
     pipeline.run(spark, config, available_now=True)
     produce_orders(kafka_servers, topic, 40, schema_id=1, schema=orders_schema, first_seq=60)
@@ -37,14 +50,116 @@ def test_delta_rs_reads_the_same_ledger_as_spark_and_history_needs_no_jvm(
     rewind.rewind(spark, config, to_version=1)  # a RESTORE commit with its rewind record
 
     by_spark = ledger.history(spark, config.table_path)
-    by_delta_rs = log_reader.history(config.table_path)
+    by_delta_rs = rs_reads.history(config.table_path)
     assert [r.kind for r in by_spark] == ["stream", "stream", "rewind"]
     assert by_delta_rs == by_spark
     assert [r.version for r in by_delta_rs] == [r.version for r in by_spark]
     assert [r.committed_at for r in by_delta_rs] == [r.committed_at for r in by_spark]
 
-    env = {**os.environ, "JAVA_HOME": "/nonexistent-java"}  # a JVM started now would fail to start
-    done = subprocess.run([INGEST, "history", str(path), "--json"], capture_output=True, text=True, env=env,
-                          timeout=120)
+    done = ingest("history", str(path), "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout) == json.loads(json.dumps([asdict(r) for r in by_spark], default=str))
+
+    # Rewound to version 1, the table lacks the last 40 records: an available-now run has work (and needs a JVM).
+    assert pipeline.caught_up(config) is None
+    pipeline.run(spark, config, available_now=True)
+    assert pipeline.caught_up(config) == {p: o for p, (_, o) in kafka.watermarks(
+        config.kafka_client_settings(), topic).items()}
+    done = ingest("run", str(path), "--available-now")  # caught up: answered without a JVM
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "caught up, nothing to do" in done.stdout and "no Spark session started" in done.stdout
+
+
+def test_status_verify_and_quarantine_answer_alike_from_delta_rs_and_spark(
+        spark, kafka_servers, make_topic, orders_schema, tmp_path: Path) -> None:
+    """A table with quarantined records of three error classes in three partitions, an aborted transaction, a
+    duplicate and a lost record: every read-only answer is the same whichever reader made it."""
+    from delta.tables import DeltaTable
+
+    topic = make_topic(partitions=3)
+    produce_orders(kafka_servers, topic, 90, schema_id=1, schema=orders_schema)
+    good = avro_body(orders_schema, order(1, random.Random(3)))
+    txn = Producer({"bootstrap.servers": kafka_servers, "transactional.id": f"tx-{topic}"})
+    txn.init_transactions(30)
+
+    def aborted(partition: int) -> None:
+        txn.begin_transaction()
+        txn.produce(topic, partition=partition, value=encode(1, good))
+        txn.flush(30)  # the record reaches the log before the abort
+        txn.abort_transaction(30)
+
+    aborted(2)  # inside what the pipeline reads: an explained gap
+    bad = Producer({"bootstrap.servers": kafka_servers})
+    for i in range(12):
+        value = [b"\x07" + encode(1, good)[1:], encode(1, good + b"\x02\x04"), encode(1, b"\xff" * 12)][i % 3]
+        bad.produce(topic, key=b"k", value=value, partition=i % 3)
+    bad.flush(30)
+    aborted(0)  # at the end of partition 0: not lag, as the table can never hold it
+    path = pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, extra="source:\n  maxOffsetsPerTrigger: 40\n")
+    config = load_pipeline(path)
+    pipeline.run(spark, config, available_now=True)
+
+    spark_reader, rs_reader = SparkReader(spark), DeltaRsReader()
+    caught_up = status.pipeline_status(rs_reader, config)
+    assert caught_up.lag_records == 0, caught_up
+    assert caught_up.partitions[0].ingested_up_to < caught_up.partitions[0].latest_offset  # the aborted tail
+    assert pipeline.caught_up(config) is not None
+    produce_orders(kafka_servers, topic, 9, schema_id=1, schema=orders_schema, first_seq=90)  # lag: not ingested
+    assert pipeline.caught_up(config) is None
+    now = dt.datetime.now(dt.UTC)
+    assert status.pipeline_status(rs_reader, config, now) == status.pipeline_status(spark_reader, config, now)
+    lagging = status.pipeline_status(rs_reader, config, now)
+    assert lagging.lag_records == 9 and sum(p.quarantined for p in lagging.partitions) == 12
+    assert history.history(rs_reader, config) == history.history(spark_reader, config)
+
+    groups = quarantine.groups(rs_reader, config)
+    assert groups == quarantine.groups(spark_reader, config)
+    assert {(g.error_class, g.partition): g.records for g in groups} == {
+        ("WireFormatError", 0): 4, ("TrailingBytesError", 1): 4, ("MalformedAvroError", 2): 4}
+    assert all(g.newest is not None and g.newest.tzinfo is None for g in groups)
+    for limit, error_class in ((20, None), (5, None), (3, "TrailingBytesError"), (0, None), (5, "NoSuchError")):
+        by_rs = quarantine.records(rs_reader, config, limit=limit, error_class=error_class)
+        assert by_rs == quarantine.records(spark_reader, config, limit=limit, error_class=error_class)
+        assert len(by_rs) == min(limit, 4 if error_class == "TrailingBytesError" else
+                                 0 if error_class == "NoSuchError" else 12)
+    assert quarantine.records(rs_reader, config, limit=1)[0].value == b"\x07" + encode(1, good)[1:]
+
+    clean = verify.audit(rs_reader, config)
+    assert clean.ok, verify.render(clean)
+    assert clean.to_json() == verify.audit(spark_reader, config).to_json()
+    assert clean.partitions[2].explained["not in Kafka (transaction marker, aborted or compacted)"]  # the abort
+
+    # A duplicated row and a lost one: both readers name the same offsets.
+    rows = spark.read.format("delta").load(config.table_path).where("_kafka_partition = 1").orderBy(
+        "_kafka_offset").collect()
+    duplicate, removed = rows[2], rows[5]
+    spark.createDataFrame([duplicate], schema=spark.read.format("delta").load(config.table_path).schema) \
+        .write.format("delta").mode("append").save(config.table_path)
+    DeltaTable.forPath(spark, config.table_path).delete(
+        f"_kafka_partition = 1 AND _kafka_offset = {removed['_kafka_offset']}")
+    broken = verify.audit(DeltaRsReader(), config)  # a new reader: the table has new versions
+    assert broken.to_json() == verify.audit(spark_reader, config).to_json()
+    assert broken.partitions[1].duplicates == [duplicate["_kafka_offset"]]
+    assert broken.partitions[1].lost == [[removed["_kafka_offset"], removed["_kafka_offset"]]]
+
+    # The commands answer from delta-rs alone, exactly what the Spark reads give.
+    done = ingest("verify", str(path), "--json")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert json.loads(done.stdout) == verify.audit(spark_reader, config).to_json()
+    done = ingest("quarantine", "list", str(path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == quarantine.render_groups(quarantine.groups(spark_reader, config),
+                                                   config.quarantine_path) + "\n"
+    done = ingest("quarantine", "show", str(path), "--limit", "4", "--error-class", "MalformedAvroError")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == quarantine.render_records(
+        quarantine.records(spark_reader, config, limit=4, error_class="MalformedAvroError")) + "\n"
+    done = ingest("status", str(path), "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    answered = json.loads(done.stdout)[0]
+    expected = asdict(status.pipeline_status(spark_reader, config))
+    for found in (answered, expected):  # the age of the oldest record not ingested grows between the two calls
+        for p in found["partitions"]:
+            p["lag_seconds"] = p["lag_seconds"] > 0
+    assert answered == expected
+    assert "warning" not in done.stderr.lower(), done.stderr

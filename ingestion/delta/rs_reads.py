@@ -1,0 +1,204 @@
+"""Reading a pipeline's tables without a JVM: the Delta log and the data files through delta-rs (`deltalake`),
+the columns through pyarrow and numpy. The `TableReader` of the read-only commands (see `reader`).
+
+delta-rs reads the tables this project writes (reader version 1, writer version 2, and reader 3 / writer 7 with
+the typeWidening feature once a column was widened); `tests/integration/test_jvm_free_reads.py` holds every answer
+equal to Spark's. Where it cannot read a table, `JvmFreeReadError` says why and the caller reads with Spark.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ingestion.delta.ledger import BatchRecord
+from ingestion.delta.reader import (
+    Bounds,
+    HeldPartition,
+    JvmFreeReadError,
+    QuarantinedRecord,
+    QuarantineGroup,
+)
+
+TOPIC, PARTITION, OFFSET = "_kafka_topic", "_kafka_partition", "_kafka_offset"
+
+
+class DeltaRsReader:
+    """Reads through delta-rs. One instance per command: a table is opened once and reused."""
+
+    name = "delta-rs"
+
+    def __init__(self, storage_options: dict[str, str] | None = None) -> None:
+        self._storage_options = storage_options
+        self._tables: dict[str, Any] = {}
+
+    def _table(self, path: str) -> Any:
+        """The DeltaTable at `path` (its latest version), None when there is none."""
+        if path in self._tables:
+            return self._tables[path]
+        try:
+            from deltalake import DeltaTable
+            from deltalake.exceptions import TableNotFoundError
+        except ImportError as exc:  # pragma: no cover - a dependency of the package
+            raise JvmFreeReadError(f"delta-rs is not installed: {exc}") from None
+        try:
+            table = DeltaTable(path, storage_options=self._storage_options)
+        except TableNotFoundError:
+            table = None
+        except Exception as exc:  # noqa: BLE001 - an unsupported feature or store: the caller reads with Spark
+            raise _cannot(path, exc) from None
+        self._tables[path] = table
+        return table
+
+    def history(self, path: str) -> list[BatchRecord]:
+        table = self._table(path)
+        if table is None:
+            return []
+        try:
+            commits = table.history()
+        except Exception as exc:  # noqa: BLE001
+            raise _cannot(path, exc) from None
+        records = []
+        for commit in commits:
+            when = _commit_file_millis(path, commit.get("version")) or commit.get("timestamp")
+            committed_at = (dt.datetime.fromtimestamp(when / 1000, tz=dt.UTC).replace(tzinfo=None)
+                            if isinstance(when, int) else None)
+            record = BatchRecord.from_user_metadata(commit.get("userMetadata"), commit.get("version"), committed_at)
+            if record is not None:
+                records.append(record)
+        return sorted(records, key=lambda r: r.version or 0)
+
+    def version(self, path: str) -> int | None:
+        table = self._table(path)
+        return None if table is None else int(table.version())
+
+    def _columns(self, path: str, columns: list[str], filters: list[tuple[str, str, Any]]) -> Any:
+        """A pyarrow Table of `columns` of the rows that pass `filters` (DNF conjunction), None without a table."""
+        table = self._table(path)
+        if table is None:
+            return None
+        try:
+            return table.to_pyarrow_table(columns=columns, filters=filters or None)
+        except Exception as exc:  # noqa: BLE001
+            raise _cannot(path, exc) from None
+
+    def _coordinates(self, paths: Sequence[str], topic: str,
+                     extra: list[tuple[str, str, Any]] | None = None) -> tuple[Any, Any]:
+        """(partitions, offsets) as numpy arrays of every row of `topic` in the tables, sorted by both."""
+        import numpy as np
+        import pyarrow as pa
+
+        parts = [t for p in paths
+                 if (t := self._columns(p, [PARTITION, OFFSET], [(TOPIC, "=", topic), *(extra or [])])) is not None]
+        if not parts:
+            return np.array([], dtype=np.int64), np.array([], dtype=np.int64)
+        rows = pa.concat_tables([t.cast(pa.schema([(PARTITION, pa.int64()), (OFFSET, pa.int64())])) for t in parts])
+        partitions = rows.column(PARTITION).to_numpy()
+        offsets = rows.column(OFFSET).to_numpy()
+        order = np.lexsort((offsets, partitions))
+        return partitions[order], offsets[order]
+
+    def held(self, paths: Sequence[str], topic: str, bounds: Bounds, limit: int) -> dict[int, HeldPartition]:
+        import numpy as np
+
+        partitions, offsets = self._coordinates(paths, topic)
+        out: dict[int, HeldPartition] = {}
+        starts = np.flatnonzero(np.diff(partitions)) + 1
+        for segment in np.split(np.arange(len(offsets)), starts) if len(offsets) else []:
+            partition = int(partitions[segment[0]])
+            held = offsets[segment]
+            repeated = held[1:] == held[:-1]
+            duplicates = np.unique(held[1:][repeated])[:limit]
+            distinct = held[np.concatenate(([True], ~repeated))]
+            gaps: list[tuple[int, int]] = []
+            if partition in bounds:
+                first, last = bounds[partition]
+                steps = np.flatnonzero(np.diff(distinct) > 1)
+                gaps = [(int(distinct[i]) + 1, int(distinct[i + 1]) - 1) for i in steps]
+                if distinct[0] > first:
+                    gaps.append((first, int(distinct[0]) - 1))
+                if distinct[-1] < last:
+                    gaps.append((int(distinct[-1]) + 1, last))
+            out[partition] = HeldPartition(partition, len(distinct), tuple(int(o) for o in duplicates),
+                                           tuple(sorted(gaps)))
+        for partition, (first, last) in bounds.items():
+            out.setdefault(partition, HeldPartition(partition, 0, (), ((first, last),)))
+        return out
+
+    def held_between(self, paths: Sequence[str], topic: str, partition: int, first: int, last: int) -> set[int]:
+        _, offsets = self._coordinates(paths, topic, [(PARTITION, "=", partition), (OFFSET, ">=", first),
+                                                      (OFFSET, "<=", last)])
+        return {int(o) for o in offsets}
+
+    def quarantined_per_partition(self, path: str, topic: str) -> dict[int, int]:
+        rows = self._columns(path, [PARTITION], [(TOPIC, "=", topic)])
+        if rows is None or not rows.num_rows:
+            return {}
+        counts = rows.group_by(PARTITION).aggregate([(PARTITION, "count")])
+        return dict(zip((int(p) for p in counts.column(PARTITION).to_pylist()),
+                        (int(c) for c in counts.column(f"{PARTITION}_count").to_pylist()), strict=True))
+
+    def quarantine_groups(self, path: str) -> list[QuarantineGroup]:
+        rows = self._columns(path, ["_error_class", TOPIC, PARTITION, OFFSET, "_kafka_timestamp"], [])
+        if rows is None or not rows.num_rows:
+            return []
+        keys = ["_error_class", TOPIC, PARTITION]
+        summary = rows.group_by(keys).aggregate([(OFFSET, "count"), (OFFSET, "min"), (OFFSET, "max"),
+                                                 ("_kafka_timestamp", "max")])
+        groups = [QuarantineGroup(r["_error_class"], r[TOPIC], int(r[PARTITION]), int(r[f"{OFFSET}_count"]),
+                                  int(r[f"{OFFSET}_min"]), int(r[f"{OFFSET}_max"]),
+                                  _naive_utc(r["_kafka_timestamp_max"]))
+                  for r in summary.to_pylist()]
+        return sorted(groups, key=lambda g: (g.error_class, g.topic, g.partition))
+
+    def quarantined(self, path: str, *, limit: int, error_class: str | None = None) -> list[QuarantinedRecord]:
+        import pyarrow as pa
+
+        only = [("_error_class", "=", error_class)] if error_class is not None else []
+        coordinates = self._columns(path, [TOPIC, PARTITION, OFFSET], only)
+        if coordinates is None or not coordinates.num_rows or limit <= 0:
+            return []
+        first = sorted(zip(coordinates.column(PARTITION).to_pylist(), coordinates.column(OFFSET).to_pylist(),
+                           coordinates.column(TOPIC).to_pylist(), strict=True))[:limit]
+        wanted = set(first)
+        rows = self._columns(path, [TOPIC, PARTITION, OFFSET, "_kafka_timestamp", "_schema_id", "_error_class",
+                                    "_error_message", "_kafka_value"],
+                             [*only, (PARTITION, "in", sorted({p for p, _, _ in first})),
+                              (OFFSET, "in", sorted({o for _, o, _ in first}))])
+        assert isinstance(rows, pa.Table)
+        found = [QuarantinedRecord(r[TOPIC], int(r[PARTITION]), int(r[OFFSET]), _naive_utc(r["_kafka_timestamp"]),
+                                   r["_schema_id"], r["_error_class"], r["_error_message"], r["_kafka_value"])
+                 for r in rows.to_pylist() if (r[PARTITION], r[OFFSET], r[TOPIC]) in wanted]
+        return sorted(found, key=lambda r: (r.partition, r.offset, r.topic))
+
+
+def history(path: str) -> list[BatchRecord] | None:
+    """Every commit of the table that records offsets, oldest first; None when there is no Delta table at `path`."""
+    reader = DeltaRsReader()
+    return None if reader.version(path) is None else reader.history(path)
+
+
+def _naive_utc(value: object) -> dt.datetime | None:
+    """A timestamp as Spark's collect gives it here (UTC, no tzinfo)."""
+    if not isinstance(value, dt.datetime):
+        return None
+    return value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo else value
+
+
+def _cannot(path: str, exc: BaseException) -> JvmFreeReadError:
+    text = str(exc).strip().splitlines()
+    return JvmFreeReadError(f"delta-rs cannot read {path}: {text[0] if text else repr(exc)}")
+
+
+def _commit_file_millis(path: str, version: object) -> int | None:
+    """When the commit's file was written, in ms, as Spark's history and time travel by timestamp tell a version's
+    time (the commit info's own timestamp is the writer's clock, a few ms earlier); None for a remote table."""
+    if not isinstance(version, int) or "://" in path.removeprefix("file://"):
+        return None
+    log = Path(path.removeprefix("file://").removeprefix("file:")) / "_delta_log" / f"{version:020d}.json"
+    try:
+        return log.stat().st_mtime_ns // 1_000_000
+    except OSError:
+        return None
