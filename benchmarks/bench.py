@@ -31,7 +31,7 @@ import bench_runs
 import datagen
 
 REPO = Path(__file__).resolve().parents[1]
-STAGES = ("limit", "baseline", "ours", "freshness", "memory")
+STAGES = ("limit", "baseline", "ours", "peer", "freshness", "memory", "admin")
 # Batches of the memory stage's smaller run (the larger has 10 times as many): enough for the JVM to reach the
 # heap it keeps for that batch size. With 2 or 3 batches the smaller run ends while the JVM is still warming up
 # (measured: 895 against 1,457 MiB at 3 against 21 batches; 1,370 against 1,346 MiB at 21 against 201).
@@ -63,10 +63,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--ours-verbose", action="store_true",
                    help="run ours and freshness with `ingest -v`: per-batch decode, write and Spark phase times "
                         "in the logs (debug logging; not the default)")
+    p.add_argument("--admin-commits", type=int, default=2000, help="commits of the admin stage's table (2000)")
+    p.add_argument("--admin-quarantined", type=int, default=120, help="quarantined rows of that table (120)")
+    p.add_argument("--admin-runs", type=int, default=5, help="runs of each admin command (5); median reported")
+    p.add_argument("--admin-spark-runs", type=int, default=3,
+                   help="runs of each admin command with --reader spark beside them (3; 0: none)")
     p.add_argument("--memory-records", type=int, help="smaller memory topic; the larger is 10x (default records/10)")
     p.add_argument("--memory-max-offsets", type=int,
                    help=f"maxOffsetsPerTrigger of both memory runs (default min(max-offsets, "
                         f"memory-records/{MEMORY_BATCHES}): {MEMORY_BATCHES} batches in the smaller run)")
+    p.add_argument("--ours-spark", metavar="KEY=VALUE", action="append", type=_setting, default=[],
+                   help="a Spark setting of every run of ours (throughput, freshness, memory; their spark: section), "
+                        "repeatable")
     p.add_argument("--memory-spark", metavar="KEY=VALUE", action="append", type=_setting, default=[],
                    help="a Spark setting of both memory runs' pipelines (their spark: section), repeatable: "
                         "spark.driver.memory=1g caps the heap (ingest's default: 2g)")
@@ -141,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         "config": {"records": args.records, "repeat": args.repeat, "max_offsets": args.max_offsets,
                    "stages": sorted(stages), "subject": datagen.SUBJECT, "partitions": datagen.PARTITIONS,
                    "fields": len(datagen.schema()["fields"]), "home": str(home),
-                   "ours_verbose": args.ours_verbose},
+                   "ours_verbose": args.ours_verbose, "ours_spark": dict(args.ours_spark)},
         "stages_s": {}, "runs": [],
     }
     broker = Broker(home / "kafka")
@@ -150,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         servers = broker.start()
         log(f"broker pid {broker.pid()} on {servers}, data in {broker.home / 'data'}")
         env["KAFKA_BOOTSTRAP_SERVERS"] = servers
-        ctx = bench_runs.Context(home, servers, env, args.max_offsets, args.timeout, log, args.ours_verbose)
+        ctx = bench_runs.Context(home, servers, env, args.max_offsets, args.timeout, log, args.ours_verbose,
+                                 dict(args.ours_spark))
         topic = datagen.ensure_topic(servers, home, args.records, log)
         results["topic"] = topic.__dict__ | {"avg_value_bytes": round(topic.avg_value_bytes, 1)}
         results["stages_s"]["broker_and_topic"] = round(time.monotonic() - t0, 1)
@@ -177,6 +186,12 @@ def main(argv: list[str] | None = None) -> int:
                                                        dict(args.memory_spark))
             log(f"memory: ratio 10x/1x {json.dumps(results['memory']['ratio_large_to_small'])}")
             results["stages_s"]["memory"] = round(time.monotonic() - t0, 1)
+            _write(args.output, results, started)
+        if "admin" in stages:
+            t0 = time.monotonic()
+            results["admin"] = bench_runs.run_admin(ctx, args.admin_commits, args.admin_quarantined, args.admin_runs,
+                                                    args.admin_spark_runs)
+            results["stages_s"]["admin"] = round(time.monotonic() - t0, 1)
     finally:
         stopped_pid = broker.pid()
         broker.stop()
@@ -193,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _throughput(args: argparse.Namespace, stages: set[str], ctx: bench_runs.Context, topic: datagen.TopicData,
                 results: dict[str, Any]) -> None:
-    kinds = [k for k in bench_runs.KINDS if (k.split("_")[0] if k.startswith("limit") else k) in stages]
+    kinds = [kind for kind, stage in bench_runs.KINDS.items() if stage in stages]
     if not kinds:
         return
     t0 = time.monotonic()

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,9 @@ BATCH_LINE = re.compile(r"\s(?P<name>\S+) batch (?P<id>\d+): (?P<rows>\d+) rows,
                         r"(?P<s>[\d.]+)s")
 DEBUG_DECODED = re.compile(r"batch (?P<id>\d+): decoded and summarized in (?P<s>[\d.]+)s")
 DEBUG_WRITTEN = re.compile(r"batch (?P<id>\d+): written in (?P<s>[\d.]+)s")
-KINDS = ("limit_consumer", "limit_spark", "baseline", "ours")
+# Each measured kind and the stage (--only) that runs it. `_1core`: Spark on local[1], the peer in one process.
+KINDS = {"limit_consumer": "limit", "limit_spark": "limit", "baseline": "baseline", "ours": "ours", "peer": "peer",
+         "ours_1core": "peer", "peer_1core": "peer"}
 
 
 @dataclass
@@ -37,6 +41,7 @@ class Context:
     timeout: float
     log: Callable[[str], None]
     verbose_ours: bool = False  # `ingest -v`: per-batch decode / write timings (debug logging; not the default)
+    ours_spark: dict[str, str] = field(default_factory=dict)  # the spark: section of every pipeline of ours
 
     @property
     def python(self) -> str:
@@ -143,8 +148,8 @@ def write_pipeline(ctx: Context, work: Path, topic: str, max_offsets: int, trigg
         "metrics": {"experiment": f"bench/{work.name}", "consumerGroup": f"bench-{work.name}",
                     "commitOffsets": True},
     }
-    if spark:
-        config["spark"] = spark
+    if spark or ctx.ours_spark:
+        config["spark"] = {**ctx.ours_spark, **(spark or {})}
     path = work / "pipeline.yaml"
     path.write_text(json.dumps(config, indent=2))  # JSON is YAML
     return path
@@ -162,12 +167,15 @@ def parse_batches(lines: list[Line]) -> list[tuple[float, float, int]]:
 
 
 def run_ours(ctx: Context, topic: datagen.TopicData, rep: int, *, max_offsets: int | None = None,
-             label: str = "ours", gc_log: bool = False, spark: dict[str, str] | None = None) -> dict[str, Any]:
+             label: str = "ours", gc_log: bool = False, spark: dict[str, str] | None = None,
+             master: str | None = None) -> dict[str, Any]:
     work = _fresh_dir(ctx.home / "runs" / f"{label}-{rep}")
     yaml_path = write_pipeline(ctx, work, topic.topic, max_offsets or ctx.max_offsets, spark=spark)
     load = _loadavg()
     verbose = ["-v"] if ctx.verbose_ours else []
     env, gc_logs = dict(ctx.env), ctx.home / "logs" / f"{label}-{rep}-gc"
+    if master:
+        env["INGEST_SPARK_MASTER"] = master
     if gc_log:  # every JVM of the run logs its collections to a file of its own (%p: its pid)
         shutil.rmtree(gc_logs, ignore_errors=True)
         gc_logs.mkdir(parents=True)
@@ -219,6 +227,25 @@ def _breakdown(lines: list[Line]) -> dict[str, Any]:
             "median_write_s": round(statistics.median(w for _, w in both), 2)}
 
 
+def run_peer(ctx: Context, topic: datagen.TopicData, rep: int, workers: int, kind: str) -> dict[str, Any]:
+    """The non-Spark peer (peer_job.py): confluent-kafka, fastavro, pyarrow, delta-rs; `workers` processes."""
+    work = _fresh_dir(ctx.home / "runs" / f"{kind}-{rep}")
+    cmd = [ctx.python, str(HERE / "peer_job.py"), "--bootstrap", ctx.servers, "--topic", topic.topic,
+           "--schema", str(datagen.SCHEMA_FILE), "--table", str(work / "table"), "--max-offsets", str(ctx.max_offsets),
+           "--workers", str(workers)]
+    load = _loadavg()
+    proc = Measured(cmd, env=ctx.env, cwd=work, log_file=ctx.home / "logs" / f"{kind}-{rep}.log")
+    code = proc.wait(ctx.timeout)
+    out = _result_line(proc)
+    batches = [(b["start"], b["seconds"], b["rows"]) for b in out.get("batches", [])]
+    result = _finish(kind, rep, topic, proc, code, processing_s=float(out.get("processing_s", 0.0)),
+                     steady_rate=_steady(batches) if workers == 1 else None,
+                     rows=deltastats.row_count(work / "table"), problems=[],
+                     extra={"loadavg": load, "batches": len(batches), "workers": workers})
+    shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
 def run_kind(ctx: Context, kind: str, topic: datagen.TopicData, rep: int) -> dict[str, Any]:
     if kind == "limit_consumer":
         return run_limit_consumer(ctx, topic, rep)
@@ -226,6 +253,12 @@ def run_kind(ctx: Context, kind: str, topic: datagen.TopicData, rep: int) -> dic
         return run_spark_job(ctx, "noop", topic, rep)
     if kind == "baseline":
         return run_spark_job(ctx, "baseline", topic, rep)
+    if kind == "peer":
+        return run_peer(ctx, topic, rep, os.cpu_count() or 1, kind)
+    if kind == "peer_1core":
+        return run_peer(ctx, topic, rep, 1, kind)
+    if kind == "ours_1core":
+        return run_ours(ctx, topic, rep, label=kind, master="local[1]")
     return run_ours(ctx, topic, rep)
 
 
@@ -306,3 +339,73 @@ def run_memory(ctx: Context, small: datagen.TopicData, large: datagen.TopicData,
     return {"max_offsets_per_trigger": max_offsets, "spark": spark or {}, "runs": runs,
             "ratio_large_to_small": ratios,
             "ok": all(r["ok"] for r in runs)}
+
+
+ADMIN_COMMANDS = (("status",), ("history",), ("quarantine", "list"), ("verify",))
+
+
+def run_admin(ctx: Context, commits: int, quarantined: int, runs: int, spark_runs: int) -> dict[str, Any]:
+    """The read-only commands, each `runs` times as a user runs them, on a table of at least `commits` commits and
+    `quarantined` quarantined rows (built once per benchmark home, see admin_table.py); with `--reader spark`
+    `spark_runs` times beside them."""
+    admin_yaml = _admin_table(ctx, commits, quarantined)
+    out: dict[str, Any] = {"runs": runs, "spark_runs": spark_runs, "commits": commits, "quarantined": quarantined,
+                           "commands": {}}
+    for command in ADMIN_COMMANDS:
+        name = " ".join(command)
+        out["commands"][name] = {}
+        for reader, count in (("delta-rs", runs), ("spark", spark_runs)):
+            seconds = []
+            for _ in range(count):
+                t0 = time.monotonic()
+                done = subprocess.run([ctx.ingest, *command, str(admin_yaml), "--reader", reader], env=ctx.env,
+                                      capture_output=True, text=True, timeout=ctx.timeout, check=False)
+                seconds.append(time.monotonic() - t0)
+                if done.returncode != 0:
+                    raise RuntimeError(f"ingest {name} --reader {reader} failed:\n{done.stderr[-2000:]}")
+            if seconds:
+                out["commands"][name][reader] = {"median_s": round(statistics.median(seconds), 3),
+                                                 "max_s": round(max(seconds), 3),
+                                                 "all_s": [round(s, 3) for s in seconds]}
+            ctx.log(f"admin: ingest {name} --reader {reader}: {out['commands'][name].get(reader)}")
+    return out
+
+
+def _admin_table(ctx: Context, commits: int, quarantined: int) -> Path:
+    """The admin pipeline's YAML, its tables built when the benchmark home does not hold them yet."""
+    from confluent_kafka import Producer
+
+    from ingestion.kafka.clients import create_topic
+
+    base = ctx.home / "admin" / f"{commits}-{quarantined}"
+    marker = base / "ready"
+    admin_yaml = base / "admin" / "pipeline.yaml"
+    if marker.is_file():
+        return admin_yaml
+    shutil.rmtree(base, ignore_errors=True)
+    topic = f"bench-admin-{commits}-{int(time.time())}"
+    create_topic({"bootstrap.servers": ctx.servers}, topic, datagen.PARTITIONS)
+    producer = Producer(datagen.producer_settings(ctx.servers))
+    good = (commits + 50) * datagen.PARTITIONS
+    for i, (key, value) in enumerate(datagen.encoded_events(0, good)):
+        producer.produce(topic, key=key, value=value, partition=i % datagen.PARTITIONS)
+        if i % 10_000 == 0:
+            producer.poll(0)
+        if i % (good // quarantined) == 0 and quarantined:
+            producer.produce(topic, key=b"bad", value=[b"\x07garbage", b"\x00\x00\x00\x00\x01\xff\xff\xff"][i % 2],
+                             partition=i % datagen.PARTITIONS)
+            quarantined -= 1
+    producer.flush(120)
+    stage_yaml = write_pipeline(ctx, _fresh_dir(base / "stage"), topic, 100_000)
+    write_pipeline(ctx, _fresh_dir(base / "admin"), topic, 100_000)
+    ctx.log(f"admin: staging table from {topic} ({good:,} records and the bad ones)")
+    for command in ([ctx.ingest, "run", str(stage_yaml), "--available-now"], [ctx.ingest, "onboard", str(admin_yaml)],
+                    [ctx.python, str(HERE / "admin_table.py"), "--stage", str(stage_yaml), "--admin", str(admin_yaml),
+                     "--commits", str(commits)]):
+        t0 = time.monotonic()
+        done = subprocess.run(command, env=ctx.env, capture_output=True, text=True, timeout=ctx.timeout, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+        ctx.log(f"admin: {Path(command[1]).name} {command[2]}: {time.monotonic() - t0:.0f}s")
+    marker.write_text(topic)
+    return admin_yaml

@@ -97,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     history = commands.add_parser("history", help="table versions with the Kafka offsets each one holds")
     history.add_argument("pipeline")
     history.add_argument("--json", action="store_true", help="one JSON document for scripts")
+    _reader_option(history)
     history.set_defaults(func=_history)
 
     onboard = commands.add_parser("onboard", help="validate a pipeline config, check (or create) its topic, "
@@ -115,6 +116,7 @@ def _parser() -> argparse.ArgumentParser:
                                  "and seconds, quarantined records; all pipelines when none is named")
     status.add_argument("pipeline", nargs="?")
     status.add_argument("--json", action="store_true", help="one JSON document for scripts")
+    _reader_option(status)
     status.set_defaults(func=_status)
 
     report = commands.add_parser("report", help="plot lag and throughput per batch from the MLflow run to a PNG")
@@ -151,17 +153,20 @@ def _parser() -> argparse.ArgumentParser:
                                  "which gaps Kafka explains; exit 1 on a real violation")
     verify.add_argument("pipeline")
     verify.add_argument("--json", action="store_true", help="one JSON document for scripts")
+    _reader_option(verify)
     verify.set_defaults(func=_verify)
 
     quarantine = commands.add_parser("quarantine", help="records that could not be decoded: list, show, re-decode")
     q_cmds = quarantine.add_subparsers(dest="action", required=True, metavar="ACTION")
     q_list = q_cmds.add_parser("list", help="counts per error class and partition")
     q_list.add_argument("pipeline")
+    _reader_option(q_list)
     q_list.set_defaults(func=_quarantine_list)
     q_show = q_cmds.add_parser("show", help="the quarantined records themselves")
     q_show.add_argument("pipeline")
     q_show.add_argument("--limit", type=int, default=20, help="at most this many records (default 20)")
     q_show.add_argument("--error-class", help="only records that failed with this error class")
+    _reader_option(q_show)
     q_show.set_defaults(func=_quarantine_show)
     q_redo = q_cmds.add_parser("reprocess", help="re-decode with the current schemas; what decodes moves to "
                                "bronze exactly once, what still fails stays with its new error")
@@ -178,6 +183,12 @@ def _parser() -> argparse.ArgumentParser:
                           "build the helper jar")
     jars.set_defaults(func=_jars)
     return parser
+
+
+def _reader_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--reader", choices=("delta-rs", "spark"), default="delta-rs",
+                         help="how the tables are read: delta-rs, without a JVM (default; Spark is used anyway, "
+                              "with a warning, for a table delta-rs cannot read), or a Spark session")
 
 
 def _lazy(module: str, name: str) -> Callable[..., int]:
@@ -238,7 +249,7 @@ def _run(args: argparse.Namespace) -> int:
             if not configs:
                 return 0
         metrics.open_store_early()  # while the JVM boots
-        spark = get_session("ingest-all", conf={k: v for c in configs for k, v in c.spark.items()}, fixed_heap=True)
+        spark = get_session("ingest-all", conf={k: v for c in configs for k, v in c.spark.items()})
         outcome = pipeline.run_all(spark, configs, available_now=args.available_now)
         for name, status in outcome.items():
             print(f"{name}: {status}")
@@ -251,7 +262,7 @@ def _run(args: argparse.Namespace) -> int:
                  "session started", config.name, where)
         return 0
     metrics.open_store_early()  # while the JVM boots
-    spark = get_session(f"ingest-{config.name}", conf=config.spark, fixed_heap=True)
+    spark = get_session(f"ingest-{config.name}", conf=config.spark)
     running = pipeline.run(spark, config, available_now=args.available_now)
     rows = sum(b.rows for b in running.batches if b.committed)
     how = "stopped on request" if running.stopped_on_request else "done"
@@ -279,18 +290,24 @@ def _history(args: argparse.Namespace) -> int:
     from ingestion.ops import history
 
     config = load_pipeline(args.pipeline)
-    records = _without_jvm(lambda reader: history.history(reader, config), config)
+    records = _read_only(args, lambda reader: history.history(reader, config), config)
     print(history.to_json(records) if args.json else history.render(records))
     return 0
 
 
-def _without_jvm(answer: Callable[[Any], Any], config: PipelineConfig | None = None) -> Any:
-    """A read-only command's answer through delta-rs, or through Spark when delta-rs cannot read a table."""
+def _read_only(args: argparse.Namespace, answer: Callable[[Any], Any], config: PipelineConfig) -> Any:
+    """A read-only command's answer through delta-rs (or through Spark when delta-rs cannot read a table), or
+    through Spark with `--reader spark`."""
+    from ingestion.delta.reads import SparkReader
     from ingestion.ops.readers import without_jvm
     from ingestion.runtime.session import get_session
 
-    return without_jvm(answer, lambda: get_session(f"ingest-{config.name}" if config else "ingest-read",
-                                                   conf=config.spark if config else None))
+    def session() -> SparkSession:
+        return get_session(f"ingest-{config.name}", conf=config.spark)
+
+    if args.reader == "spark":
+        return answer(SparkReader(session()))
+    return without_jvm(answer, session)
 
 
 def _pipeline_session(name: str) -> tuple[PipelineConfig, SparkSession]:
@@ -324,7 +341,7 @@ def _status(args: argparse.Namespace) -> int:
     from ingestion.ops import status
 
     configs = [load_pipeline(args.pipeline)] if args.pipeline else _all_valid()
-    found = [_without_jvm(functools.partial(_status_of, config=c), c) for c in configs]
+    found = [_read_only(args, functools.partial(_status_of, config=c), c) for c in configs]
     if args.json:
         print(json.dumps([asdict(s) for s in found], indent=2))
     else:
@@ -406,7 +423,7 @@ def _verify(args: argparse.Namespace) -> int:
     from ingestion.ops import verify
 
     config = load_pipeline(args.pipeline)
-    result = _without_jvm(lambda reader: verify.audit(reader, config), config)
+    result = _read_only(args, lambda reader: verify.audit(reader, config), config)
     print(json.dumps(result.to_json(), indent=2) if args.json else verify.render(result))
     return 0 if result.ok else 1
 
@@ -416,7 +433,7 @@ def _quarantine_list(args: argparse.Namespace) -> int:
     from ingestion.ops import quarantine
 
     config = load_pipeline(args.pipeline)
-    found = _without_jvm(lambda reader: quarantine.groups(reader, config), config)
+    found = _read_only(args, lambda reader: quarantine.groups(reader, config), config)
     print(quarantine.render_groups(found, config.quarantine_path))
     return 0
 
@@ -426,8 +443,8 @@ def _quarantine_show(args: argparse.Namespace) -> int:
     from ingestion.ops import quarantine
 
     config = load_pipeline(args.pipeline)
-    found = _without_jvm(lambda reader: quarantine.records(reader, config, limit=args.limit,
-                                                           error_class=args.error_class), config)
+    found = _read_only(args, lambda reader: quarantine.records(reader, config, limit=args.limit,
+                                                               error_class=args.error_class), config)
     print(quarantine.render_records(found))
     return 0
 

@@ -75,14 +75,25 @@ class DeltaRsReader:
         return None if table is None else int(table.version())
 
     def _columns(self, path: str, columns: list[str], filters: list[tuple[str, str, Any]]) -> Any:
-        """A pyarrow Table of `columns` of the rows that pass `filters` (DNF conjunction), None without a table."""
+        """A pyarrow Table of `columns` of the rows that pass every filter ((column, op, value), op one of =, >=,
+        <=, in), None without a table. Read with delta-rs's own query engine (DataFusion): it honours the Delta
+        protocol and skips files by their statistics, and unlike `to_pyarrow_table` its threads do not race the
+        interpreter's exit (that abort, 'terminate called without an active exception', hit 1 run in 4 here)."""
+        import pyarrow as pa
+        from deltalake import QueryBuilder
+
         table = self._table(path)
         if table is None:
             return None
+        where = " AND ".join(_condition(column, op, value) for column, op, value in filters)
+        sql = f"SELECT {', '.join(_name(c) for c in columns)} FROM t" + (f" WHERE {where}" if where else "")
         try:
-            return table.to_pyarrow_table(columns=columns, filters=filters or None)
+            found = pa.table(QueryBuilder().register("t", table).execute(sql))
         except Exception as exc:  # noqa: BLE001
             raise _cannot(path, exc) from None
+        # DataFusion hands strings and bytes out as view types, which pyarrow's grouping does not take as keys.
+        views = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
+        return found.cast(pa.schema([f.with_type(views.get(f.type, f.type)) for f in found.schema]))
 
     def _coordinates(self, paths: Sequence[str], topic: str,
                      extra: list[tuple[str, str, Any]] | None = None) -> tuple[Any, Any]:
@@ -178,6 +189,24 @@ def history(path: str) -> list[BatchRecord] | None:
     """Every commit of the table that records offsets, oldest first; None when there is no Delta table at `path`."""
     reader = DeltaRsReader()
     return None if reader.version(path) is None else reader.history(path)
+
+
+def _name(column: str) -> str:
+    return '"' + column.replace('"', '""') + '"'
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise TypeError(f"unsupported filter value {value!r}")
+    return str(value) if isinstance(value, int) else "'" + value.replace("'", "''") + "'"
+
+
+def _condition(column: str, op: str, value: Any) -> str:
+    if op == "in":
+        return f"{_name(column)} IN ({', '.join(_literal(v) for v in value)})" if value else "FALSE"
+    if op not in ("=", ">=", "<="):
+        raise ValueError(f"unsupported filter operator {op!r}")
+    return f"{_name(column)} {op} {_literal(value)}"
 
 
 def _naive_utc(value: object) -> dt.datetime | None:

@@ -13,7 +13,6 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from ingestion.errors import ConfigError
 from ingestion.limits import AVRO_JAVA_LIMITS
 from ingestion.runtime import jars
 
@@ -32,7 +31,9 @@ DEFAULTS: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.databricks.delta.optimizeWrite.enabled": "false",
-    "spark.driver.memory": "2g",
+    # Heap of the driver, which is also the executor on a local master: with the collector below, `ingest run`
+    # peaks at about 1.2 GiB for the JVM and its Python process together (docs/performance.md#memory-floor).
+    "spark.driver.memory": "1g",
     # A micro-batch is cached once, read twice and dropped (bounded by maxOffsetsPerTrigger): compressing the cache
     # costs more CPU than it saves (docs/performance.md#uncompressed-batch-cache).
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
@@ -58,6 +59,15 @@ LOCAL_DEFAULTS: dict[str, str] = {
 }
 
 
+# The local JVM's garbage collector, unless the pipeline's spark.driver.extraJavaOptions chooses one (two would stop
+# the JVM from starting). On a local master one JVM runs everything with a heap of about a gigabyte, on few cores:
+# the serial collector keeps the committed heap near the live data and needs no collector threads or remembered
+# sets, where G1 grew the heap to its cap and held ~40% more RSS for the same throughput
+# (docs/performance.md#memory-floor).
+LOCAL_GC = "-XX:+UseSerialGC"
+_GC_CHOICE = re.compile(r"-XX:\+Use\w*GC\b")
+
+
 # Delta rebuilds a table's state from its log (for a checkpoint, a reader, and the txnAppId check when the
 # checksum cannot answer) with 50 tasks by default: seconds of task overhead on a small machine. Local masters use
 # half their cores: a checkpoint written beside the batches (log_checkpoints) then leaves the other half to them
@@ -73,30 +83,9 @@ def snapshot_partitions(master: str) -> int:
     return max(1, cores // 2)
 
 
-# A local JVM that runs pipelines holds its whole heap from the start (`fixed_heap`): its memory is then what it
-# will be, whatever the topic's size or the run's length. With the JVM's own sizing, G1 grows the heap towards
-# spark.driver.memory as the run goes on, further on a busy machine (docs/performance.md#fixed-heap-on-local-masters).
-# A pipeline's own -Xms or -XX:-AlwaysPreTouch in spark.driver.extraJavaOptions comes later and wins.
-FIXED_HEAP_OPTIONS = "-Xms{mib}m -XX:+AlwaysPreTouch"
-_SIZE = re.compile(r"(\d+)\s*(b|[kmgt]b?)?", re.IGNORECASE)
-_MIB = {"b": 1 / 1024 / 1024, "k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
-
-
-def memory_mib(size: str) -> int:
-    """Mebibytes of a Spark memory setting ('2g', '1536m', '2gb'; a plain number is MiB, as spark.driver.memory
-    reads it)."""
-    found = _SIZE.fullmatch(size.strip())
-    if found is None:
-        raise ConfigError(f"key 'spark.driver.memory' must be a size such as 2g or 1536m, got {size!r}")
-    unit = (found[2] or "m")[0].lower()
-    return max(1, int(int(found[1]) * _MIB[unit]))
-
-
-def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[str, str] | None = None, *,
-            fixed_heap: bool = False) -> SparkSession.Builder:
-    """A session builder with Delta, the Kafka source and quiet logging; compose more `.config()` on it.
-    `fixed_heap`: a local JVM that runs pipelines, whose heap is spark.driver.memory from the start (see
-    FIXED_HEAP_OPTIONS)."""
+def builder(app_name: str = "ingest", master: str | None = None,
+            conf: Mapping[str, str] | None = None) -> SparkSession.Builder:
+    """A session builder with Delta, the Kafka source and quiet logging; compose more `.config()` on it."""
     # Bind the driver to loopback unless told otherwise: this project only ever talks to local addresses by default.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers must see the same packages (fastavro, pyarrow) as the driver: the same interpreter by default.
@@ -118,8 +107,8 @@ def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[s
     java_opts = " ".join([f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
                           *(f"-D{key}={value}" for key, value in AVRO_JAVA_LIMITS.items())])
     driver_opts = java_opts
-    if local and fixed_heap:
-        driver_opts += " " + FIXED_HEAP_OPTIONS.format(mib=memory_mib(settings["spark.driver.memory"]))
+    if local and not _GC_CHOICE.search(caller.get("spark.driver.extraJavaOptions", "")):
+        driver_opts += " " + LOCAL_GC
     ahead = {"spark.driver.extraJavaOptions": (driver_opts, " "),
              "spark.executor.extraJavaOptions": (java_opts, " ")}
     if local:
@@ -131,10 +120,10 @@ def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[s
     return b
 
 
-def get_session(app_name: str = "ingest", master: str | None = None, conf: Mapping[str, str] | None = None, *,
-                fixed_heap: bool = False) -> SparkSession:
+def get_session(app_name: str = "ingest", master: str | None = None,
+                conf: Mapping[str, str] | None = None) -> SparkSession:
     with _jvm_keeps_out_of_signals():
-        spark = builder(app_name, master, conf, fixed_heap=fixed_heap).getOrCreate()
+        spark = builder(app_name, master, conf).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
 
