@@ -79,10 +79,16 @@ def _parser() -> argparse.ArgumentParser:
     kafka_cmds = kafka.add_subparsers(dest="action", required=True, metavar="ACTION")
     start = kafka_cmds.add_parser("start", help="start it (or find it running); prints the bootstrap address")
     start.add_argument("--port", type=int, help="listener port (default: the previous one, else a free one)")
+    secure_help = ("the secured broker (.ingest/kafka-secure/): SASL_SSL, SASL_PLAINTEXT and SSL (client "
+                   "certificates) listeners, SCRAM and PLAIN users, ACLs")
+    start.add_argument("--secure", action="store_true", help=secure_help)
     start.set_defaults(func=_kafka_start)
-    kafka_cmds.add_parser("stop", help="stop it by its pid").set_defaults(func=_kafka_stop)
-    kafka_cmds.add_parser("status", help="pid, address and topics; exit 1 when not running"
-                          ).set_defaults(func=_kafka_status)
+    stop = kafka_cmds.add_parser("stop", help="stop it by its pid")
+    stop.add_argument("--secure", action="store_true", help=secure_help)
+    stop.set_defaults(func=_kafka_stop)
+    status = kafka_cmds.add_parser("status", help="pid, address and topics; exit 1 when not running")
+    status.add_argument("--secure", action="store_true", help=secure_help)
+    status.set_defaults(func=_kafka_status)
 
     run = commands.add_parser("run", help="run a pipeline (streams until stopped, or --available-now)")
     run.add_argument("pipeline", nargs="?",
@@ -189,14 +195,19 @@ def _lazy(module: str, name: str) -> Callable[..., int]:
 def _kafka_start(args: argparse.Namespace) -> int:
     from ingestion.dev.broker import Broker
 
-    print(Broker.default().start(port=args.port))
+    broker = Broker.default(secure=args.secure)
+    print(broker.start(port=args.port))
+    if args.secure:
+        from ingestion.dev.secure import describe
+
+        print(describe(broker.security))
     return 0
 
 
 def _kafka_stop(args: argparse.Namespace) -> int:
     from ingestion.dev.broker import Broker
 
-    print("stopped" if Broker.default().stop() else "not running")
+    print("stopped" if Broker.default(secure=args.secure).stop() else "not running")
     return 0
 
 
@@ -205,13 +216,14 @@ def _kafka_status(args: argparse.Namespace) -> int:
 
     from ingestion.dev.broker import Broker
 
-    broker = Broker.default()
+    broker = Broker.default(secure=args.secure)
     pid = broker.pid()
     if pid is None:
         print(f"not running (folder {broker.home})")
         return 1
     servers = broker.bootstrap_servers() or ""
-    topics = AdminClient({"bootstrap.servers": servers}).list_topics(timeout=10).topics
+    settings: dict[str, Any] = {**broker.admin_settings(), "logger": log}
+    topics = AdminClient(settings).list_topics(timeout=10).topics
     print(f"running: pid {pid}, bootstrap {servers}, folder {broker.home}")
     for name, meta in sorted(topics.items()):
         if not name.startswith("__"):
