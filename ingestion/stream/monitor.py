@@ -105,7 +105,7 @@ class PipelineMonitor(ProgressListener):
         self.config = config
         self.metrics = metrics
         self.progress = progress
-        self.group = config.metrics.consumer_group or f"ingest-{config.name}"
+        self.group = config.consumer_group
         self.last_lag: dict[int, int] = {}
         self._results: dict[int, BatchResult] = {}
         self._lock = threading.Lock()

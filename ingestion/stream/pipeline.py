@@ -302,7 +302,7 @@ def _start_metrics(config: PipelineConfig, app_id: str, available_now: bool, sta
         "starting_offsets": starting or config.source.starting_offsets,
         "trigger": "availableNow" if available_now else config.sink.trigger,
         "config_digest": hashlib.sha256(json.dumps(config.redacted(), sort_keys=True).encode()).hexdigest()[:16],
-        "consumer_group": config.metrics.consumer_group or f"ingest-{config.name}",
+        "consumer_group": config.consumer_group,
         "spark_version": pyspark.__version__, "delta_version": metadata.version("delta-spark"),
         "confluent_kafka_version": metadata.version("confluent-kafka"),
     }
