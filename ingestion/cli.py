@@ -51,6 +51,7 @@ def _logging(*, verbose: bool) -> None:
     problems.setLevel(logging.WARNING)
     for handler in (progress, problems):
         handler.setFormatter(formatter)
+        handler.addFilter(_masked)
         root.addHandler(handler)
     for noisy in ("alembic", "mlflow", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -60,12 +61,30 @@ def _logging(*, verbose: bool) -> None:
     logging.getLogger("ingestion.librdkafka").setLevel(logging.DEBUG if verbose else logging.CRITICAL + 1)
 
 
+def _masked(record: logging.LogRecord) -> bool:
+    """A log record with every secret value of the loaded configs replaced by '***' (`security.mask`): no setting
+    is logged on purpose, this is the last guard for what clients put in their messages."""
+    from ingestion import security
+
+    text = record.getMessage()
+    shown = security.mask(text)
+    if shown != text:
+        record.msg, record.args = shown, None
+    if record.exc_info and record.exc_info[1] is not None:
+        import traceback
+
+        record.exc_text = security.mask("".join(traceback.format_exception(*record.exc_info)).rstrip())
+    return True
+
+
 def _failed(message: str, exc: BaseException, verbose: bool) -> int:
+    from ingestion import security
+
     if verbose:
         import traceback
 
-        traceback.print_exception(exc, file=sys.stderr)
-    print(f"error: {message}", file=sys.stderr)
+        print(security.mask("".join(traceback.format_exception(exc))), end="", file=sys.stderr)
+    print(f"error: {security.mask(message)}", file=sys.stderr)
     return 1
 
 
@@ -315,12 +334,14 @@ def _pipeline_session(name: str) -> tuple[PipelineConfig, SparkSession]:
 
 def _onboard(args: argparse.Namespace) -> int:
     from ingestion.config import load_pipeline
-    from ingestion.ops.onboard import onboard
+    from ingestion.ops.onboard import check_kafka, onboard
     from ingestion.runtime.session import get_session
 
     if args.all == bool(args.pipeline):
         raise IngestionError("name one pipeline, or pass --all")
     configs = _all_valid() if args.all else [load_pipeline(args.pipeline)]
+    for config in configs:  # Kafka first: a refused login or topic is told in seconds, before a JVM boots
+        check_kafka(config, create_topic=args.create_topic)
     spark = get_session("ingest-onboard", conf={k: v for c in configs for k, v in c.spark.items()})
     for config in configs:
         report = onboard(spark, config, dry_run=args.dry_run, create_topic=args.create_topic,

@@ -149,7 +149,10 @@ def _offsets_in_kafka(settings: dict[str, Any], topic: str, partition: int, firs
                 break
             done = False
             for msg in messages:
-                if msg.error():
+                error = msg.error()
+                if error is not None:
+                    if kafka.raise_refusal(error, settings, topic):
+                        continue  # the group coordinator's refusal: this consumer uses no group
                     done = True  # end of partition
                     break
                 offset = msg.offset()
