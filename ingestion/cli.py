@@ -336,12 +336,14 @@ def _onboard(args: argparse.Namespace) -> int:
     from ingestion.config import load_pipeline
     from ingestion.ops.onboard import check_kafka, onboard
     from ingestion.runtime.session import get_session
+    from ingestion.schema.registry import check_registry
 
     if args.all == bool(args.pipeline):
         raise IngestionError("name one pipeline, or pass --all")
     configs = _all_valid() if args.all else [load_pipeline(args.pipeline)]
-    for config in configs:  # Kafka first: a refused login or topic is told in seconds, before a JVM boots
+    for config in configs:  # Kafka and the registry first: a refusal is told in seconds, before a JVM boots
         check_kafka(config, create_topic=args.create_topic)
+        check_registry(config, subject_may_be_missing=args.register_schemas)
     spark = get_session("ingest-onboard", conf={k: v for c in configs for k, v in c.spark.items()})
     for config in configs:
         report = onboard(spark, config, dry_run=args.dry_run, create_topic=args.create_topic,

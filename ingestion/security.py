@@ -85,11 +85,13 @@ def is_secret(key: str) -> bool:
 
 
 def remember(values: Iterable[str]) -> None:
-    """Secret values to mask wherever this process prints text (see `mask`)."""
+    """Secret values to mask wherever this process prints text (see `mask`): as they are, as a JAAS line quotes
+    them, and as py4j's debug log (`ingest -v`) writes the strings it sends to the JVM."""
     for value in values:
         if len(value) >= 4:
-            _SECRETS.add(value)
-            _SECRETS.add(_escape(value))
+            for form in (value, _escape(value)):
+                _SECRETS.add(form)
+                _SECRETS.add(form.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n"))
 
 
 def remember_settings(settings: Mapping[str, str]) -> None:

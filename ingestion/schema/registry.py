@@ -142,3 +142,21 @@ def source_for(config: PipelineConfig) -> SchemaSource:
     if not config.value.registry:
         return FolderSource()
     return RegistrySource(registry_client(config.value.registry), config.value.registry)
+
+
+def check_registry(config: PipelineConfig, *, subject_may_be_missing: bool = False) -> None:
+    """The registry answers and takes the credentials, asked before a JVM starts: a SchemaError naming the cause
+    otherwise. Nothing to ask for the schemas/ folder."""
+    if not config.value.registry:
+        return
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    client = registry_client(config.value.registry)
+    try:
+        client.get_versions(config.value.subject)
+    except Exception as exc:
+        failure = registry_failure(exc, config.value.registry, config.value.subject)
+        if failure is not None:
+            raise SchemaError(f"{config.file}: {failure}") from None
+        if not (subject_may_be_missing and isinstance(exc, SchemaRegistryError) and exc.http_status_code == 404):
+            raise

@@ -26,6 +26,7 @@ from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.errors import IngestionError, KafkaAccessError
 from ingestion.kafka import access
 from ingestion.runtime.listener import wait_for_listener_events
+from ingestion.schema import registry
 from ingestion.stream import checkpoint, setup, source
 from ingestion.stream.batch import BatchResult
 from ingestion.stream.lock import WriterLock
@@ -82,9 +83,11 @@ def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = 
 
 def check_can_start(config: PipelineConfig) -> None:
     """What `start` checks first, without a Spark session: Kafka answers, the topic exists, no other process runs
-    the pipeline. A command calls it before it boots a JVM, so these failures come in seconds."""
+    the pipeline, the schema registry (if any) answers and takes the credentials. A command calls it before it
+    boots a JVM, so these failures come in seconds."""
     check_kafka(config)
     WriterLock(config.name, config.checkpoint_path).probe()
+    registry.check_registry(config)
 
 
 def caught_up(config: PipelineConfig) -> dict[int, int] | None:
