@@ -303,6 +303,7 @@ def pkcs8(key: str, password: str | None) -> str:
     `ssl.keystore.key`, a setting Kafka's client never prints."""
     plain = re.search(r"-----BEGIN PRIVATE KEY-----.*?-----END PRIVATE KEY-----\s*", key, re.S)
     if plain:
+        remember([plain[0], plain[0].strip()])
         return plain[0]
     from cryptography.hazmat.primitives import serialization
 
@@ -317,5 +318,5 @@ def pkcs8(key: str, password: str | None) -> str:
                           "kafka.ssl.key.password right?") from None
     text = loaded.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption()).decode()
-    remember([text])
+    remember([text, text.strip()])
     return text

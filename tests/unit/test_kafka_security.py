@@ -86,15 +86,18 @@ def test_a_pkcs12_keystore_is_both_clients_and_typed_for_java() -> None:
     assert security.java_settings(section) == {**section, "ssl.keystore.type": "PKCS12"}
 
 
-@pytest.mark.parametrize("pkcs8", [True, False])
-def test_client_certificates_become_a_pem_keystore_with_a_key_java_reads(tmp_path: Path, pkcs8: bool) -> None:
+@pytest.mark.parametrize(("pkcs8", "password"), [(True, "kp"), (False, "kp"), (True, None)])
+def test_client_certificates_become_a_pem_keystore_with_a_key_java_reads(tmp_path: Path, pkcs8: bool,
+                                                                         password: str | None) -> None:
     from cryptography.hazmat.primitives import serialization
 
     tls = SecureSetup(tmp_path / "broker")
     tls.prepare()
-    cert, key = tls.client_certificate("mtls-user", key_password="kp", pkcs8=pkcs8)
+    cert, key = tls.client_certificate("mtls-user", key_password=password, pkcs8=pkcs8)
     section = {"security.protocol": "SSL", "ssl.ca.location": str(tls.ca_file), "ssl.certificate.location": str(cert),
-               "ssl.key.location": str(key), "ssl.key.password": "kp", "ssl.endpoint.identification.algorithm": "none"}
+               "ssl.key.location": str(key), "ssl.endpoint.identification.algorithm": "none"}
+    if password:
+        section["ssl.key.password"] = password
     assert security.librdkafka_settings(section) == section
     java = security.java_settings(section)
     assert set(java) == {"security.protocol", "ssl.truststore.type", "ssl.truststore.certificates",
@@ -104,11 +107,16 @@ def test_client_certificates_become_a_pem_keystore_with_a_key_java_reads(tmp_pat
     assert java["ssl.keystore.type"] == "PEM"
     assert java["ssl.keystore.certificate.chain"] == cert.read_text()
     assert java["ssl.keystore.key"].startswith("-----BEGIN PRIVATE KEY-----")
-    original = serialization.load_pem_private_key(key.read_bytes(), b"kp")
+    original = serialization.load_pem_private_key(key.read_bytes(), password.encode() if password else None)
     given = serialization.load_pem_private_key(java["ssl.keystore.key"].encode(), None)
     assert given.private_numbers() == original.private_numbers()  # type: ignore[union-attr]
-    with pytest.raises(ConfigError, match=r"cannot be read .*ssl\.key\.password right"):
-        security.java_settings({**section, "ssl.key.password": "wrong"})
+    # `ingest -v` logs py4j's commands, the key among them with its newlines escaped: masked whole.
+    escaped = java["ssl.keystore.key"].replace("\n", "\\n")
+    assert security.mask(f"Command to send: c\no12\noption\nskafka.ssl.keystore.key\ns{escaped}\ne") == \
+        "Command to send: c\no12\noption\nskafka.ssl.keystore.key\ns***\ne"
+    if password:
+        with pytest.raises(ConfigError, match=r"cannot be read .*ssl\.key\.password right"):
+            security.java_settings({**section, "ssl.key.password": "wrong"})
 
 
 def test_oauthbearer_oidc_is_derived_and_a_jaas_line_passes_through() -> None:
