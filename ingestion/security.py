@@ -10,10 +10,10 @@ A pipeline's `kafka:` section is written the way confluent-kafka (librdkafka) us
 * Spark's Kafka source, the Java client (`java_settings`, given to Spark as `kafka.<key>`): every setting except
   librdkafka's own (LIBRDKAFKA_ONLY), plus the Java spelling of them: `sasl.jaas.config` (ScramLoginModule or
   PlainLoginModule with the user name and password; OAuthBearerLoginModule for `sasl.oauthbearer.method: oidc`),
-  a PEM truststore with the CA certificates (`ssl.truststore.type: PEM`, `ssl.truststore.certificates`), a PEM
+  a PEM truststore of the CA (`ssl.truststore.type: PEM` with `ssl.truststore.location`, the CA file), a PEM
   keystore with the client's key and certificate chain (`ssl.keystore.type: PEM`, `ssl.keystore.key`,
-  `ssl.keystore.certificate.chain`). PEM files are read on the driver and given inline, so executors need no files.
-  A Java setting written in the section wins over the derived one.
+  `ssl.keystore.certificate.chain`, read on the driver and given inline). A Java setting written in the section
+  wins over the derived one.
 
 Secret values (passwords, keys, JAAS lines, basic-auth user info) are remembered when a config is loaded, and
 `mask` replaces them with `***` in any text: the command line runs every message it prints through it.
@@ -177,10 +177,7 @@ def java_settings(settings: Mapping[str, str]) -> dict[str, str]:
     if "sasl.jaas.config" not in settings:
         out.update(_derived_login(settings, chosen))
     if not any(k in settings for k in ("ssl.truststore.location", "ssl.truststore.certificates")):
-        ca = settings.get("ssl.ca.pem") or _ca_certificates(settings.get("ssl.ca.location"))
-        if ca:
-            out["ssl.truststore.type"] = "PEM"
-            out["ssl.truststore.certificates"] = ca
+        out.update(_derived_truststore(settings))
     if not any(k in settings for k in ("ssl.keystore.key", "ssl.keystore.type")):
         keystore = _derived_keystore(settings)
         if "ssl.keystore.key" in keystore:
@@ -267,15 +264,21 @@ def _read(key: str, path: str) -> str:
         raise ConfigError(f"key 'kafka.{key}' names {path!r}, which cannot be read ({exc.strerror})") from None
 
 
-def _ca_certificates(location: str | None) -> str | None:
-    """The PEM certificates of librdkafka's `ssl.ca.location`: a file, or every certificate file of a folder;
-    None for `probe` (the system's CAs, which the Java client uses by default too)."""
+def _derived_truststore(settings: Mapping[str, str]) -> dict[str, str]:
+    """The Java truststore of librdkafka's CA settings: the PEM file itself (`ssl.ca.location`, read by the Java
+    client wherever it runs, as a JKS truststore would be), or the certificates inline (`ssl.ca.pem`, or the
+    certificate files of an `ssl.ca.location` folder, which the Java client cannot read as one store). `probe` is
+    the system's CAs, which the Java client uses by default too."""
+    if settings.get("ssl.ca.pem"):
+        return {"ssl.truststore.type": "PEM", "ssl.truststore.certificates": settings["ssl.ca.pem"]}
+    location = settings.get("ssl.ca.location")
     if not location or location == "probe":
-        return None
+        return {}
     if os.path.isdir(location):
         texts = [_read("ssl.ca.location", str(f)) for f in sorted(Path(location).iterdir()) if f.is_file()]
-        return "".join(t for t in texts if "-----BEGIN CERTIFICATE-----" in t) or None
-    return _read("ssl.ca.location", location)
+        found = "".join(t for t in texts if "-----BEGIN CERTIFICATE-----" in t)
+        return {"ssl.truststore.type": "PEM", "ssl.truststore.certificates": found} if found else {}
+    return {"ssl.truststore.type": "PEM", "ssl.truststore.location": location}
 
 
 def _derived_keystore(settings: Mapping[str, str]) -> dict[str, str]:

@@ -110,14 +110,36 @@ def check_reachable(settings: Mapping[str, Any], topic: str, timeout: float) -> 
 def check_access(settings: Mapping[str, Any], topic: str, timeout: float, group: str | None = None) -> list[int]:
     """What a pipeline needs of Kafka, asked before anything is created: the brokers answer and accept the login,
     the topic exists and may be read (a fetch at its end, as the ACL of a fetch is READ, not the DESCRIBE that
-    metadata needs), and, when `group` is given, the consumer group's offsets may be read. The topic's partitions;
-    KafkaAccessError naming what was refused otherwise."""
+    metadata needs), and, when `group` is given, offsets may be committed to the consumer group (READ on it). The
+    topic's partitions; KafkaAccessError naming what was refused otherwise."""
     found = describe_topic(settings, topic, timeout)
     if found:
         _probe_read(settings, topic, found[0], timeout)
     if group is not None:
-        committed_offsets(settings, group, topic, found, timeout=timeout)
+        _probe_group(settings, group, timeout)
     return found
+
+
+def _probe_group(settings: Mapping[str, Any], group: str, timeout: float) -> None:
+    """Commit to `group` an offset of a topic that does not exist: Kafka checks READ on the group before anything
+    else and answers GROUP_AUTHORIZATION_FAILED, or refuses the partition (unknown topic, or a topic the client
+    may not read) and writes nothing, not even the group. Listing the group's offsets would check DESCRIBE only."""
+    import uuid
+
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+
+    probe = ConsumerGroupTopicPartitions(group, [TopicPartition(f"ingest-group-check-{uuid.uuid4().hex}", 0, 0)])
+    admin = admin_client(settings)
+    try:
+        result = admin.alter_consumer_group_offsets([probe], request_timeout=timeout)[group].result(timeout)
+    except KafkaException as exc:
+        refused = access.from_error(exc.args[0], settings, group=group) if exc.args else None
+        if refused is not None:
+            raise refused from None
+        raise
+    for partition in result.topic_partitions:
+        if partition.error is not None and partition.error.code() == access.GROUP_AUTHORIZATION_FAILED:
+            raise access.group_denied(settings, group)
 
 
 def _probe_read(settings: Mapping[str, Any], topic: str, partition: int, timeout: float) -> None:

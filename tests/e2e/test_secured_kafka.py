@@ -44,6 +44,7 @@ class Users:
     outsider: str  # no ACL at all
     nogroup: str  # READ on the topics, nothing on the groups
     describer: str  # DESCRIBE on the topics (metadata, offsets) but no READ; READ on the groups
+    group_describer: str  # READ on the topics, DESCRIBE on the groups (may list offsets, not commit them)
     passwords: dict[str, str] = field(default_factory=dict)
 
 
@@ -55,13 +56,14 @@ def users(secure_broker: Any) -> Users:
 
     admin = AdminClient(secure_broker.admin_settings())
     tag = uuid.uuid4().hex[:6]
-    found = Users(f"pipe-{tag}", f"outsider-{tag}", f"nogroup-{tag}", f"describer-{tag}")
+    found = Users(f"pipe-{tag}", f"outsider-{tag}", f"nogroup-{tag}", f"describer-{tag}", f"gdescriber-{tag}")
     found.passwords = {found.pipeline: CANARY, found.outsider: f"o-{tag}", found.nogroup: f"n-{tag}",
-                       found.describer: f"d-{tag}"}
+                       found.describer: f"d-{tag}", found.group_describer: f"g-{tag}"}
     for user, password in found.passwords.items():
         add_user(admin, user, password)
-    for user in (found.pipeline, found.nogroup):
+    for user in (found.pipeline, found.nogroup, found.group_describer):
         grant(admin, f"User:{user}", "TOPIC", TOPIC_PREFIX, ("READ",), prefixed=True)
+    grant(admin, f"User:{found.group_describer}", "GROUP", "ingest-", ("DESCRIBE",), prefixed=True)
     grant(admin, f"User:{found.describer}", "TOPIC", TOPIC_PREFIX, ("DESCRIBE",), prefixed=True)
     for user in (found.pipeline, found.describer):
         grant(admin, f"User:{user}", "GROUP", "ingest-", ("READ",), prefixed=True)
@@ -223,13 +225,11 @@ def test_refusals_are_one_line_and_create_nothing(secure_broker: Any, users: Use
     _produce(secure_broker, topic, 20, orders_schema)
     servers = secure_broker.security.listeners()["SASL_SSL"]
     name = f"den{uuid.uuid4().hex[:8]}"
+    who_is = {"topic": users.outsider, "group": users.nogroup, "read": users.describer,
+              "commit": users.group_describer, "login": users.pipeline}
     files = {who: _pipeline(tmp_path / who, name, topic, _kafka_section(secure_broker, user))
-             for who, user in (("topic", users.outsider), ("group", users.nogroup), ("read", users.describer),
-                               ("login", users.pipeline))}
-    passwords = {**{who: users.passwords[user] for who, user in (("topic", users.outsider),
-                                                                 ("group", users.nogroup),
-                                                                 ("read", users.describer))},
-                 "login": f"wrong-{CANARY}"}
+             for who, user in who_is.items()}
+    passwords = {**{who: users.passwords[user] for who, user in who_is.items()}, "login": f"wrong-{CANARY}"}
     expected = {
         "topic": f"error: Kafka at {servers} denied user '{users.outsider}' access to topic '{topic}' "
                  f"(TOPIC_AUTHORIZATION_FAILED): grant User:{users.outsider} READ on topic '{topic}'",
@@ -237,10 +237,14 @@ def test_refusals_are_one_line_and_create_nothing(secure_broker: Any, users: Use
                 f"(TOPIC_AUTHORIZATION_FAILED): grant User:{users.describer} READ on topic '{topic}'",
         "group": f"error: Kafka at {servers} denied user '{users.nogroup}' access to consumer group 'ingest-{name}' "
                  f"(GROUP_AUTHORIZATION_FAILED): grant User:{users.nogroup} READ on group 'ingest-{name}'",
+        "commit": f"error: Kafka at {servers} denied user '{users.group_describer}' access to consumer group "
+                  f"'ingest-{name}' (GROUP_AUTHORIZATION_FAILED): grant User:{users.group_describer} READ on group "
+                  f"'ingest-{name}'",
         "login": f"error: Kafka at {servers} refused to authenticate user '{users.pipeline}' with SASL "
                  "SCRAM-SHA-512: wrong password, unknown user, or a mechanism the broker does not enable",
     }
-    cases = [(who, command) for who in ("topic", "group", "read", "login") for command in ("run", "onboard")]
+    cases = [(who, command) for who in ("topic", "group", "read", "commit", "login")
+             for command in ("run", "onboard")]
     cases += [(who, command) for who in ("topic", "login") for command in ("status", "verify")]
 
     def attempt(case: tuple[str, str]) -> subprocess.CompletedProcess[str]:

@@ -41,7 +41,7 @@ def test_scram_over_tls_gives_each_client_its_spelling(tmp_path: Path) -> None:
         "kafka.bootstrap.servers": "127.0.0.1:9", "kafka.security.protocol": "SASL_SSL",
         "kafka.sasl.mechanism": "SCRAM-SHA-512", "kafka.client.id": "me", "kafka.isolation.level": "read_committed",
         "kafka.sasl.jaas.config": f'{SCRAM} required username="alice" password="pa55";',
-        "kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.certificates": ca.read_text()}
+        "kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": str(ca)}
 
 
 @pytest.mark.parametrize(("mechanism", "module"), [("PLAIN", PLAIN), ("SCRAM-SHA-256", SCRAM)])
@@ -69,6 +69,22 @@ def test_java_settings_given_by_the_user_win_and_librdkafka_takes_what_it_can_fr
     assert security.librdkafka_settings(section) == {
         "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "carol",
         "sasl.password": "s3cret", "ssl.ca.location": str(ca)}
+
+
+def test_a_ca_folder_or_pem_text_becomes_inline_certificates(tmp_path: Path) -> None:
+    folder = tmp_path / "cas"
+    folder.mkdir()
+    (folder / "a.pem").write_text("-----BEGIN CERTIFICATE-----\nA\n-----END CERTIFICATE-----\n")
+    (folder / "b.crt").write_text("-----BEGIN CERTIFICATE-----\nB\n-----END CERTIFICATE-----\n")
+    (folder / "README").write_text("not a certificate")
+    java = security.java_settings({"security.protocol": "SSL", "ssl.ca.location": str(folder)})
+    assert java["ssl.truststore.certificates"] == ((folder / "a.pem").read_text() + (folder / "b.crt").read_text())
+    assert java["ssl.truststore.type"] == "PEM"
+    pem = "-----BEGIN CERTIFICATE-----\nC\n-----END CERTIFICATE-----\n"
+    assert security.java_settings({"security.protocol": "SSL", "ssl.ca.pem": pem}) == {
+        "security.protocol": "SSL", "ssl.truststore.type": "PEM", "ssl.truststore.certificates": pem}
+    assert security.java_settings({"security.protocol": "SSL", "ssl.ca.location": "probe"}) == {
+        "security.protocol": "SSL"}
 
 
 def test_a_jks_truststore_goes_to_spark_only() -> None:
@@ -100,7 +116,7 @@ def test_client_certificates_become_a_pem_keystore_with_a_key_java_reads(tmp_pat
         section["ssl.key.password"] = password
     assert security.librdkafka_settings(section) == section
     java = security.java_settings(section)
-    assert set(java) == {"security.protocol", "ssl.truststore.type", "ssl.truststore.certificates",
+    assert set(java) == {"security.protocol", "ssl.truststore.type", "ssl.truststore.location",
                          "ssl.keystore.type", "ssl.keystore.certificate.chain", "ssl.keystore.key",
                          "ssl.endpoint.identification.algorithm"}  # no ssl.key.password: the key is decrypted
     assert java["ssl.endpoint.identification.algorithm"] == ""
