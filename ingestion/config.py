@@ -160,15 +160,10 @@ class PipelineConfig:
         out = dataclasses.asdict(self)
         for section in ("kafka", "spark"):
             out[section] = {k: "***" if _SECRET.search(k) else v for k, v in out[section].items()}
-        out["value"]["registry"] = {k: "***" if _SECRET.search(k) else redact_url(v) if k == "url" else v
+        out["value"]["registry"] = {k: "***" if _SECRET.search(k) else security.redact_url(v) if k == "url" else v
                                     for k, v in self.value.registry.items()}
         out["file"] = str(self.file)
         return out
-
-
-def redact_url(url: str) -> str:
-    """A URL with its user info (`https://user:password@host`) replaced by '***'."""
-    return re.sub(r"(?<=://)[^/@\s]+@", "***@", url)
 
 
 def load_pipeline(name_or_path: str | Path) -> PipelineConfig:
@@ -220,8 +215,6 @@ def parse_pipeline(data: object, file: Path) -> PipelineConfig:
     config = dataclasses.replace(config, file=file)
     for settings in (config.kafka, config.spark, config.value.registry):
         security.remember_settings(settings)
-    userinfo = re.findall(r"(?<=://)[^/@\s]+(?=@)", config.value.registry.get("url", ""))
-    security.remember(userinfo + [part.split(":", 1)[1] for part in userinfo if ":" in part])
     source = data.get("source")
     _check(config, set(source) if isinstance(source, dict) else set())
     return config

@@ -95,9 +95,12 @@ def remember(values: Iterable[str]) -> None:
 
 
 def remember_settings(settings: Mapping[str, str]) -> None:
-    """The values of every secret-looking setting, and their parts (`user:password`, a JAAS line's password)."""
+    """The values of every secret-looking setting, and their parts (`user:password`, a JAAS line's password, the
+    user info of a URL)."""
     found: list[str] = []
     for key, value in settings.items():
+        for userinfo in re.findall(r"(?<=://)[^/@\s]+(?=@)", value) if key == "url" else []:
+            found += [userinfo, userinfo.partition(":")[2]]
         if not is_secret(key):
             continue
         found.append(value)
@@ -106,6 +109,11 @@ def remember_settings(settings: Mapping[str, str]) -> None:
         if key == "sasl.jaas.config":
             found += [v for k, v in jaas_options(value).items() if is_secret(k) or k == "clientSecret"]
     remember(found)
+
+
+def redact_url(url: str) -> str:
+    """A URL with its user info (`https://user:password@host`) replaced by '***'."""
+    return re.sub(r"(?<=://)[^/@\s]+@", "***@", url)
 
 
 def mask(text: str) -> str:

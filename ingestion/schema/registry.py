@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ingestion import security
-from ingestion.config import PipelineConfig, redact_url
+from ingestion.config import PipelineConfig
 from ingestion.errors import SchemaError
 from ingestion.paths import schemas_dir
 from ingestion.schema.files import canonical_json, load_subject
+from ingestion.security import redact_url
 
 _CLIENTS: dict[str, Any] = {}
 
