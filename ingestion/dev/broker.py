@@ -158,6 +158,9 @@ class Broker:
         except BrokerError as exc:
             self.stop()
             raise BrokerError(f"{exc}; see {self.log_file}:\n{self._tail()}") from None
+        except Exception as exc:  # noqa: BLE001 - the ACLs of a secured broker: a KafkaException
+            self.stop()
+            raise BrokerError(f"the secured broker's ACLs could not be made ({exc}); see {self.log_file}") from None
         log.info("kafka broker started (pid %d) on %s, data in %s", proc.pid, servers, self.home / "data")
         return servers
 
