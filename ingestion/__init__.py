@@ -19,7 +19,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ingestion.config import PipelineConfig, list_pipelines, load_pipeline
-from ingestion.errors import ConfigError, IngestionError, SchemaError
+from ingestion.errors import ConfigError, IngestionError, KafkaAccessError, SchemaError
 
 if TYPE_CHECKING:
     from ingestion.delta.ledger import BatchRecord
@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     from ingestion.stream.pipeline import stop as stop_pipeline
 
 __all__ = [
-    "BatchRecord", "ConfigError", "IngestionError", "PipelineConfig", "SchemaError", "get_session", "history",
+    "BatchRecord", "ConfigError", "IngestionError", "KafkaAccessError", "PipelineConfig", "SchemaError",
+    "get_session", "history",
     "list_pipelines", "load_pipeline", "onboard", "pipeline_status", "replay", "rewind", "run_pipeline",
     "run_pipelines", "start_pipeline", "stop_pipeline", "verify",
 ]

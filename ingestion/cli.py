@@ -51,6 +51,7 @@ def _logging(*, verbose: bool) -> None:
     problems.setLevel(logging.WARNING)
     for handler in (progress, problems):
         handler.setFormatter(formatter)
+        handler.addFilter(_masked)
         root.addHandler(handler)
     for noisy in ("alembic", "mlflow", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -60,12 +61,30 @@ def _logging(*, verbose: bool) -> None:
     logging.getLogger("ingestion.librdkafka").setLevel(logging.DEBUG if verbose else logging.CRITICAL + 1)
 
 
+def _masked(record: logging.LogRecord) -> bool:
+    """A log record with every secret value of the loaded configs replaced by '***' (`security.mask`): no setting
+    is logged on purpose, this is the last guard for what clients put in their messages."""
+    from ingestion import security
+
+    text = record.getMessage()
+    shown = security.mask(text)
+    if shown != text:
+        record.msg, record.args = shown, None
+    if record.exc_info and record.exc_info[1] is not None:
+        import traceback
+
+        record.exc_text = security.mask("".join(traceback.format_exception(*record.exc_info)).rstrip())
+    return True
+
+
 def _failed(message: str, exc: BaseException, verbose: bool) -> int:
+    from ingestion import security
+
     if verbose:
         import traceback
 
-        traceback.print_exception(exc, file=sys.stderr)
-    print(f"error: {message}", file=sys.stderr)
+        print(security.mask("".join(traceback.format_exception(exc))), end="", file=sys.stderr)
+    print(f"error: {security.mask(message)}", file=sys.stderr)
     return 1
 
 
@@ -79,10 +98,16 @@ def _parser() -> argparse.ArgumentParser:
     kafka_cmds = kafka.add_subparsers(dest="action", required=True, metavar="ACTION")
     start = kafka_cmds.add_parser("start", help="start it (or find it running); prints the bootstrap address")
     start.add_argument("--port", type=int, help="listener port (default: the previous one, else a free one)")
+    secure_help = ("the secured broker (.ingest/kafka-secure/): SASL_SSL, SASL_PLAINTEXT and SSL (client "
+                   "certificates) listeners, SCRAM and PLAIN users, ACLs")
+    start.add_argument("--secure", action="store_true", help=secure_help)
     start.set_defaults(func=_kafka_start)
-    kafka_cmds.add_parser("stop", help="stop it by its pid").set_defaults(func=_kafka_stop)
-    kafka_cmds.add_parser("status", help="pid, address and topics; exit 1 when not running"
-                          ).set_defaults(func=_kafka_status)
+    stop = kafka_cmds.add_parser("stop", help="stop it by its pid")
+    stop.add_argument("--secure", action="store_true", help=secure_help)
+    stop.set_defaults(func=_kafka_stop)
+    status = kafka_cmds.add_parser("status", help="pid, address and topics; exit 1 when not running")
+    status.add_argument("--secure", action="store_true", help=secure_help)
+    status.set_defaults(func=_kafka_status)
 
     run = commands.add_parser("run", help="run a pipeline (streams until stopped, or --available-now)")
     run.add_argument("pipeline", nargs="?",
@@ -200,14 +225,19 @@ def _lazy(module: str, name: str) -> Callable[..., int]:
 def _kafka_start(args: argparse.Namespace) -> int:
     from ingestion.dev.broker import Broker
 
-    print(Broker.default().start(port=args.port))
+    broker = Broker.default(secure=args.secure)
+    print(broker.start(port=args.port))
+    if args.secure:
+        from ingestion.dev.secure import describe
+
+        print(describe(broker.security))
     return 0
 
 
 def _kafka_stop(args: argparse.Namespace) -> int:
     from ingestion.dev.broker import Broker
 
-    print("stopped" if Broker.default().stop() else "not running")
+    print("stopped" if Broker.default(secure=args.secure).stop() else "not running")
     return 0
 
 
@@ -216,13 +246,14 @@ def _kafka_status(args: argparse.Namespace) -> int:
 
     from ingestion.dev.broker import Broker
 
-    broker = Broker.default()
+    broker = Broker.default(secure=args.secure)
     pid = broker.pid()
     if pid is None:
         print(f"not running (folder {broker.home})")
         return 1
     servers = broker.bootstrap_servers() or ""
-    topics = AdminClient({"bootstrap.servers": servers}).list_topics(timeout=10).topics
+    settings: dict[str, Any] = {**broker.admin_settings(), "logger": log}
+    topics = AdminClient(settings).list_topics(timeout=10).topics
     print(f"running: pid {pid}, bootstrap {servers}, folder {broker.home}")
     for name, meta in sorted(topics.items()):
         if not name.startswith("__"):
@@ -320,12 +351,16 @@ def _pipeline_session(name: str) -> tuple[PipelineConfig, SparkSession]:
 
 def _onboard(args: argparse.Namespace) -> int:
     from ingestion.config import load_pipeline
-    from ingestion.ops.onboard import onboard
+    from ingestion.ops.onboard import check_kafka, onboard
     from ingestion.runtime.session import get_session
+    from ingestion.schema.registry import check_registry
 
     if args.all == bool(args.pipeline):
         raise IngestionError("name one pipeline, or pass --all")
     configs = _all_valid() if args.all else [load_pipeline(args.pipeline)]
+    for config in configs:  # Kafka and the registry first: a refusal is told in seconds, before a JVM boots
+        check_kafka(config, create_topic=args.create_topic)
+        check_registry(config, subject_may_be_missing=args.register_schemas)
     spark = get_session("ingest-onboard", conf={k: v for c in configs for k, v in c.spark.items()})
     for config in configs:
         report = onboard(spark, config, dry_run=args.dry_run, create_topic=args.create_topic,

@@ -18,11 +18,12 @@ from typing import Any, Literal
 
 import yaml
 
+from ingestion import security
 from ingestion.errors import ConfigError
 from ingestion.paths import conf_dir, local_broker_address, state_dir
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_SECRET = re.compile(r"password|secret|jaas|token|credentials|key\.pem|basic\.auth\.user\.info", re.I)
+_SECRET = security.SECRET_KEY
 
 
 def _key(name: str) -> dict[str, str]:
@@ -136,15 +137,31 @@ class PipelineConfig:
         return servers
 
     def kafka_client_settings(self) -> dict[str, Any]:
-        """The Kafka client settings for confluent-kafka clients, bootstrap resolved."""
-        return {**self.kafka, "bootstrap.servers": self.bootstrap_servers()}
+        """The Kafka client settings for confluent-kafka clients, bootstrap resolved: the `kafka:` section without
+        the Java client's own settings, with what librdkafka can take from them (`security.librdkafka_settings`)."""
+        return {**security.librdkafka_settings(self.kafka), "bootstrap.servers": self.bootstrap_servers()}
+
+    def java_kafka_settings(self) -> dict[str, str]:
+        """The Kafka client settings for Spark's Kafka source (the Java client), without the `kafka.` prefix and
+        without bootstrap: the section in the Java client's spelling (`security.java_settings`)."""
+        try:
+            return security.java_settings(self.kafka)
+        except ConfigError as exc:
+            raise ConfigError(f"{self.file}: {exc}") from None
+
+    @property
+    def consumer_group(self) -> str:
+        """The consumer group the processed offsets are committed to."""
+        return self.metrics.consumer_group or f"ingest-{self.name}"
 
     def redacted(self) -> dict[str, Any]:
-        """The config as a dict with every secret-looking Kafka or Spark setting replaced by '***'."""
+        """The config as a dict with every secret-looking Kafka or Spark setting replaced by '***' (and a
+        registry URL's user info)."""
         out = dataclasses.asdict(self)
         for section in ("kafka", "spark"):
             out[section] = {k: "***" if _SECRET.search(k) else v for k, v in out[section].items()}
-        out["value"]["registry"] = {k: "***" if _SECRET.search(k) else v for k, v in self.value.registry.items()}
+        out["value"]["registry"] = {k: "***" if _SECRET.search(k) else security.redact_url(v) if k == "url" else v
+                                    for k, v in self.value.registry.items()}
         out["file"] = str(self.file)
         return out
 
@@ -196,6 +213,8 @@ def parse_pipeline(data: object, file: Path) -> PipelineConfig:
         raise ConfigError(f"{file}: expected a mapping of settings at the top level, got {data!r}")
     config = _build(PipelineConfig, _interpolate(data, file, ""), file, "")
     config = dataclasses.replace(config, file=file)
+    for settings in (config.kafka, config.spark, config.value.registry):
+        security.remember_settings(settings)
     source = data.get("source")
     _check(config, set(source) if isinstance(source, dict) else set())
     return config
@@ -229,6 +248,9 @@ def _check(config: PipelineConfig, raw_source: set[str]) -> None:
         if key.startswith("kafka."):
             raise ConfigError(f"{config.file}: key 'kafka.{key}': write Kafka client settings without the "
                               f"'kafka.' prefix (it is added for Spark), got {key!r}")
+    problem = security.check(config.kafka)
+    if problem:
+        raise ConfigError(f"{config.file}: {problem}")
     _check_values(config)
 
 

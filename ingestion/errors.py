@@ -29,3 +29,18 @@ class BrokerError(IngestionError):
 
 class CheckpointError(IngestionError):
     """A checkpoint and its table disagree in a way that needs the user's decision."""
+
+
+class KafkaAccessError(IngestionError):
+    """Kafka refused this client: its login (`denied == "authentication"`), the TLS handshake (`"tls"`), or an
+    operation on a topic, a consumer group or the cluster (`"topic"`, `"group"`, `"cluster"`). The message names
+    what was denied and what to grant; `resource` is the topic or group name."""
+
+    def __init__(self, message: str, *, denied: str, resource: str | None = None) -> None:
+        super().__init__(message)
+        self.denied = denied
+        self.resource = resource
+
+
+class TopicNotFoundError(IngestionError):
+    """The pipeline's topic does not exist (Kafka said so; a topic the client may not see is a KafkaAccessError)."""

@@ -1,4 +1,5 @@
-"""Shared fixtures: one Kafka broker and one SparkSession per test session, a unique topic per test.
+"""Shared fixtures: one Kafka broker and one SparkSession per test session, a unique topic per test; a secured
+broker for the tests that need one.
 
 Set KAFKA_BOOTSTRAP_SERVERS to run against an existing cluster instead of starting a local broker.
 """
@@ -46,6 +47,22 @@ def kafka_servers(state_home: Path) -> Iterator[str]:
         yield servers
     finally:
         gc.collect()  # close producers tests left behind before their broker goes away (else they log refusals)
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def secure_broker(state_home: Path) -> Iterator[Any]:
+    """A second local broker, secured (`Broker(..., secure=True)`: SASL_SSL, SASL_PLAINTEXT and SSL with client
+    certificates on 127.0.0.1, SCRAM and PLAIN users, ACLs), started only by the tests that ask for it and stopped
+    by its pid. `secure_broker.admin_settings()` are a super user's client settings."""
+    from ingestion.dev.broker import Broker
+
+    broker = Broker(state_home / "kafka-secure", secure=True)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        gc.collect()
         broker.stop()
 
 

@@ -71,7 +71,10 @@ class SchemaResolver:
         self.spec = self._build(versions, self._reader(versions, current=None))
 
     def refresh(self, unknown_ids: set[int]) -> bool:
-        """Learn the given ids if they are versions of the subject; True when the spec changed."""
+        """Learn the given ids if they are versions of the subject; True when the spec changed. Ids the spec holds
+        already are not asked for (a registry that is away costs nothing for them)."""
+        if not set(unknown_ids) - set(self.spec.writer_schemas):
+            return False
         versions = self.source.versions(self.config.value.subject)
         learned = {i for i in unknown_ids if i in versions} - set(self.spec.writer_schemas)
         for schema_id in sorted(set(unknown_ids) - learned):

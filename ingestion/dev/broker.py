@@ -8,6 +8,7 @@ request answers. It is stopped by its pid, which is checked to be this folder's 
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import os
 import signal
@@ -15,9 +16,12 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from ingestion.dev import secure as secured
 from ingestion.errors import BrokerError
 from ingestion.paths import local_broker_dir
 from ingestion.runtime import jars
@@ -57,13 +61,27 @@ def new_cluster_id() -> str:
 
 @dataclass(frozen=True)
 class Broker:
-    """One local broker, described by its folder."""
+    """One local broker, described by its folder. `secure`: SASL_SSL, SASL_PLAINTEXT and SSL (client
+    certificates) listeners with SCRAM and PLAIN users and ACLs instead of one plaintext listener (`dev.secure`)."""
 
     home: Path
+    secure: bool = False
 
     @classmethod
-    def default(cls) -> Broker:
-        return cls(local_broker_dir())
+    def default(cls, secure: bool = False) -> Broker:
+        home = local_broker_dir()
+        return cls(home.with_name(home.name + "-secure"), secure=True) if secure else cls(home)
+
+    @property
+    def security(self) -> secured.SecureSetup:
+        """The TLS material, users and listeners of a secured broker."""
+        return secured.SecureSetup(self.home)
+
+    def admin_settings(self) -> dict[str, Any]:
+        """confluent-kafka settings of a super user (for a plain broker: just its address)."""
+        if self.secure:
+            return self.security.client_settings(secured.ADMIN)
+        return {"bootstrap.servers": self.bootstrap_servers() or ""}
 
     @property
     def pid_file(self) -> Path:
@@ -100,25 +118,30 @@ class Broker:
         running = self.pid()
         if running is not None:
             servers = self.bootstrap_servers() or ""
-            wait_until_ready(servers, timeout)
+            wait_until_ready(servers, timeout, settings=self.admin_settings())
             log.info("kafka broker already running (pid %d) on %s", running, servers)
             return servers
         self.home.mkdir(parents=True, exist_ok=True)
         port = port or self._previous_port() or free_port()
         controller_port = free_port()
         servers = f"127.0.0.1:{port}"
+        if self.secure:
+            self.security.prepare()
         self._write_config(port, controller_port)
         classpath = jars.classpath(jars.BROKER_JARS)
         java = ["java", "-Xms256m", "-Xmx768m", f"-Dlog4j2.configurationFile={self.home / 'log4j2.properties'}",
                 "-cp", classpath]
         if not (self.home / "data" / "meta.properties").is_file():
             cluster_id = new_cluster_id()
+            users = self.security.format_arguments() if self.secure else []
             fmt = subprocess.run(
-                [*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.properties)],
+                [*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.properties), *users],
                 capture_output=True, text=True, check=False,
             )
             if fmt.returncode != 0:
-                raise BrokerError(f"formatting {self.home / 'data'} failed: {fmt.stdout}{fmt.stderr}")
+                output = (fmt.stdout + fmt.stderr).replace(self.security.password(secured.ADMIN), "***") \
+                    if self.secure else fmt.stdout + fmt.stderr
+                raise BrokerError(f"formatting {self.home / 'data'} failed: {output}")
         with open(self.log_file, "ab") as out:
             proc = subprocess.Popen(
                 [*java, "kafka.Kafka", str(self.properties)],
@@ -127,10 +150,17 @@ class Broker:
         self.pid_file.write_text(str(proc.pid))
         self.bootstrap_file.write_text(servers)
         try:
-            wait_until_ready(servers, timeout, process=proc)
+            wait_until_ready(servers, timeout, process=proc, settings=self.admin_settings())
+            if self.secure:
+                from confluent_kafka.admin import AdminClient
+
+                secured.default_acls(AdminClient(self.admin_settings()))
         except BrokerError as exc:
             self.stop()
             raise BrokerError(f"{exc}; see {self.log_file}:\n{self._tail()}") from None
+        except Exception as exc:  # noqa: BLE001 - the ACLs of a secured broker: a KafkaException
+            self.stop()
+            raise BrokerError(f"the secured broker's ACLs could not be made ({exc}); see {self.log_file}") from None
         log.info("kafka broker started (pid %d) on %s, data in %s", proc.pid, servers, self.home / "data")
         return servers
 
@@ -156,15 +186,24 @@ class Broker:
 
     def _write_config(self, port: int, controller_port: int) -> None:
         data = self.home / "data"
+        if self.secure:
+            previous = self.security.listeners()
+            ports = {name: port if name == secured.LISTENERS[0] else
+                     int(previous[name].rsplit(":", 1)[1]) if name in previous else free_port()
+                     for name in secured.LISTENERS}
+            self.security.listeners_file.write_text(json.dumps({n: f"127.0.0.1:{p}" for n, p in ports.items()}))
+            listeners = self.security.properties(ports, controller_port)
+        else:
+            listeners = [f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+                         f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+                         "inter.broker.listener.name=PLAINTEXT",
+                         "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"]
         self.properties.write_text("\n".join([
             "process.roles=broker,controller",
             "node.id=1",
             f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
-            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+            *listeners,
             "controller.listener.names=CONTROLLER",
-            "inter.broker.listener.name=PLAINTEXT",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             f"log.dirs={data}",
             "num.partitions=1",
             "auto.create.topics.enable=false",
@@ -197,13 +236,15 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def wait_until_ready(servers: str, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
-    """Return once a metadata request to `servers` succeeds; raise BrokerError after `timeout` seconds
-    or as soon as `process` (the broker being started) exits."""
+def wait_until_ready(servers: str, timeout: float, process: subprocess.Popen[bytes] | None = None,
+                     settings: Mapping[str, Any] | None = None) -> None:
+    """Return once a metadata request to `servers` succeeds (with the client `settings` of a secured broker);
+    raise BrokerError after `timeout` seconds or as soon as `process` (the broker being started) exits."""
     from confluent_kafka.admin import AdminClient
 
     # log_level 0: connection refusals while the broker boots are expected, not worth printing.
-    admin = AdminClient({"bootstrap.servers": servers, "socket.connection.setup.timeout.ms": 1000, "log_level": 0})
+    admin = AdminClient({**(settings or {}), "bootstrap.servers": servers, "socket.connection.setup.timeout.ms": 1000,
+                         "log_level": 0})
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:

@@ -1,23 +1,26 @@
-"""Kafka clients (confluent-kafka): admin, offsets, consumer groups. Below `stream` and `ops`; imports only
-`config`/`errors`."""
+"""Kafka clients (confluent-kafka): admin, offsets, consumer groups, and Kafka's refusals as one line (`access`).
+Below `stream` and `ops`; imports only `config`, `security` and `errors`."""
 
 from ingestion.kafka.clients import (
     ISOLATION,
     READ_COMMITTED,
     admin_client,
+    check_access,
     check_reachable,
     commit_group_offsets,
     committed_offsets,
     consumer,
     create_topic,
+    describe_topic,
     first_unread,
     for_admin,
     for_consumer,
     for_producer,
     partitions,
+    raise_refusal,
     watermarks,
 )
 
-__all__ = ["ISOLATION", "READ_COMMITTED", "admin_client", "check_reachable", "commit_group_offsets",
-           "committed_offsets", "consumer", "create_topic", "first_unread", "for_admin", "for_consumer", "for_producer",
-           "partitions", "watermarks"]
+__all__ = ["ISOLATION", "READ_COMMITTED", "admin_client", "check_access", "check_reachable", "commit_group_offsets",
+           "committed_offsets", "consumer", "create_topic", "describe_topic", "first_unread", "for_admin",
+           "for_consumer", "for_producer", "partitions", "raise_refusal", "watermarks"]

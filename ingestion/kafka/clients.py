@@ -10,10 +10,12 @@ the Spark source does (see `stream.source`): records of aborted transactions nev
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
-from ingestion.errors import IngestionError
+from ingestion.errors import IngestionError, TopicNotFoundError
+from ingestion.kafka import access
 
 ISOLATION = "isolation.level"
 READ_COMMITTED = "read_committed"
@@ -41,6 +43,7 @@ PRODUCER_ONLY = frozenset({
 # librdkafka's own log lines (connection refusals while a broker restarts, ...) go to this logger, shown with -v,
 # instead of straight to the screen.
 LIBRDKAFKA_LOG = logging.getLogger("ingestion.librdkafka")
+log = logging.getLogger(__name__)
 
 
 def _logged(settings: dict[str, Any]) -> dict[str, Any]:
@@ -62,26 +65,116 @@ def for_producer(settings: Mapping[str, Any]) -> dict[str, Any]:
     return _logged({k: v for k, v in settings.items() if k not in CONSUMER_ONLY})
 
 
-def check_reachable(settings: Mapping[str, Any], topic: str, timeout: float) -> list[int]:
-    """The topic's partitions, asked of the brokers within `timeout` seconds; IngestionError naming the cause when
-    no broker answers or the topic does not exist."""
+def describe_topic(settings: Mapping[str, Any], topic: str, timeout: float) -> list[int]:
+    """The topic's partitions, asked of the brokers within `timeout` seconds. Raises KafkaAccessError when Kafka
+    refuses the login, the TLS handshake or the topic, TopicNotFoundError when the topic does not exist, and
+    IngestionError naming the address when no broker answers."""
     from confluent_kafka import KafkaException
 
     servers = settings.get("bootstrap.servers")
-    admin = admin_client({**settings, "socket.connection.setup.timeout.ms": int(max(1.0, timeout) * 1000)})
-    try:
-        meta = admin.list_topics(topic, timeout=timeout)
-    except KafkaException as exc:
-        error = exc.args[0] if exc.args else exc
-        reason = error.str() if hasattr(error, "str") else str(error)
-        raise IngestionError(f"no Kafka broker answered at {servers} within {timeout:.0f}s ({reason}); check "
-                             "kafka.bootstrap.servers and that the brokers run") from None
+    refusals: list[Any] = []  # librdkafka reports a refused login or handshake to the error callback only
+    admin = admin_client({**settings, "socket.connection.setup.timeout.ms": int(max(1.0, timeout) * 1000),
+                          "error_cb": refusals.append})
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            meta = admin.list_topics(topic, timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+            break
+        except KafkaException as exc:
+            admin.poll(0)  # serves the error callback
+            for error in refusals:
+                refused = access.from_error(error, settings, topic)
+                if refused is not None:
+                    raise refused from None
+            if time.monotonic() >= deadline:
+                error = exc.args[0] if exc.args else exc
+                reason = error.str() if hasattr(error, "str") else str(error)
+                raise IngestionError(f"no Kafka broker answered at {servers} within {timeout:.0f}s ({reason}); check "
+                                     "kafka.bootstrap.servers and that the brokers run") from None
     found = meta.topics.get(topic)
+    if found is not None and found.error is not None and found.error.code() == access.TOPIC_AUTHORIZATION_FAILED:
+        # Not "does not exist": Kafka answers so for a topic the client may not describe, whether it exists or not.
+        raise access.topic_denied(settings, topic)
     if found is None or found.error is not None:
         reason = f" ({found.error.str()})" if found is not None and found.error is not None else ""
-        raise IngestionError(f"topic {topic!r} does not exist on {servers}{reason}; create it, or run `ingest "
-                             "onboard <pipeline> --create-topic`")
+        raise TopicNotFoundError(f"topic {topic!r} does not exist on {servers}{reason}; create it, or run `ingest "
+                                 "onboard <pipeline> --create-topic`")
     return sorted(found.partitions)
+
+
+def check_reachable(settings: Mapping[str, Any], topic: str, timeout: float) -> list[int]:
+    """The topic's partitions; see `describe_topic`."""
+    return describe_topic(settings, topic, timeout)
+
+
+def check_access(settings: Mapping[str, Any], topic: str, timeout: float, group: str | None = None) -> list[int]:
+    """What a pipeline needs of Kafka, asked before anything is created: the brokers answer and accept the login,
+    the topic exists and may be read (a fetch at its end, as the ACL of a fetch is READ, not the DESCRIBE that
+    metadata needs), and, when `group` is given, offsets may be committed to the consumer group (READ on it). The
+    topic's partitions; KafkaAccessError naming what was refused otherwise."""
+    found = describe_topic(settings, topic, timeout)
+    if found:
+        _probe_read(settings, topic, found[0], timeout)
+    if group is not None:
+        _probe_group(settings, group, timeout)
+    return found
+
+
+def _probe_group(settings: Mapping[str, Any], group: str, timeout: float) -> None:
+    """Commit to `group` an offset of a topic that does not exist: Kafka checks READ on the group before anything
+    else and answers GROUP_AUTHORIZATION_FAILED, or refuses the partition (unknown topic, or a topic the client
+    may not read) and writes nothing, not even the group. Listing the group's offsets would check DESCRIBE only."""
+    import uuid
+
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+
+    probe = ConsumerGroupTopicPartitions(group, [TopicPartition(f"ingest-group-check-{uuid.uuid4().hex}", 0, 0)])
+    admin = admin_client(settings)
+    try:
+        result = admin.alter_consumer_group_offsets([probe], request_timeout=timeout)[group].result(timeout)
+    except KafkaException as exc:
+        refused = access.from_error(exc.args[0], settings, group=group) if exc.args else None
+        if refused is not None:
+            raise refused from None
+        raise
+    for partition in result.topic_partitions:
+        if partition.error is not None and partition.error.code() == access.GROUP_AUTHORIZATION_FAILED:
+            raise access.group_denied(settings, group)
+
+
+def _probe_read(settings: Mapping[str, Any], topic: str, partition: int, timeout: float) -> None:
+    """Fetch at the end of one partition: end of partition (allowed) or TOPIC_AUTHORIZATION_FAILED (denied)."""
+    from confluent_kafka import OFFSET_END, KafkaError, TopicPartition
+
+    client = consumer(settings, "ingest-access-check", **{"enable.partition.eof": True})
+    try:
+        client.assign([TopicPartition(topic, partition, OFFSET_END)])
+        # A refused fetch is answered at once; an allowed one reaches the end at once. No answer at all is not a
+        # refusal (the metadata came): it is left to the pipeline's own reads.
+        deadline = time.monotonic() + min(timeout, 5.0)
+        while time.monotonic() < deadline:
+            msg = client.poll(0.2)
+            if msg is None:
+                continue
+            error = msg.error()
+            if error is None or error.code() == KafkaError._PARTITION_EOF:
+                return
+            raise_refusal(error, settings, topic)
+        log.debug("read check of %s/%d: no answer within %.0fs", topic, partition, min(timeout, 5.0))
+    finally:
+        client.close()
+
+
+def raise_refusal(error: Any, settings: Mapping[str, Any], topic: str) -> bool:
+    """Raise the KafkaAccessError of a consumer's error event; True when the event is the group coordinator's
+    refusal, which does not matter: the project's consumers are assigned partitions and never use their group
+    (librdkafka still looks it up). False for any other error."""
+    if error.code() == access.GROUP_AUTHORIZATION_FAILED:
+        return True
+    refused = access.from_error(error, settings, topic)
+    if refused is not None:
+        raise refused
+    return False
 
 
 def admin_client(settings: Mapping[str, Any]) -> Any:
@@ -102,20 +195,22 @@ def create_topic(settings: Mapping[str, Any], topic: str, partitions: int, repli
     except KafkaException as exc:
         if exc.args and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
             return False
+        if exc.args and exc.args[0].code() in (access.TOPIC_AUTHORIZATION_FAILED,
+                                               access.CLUSTER_AUTHORIZATION_FAILED):
+            raise access.topic_denied(settings, topic, exc.args[0].name(), operation="CREATE") from None
         raise IngestionError(f"cannot create topic {topic!r}: {exc}") from None
 
 
-def partitions(settings: Mapping[str, Any], topic: str) -> list[int]:
-    meta = admin_client(settings).list_topics(topic, timeout=30)
-    found = meta.topics.get(topic)
-    if found is None or found.error is not None:
-        raise IngestionError(f"topic {topic!r} does not exist on {settings.get('bootstrap.servers')}")
-    return sorted(found.partitions)
+def partitions(settings: Mapping[str, Any], topic: str, timeout: float = 30.0) -> list[int]:
+    """The topic's partitions; see `describe_topic`."""
+    return describe_topic(settings, topic, timeout)
 
 
 def consumer(settings: Mapping[str, Any], group: str, **overrides: Any) -> Any:
     """A confluent-kafka Consumer in `group` that never commits offsets (the project commits explicitly) and
-    reads committed records unless the settings or `overrides` say otherwise."""
+    reads committed records unless the settings or `overrides` say otherwise. The project's consumers are assigned
+    partitions and never use their group; librdkafka still looks the group up, and a refusal of it arrives as an
+    error event that their loops ignore (`raise_refusal`)."""
     from confluent_kafka import Consumer
 
     return Consumer({**for_consumer(settings), "group.id": group, "enable.auto.commit": False, **overrides})
@@ -123,32 +218,54 @@ def consumer(settings: Mapping[str, Any], group: str, **overrides: Any) -> Any:
 
 def watermarks(settings: Mapping[str, Any], topic: str) -> dict[int, tuple[int, int]]:
     """Per partition: (earliest offset, end offset), the end being the offset the next record will get."""
-    from confluent_kafka import TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
 
+    found = partitions(settings, topic)
     client = consumer(settings, "ingest-watermarks")
     try:
-        return {p: client.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-                for p in partitions(settings, topic)}
+        return {p: client.get_watermark_offsets(TopicPartition(topic, p), timeout=30) for p in found}
+    except KafkaException as exc:
+        refused = access.from_error(exc.args[0], settings, topic) if exc.args else None
+        if refused is not None:
+            raise refused from None
+        raise
     finally:
         client.close()
 
 
-def commit_group_offsets(admin: Any, group: str, topic: str, offsets: dict[int, int], timeout: float = 30) -> None:
-    """Set `group`'s committed offsets (the next offset to read per partition), as a consumer commit would."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+def commit_group_offsets(admin: Any, group: str, topic: str, offsets: dict[int, int], timeout: float = 30,
+                         settings: Mapping[str, Any] | None = None) -> None:
+    """Set `group`'s committed offsets (the next offset to read per partition), as a consumer commit would.
+    KafkaAccessError when Kafka refuses the group or the topic (`settings` name the client in its message)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 
     request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p, o) for p, o in sorted(offsets.items())])
-    for future in admin.alter_consumer_group_offsets([request], request_timeout=timeout).values():
-        future.result(timeout)
+    try:
+        for future in admin.alter_consumer_group_offsets([request], request_timeout=timeout).values():
+            future.result(timeout)
+    except KafkaException as exc:
+        refused = access.from_error(exc.args[0], settings or {}, topic, group) if exc.args else None
+        if refused is not None:
+            raise refused from None
+        raise
 
 
-def committed_offsets(settings: Mapping[str, Any], group: str, topic: str) -> dict[int, int]:
-    """`group`'s committed offset per partition of `topic` (partitions without a commit are left out)."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+def committed_offsets(settings: Mapping[str, Any], group: str, topic: str, found: list[int] | None = None,
+                      timeout: float = 30) -> dict[int, int]:
+    """`group`'s committed offset per partition of `topic` (partitions without a commit are left out).
+    KafkaAccessError when Kafka refuses to describe the group."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions(settings, topic)])
+    found = partitions(settings, topic) if found is None else found
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in found])
     admin = admin_client(settings)  # kept referenced until the future resolves, or it never does
-    result = admin.list_consumer_group_offsets([request])[group].result(30)
+    try:
+        result = admin.list_consumer_group_offsets([request], request_timeout=timeout)[group].result(timeout)
+    except KafkaException as exc:
+        refused = access.from_error(exc.args[0], settings, topic, group) if exc.args else None
+        if refused is not None:
+            raise refused from None
+        raise
     return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
 
 
@@ -158,8 +275,6 @@ def first_unread(settings: Mapping[str, Any], topic: str, positions: Mapping[int
     `positions[partition]`, or None when there is none: what lies between the position and the end offset is then
     only transaction markers and aborted records (a transactional producer always ends a partition with a
     marker). Partitions that did not answer within `timeout` seconds are left out."""
-    import time
-
     from confluent_kafka import KafkaError, TopicPartition
 
     if not positions:
@@ -179,6 +294,8 @@ def first_unread(settings: Mapping[str, Any], topic: str, positions: Mapping[int
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
                     found[partition] = None
+                else:
+                    raise_refusal(error, settings, topic)
                 continue
             found[partition] = (int(msg.offset()), int(msg.timestamp()[1]))
             client.pause([TopicPartition(topic, partition)])

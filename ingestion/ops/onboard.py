@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 
 from ingestion import kafka
-from ingestion.config import PipelineConfig
+from ingestion.config import PipelineConfig, duration_seconds
 from ingestion.decode.resolver import SchemaResolver
 from ingestion.delta import reads
-from ingestion.errors import IngestionError
+from ingestion.errors import IngestionError, TopicNotFoundError
 from ingestion.paths import schemas_dir
-from ingestion.schema.registry import FolderSource, registry_client, source_for
+from ingestion.schema.registry import FolderSource, registry_client, registry_failure, source_for
 from ingestion.stream import setup
 
 
@@ -64,19 +64,37 @@ def onboard(spark: SparkSession, config: PipelineConfig, *, dry_run: bool = Fals
     return report
 
 
+def check_kafka(config: PipelineConfig, *, create_topic: bool = False) -> None:
+    """What onboarding needs of Kafka, asked before a Spark session starts: the brokers answer and accept the
+    login, and the topic may be read and the consumer group used (`kafka.check_access`); a missing topic is fine
+    when it is to be created. A KafkaAccessError names what Kafka refused and what to grant."""
+    timeout = duration_seconds(config.source.broker_timeout) or 15.0
+    group = config.consumer_group if config.metrics.commit_offsets else None
+    try:
+        kafka.check_access(config.kafka_client_settings(), config.topic, timeout, group=group)
+    except TopicNotFoundError:
+        if not create_topic:
+            raise _missing(config) from None
+
+
+def _missing(config: PipelineConfig) -> TopicNotFoundError:
+    wanted = config.topic_settings
+    return TopicNotFoundError(f"topic {config.topic!r} does not exist on {config.bootstrap_servers()}; create it, or "
+                              f"pass --create-topic ({wanted.partitions} partitions, replication "
+                              f"{wanted.replication_factor} from topicSettings)")
+
+
 def _topic(config: PipelineConfig, report: OnboardReport, *, dry_run: bool, create: bool) -> None:
     settings = config.kafka_client_settings()
     try:
         found = kafka.partitions(settings, config.topic)
         report.say(f"topic {config.topic!r}: exists with {len(found)} partitions")
         return
-    except IngestionError:
+    except TopicNotFoundError:
         pass
     wanted = config.topic_settings
     if not create:
-        raise IngestionError(f"topic {config.topic!r} does not exist on {settings['bootstrap.servers']}; create it, "
-                             f"or pass --create-topic ({wanted.partitions} partitions, replication "
-                             f"{wanted.replication_factor} from topicSettings)")
+        raise _missing(config)
     if dry_run:
         report.say(f"topic {config.topic!r}: would be created with {wanted.partitions} partitions, replication "
                    f"{wanted.replication_factor}", change=True)
@@ -102,7 +120,13 @@ def _register(config: PipelineConfig, report: OnboardReport, *, dry_run: bool) -
         elif dry_run:
             report.say(f"schema {file}: would be registered under {config.value.subject!r}", change=True)
         else:
-            schema_id = client.register_schema(config.value.subject, Schema(file.read_text(), "AVRO"))
+            try:
+                schema_id = client.register_schema(config.value.subject, Schema(file.read_text(), "AVRO"))
+            except Exception as exc:
+                failure = registry_failure(exc, config.value.registry, config.value.subject)
+                if failure is not None:
+                    raise failure from None
+                raise
             report.say(f"schema {file}: registered under {config.value.subject!r} as id {schema_id}", change=True)
 
 
@@ -112,8 +136,13 @@ def _has_subject(client: object, config: PipelineConfig) -> bool:
     try:
         client.get_versions(config.value.subject)  # type: ignore[attr-defined]
         return True
-    except SchemaRegistryError:
-        return False
+    except Exception as exc:
+        failure = registry_failure(exc, config.value.registry, config.value.subject)
+        if failure is not None:
+            raise failure from None
+        if isinstance(exc, SchemaRegistryError) and exc.http_status_code == 404:
+            return False
+        raise
 
 
 def _indent(text: str) -> str:

@@ -17,12 +17,13 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from ingestion import kafka
-from ingestion.config import PipelineConfig
+from ingestion.config import PipelineConfig, duration_seconds
 from ingestion.decode import bronze
 from ingestion.decode.python_decoder import decode_in_python
 from ingestion.delta import ledger, reads
 from ingestion.delta.ledger import REPLAY_BATCH_ID, BatchKind
 from ingestion.errors import IngestionError
+from ingestion.kafka import access
 from ingestion.stream import setup
 from ingestion.stream.source import kafka_options
 
@@ -70,7 +71,21 @@ def parse_position(text: str, topic: str, marks: dict[int, tuple[int, int]], *, 
 
 
 def replay(spark: SparkSession, config: PipelineConfig, *, start: str, end: str = "latest") -> ReplayResult:
+    """Read the range again and write what neither table holds. Kafka is asked first (login, the topic, a read),
+    so a refusal is one KafkaAccessError before Spark reads; one that comes from Spark's client is named alike."""
     settings = config.kafka_client_settings()
+    kafka.check_access(settings, config.topic, duration_seconds(config.source.broker_timeout) or 15.0)
+    try:
+        return _replay(spark, config, settings, start=start, end=end)
+    except Exception as exc:
+        refused = None if isinstance(exc, IngestionError) else access.from_java(str(exc), settings, config.topic)
+        if refused is not None:
+            raise refused from None
+        raise
+
+
+def _replay(spark: SparkSession, config: PipelineConfig, settings: dict[str, Any], *, start: str,
+            end: str) -> ReplayResult:
     marks = kafka.watermarks(settings, config.topic)
     options = {k: v for k, v in kafka_options(config).items()
                if k not in ("startingOffsets", "maxOffsetsPerTrigger", "minPartitions")}

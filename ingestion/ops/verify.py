@@ -11,6 +11,7 @@ hold but a read_committed consumer never returns (a record of an aborted transac
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -143,13 +144,22 @@ def _offsets_in_kafka(settings: dict[str, Any], topic: str, partition: int, firs
     found: set[int] = set()
     try:
         consumer.assign([TopicPartition(topic, partition, first)])
+        # librdkafka's consume() waits its whole timeout unless the batch fills, even past the end of the
+        # partition: short calls, until the end-of-partition event or 5 s without anything.
+        idle_until = time.monotonic() + 5.0
         while True:
-            messages = consumer.consume(10_000, timeout=5.0)
+            messages = consumer.consume(10_000, timeout=0.2)
             if not messages:
-                break
+                if time.monotonic() >= idle_until:
+                    break
+                continue
+            idle_until = time.monotonic() + 5.0
             done = False
             for msg in messages:
-                if msg.error():
+                error = msg.error()
+                if error is not None:
+                    if kafka.raise_refusal(error, settings, topic):
+                        continue  # the group coordinator's refusal: this consumer uses no group
                     done = True  # end of partition
                     break
                 offset = msg.offset()

@@ -43,6 +43,10 @@ DEFAULTS: dict[str, str] = {
     # more py4j round trips per call, most of those a micro-batch's plan takes (docs/performance.md#py4j-round-trips).
     # The call sites would name ingest's own code, not the user's.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # What Spark shows as '*** (redacted)' in plans, its UI and event logs: its defaults plus the Kafka source's
+    # secrets (a JAAS line, a client key given as `kafka.ssl.keystore.key`; docs/security.md).
+    "spark.redaction.regex": "(?i)secret|password|token|access[.]key|jaas|keystore[.]key|credentials",
+    "spark.sql.redaction.options.regex": "(?i)url|secret|password|token|jaas|keystore[.]key",
 }
 
 

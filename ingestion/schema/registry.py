@@ -2,21 +2,34 @@
 
 Two sources behave alike: a Confluent Schema Registry (`value.registry`, through confluent-kafka's client, basic
 auth and TLS settings passed as is; `mock://` gives an in-memory one for tests), or the `schemas/` folder.
+
+The registry's client keeps what it fetched by id and by version, and the pipeline asks again only for schema ids
+it has not seen: while the registry is away, records of known ids keep decoding. A request that gets no answer is
+retried by the client with exponential backoff (`max.retries`, default 3; `retries.wait.ms`, 1000;
+`retries.max.wait.ms`, 20000, in `value.registry`); then, like a refused login (401) or a refused subject (403),
+it is a SchemaError that names the registry and the cause, never "subject not found".
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ingestion import security
 from ingestion.config import PipelineConfig
 from ingestion.errors import SchemaError
 from ingestion.paths import schemas_dir
 from ingestion.schema.files import canonical_json, load_subject
+from ingestion.security import redact_url
 
 _CLIENTS: dict[str, Any] = {}
+
+
+# Settings the registry client wants as numbers; a pipeline file's values are text.
+_NUMBERS = ("max.retries", "retries.wait.ms", "retries.max.wait.ms", "timeout", "cache.capacity",
+            "cache.latest.ttl.sec")
 
 
 def registry_client(settings: Mapping[str, str]) -> Any:
@@ -25,8 +38,45 @@ def registry_client(settings: Mapping[str, str]) -> Any:
 
     key = json.dumps(sorted(settings.items()))
     if key not in _CLIENTS:
-        _CLIENTS[key] = SchemaRegistryClient.new_client(dict(settings))
+        typed: dict[str, Any] = dict(settings)
+        for name in _NUMBERS:
+            if name in typed:
+                typed[name] = float(typed[name]) if "." in str(typed[name]) else int(typed[name])
+        _CLIENTS[key] = SchemaRegistryClient.new_client(typed)
     return _CLIENTS[key]
+
+
+def registry_failure(exc: Exception, settings: Mapping[str, str], subject: str | None = None) -> SchemaError | None:
+    """The SchemaError of a registry client's failure: refused credentials (401), a refused subject (403), no
+    answer (after the client's retries) or a TLS failure; None for anything else (a 404 among them)."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    url = redact_url(settings.get("url", "?"))
+    if isinstance(exc, SchemaRegistryError):
+        if exc.http_status_code == 401:
+            return SchemaError(f"schema registry at {url} refused the credentials (401 {exc.error_message}); check "
+                               "value.registry.basic.auth.user.info (user:password)")
+        if exc.http_status_code == 403:
+            what = f"subject {subject!r}" if subject else "the request"
+            return SchemaError(f"schema registry at {url} denied access to {what} (403 {exc.error_message}); grant "
+                               "the registry user read access to it")
+        if exc.http_status_code >= 500 or exc.http_status_code in (408, 429):
+            return SchemaError(f"schema registry at {url} failed to answer ({exc.http_status_code} "
+                               f"{exc.error_message}) after {_attempts(settings)} attempts")
+        return None
+    # httpx's (or httpx2's, whichever the client uses) TransportError: no answer, refused, reset, TLS failures
+    if any(c.__name__ == "TransportError" for c in type(exc).__mro__):
+        reason = security.mask(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        if "CERTIFICATE_VERIFY_FAILED" in reason or "certificate verify failed" in reason:
+            return SchemaError(f"schema registry at {url}: TLS certificate not trusted ({reason}); set "
+                               "value.registry.ssl.ca.location to the CA that signed it")
+        return SchemaError(f"schema registry at {url} did not answer after {_attempts(settings)} attempts "
+                           f"({type(exc).__name__}: {reason}); check value.registry.url and that the registry runs")
+    return None
+
+
+def _attempts(settings: Mapping[str, str]) -> int:
+    return int(settings.get("max.retries", 3)) + 1
 
 
 class SchemaSource(Protocol):
@@ -53,28 +103,61 @@ class FolderSource:
 @dataclass
 class RegistrySource:
     client: Any
+    settings: Mapping[str, str] = field(default_factory=dict)
 
     def versions(self, subject: str) -> dict[int, str]:
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
         try:
             numbers = sorted(self.client.get_versions(subject))
-        except SchemaRegistryError as exc:
-            raise SchemaError(f"subject {subject!r} not found in the schema registry: {exc}") from None
-        found = {}
-        for number in numbers:
-            registered = self.client.get_version(subject, number)
-            found[int(registered.schema_id)] = canonical_json(json.loads(registered.schema.schema_str))
-        return found
+            found = {}
+            for number in numbers:
+                registered = self.client.get_version(subject, number)
+                found[int(registered.schema_id)] = canonical_json(json.loads(registered.schema.schema_str))
+            return found
+        except Exception as exc:
+            failure = registry_failure(exc, self.settings, subject)
+            if failure is not None:
+                raise failure from None
+            if isinstance(exc, SchemaRegistryError):
+                raise SchemaError(f"subject {subject!r} not found in the schema registry at "
+                                  f"{redact_url(self.settings.get('url', '?'))}: {exc.error_message} "
+                                  f"({exc.http_status_code}, error code {exc.error_code})") from None
+            raise
 
     def by_id(self, schema_id: int) -> str | None:
-        from confluent_kafka.schema_registry.error import SchemaRegistryError
-
         try:
             return canonical_json(json.loads(self.client.get_schema(schema_id).schema_str))
-        except SchemaRegistryError:
-            return None
+        except Exception as exc:
+            failure = registry_failure(exc, self.settings)
+            if failure is not None:
+                raise failure from None
+            from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+            if isinstance(exc, SchemaRegistryError):
+                return None
+            raise
 
 
 def source_for(config: PipelineConfig) -> SchemaSource:
-    return RegistrySource(registry_client(config.value.registry)) if config.value.registry else FolderSource()
+    if not config.value.registry:
+        return FolderSource()
+    return RegistrySource(registry_client(config.value.registry), config.value.registry)
+
+
+def check_registry(config: PipelineConfig, *, subject_may_be_missing: bool = False) -> None:
+    """The registry answers and takes the credentials, asked before a JVM starts: a SchemaError naming the cause
+    otherwise. Nothing to ask for the schemas/ folder."""
+    if not config.value.registry:
+        return
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    client = registry_client(config.value.registry)
+    try:
+        client.get_versions(config.value.subject)
+    except Exception as exc:
+        failure = registry_failure(exc, config.value.registry, config.value.subject)
+        if failure is not None:
+            raise SchemaError(f"{config.file}: {failure}") from None
+        if not (subject_may_be_missing and isinstance(exc, SchemaRegistryError) and exc.http_status_code == 404):
+            raise

@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from ingestion import kafka
 from ingestion.config import PipelineConfig
+from ingestion.errors import KafkaAccessError
 from ingestion.runtime.listener import ProgressListener
 from ingestion.stream.batch import BatchResult
 from ingestion.stream.metrics import RunMetrics
@@ -105,12 +106,14 @@ class PipelineMonitor(ProgressListener):
         self.config = config
         self.metrics = metrics
         self.progress = progress
-        self.group = config.metrics.consumer_group or f"ingest-{config.name}"
+        self.group = config.consumer_group
         self.last_lag: dict[int, int] = {}
         self._results: dict[int, BatchResult] = {}
         self._lock = threading.Lock()
         self._admin: Any = None
         self._pending: tuple[int, dict[str, int]] | None = None  # a commit that failed, to retry
+        # Kafka refused the consumer group (or the login): the pipeline stops with this error (see pipeline.run).
+        self.refused: KafkaAccessError | None = None
 
     def on_batch(self, result: BatchResult) -> None:
         with self._lock:
@@ -166,14 +169,19 @@ class PipelineMonitor(ProgressListener):
         """Commit the batch's end offsets to the consumer group. A failure (the broker restarting, say) costs one
         warning line: the admin client is made again, and the commit is retried when the query is idle or done
         by the next batch's."""
-        if not end:
+        if not end or self.refused is not None:
             return
         self._pending = None
         try:
+            settings = self.config.kafka_client_settings()
             if self._admin is None:
-                self._admin = kafka.admin_client(self.config.kafka_client_settings())
+                self._admin = kafka.admin_client(settings)
             kafka.commit_group_offsets(self._admin, self.group, self.config.topic,
-                                       {int(p): int(o) for p, o in end.items()}, timeout=COMMIT_TIMEOUT)
+                                       {int(p): int(o) for p, o in end.items()}, timeout=COMMIT_TIMEOUT,
+                                       settings=settings)
+        except KafkaAccessError as exc:  # not transient: retrying would only repeat it
+            self.refused = exc
+            log.error("%s batch %d: offsets not committed: %s", self.config.name, batch_id, exc)
         except Exception as exc:  # noqa: BLE001 - monitoring only; recovery uses the checkpoint and the table
             self._admin = None
             self._pending = (batch_id, end)

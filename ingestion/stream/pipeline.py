@@ -23,8 +23,10 @@ from ingestion.delta import ledger
 from ingestion.delta.log_checkpoints import BackgroundCheckpoints
 from ingestion.delta.reader import JvmFreeReadError
 from ingestion.delta.rs_reads import DeltaRsReader
-from ingestion.errors import IngestionError
+from ingestion.errors import IngestionError, KafkaAccessError
+from ingestion.kafka import access
 from ingestion.runtime.listener import wait_for_listener_events
+from ingestion.schema import registry
 from ingestion.stream import checkpoint, setup, source
 from ingestion.stream.batch import BatchResult
 from ingestion.stream.lock import WriterLock
@@ -81,9 +83,11 @@ def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = 
 
 def check_can_start(config: PipelineConfig) -> None:
     """What `start` checks first, without a Spark session: Kafka answers, the topic exists, no other process runs
-    the pipeline. A command calls it before it boots a JVM, so these failures come in seconds."""
+    the pipeline, the schema registry (if any) answers and takes the credentials. A command calls it before it
+    boots a JVM, so these failures come in seconds."""
     check_kafka(config)
     WriterLock(config.name, config.checkpoint_path).probe()
+    registry.check_registry(config)
 
 
 def caught_up(config: PipelineConfig) -> dict[int, int] | None:
@@ -111,9 +115,12 @@ def caught_up(config: PipelineConfig) -> dict[int, int] | None:
 
 
 def check_kafka(config: PipelineConfig) -> list[int]:
-    """The topic's partitions, or an IngestionError within `source.brokerTimeout` naming what is wrong."""
+    """The topic's partitions, or an IngestionError within `source.brokerTimeout` naming what is wrong: no broker
+    answers, the login or the TLS handshake is refused, the topic does not exist or may not be read, the consumer
+    group (when offsets are committed) may not be used (KafkaAccessError, naming what to grant)."""
     timeout = duration_seconds(config.source.broker_timeout) or 15.0
-    return kafka.check_reachable(config.kafka_client_settings(), config.topic, timeout)
+    group = config.consumer_group if config.metrics.commit_offsets else None
+    return kafka.check_access(config.kafka_client_settings(), config.topic, timeout, group=group)
 
 
 def _start(spark: SparkSession, config: PipelineConfig, *, available_now: bool,
@@ -171,10 +178,13 @@ def run(spark: SparkSession, config: PipelineConfig, *, available_now: bool = Fa
                     log.info("%s: stopping on request, after the batch being written", config.name)
                     running.stop_between_batches()
                     break
+                if running.monitor.refused is not None:
+                    running.stop_between_batches()
+                    raise _failed(config, running.monitor.refused)
             status = "KILLED" if stop_requested.is_set() else "FINISHED"
         except StreamingQueryException as exc:
             if not stop_requested.is_set():
-                raise IngestionError(f"pipeline {config.name!r} failed: {failure_reason(exc)}") from None
+                raise _failed(config, exc) from None
             status = "KILLED"  # the query ended where the next batch would have started
         finally:
             stop(spark, running, status)
@@ -196,10 +206,15 @@ def run_all(spark: SparkSession, configs: list[PipelineConfig], *, available_now
     def record_ended() -> None:
         """Report each query that has ended since the last look, by name."""
         for r in running:
+            if r.config.name not in outcome and r.query.isActive and r.monitor.refused is not None:
+                r.stop_between_batches()
+                outcome[r.config.name] = f"FAILED: {r.monitor.refused}"
+                stop(spark, r, "FAILED")
+                log.error("%s failed (the other pipelines go on): %s", r.config.name, outcome[r.config.name])
             if r.config.name in outcome or r.query.isActive:
                 continue
             error = r.query.exception()
-            outcome[r.config.name] = (f"FAILED: {failure_reason(error)}" if error else "FINISHED")
+            outcome[r.config.name] = (f"FAILED: {failure_reason(error, r.config)}" if error else "FINISHED")
             stop(spark, r, "FAILED" if error else "FINISHED")
             if error:
                 log.error("%s failed (the other pipelines go on): %s", r.config.name, outcome[r.config.name])
@@ -272,14 +287,37 @@ def _records_to_do(config: PipelineConfig, recorded: dict[str, dict[str, int]]) 
     return sum(max(0, high - max(low, done.get(str(p), low))) for p, (low, high) in marks.items())
 
 
-def failure_reason(exc: Exception) -> str:
-    """The line of a Spark failure that says why (a DecodeError names topic, partition and offset)."""
-    lines = str(exc).splitlines()
+def failure_reason(exc: Exception, config: PipelineConfig | None = None) -> str:
+    """The line of a Spark failure that says why: one of ours (a DecodeError names topic, partition and offset),
+    or Kafka's Java client refusing the pipeline (named as `kafka.access` names it), or Spark's first line."""
+    text = str(exc)
+    lines = text.splitlines()
     for line in lines:
         found = _OUR_ERROR.search(line)
         if found:
             return found.group(1)
+    refused = _refusal(text, config)
+    if refused is not None:
+        return str(refused)
     return lines[0] if lines else repr(exc)
+
+
+def _refusal(text: str, config: PipelineConfig | None) -> KafkaAccessError | None:
+    settings = config.kafka_client_settings() if config is not None else {}
+    return access.from_java(text, settings, config.topic if config else None,
+                            config.consumer_group if config else None)
+
+
+def _failed(config: PipelineConfig, cause: Exception) -> IngestionError:
+    """The error `run` raises for a query that failed: a KafkaAccessError when Kafka refused the pipeline."""
+    if isinstance(cause, KafkaAccessError):
+        return KafkaAccessError(f"pipeline {config.name!r} failed: {cause}", denied=cause.denied,
+                                resource=cause.resource)
+    refused = None if _OUR_ERROR.search(str(cause)) else _refusal(str(cause), config)
+    if refused is not None:
+        return KafkaAccessError(f"pipeline {config.name!r} failed: {refused}", denied=refused.denied,
+                                resource=refused.resource)
+    return IngestionError(f"pipeline {config.name!r} failed: {failure_reason(cause, config)}")
 
 
 def _resume_from_table(config: PipelineConfig, recorded: dict[str, dict[str, int]]) -> str | None:
@@ -302,7 +340,7 @@ def _start_metrics(config: PipelineConfig, app_id: str, available_now: bool, sta
         "starting_offsets": starting or config.source.starting_offsets,
         "trigger": "availableNow" if available_now else config.sink.trigger,
         "config_digest": hashlib.sha256(json.dumps(config.redacted(), sort_keys=True).encode()).hexdigest()[:16],
-        "consumer_group": config.metrics.consumer_group or f"ingest-{config.name}",
+        "consumer_group": config.consumer_group,
         "spark_version": pyspark.__version__, "delta_version": metadata.version("delta-spark"),
         "confluent_kafka_version": metadata.version("confluent-kafka"),
     }

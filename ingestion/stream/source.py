@@ -13,8 +13,10 @@ SPARK_MANAGED = ("group.id", "auto.offset.reset", "key.deserializer", "value.des
 
 
 def kafka_options(config: PipelineConfig, starting_offsets: str | None = None) -> dict[str, str]:
-    """Options for `spark.readStream.format("kafka")`: the config's Kafka client settings as `kafka.*`."""
-    options = {f"kafka.{key}": value for key, value in config.kafka.items() if key not in SPARK_MANAGED}
+    """Options for `spark.readStream.format("kafka")`: the config's Kafka client settings as `kafka.*`, in the Java
+    client's spelling (SASL credentials as a JAAS line, PEM trust and key stores: `security.java_settings`)."""
+    options = {f"kafka.{key}": value for key, value in config.java_kafka_settings().items()
+               if key not in SPARK_MANAGED}
     # Records of aborted transactions never land: Kafka's Java client reads uncommitted records by default.
     options.setdefault(f"kafka.{ISOLATION}", READ_COMMITTED)
     options["kafka.bootstrap.servers"] = config.bootstrap_servers()
