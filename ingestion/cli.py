@@ -263,7 +263,6 @@ def _kafka_status(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from ingestion.config import load_pipeline
-    from ingestion.runtime.session import get_session
     from ingestion.stream import metrics, pipeline
 
     if args.all == bool(args.pipeline):
@@ -280,7 +279,7 @@ def _run(args: argparse.Namespace) -> int:
             if not configs:
                 return 0
         metrics.open_store_early()  # while the JVM boots
-        spark = get_session("ingest-all", conf={k: v for c in configs for k, v in c.spark.items()})
+        spark = _session("ingest-all", configs)
         outcome = pipeline.run_all(spark, configs, available_now=args.available_now)
         for name, status in outcome.items():
             print(f"{name}: {status}")
@@ -293,7 +292,7 @@ def _run(args: argparse.Namespace) -> int:
                  "session started", config.name, where)
         return 0
     metrics.open_store_early()  # while the JVM boots
-    spark = get_session(f"ingest-{config.name}", conf=config.spark)
+    spark = _session(f"ingest-{config.name}", [config])
     running = pipeline.run(spark, config, available_now=args.available_now)
     rows = sum(b.rows for b in running.batches if b.committed)
     how = "stopped on request" if running.stopped_on_request else "done"
@@ -331,28 +330,34 @@ def _read_only(args: argparse.Namespace, answer: Callable[[Any], Any], config: P
     through Spark with `--reader spark`."""
     from ingestion.delta.reads import SparkReader
     from ingestion.ops.readers import without_jvm
-    from ingestion.runtime.session import get_session
 
     def session() -> SparkSession:
-        return get_session(f"ingest-{config.name}", conf=config.spark)
+        return _session(f"ingest-{config.name}", [config])
 
     if args.reader == "spark":
         return answer(SparkReader(session()))
-    return without_jvm(answer, session)
+    return without_jvm(answer, session, config.storage_options())
+
+
+def _session(app_name: str, configs: Sequence[PipelineConfig]) -> SparkSession:
+    """The Spark session of a command over these pipelines: their `spark:` settings, and the jars their tables'
+    and checkpoints' stores need."""
+    from ingestion.runtime.session import get_session
+
+    return get_session(app_name, conf={k: v for c in configs for k, v in c.spark.items()},
+                       locations=[location for c in configs for location in c.locations])
 
 
 def _pipeline_session(name: str) -> tuple[PipelineConfig, SparkSession]:
     from ingestion.config import load_pipeline
-    from ingestion.runtime.session import get_session
 
     config = load_pipeline(name)
-    return config, get_session(f"ingest-{config.name}", conf=config.spark)
+    return config, _session(f"ingest-{config.name}", [config])
 
 
 def _onboard(args: argparse.Namespace) -> int:
     from ingestion.config import load_pipeline
     from ingestion.ops.onboard import check_kafka, onboard
-    from ingestion.runtime.session import get_session
     from ingestion.schema.registry import check_registry
 
     if args.all == bool(args.pipeline):
@@ -361,7 +366,7 @@ def _onboard(args: argparse.Namespace) -> int:
     for config in configs:  # Kafka and the registry first: a refusal is told in seconds, before a JVM boots
         check_kafka(config, create_topic=args.create_topic)
         check_registry(config, subject_may_be_missing=args.register_schemas)
-    spark = get_session("ingest-onboard", conf={k: v for c in configs for k, v in c.spark.items()})
+    spark = _session("ingest-onboard", configs)
     for config in configs:
         report = onboard(spark, config, dry_run=args.dry_run, create_topic=args.create_topic,
                          register_schemas=args.register_schemas)
@@ -408,10 +413,10 @@ def _sql(args: argparse.Namespace) -> int:
 
     from ingestion.config import list_pipelines, load_pipeline
     from ingestion.ops import catalog
-    from ingestion.runtime.session import get_session
 
-    spark = get_session("ingest-sql")
-    tables = catalog.register(spark, [load_pipeline(p) for p in list_pipelines()])
+    configs = [load_pipeline(p) for p in list_pipelines()]
+    spark = _session("ingest-sql", configs)
+    tables = catalog.register(spark, configs)
     log.debug("tables: %s", tables)
     result = spark.sql(args.query)
     if args.output:

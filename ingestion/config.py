@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import yaml
 
-from ingestion import security
+from ingestion import security, storage
 from ingestion.errors import ConfigError
 from ingestion.paths import conf_dir, local_broker_address, state_dir
 
@@ -122,6 +122,16 @@ class PipelineConfig:
     @property
     def checkpoint_path(self) -> str:
         return self.sink.checkpoint_location or str(state_dir() / "checkpoints" / self.name)
+
+    @property
+    def locations(self) -> tuple[str, str, str]:
+        """Where the pipeline's state lives: bronze, quarantine, checkpoint."""
+        return self.table_path, self.quarantine_path, self.checkpoint_path
+
+    def storage_options(self) -> dict[str, str]:
+        """delta-rs storage options for the pipeline's tables, from the object-store settings of its `spark:`
+        section (see `storage.delta_rs_options`); empty for local tables."""
+        return storage.delta_rs_options(self.spark, self.table_path)
 
     @property
     def experiment(self) -> str:

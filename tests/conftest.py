@@ -67,6 +67,38 @@ def secure_broker(state_home: Path) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
+def s3_server(state_home: Path) -> Iterator[Any]:
+    """A local S3-compatible server (tests/s3_server.py), started only by the tests that ask for it; its
+    credentials are in the environment of the test process and the commands it starts."""
+    from tests.s3_server import S3Server
+
+    server = S3Server(state_home / "moto.log")
+    saved = {k: os.environ.get(k) for k in server.environment()}
+    os.environ.update(server.environment())
+    try:
+        yield server
+    finally:
+        server.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture
+def make_bucket(s3_server: Any) -> Callable[[], str]:
+    """Create a uniquely named bucket on the local S3 server: make_bucket() -> name."""
+
+    def make() -> str:
+        name = f"lake-{uuid.uuid4().hex[:12]}"
+        s3_server.client().create_bucket(Bucket=name)
+        return name
+
+    return make
+
+
+@pytest.fixture(scope="session")
 def spark(state_home: Path) -> Iterator[Any]:
     from ingestion.runtime.session import get_session
 

@@ -24,10 +24,12 @@ def as_reader(source: Source) -> TableReader:
     return SparkReader(source) if isinstance(source, SparkSession) else source
 
 
-def without_jvm(answer: Callable[[TableReader], T], spark: Callable[[], SparkSession]) -> T:
-    """`answer` from delta-rs; when delta-rs cannot read a table, from Spark (`spark()` makes the session)."""
+def without_jvm(answer: Callable[[TableReader], T], spark: Callable[[], SparkSession],
+                storage_options: dict[str, str] | None = None) -> T:
+    """`answer` from delta-rs (with these storage options for object stores); when delta-rs cannot read a table,
+    from Spark (`spark()` makes the session)."""
     try:
-        return answer(DeltaRsReader())
+        return answer(DeltaRsReader(storage_options or None))
     except JvmFreeReadError as exc:
         log.warning("%s; reading with Spark instead", exc)
         return answer(SparkReader(spark()))

@@ -12,7 +12,6 @@ import datetime as dt
 import logging
 import shutil
 from dataclasses import dataclass
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -21,6 +20,8 @@ from ingestion.delta import ledger
 from ingestion.delta.append import commit_metadata
 from ingestion.delta.ledger import BatchKind, BatchRecord
 from ingestion.errors import IngestionError
+from ingestion.runtime import hadoop
+from ingestion.stream.lock import local_folder
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def rewind(spark: SparkSession, config: PipelineConfig, *, to_version: int | Non
             _restore(spark, config.quarantine_path, q_version, marker)
         else:  # the quarantine table did not exist yet then: empty it
             DeltaTable.forPath(spark, config.quarantine_path).delete()
-    moved = _move_checkpoint_aside(config.checkpoint_path)
+    moved = _move_checkpoint_aside(spark, config.checkpoint_path)
     resume = ledger.next_offsets(ledger.history(spark, config.table_path))
     log.info("%s: rewound bronze to version %d and quarantine to %s; checkpoint moved to %s; the next run "
              "resumes from %s", config.name, version, q_version, moved, resume)
@@ -85,11 +86,21 @@ def _restore(spark: SparkSession, path: str, version: int, marker: BatchRecord) 
         DeltaTable.forPath(spark, path).restoreToVersion(version)
 
 
-def _move_checkpoint_aside(location: str) -> str | None:
-    """Keep the old checkpoint for inspection, out of the way (local paths; elsewhere delete it yourself)."""
-    path = Path(location.removeprefix("file:"))
-    if not path.exists():
+def _move_checkpoint_aside(spark: SparkSession, location: str) -> str | None:
+    """Keep the old checkpoint for inspection, out of the way: `<checkpoint>.rewound-<time>` beside it (a local
+    folder is moved; on object storage Hadoop's file system copies it, then deletes it)."""
+    stamp = f"rewound-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}"
+    folder = local_folder(location)
+    if folder is None:
+        if not hadoop.exists(spark, location):
+            return None
+        target = f"{location.rstrip('/')}.{stamp}"
+        if not hadoop.rename(spark, location, target):
+            raise IngestionError(f"could not move the checkpoint {location} aside to {target}; move or delete it, "
+                                 "then run the pipeline")
+        return target
+    if not folder.exists():
         return None
-    target = path.with_name(f"{path.name}.rewound-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}")
-    shutil.move(str(path), str(target))
-    return str(target)
+    target_folder = folder.with_name(f"{folder.name}.{stamp}")
+    shutil.move(str(folder), str(target_folder))
+    return str(target_folder)

@@ -38,14 +38,25 @@ def read_text(spark: SparkSession, location: str) -> str:
         stream.close()
 
 
-def create_text(spark: SparkSession, location: str, text: str) -> None:
-    """Write a new file (never overwriting one)."""
+def create_text(spark: SparkSession, location: str, text: str, *, overwrite: bool = False) -> None:
+    """Write a file: a new one (never overwriting one), or replacing one with `overwrite`."""
     fs, path = _fs(spark, location)
-    out = fs.create(path, False)
+    out = fs.create(path, overwrite)
     try:
         out.write(bytearray(text.encode()))
     finally:
         out.close()
+
+
+def delete(spark: SparkSession, location: str, *, recursive: bool = False) -> bool:
+    fs, path = _fs(spark, location)
+    return bool(fs.delete(path, recursive))
+
+
+def rename(spark: SparkSession, source: str, target: str) -> bool:
+    """Move a file or folder (on object storage: copied, then deleted)."""
+    fs, path = _fs(spark, source)
+    return bool(fs.rename(path, java(spark._jvm, "org.apache.hadoop.fs.Path")(target)))
 
 
 def delete_files(spark: SparkSession, locations: Iterable[str]) -> None:

@@ -17,10 +17,12 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from zipfile import ZipFile
 
+from ingestion import storage
 from ingestion.errors import JvmError
 from ingestion.paths import state_dir
 
@@ -73,6 +75,17 @@ BROKER_JARS = ArtifactSet(
         "org.apache.logging.log4j:log4j-core:2.24.3",
     ),
     transitive=True,
+)
+
+# Hadoop's S3A file system for `s3a://` tables and checkpoints: hadoop-aws of pyspark's own Hadoop version and the
+# AWS SDK bundle it was built against (its POM's version; shaded, so it clashes with none of Spark's jars). Resolved
+# only when a pipeline's paths need it (`object_store_jars`): the bundle is ~530 MB.
+HADOOP_VERSION = "3.4.1"
+AWS_SDK_BUNDLE_VERSION = "2.24.6"
+S3A_JARS = ArtifactSet(
+    "s3a",
+    (f"org.apache.hadoop:hadoop-aws:{HADOOP_VERSION}", f"software.amazon.awssdk:bundle:{AWS_SDK_BUNDLE_VERSION}"),
+    transitive=False,
 )
 
 ALL_SETS = (SPARK_JARS, BROKER_JARS)
@@ -195,6 +208,16 @@ def helper_jar(cache: Path | None = None) -> Path:
     return jar
 
 
-def spark_jars() -> list[Path]:
-    """Every jar a Spark session of this project needs: the resolved Maven set and the helper."""
-    return [*resolve(SPARK_JARS), helper_jar()]
+def spark_jars(locations: Iterable[str] = ()) -> list[Path]:
+    """Every jar a Spark session of this project needs: the resolved Maven set, the helper, and the file systems
+    of the object stores among `locations` (tables, checkpoints)."""
+    return [*resolve(SPARK_JARS), helper_jar(), *object_store_jars(locations)]
+
+
+def object_store_jars(locations: Iterable[str]) -> list[Path]:
+    """The jars of the Hadoop file systems these locations need beyond pyspark's own: S3A for `s3a://`. Azure's
+    (`abfss://`, hadoop-azure) and Google's (`gs://`, gcs-connector) are the cluster's to provide
+    (docs/cluster.md)."""
+    if any(storage.scheme(location) in storage.S3_SCHEMES for location in locations):
+        return resolve(S3A_JARS)
+    return []

@@ -8,7 +8,7 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -87,9 +87,11 @@ def snapshot_partitions(master: str) -> int:
     return max(1, cores // 2)
 
 
-def builder(app_name: str = "ingest", master: str | None = None,
-            conf: Mapping[str, str] | None = None) -> SparkSession.Builder:
-    """A session builder with Delta, the Kafka source and quiet logging; compose more `.config()` on it."""
+def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[str, str] | None = None,
+            locations: Iterable[str] = ()) -> SparkSession.Builder:
+    """A session builder with Delta, the Kafka source and quiet logging; compose more `.config()` on it.
+    `locations`: the tables and checkpoints the session will use; an object store among them brings its file
+    system's jars (S3A for `s3a://`)."""
     # Bind the driver to loopback unless told otherwise: this project only ever talks to local addresses by default.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers must see the same packages (fastavro, pyarrow) as the driver: the same interpreter by default.
@@ -103,7 +105,8 @@ def builder(app_name: str = "ingest", master: str | None = None,
     if local:
         settings.update(LOCAL_DEFAULTS)
         settings[SNAPSHOT_PARTITIONS] = str(snapshot_partitions(master or "local"))
-    settings["spark.jars"] = ",".join(str(jar) for jar in jars.spark_jars())
+    locations = list(locations)
+    settings["spark.jars"] = ",".join(str(jar) for jar in jars.spark_jars(locations))
     caller = dict(conf or {})
     settings.update(caller)
     # Settings that both sides add to: ingest's part first, then the caller's (of two -X options, the JVM takes
@@ -116,7 +119,10 @@ def builder(app_name: str = "ingest", master: str | None = None,
     ahead = {"spark.driver.extraJavaOptions": (driver_opts, " "),
              "spark.executor.extraJavaOptions": (java_opts, " ")}
     if local:
-        ahead["spark.driver.extraClassPath"] = (str(jars.helper_jar()), os.pathsep)
+        # On a local master the helper jar (its local file system class) and the object stores' file systems lead
+        # the driver's classpath: Hadoop loads a file system class from there, not from spark.jars.
+        ahead["spark.driver.extraClassPath"] = (os.pathsep.join(
+            str(jar) for jar in [jars.helper_jar(), *jars.object_store_jars(locations)]), os.pathsep)
     for key, (ours, separator) in ahead.items():
         settings[key] = separator.join(filter(None, [ours, caller.get(key)]))
     for key, value in settings.items():
@@ -124,10 +130,10 @@ def builder(app_name: str = "ingest", master: str | None = None,
     return b
 
 
-def get_session(app_name: str = "ingest", master: str | None = None,
-                conf: Mapping[str, str] | None = None) -> SparkSession:
+def get_session(app_name: str = "ingest", master: str | None = None, conf: Mapping[str, str] | None = None,
+                locations: Iterable[str] = ()) -> SparkSession:
     with _jvm_keeps_out_of_signals():
-        spark = builder(app_name, master, conf).getOrCreate()
+        spark = builder(app_name, master, conf, locations).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
 

@@ -3,8 +3,17 @@
 The lock is an operating-system lock (`flock`) on `<checkpoint>/_ingest_writer.lock`, so a process that dies (even
 by SIGKILL) releases it at once: there is no stale lock to clean up. The file also says who holds it (host, pid,
 start time), for the error a second writer gets. It works where the checkpoint is a local or shared POSIX file
-system (NFS with working locks included); on object storage (`s3a://`, `abfss://`, `gs://`) there is no such
-lock, and a warning says the pipeline runs unguarded (docs/operations.md#one-writer-per-pipeline).
+system (NFS with working locks included).
+
+Object storage (`s3a://`, `abfss://`, `gs://`) has no file locks. There the lock is a lease: an object
+`<checkpoint>/_ingest_writer.lease` naming its holder and when it expires, written through Hadoop's file system
+(so every store Spark reaches works alike), renewed by a thread every third of `LEASE_SECONDS`, deleted on release.
+A writer takes a lease that is absent, expired, its own, or held by a process of its own host that no longer
+exists (a restart after a kill does not wait); it then reads the lease back after `SETTLE_SECONDS` and proceeds
+only if its own token is still there, so of two writers racing for it, one wins. A second writer is refused in
+seconds, once its JVM has started. What the lease cannot rule out (a holder paused longer than the lease, clocks
+apart by more than it), Delta itself catches: the two writers' batches share the checkpoint's txnAppId, and Delta
+commits each (txnAppId, txnVersion) once (docs/cluster.md#one-writer-on-object-storage).
 """
 
 from __future__ import annotations
@@ -15,14 +24,23 @@ import json
 import logging
 import os
 import socket
+import threading
+import time
+import uuid
 from pathlib import Path
 from typing import IO
 
+from pyspark.sql import SparkSession
+
 from ingestion.errors import IngestionError
+from ingestion.runtime import hadoop
 
 log = logging.getLogger(__name__)
 
 LOCK_FILE = "_ingest_writer.lock"
+LEASE_FILE = "_ingest_writer.lease"
+LEASE_SECONDS = 60.0
+SETTLE_SECONDS = 1.0
 
 
 class PipelineRunning(IngestionError):
@@ -39,16 +57,19 @@ def local_folder(location: str) -> Path | None:
 class WriterLock:
     """The lock of one pipeline's checkpoint, held from `acquire` until `release` or the process ends."""
 
-    def __init__(self, pipeline: str, checkpoint: str) -> None:
+    def __init__(self, pipeline: str, checkpoint: str, spark: SparkSession | None = None) -> None:
         self.pipeline = pipeline
         self.checkpoint = checkpoint
+        self.spark = spark  # reaches object storage; without it (a check before the JVM starts) only local locks
         self._file: IO[str] | None = None
+        self._lease: Lease | None = None
 
     def acquire(self) -> None:
         folder = local_folder(self.checkpoint)
         if folder is None:
-            log.warning("%s: no writer lock on %s (object storage has no file locks): make sure one process runs "
-                        "this pipeline", self.pipeline, self.checkpoint)
+            if self.spark is not None:
+                self._lease = Lease(self.spark, self.pipeline, self.checkpoint.rstrip("/") + "/" + LEASE_FILE)
+                self._lease.acquire()
             return
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / LOCK_FILE
@@ -75,10 +96,103 @@ class WriterLock:
         self.release()
 
     def release(self) -> None:
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
         if self._file is not None:
             fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
             self._file.close()
             self._file = None
+
+
+class Lease:
+    """A writer's lease on object storage (see the module's docstring)."""
+
+    def __init__(self, spark: SparkSession, pipeline: str, location: str, seconds: float = LEASE_SECONDS) -> None:
+        self.spark = spark
+        self.pipeline = pipeline
+        self.location = location
+        self.seconds = seconds
+        self.token = uuid.uuid4().hex
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    def _holder(self) -> dict[str, object] | None:
+        if not hadoop.exists(self.spark, self.location):
+            return None
+        try:
+            found = json.loads(hadoop.read_text(self.spark, self.location))
+        except (ValueError, OSError):
+            return None
+        return found if isinstance(found, dict) else None
+
+    def _write(self) -> None:
+        now = time.time()
+        hadoop.create_text(self.spark, self.location, json.dumps({
+            "pipeline": self.pipeline, "token": self.token, "host": socket.gethostname(), "pid": os.getpid(),
+            "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "expires": now + self.seconds}),
+            overwrite=True)
+
+    def _refuse(self, holder: dict[str, object]) -> PipelineRunning:
+        left = float(str(holder.get("expires", 0))) - time.time()
+        return PipelineRunning(
+            f"pipeline {self.pipeline!r} is already running ({_describe(json.dumps(holder))}; lease "
+            f"{self.location}, renewed while it runs, expires in {max(0.0, left):.0f}s if it stops); stop it "
+            "first, or run this one elsewhere with its own checkpoint")
+
+    def acquire(self) -> None:
+        holder = self._holder()
+        if holder is not None and holder.get("token") != self.token and _alive(holder):
+            raise self._refuse(holder)
+        self._write()
+        time.sleep(SETTLE_SECONDS)
+        holder = self._holder()
+        if holder is None or holder.get("token") != self.token:  # another writer took it at the same moment
+            raise self._refuse(holder or {})
+        self._renewer = threading.Thread(target=self._renew, name=f"lease-{self.pipeline}", daemon=True)
+        self._renewer.start()
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.seconds / 3):
+            try:
+                holder = self._holder()
+                if holder is not None and holder.get("token") != self.token:
+                    log.error("%s: another writer took the lease %s (%s); Delta's txnAppId keeps its batches from "
+                              "landing twice, but stop one of them", self.pipeline, self.location,
+                              _describe(json.dumps(holder)))
+                    return
+                self._write()
+            except Exception as exc:  # noqa: BLE001 - a store hiccup: the next renewal tries again
+                log.warning("%s: could not renew the lease %s: %s", self.pipeline, self.location,
+                            str(exc).splitlines()[0] if str(exc) else repr(exc))
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join(10)
+        try:
+            holder = self._holder()
+            if holder is not None and holder.get("token") == self.token:
+                hadoop.delete(self.spark, self.location)
+        except Exception as exc:  # noqa: BLE001 - it expires by itself
+            log.warning("%s: could not delete the lease %s: %s", self.pipeline, self.location, exc)
+
+
+def _alive(holder: dict[str, object]) -> bool:
+    """Whether a lease still binds: not expired, and not held by a process of this host that has ended."""
+    try:
+        if float(str(holder.get("expires", 0))) <= time.time():
+            return False
+    except ValueError:
+        return False
+    if holder.get("host") == socket.gethostname():
+        try:
+            os.kill(int(str(holder.get("pid"))), 0)
+        except (ProcessLookupError, ValueError):
+            return False
+        except PermissionError:
+            return True
+    return True
 
 
 def _describe(text: str) -> str:

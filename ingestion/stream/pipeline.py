@@ -70,7 +70,7 @@ def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = 
     topic), so a pipeline that cannot run creates nothing; then the writer lock is taken (a second writer of the
     pipeline is refused at once). A failure after that releases the lock and closes the MLflow run as FAILED."""
     check_kafka(config)
-    lock = WriterLock(config.name, config.checkpoint_path)
+    lock = WriterLock(config.name, config.checkpoint_path, spark)
     lock.acquire()
     try:
         running = _start(spark, config, available_now=available_now, with_metrics=with_metrics)
@@ -94,7 +94,7 @@ def caught_up(config: PipelineConfig) -> dict[int, int] | None:
     """Per partition, the offset the table has reached, when it holds every committed record Kafka has now (an
     available-now run would have nothing to do); None otherwise, or when that cannot be told without a JVM (no
     ledger yet, a table delta-rs cannot read). Read with delta-rs and a Kafka consumer: no JVM."""
-    reader = DeltaRsReader()
+    reader = DeltaRsReader(config.storage_options() or None)
     try:
         if not reader.version(config.table_path):  # no table, or only its creation: the first run has work to do
             return None
