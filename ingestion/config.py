@@ -313,7 +313,11 @@ def _check_maintenance(config: PipelineConfig) -> None:
     if config.sink.partition_by and set(m.z_order_by) & set(config.sink.partition_by):
         raise ConfigError(f"{file}: key 'maintenance.zOrderBy' names partition columns "
                           f"{sorted(set(m.z_order_by) & set(config.sink.partition_by))}; Delta cannot z-order by them")
-    check_retention(config, config.sink.table_properties, str(file))
+    if m.window_seconds > 0:  # tables are created with the deleted-file retention equal to the window
+        created = {retention.DELETED_FILE_RETENTION: retention.as_interval(m.window_seconds)}
+        check_retention(config, created | dict(config.sink.table_properties), str(file))
+    else:
+        check_retention(config, config.sink.table_properties, str(file))
 
 
 def check_retention(config: PipelineConfig, properties: Mapping[str, str], where: str, *,

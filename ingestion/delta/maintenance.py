@@ -9,6 +9,7 @@ in a session of their own (`spark.newSession()`: same SparkContext, own SQL sett
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +21,8 @@ from ingestion.delta import ledger
 from ingestion.delta.append import commit_metadata
 from ingestion.delta.ledger import BatchKind, BatchRecord
 from ingestion.runtime import delta_txn, hadoop
+
+log = logging.getLogger(__name__)
 
 POOL = "maintenance"  # Spark scheduler pool of maintenance jobs (runtime/data/fairscheduler.xml on local masters)
 
@@ -85,18 +88,30 @@ def _session(spark: SparkSession, record: BatchRecord, settings: dict[str, str])
 
 
 def optimize(spark: SparkSession, path: str, record: BatchRecord, *, target: int,
-             z_order_by: tuple[str, ...] = ()) -> tuple[int, int]:
+             z_order_by: tuple[str, ...] = (), attempts: int = 3) -> tuple[int, int]:
     """OPTIMIZE the table: bin-pack files under `target` bytes into files of about `target` (Z-ordered by
-    `z_order_by` when given); (files removed, files added)."""
+    `z_order_by` when given); (files removed, files added). Appends beside it do not conflict; another OPTIMIZE
+    (or a DELETE) that commits first removes files this one read, and Delta refuses its commit: it is run again
+    on the new state, up to `attempts` times."""
+    from delta.exceptions import ConcurrentDeleteDeleteException, ConcurrentDeleteReadException
     from delta.tables import DeltaTable
 
     settings = {"spark.databricks.delta.optimize.maxFileSize": str(target),
                 "spark.databricks.delta.optimize.minFileSize": str(target)}
-    with _session(spark, record, settings) as own:
-        builder = DeltaTable.forPath(own, path).optimize()
-        result = builder.executeZOrderBy(*z_order_by) if z_order_by else builder.executeCompaction()
-        row = result.select("metrics.numFilesRemoved", "metrics.numFilesAdded").first()
-    return (int(row[0]), int(row[1])) if row else (0, 0)
+    for attempt in range(1, attempts + 1):
+        try:
+            with _session(spark, record, settings) as own:
+                builder = DeltaTable.forPath(own, path).optimize()
+                result = builder.executeZOrderBy(*z_order_by) if z_order_by else builder.executeCompaction()
+                row = result.select("metrics.numFilesRemoved", "metrics.numFilesAdded").first()
+            return (int(row[0]), int(row[1])) if row else (0, 0)
+        except (ConcurrentDeleteReadException, ConcurrentDeleteDeleteException) as exc:
+            if attempt == attempts:
+                raise
+            log.info("OPTIMIZE of %s: a concurrent commit removed files it read (%s); running it again", path,
+                     str(exc).splitlines()[0][:120])
+            record = marker(spark, path, record.pipeline, record.kind)
+    return 0, 0  # pragma: no cover - the loop returns or raises
 
 
 def _vacuum_settings(spark: SparkSession, allow_short: bool) -> dict[str, str]:

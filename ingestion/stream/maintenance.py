@@ -21,7 +21,7 @@ from ingestion.config import PipelineConfig, duration_seconds
 from ingestion.delta import maintenance
 from ingestion.delta.ledger import BatchKind
 from ingestion.delta.maintenance import Files
-from ingestion.runtime.delta_txn import is_table
+from ingestion.runtime.delta_txn import is_table, table_version
 from ingestion.stream.metrics import RunMetrics
 
 log = logging.getLogger(__name__)
@@ -46,8 +46,9 @@ class TableMaintenance:
 
 def maintain_table(spark: SparkSession, config: PipelineConfig, path: str, *, optimize: bool = True,
                    vacuum: bool = True) -> TableMaintenance | None:
-    """OPTIMIZE, then VACUUM, then a log checkpoint of the table at `path`; None when there is no table."""
-    if not is_table(spark, path):
+    """OPTIMIZE, then VACUUM, then a log checkpoint of the table at `path`; None when there is no table, or only
+    its creation (a quarantine table that never held a record: nothing to compact or delete)."""
+    if not is_table(spark, path) or not table_version(spark, path):
         return None
     started = time.monotonic()
     settings = config.maintenance

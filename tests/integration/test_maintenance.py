@@ -88,7 +88,6 @@ def test_maintain_compacts_many_small_commits_and_keeps_rows_ledger_and_time_tra
     assert records[-3].as_of == 200 and ledger.next_offsets(records) == offsets_before
     audit = verify.audit(DeltaRsReader(), config)
     assert audit.ok, verify.render(audit)
-    assert verify.audit(SparkReader(spark), config).to_json() == audit.to_json()
 
     rs = DeltaRsReader()
     assert rs.layout(config.table_path) == SparkReader(spark).layout(config.table_path)
@@ -214,7 +213,8 @@ def test_a_retention_that_allows_a_duplicate_is_refused_at_onboard_and_run(
             "app id)"]
     short_log = pipeline_yaml(tmp_path / "log", topic=topic, servers=kafka_servers,
                               sink="  tableProperties:\n    delta.logRetentionDuration: interval 2 days\n")
-    with pytest.raises(ConfigError, match=r"'delta.logRetentionDuration'.*shorter than maintenance.vacuumRetention"):
+    with pytest.raises(ConfigError, match=r"delta.logRetentionDuration': 'interval 2 days' is shorter than "
+                                          r"maintenance.vacuumRetention"):
         load_pipeline(short_log)
 
     # A table changed behind the pipeline's back is refused when the pipeline starts.
