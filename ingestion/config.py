@@ -99,7 +99,7 @@ class MetricsOptions:
 
 @dataclass(frozen=True)
 class MaintenanceOptions:
-    """`ingest maintain` and its optional schedule inside `ingest run` (docs/configuration.md#maintenance)."""
+    """`ingest maintain` and its optional schedule inside `ingest run` (docs/configuration.md#keys)."""
 
     # OPTIMIZE bin-packs small files into files of about this size (Delta's optimize.maxFileSize).
     target_file_size: str = field(default="128mb", metadata=_key("targetFileSize"))

@@ -1,5 +1,6 @@
 """The Delta side of table maintenance: OPTIMIZE (bin-packing, optionally Z-ordered), VACUUM, a log checkpoint,
-and what the table's data files are now (`ingest maintain`, docs/operations.md#maintenance).
+and what the table's data files are now (`ingest maintain`,
+docs/operations.md#maintenance-compaction-vacuum-retention).
 
 Each maintenance commit carries a ledger record (kind `optimize` or `vacuum`) with the ledger's coverage as of the
 version it read (`ledger.BatchRecord.baseline`): offsets stay known after Delta's log cleanup. The operations run
@@ -64,10 +65,19 @@ def estimate_optimize(sizes: dict[str, list[int]], target: int) -> Files:
     return Files(count, total)
 
 
-def marker(spark: SparkSession, path: str, pipeline: str, kind: BatchKind) -> BatchRecord:
-    """The ledger record of a maintenance commit: the coverage as of the table's current version."""
+def marker(spark: SparkSession, path: str, pipeline: str, kind: BatchKind,
+           storage_options: dict[str, str] | None = None) -> BatchRecord:
+    """The ledger record of a maintenance commit: the coverage as of the table's current version. The ledger is
+    read with delta-rs (a Spark read of thousands of commits takes many seconds), with Spark where it cannot."""
+    from ingestion.delta.reader import JvmFreeReadError
+    from ingestion.delta.rs_reads import DeltaRsReader
+
     as_of = delta_txn.table_version(spark, path) or 0
-    baseline = ledger.coverage([r for r in ledger.history(spark, path) if (r.version or 0) <= as_of])
+    try:
+        records = DeltaRsReader(storage_options or None).history(path)
+    except JvmFreeReadError:
+        records = ledger.history(spark, path)
+    baseline = ledger.coverage([r for r in records if (r.version or 0) <= as_of])
     return BatchRecord(pipeline=pipeline, app_id="maintenance", batch_id=ledger.MAINTENANCE_BATCH_ID, kind=kind,
                        rows=0, schema_ids=(), ranges=(), baseline=baseline, as_of=as_of)
 
@@ -88,7 +98,8 @@ def _session(spark: SparkSession, record: BatchRecord, settings: dict[str, str])
 
 
 def optimize(spark: SparkSession, path: str, record: BatchRecord, *, target: int,
-             z_order_by: tuple[str, ...] = (), attempts: int = 3) -> tuple[int, int]:
+             z_order_by: tuple[str, ...] = (), attempts: int = 3,
+             storage_options: dict[str, str] | None = None) -> tuple[int, int]:
     """OPTIMIZE the table: bin-pack files under `target` bytes into files of about `target` (Z-ordered by
     `z_order_by` when given); (files removed, files added). Appends beside it do not conflict; another OPTIMIZE
     (or a DELETE) that commits first removes files this one read, and Delta refuses its commit: it is run again
@@ -110,7 +121,7 @@ def optimize(spark: SparkSession, path: str, record: BatchRecord, *, target: int
                 raise
             log.info("OPTIMIZE of %s: a concurrent commit removed files it read (%s); running it again", path,
                      str(exc).splitlines()[0][:120])
-            record = marker(spark, path, record.pipeline, record.kind)
+            record = marker(spark, path, record.pipeline, record.kind, storage_options)
     return 0, 0  # pragma: no cover - the loop returns or raises
 
 

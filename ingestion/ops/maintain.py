@@ -4,8 +4,8 @@ OPTIMIZE bin-packs the small files each micro-batch leaves into files of `mainte
 `maintenance.zOrderBy` when set), VACUUM deletes the files no version inside the promised window needs
 (`maintenance.vacuumRetention`), and a Delta log checkpoint follows. Safe beside a running `ingest run`: Delta
 commits the OPTIMIZE beside the stream's appends, and the maintenance commits consume no offsets
-(docs/operations.md#maintenance). Each run is an MLflow run of the pipeline's experiment with the files and bytes
-of each table before and after.
+(docs/operations.md#maintenance-compaction-vacuum-retention). Each run is an MLflow run of the pipeline's
+experiment with the files and bytes of each table before and after.
 """
 
 from __future__ import annotations

@@ -55,11 +55,11 @@ def maintain_table(spark: SparkSession, config: PipelineConfig, path: str, *, op
     before = maintenance.files(spark, path)
     removed = added = 0
     if optimize:
-        record = maintenance.marker(spark, path, config.name, BatchKind.OPTIMIZE)
+        record = maintenance.marker(spark, path, config.name, BatchKind.OPTIMIZE, config.storage_options())
         removed, added = maintenance.optimize(spark, path, record, target=settings.target_bytes,
-                                              z_order_by=settings.z_order_by)
+                                              z_order_by=settings.z_order_by, storage_options=config.storage_options())
     if vacuum:
-        record = maintenance.marker(spark, path, config.name, BatchKind.VACUUM)
+        record = maintenance.marker(spark, path, config.name, BatchKind.VACUUM, config.storage_options())
         maintenance.vacuum(spark, path, record, allow_short=settings.allow_short_retention)
     version = maintenance.checkpoint(spark, path)
     done = TableMaintenance(path, before, maintenance.files(spark, path), removed, added, vacuum, version,

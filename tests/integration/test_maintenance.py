@@ -68,7 +68,7 @@ def test_maintain_compacts_many_small_commits_and_keeps_rows_ledger_and_time_tra
     pre = _rows(spark, config.table_path)
     pre_version = 120
     at_pre_version = _rows(spark, config.table_path, pre_version)
-    offsets_before = ledger.next_offsets(ledger.history(spark, config.table_path))
+    offsets_before = ledger.next_offsets(rs.history(config.table_path))
 
     dry = maintain(spark, config, dry_run=True)
     assert any("now 200 files" in line for line in dry.lines), dry.lines
@@ -83,7 +83,7 @@ def test_maintain_compacts_many_small_commits_and_keeps_rows_ledger_and_time_tra
     assert_exactly_produced(spark.read.format("delta").load(config.table_path).collect(), produced)
     assert _rows(spark, config.table_path, pre_version) == at_pre_version  # time travel before the OPTIMIZE
 
-    records = ledger.history(spark, config.table_path)
+    records = DeltaRsReader().history(config.table_path)
     assert [r.kind for r in records[-3:]] == ["optimize", "vacuum", "vacuum"]  # OPTIMIZE, VACUUM START/END
     assert records[-3].as_of == 200 and ledger.next_offsets(records) == offsets_before
     audit = verify.audit(DeltaRsReader(), config)
