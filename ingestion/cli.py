@@ -8,6 +8,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ingestion.errors import IngestionError
@@ -207,6 +208,15 @@ def _parser() -> argparse.ArgumentParser:
     jars = commands.add_parser("jars", help="resolve the JVM jars (Delta, Spark Kafka source, broker) via Maven; "
                           "build the helper jar")
     jars.set_defaults(func=_jars)
+
+    package = commands.add_parser(
+        "package", help="a job for a Spark cluster: the package zip, the spark-submit entry script and the jars in "
+        "one folder, and the spark-submit line that runs a command with them (docs/cluster.md)")
+    package.add_argument("pipeline", nargs="*", help="pipelines the job will run: their tables' stores choose the "
+                         "file system jars (S3A for s3a://); default: every pipeline in conf/pipelines/, if any")
+    package.add_argument("--out", default="dist", help="the folder to write (default: dist)")
+    package.add_argument("--master", default="spark://HOST:7077", help="the master in the printed spark-submit line")
+    package.set_defaults(func=_package)
     return parser
 
 
@@ -497,6 +507,20 @@ def _quarantine_reprocess(args: argparse.Namespace) -> int:
     print(f"{r.examined} examined: {r.redecoded} re-decoded into bronze (version {r.bronze_version}), "
           f"{r.already_in_bronze} were already there, {r.still_failing} still failing "
           f"({r.errors_changed} with a new error; quarantine version {r.quarantine_version})")
+    return 0
+
+
+def _package(args: argparse.Namespace) -> int:
+    from ingestion.config import load_all, load_pipeline
+    from ingestion.ops import package
+
+    configs = [load_pipeline(name) for name in args.pipeline] if args.pipeline else load_all()[0]
+    bundle = package.build(Path(args.out), [location for c in configs for location in c.locations])
+    print(f"{bundle.archive}: the ingestion package, for --py-files")
+    print(f"{bundle.entry}: the main file for spark-submit; {len(bundle.jars)} jars in {bundle.jars[0].parent}")
+    pipeline = args.pipeline[0] if len(args.pipeline) == 1 else "PIPELINE.yaml"
+    print("run a pipeline on the cluster (its Python packages on every node, docs/cluster.md):")
+    print("  " + package.shell_line(bundle.submit_command(args.master, ["run", pipeline])))
     return 0
 
 
