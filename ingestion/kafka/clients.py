@@ -254,19 +254,23 @@ def committed_offsets(settings: Mapping[str, Any], group: str, topic: str, found
                       timeout: float = 30) -> dict[int, int]:
     """`group`'s committed offset per partition of `topic` (partitions without a commit are left out).
     KafkaAccessError when Kafka refuses to describe the group."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
 
     found = partitions(settings, topic) if found is None else found
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in found])
-    admin = admin_client(settings)  # kept referenced until the future resolves, or it never does
+    # A consumer's OffsetFetch, not the admin client's list_consumer_group_offsets, whose error paths have crashed
+    # processes in librdkafka (a test process polling it across a broker restart died with SIGSEGV). The consumer
+    # is never subscribed, so it does not join the group.
+    client = consumer(settings, group)
     try:
-        result = admin.list_consumer_group_offsets([request], request_timeout=timeout)[group].result(timeout)
+        result = client.committed([TopicPartition(topic, p) for p in found], timeout=timeout)
     except KafkaException as exc:
         refused = access.from_error(exc.args[0], settings, topic, group) if exc.args else None
         if refused is not None:
             raise refused from None
         raise
-    return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
+    finally:
+        client.close()
+    return {tp.partition: tp.offset for tp in result if tp.offset >= 0}
 
 
 def first_unread(settings: Mapping[str, Any], topic: str, positions: Mapping[int, int],
