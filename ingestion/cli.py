@@ -209,6 +209,14 @@ def _parser() -> argparse.ArgumentParser:
                           "build the helper jar")
     jars.set_defaults(func=_jars)
 
+    init = commands.add_parser(
+        "init", help="write conf/pipelines/<name>.yaml for each topic from what the broker and the registry (or "
+        "schemas/) know: partitions, the <topic>-value subject, an Avro key when <topic>-key exists; files "
+        "inherit conf/defaults.yaml; an existing file is never overwritten")
+    init.add_argument("topic", nargs="+", help="Kafka topics to write pipeline files for")
+    init.add_argument("--dry-run", action="store_true", help="print the files, write nothing")
+    init.set_defaults(func=_init)
+
     package = commands.add_parser(
         "package", help="a job for a Spark cluster: the package zip, the spark-submit entry script and the jars in "
         "one folder, and the spark-submit line that runs a command with them (docs/cluster.md)")
@@ -508,6 +516,29 @@ def _quarantine_reprocess(args: argparse.Namespace) -> int:
           f"{r.already_in_bronze} were already there, {r.still_failing} still failing "
           f"({r.errors_changed} with a new error; quarantine version {r.quarantine_version})")
     return 0
+
+
+def _init(args: argparse.Namespace) -> int:
+    from ingestion.ops import init
+
+    failed = 0
+    drafts = []
+    for topic in args.topic:
+        try:
+            drafts.append(init.draft(topic))
+        except IngestionError as exc:
+            failed += 1
+            print(f"error: {exc}", file=sys.stderr)
+    for draft in drafts:
+        if args.dry_run:
+            print(f"# {draft.path}\n{draft.text}")
+    written = [] if args.dry_run else init.write(drafts)
+    for draft in drafts:
+        if not args.dry_run:
+            print(f"{draft.path}: {'written' if draft.path in written else 'exists, left as it is'}")
+    if written:
+        print(f"next: ingest onboard <name> for each, or ingest onboard --all ({len(written)} new)")
+    return 1 if failed else 0
 
 
 def _package(args: argparse.Namespace) -> int:

@@ -194,6 +194,11 @@ def load_pipeline(name_or_path: str | Path) -> PipelineConfig:
     return parse_pipeline(_with_defaults(_read(path), path), path)
 
 
+def inherited(data: dict[str, Any], path: Path) -> PipelineConfig:
+    """The config a file at `path` holding `data` would load as, with the defaults it would inherit."""
+    return parse_pipeline(_with_defaults(dict(data), path), path)
+
+
 DEFAULTS_FILE = "defaults.yaml"
 _PER_PIPELINE = ("name", "topic")  # what a defaults file cannot hold
 

@@ -201,6 +201,11 @@ def create_topic(settings: Mapping[str, Any], topic: str, partitions: int, repli
         raise IngestionError(f"cannot create topic {topic!r}: {exc}") from None
 
 
+def topic_names(settings: Mapping[str, Any], timeout: float = 15.0) -> list[str]:
+    """The names of the topics the client may see (internal ones left out), sorted."""
+    return sorted(t for t in admin_client(settings).list_topics(timeout=timeout).topics if not t.startswith("__"))
+
+
 def partitions(settings: Mapping[str, Any], topic: str, timeout: float = 30.0) -> list[int]:
     """The topic's partitions; see `describe_topic`."""
     return describe_topic(settings, topic, timeout)
