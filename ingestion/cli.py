@@ -297,7 +297,7 @@ def _run(args: argparse.Namespace) -> int:
             if not configs:
                 return 0
         metrics.open_store_early()  # while the JVM boots
-        spark = _session("ingest-all", configs)
+        spark = _session("ingest-all", configs, pools=[pipeline.pool_name(c) for c in configs])
         outcome = pipeline.run_all(spark, configs, available_now=args.available_now)
         for name, status in outcome.items():
             print(f"{name}: {status}")
@@ -357,13 +357,13 @@ def _read_only(args: argparse.Namespace, answer: Callable[[Any], Any], config: P
     return without_jvm(answer, session, config.storage_options())
 
 
-def _session(app_name: str, configs: Sequence[PipelineConfig]) -> SparkSession:
+def _session(app_name: str, configs: Sequence[PipelineConfig], pools: Sequence[str] = ()) -> SparkSession:
     """The Spark session of a command over these pipelines: their `spark:` settings, and the jars their tables'
     and checkpoints' stores need."""
     from ingestion.runtime.session import get_session
 
     return get_session(app_name, conf={k: v for c in configs for k, v in c.spark.items()},
-                       locations=[location for c in configs for location in c.locations])
+                       locations=[location for c in configs for location in c.locations], pools=pools)
 
 
 def _pipeline_session(name: str) -> tuple[PipelineConfig, SparkSession]:

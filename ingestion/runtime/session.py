@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import signal
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
+from html import escape
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from ingestion.errors import JvmError
 from ingestion.limits import AVRO_JAVA_LIMITS
+from ingestion.paths import jar_cache
 from ingestion.runtime import data_files, jars
 
 NO_FORK_FS_CLASS = "ingest.NoForkLocalFileSystem"  # data/NoForkLocalFileSystem.java, in the helper jar
@@ -91,11 +95,32 @@ def snapshot_partitions(master: str) -> int:
     return max(1, cores // 2)
 
 
+def pool_file(pools: Iterable[str]) -> Path:
+    """The FAIR allocation file of data/fairscheduler.xml with a pool per name added, each like `default` (a
+    minShare above any core count: batches before background checkpoints, and among batches the pool with the
+    fewest running tasks first). Written once per set of names into the jar cache."""
+    names = sorted(set(pools))
+    if not names:
+        return FAIR_POOLS
+    base = FAIR_POOLS.read_text()
+    added = "".join(f'  <pool name="{escape(name, quote=True)}">\n    <schedulingMode>FIFO</schedulingMode>\n'
+                    f'    <weight>1</weight>\n    <minShare>1000</minShare>\n  </pool>\n' for name in names)
+    text = base.replace("</allocations>", added + "</allocations>")
+    target = jar_cache() / "data" / f"fairscheduler-{hashlib.sha1(text.encode()).hexdigest()[:12]}.xml"
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = target.with_name(f".{target.name}.{os.getpid()}")
+        staging.write_text(text)
+        os.replace(staging, target)
+    return target
+
+
 def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[str, str] | None = None,
-            locations: Iterable[str] = ()) -> SparkSession.Builder:
+            locations: Iterable[str] = (), pools: Iterable[str] = ()) -> SparkSession.Builder:
     """A session builder with Delta, the Kafka source and quiet logging; compose more `.config()` on it.
     `locations`: the tables and checkpoints the session will use; an object store among them brings its file
-    system's jars (S3A for `s3a://`)."""
+    system's jars (S3A for `s3a://`). `pools`: FAIR scheduler pools to declare beside the defaults on a local
+    master (`run --all` gives each pipeline its own)."""
     # Bind the driver to loopback unless told otherwise: this project only ever talks to local addresses by default.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers must see the same packages (fastavro, pyarrow) as the driver: the same interpreter by default.
@@ -110,6 +135,7 @@ def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[s
     local = bool(master and master.startswith("local"))
     if local:
         settings.update(LOCAL_DEFAULTS)
+        settings["spark.scheduler.allocation.file"] = str(pool_file(pools))
         settings[SNAPSHOT_PARTITIONS] = str(snapshot_partitions(master or "local"))
     locations = list(locations)
     if not submitted():
@@ -141,9 +167,9 @@ def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[s
 
 
 def get_session(app_name: str = "ingest", master: str | None = None, conf: Mapping[str, str] | None = None,
-                locations: Iterable[str] = ()) -> SparkSession:
+                locations: Iterable[str] = (), pools: Iterable[str] = ()) -> SparkSession:
     with _jvm_keeps_out_of_signals():
-        spark = builder(app_name, master, conf, locations).getOrCreate()
+        spark = builder(app_name, master, conf, locations, pools).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     if submitted():
         _check_submitted_classpath(spark)

@@ -61,3 +61,13 @@ def test_under_spark_submit_the_master_and_jars_are_spark_submits(monkeypatch) -
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT")
     local = spark.builder("t", "local[2]", locations=["s3a://lake/t"])._options
     assert any("hadoop-aws" in jar for jar in local["spark.jars"].split(","))
+
+
+def test_run_all_declares_a_pool_per_pipeline_ahead_of_background_checkpoints() -> None:
+    import xml.etree.ElementTree as ET
+
+    options = spark.builder("t", "local[2]", pools=["pipeline-a", "pipeline-b"])._options
+    pools = {p.get("name"): int(p.findtext("minShare") or 0)
+             for p in ET.parse(options["spark.scheduler.allocation.file"]).getroot()}
+    assert pools == {"default": 1000, "delta-checkpoints": 0, "pipeline-a": 1000, "pipeline-b": 1000}
+    assert spark.builder("t", "local[2]")._options["spark.scheduler.allocation.file"] == str(spark.FAIR_POOLS)
