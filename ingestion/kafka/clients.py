@@ -9,6 +9,7 @@ the Spark source does (see `stream.source`): records of aborted transactions nev
 
 from __future__ import annotations
 
+import difflib
 import logging
 import time
 from collections.abc import Mapping
@@ -97,8 +98,8 @@ def describe_topic(settings: Mapping[str, Any], topic: str, timeout: float) -> l
         raise access.topic_denied(settings, topic)
     if found is None or found.error is not None:
         reason = f" ({found.error.str()})" if found is not None and found.error is not None else ""
-        raise TopicNotFoundError(f"topic {topic!r} does not exist on {servers}{reason}; create it, or run `ingest "
-                                 "onboard <pipeline> --create-topic`")
+        raise TopicNotFoundError(f"topic {topic!r} does not exist on {servers}{reason}{_closest_topics(admin, topic)}"
+                                 "; create it, or run `ingest onboard <pipeline> --create-topic`")
     return sorted(found.partitions)
 
 
@@ -203,7 +204,20 @@ def create_topic(settings: Mapping[str, Any], topic: str, partitions: int, repli
 
 def topic_names(settings: Mapping[str, Any], timeout: float = 15.0) -> list[str]:
     """The names of the topics the client may see (internal ones left out), sorted."""
-    return sorted(t for t in admin_client(settings).list_topics(timeout=timeout).topics if not t.startswith("__"))
+    return _names(admin_client(settings), timeout)
+
+
+def _names(admin: Any, timeout: float) -> list[str]:
+    return sorted(t for t in admin.list_topics(timeout=timeout).topics if not t.startswith("__"))
+
+
+def _closest_topics(admin: Any, topic: str) -> str:
+    """`; closest: a, b` naming the existing topics nearest to a missing one, or nothing."""
+    try:
+        close = difflib.get_close_matches(topic, _names(admin, 5.0), n=3, cutoff=0.6)
+    except Exception:  # noqa: BLE001 - the suggestion is a courtesy; the error is that the topic is missing
+        return ""
+    return f"; closest: {', '.join(close)}" if close else ""
 
 
 def partitions(settings: Mapping[str, Any], topic: str, timeout: float = 30.0) -> list[int]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ingestion import kafka
 from ingestion.config import PipelineConfig, inherited
-from ingestion.errors import ConfigError, IngestionError, TopicNotFoundError
+from ingestion.errors import ConfigError, IngestionError
 from ingestion.paths import conf_dir
 from ingestion.schema.registry import source_for
 
@@ -40,11 +40,7 @@ def draft(topic: str, name: str | None = None) -> Draft:
     path = conf_dir() / "pipelines" / f"{name}.yaml"
     config = inherited({"name": name, "topic": topic}, path)
     settings = config.kafka_client_settings()
-    try:
-        partitions = kafka.describe_topic(settings, topic, timeout=15.0)
-    except TopicNotFoundError:
-        raise TopicNotFoundError(f"topic {topic!r} does not exist on {config.bootstrap_servers}"
-                                 f"{_closest(topic, kafka.topic_names(settings))}") from None
+    partitions = kafka.describe_topic(settings, topic, timeout=15.0)  # a missing topic's error names the closest
     source = source_for(config)
     subjects = source.subjects()
     value_subject = config.value.subject
