@@ -31,7 +31,7 @@ import bench_runs
 import datagen
 
 REPO = Path(__file__).resolve().parents[1]
-STAGES = ("limit", "baseline", "ours", "peer", "freshness", "memory", "admin", "maintain")
+STAGES = ("limit", "baseline", "ours", "peer", "freshness", "memory", "admin", "maintain", "fairness")
 # Batches of the memory stage's smaller run (the larger has 10 times as many): enough for the JVM to reach the
 # heap it keeps for that batch size. With 2 or 3 batches the smaller run ends while the JVM is still warming up
 # (measured: 895 against 1,457 MiB at 3 against 21 batches; 1,370 against 1,346 MiB at 21 against 201).
@@ -71,6 +71,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--admin-runs", type=int, default=5, help="runs of each admin command (5); median reported")
     p.add_argument("--admin-spark-runs", type=int, default=3,
                    help="runs of each admin command with --reader spark beside them (3; 0: none)")
+    p.add_argument("--fair-pipelines", type=int, default=20, help="pipelines of the fairness stage (20)")
+    p.add_argument("--fair-rate", type=float, default=200, help="records/s of each quiet pipeline's topic (200)")
+    p.add_argument("--fair-busy", type=float, default=10, help="the busy topic's rate, times the quiet rate (10)")
+    p.add_argument("--fair-backlog", type=int, default=200_000, help="the busy topic's backlog at start (200000)")
+    p.add_argument("--fair-seconds", type=float, default=90, help="measured production time (90)")
+    p.add_argument("--fair-warmup", type=float, default=60, help="production seconds not counted (60)")
+    p.add_argument("--fair-trigger", default="5 seconds", help="trigger of every pipeline ('5 seconds')")
     p.add_argument("--memory-records", type=int, help="smaller memory topic; the larger is 10x (default records/10)")
     p.add_argument("--memory-max-offsets", type=int,
                    help=f"maxOffsetsPerTrigger of both memory runs (default min(max-offsets, "
@@ -199,6 +206,14 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             results["maintain"] = bench_runs.run_maintain(ctx, args.maintain_commits, args.maintain_runs)
             results["stages_s"]["maintain"] = round(time.monotonic() - t0, 1)
+            _write(args.output, results, started)
+        if "fairness" in stages:
+            t0 = time.monotonic()
+            results["fairness"] = bench_runs.run_fairness(ctx, args.fair_pipelines, args.fair_rate, args.fair_busy,
+                                                          args.fair_backlog, args.fair_seconds, args.fair_warmup,
+                                                          args.fair_trigger)
+            log(f"fairness: quiet p99 worst {results['fairness']['quiet_p99_ms_max']} ms")
+            results["stages_s"]["fairness"] = round(time.monotonic() - t0, 1)
     finally:
         stopped_pid = broker.pid()
         broker.stop()
@@ -208,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r for r in results["runs"] if not r["ok"]]
     failed += [run for run in results.get("freshness", []) if not run["ok"]]
     failed += [results["memory"]] if "memory" in results and not results["memory"]["ok"] else []
+    failed += [results["fairness"]] if "fairness" in results and not results["fairness"]["ok"] else []
     if failed:
         log(f"{len(failed)} measurement(s) had problems; see results.json")
     return 1 if failed else 0

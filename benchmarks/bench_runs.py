@@ -133,10 +133,9 @@ def run_spark_job(ctx: Context, mode: str, topic: datagen.TopicData, rep: int) -
 
 
 def write_pipeline(ctx: Context, work: Path, topic: str, max_offsets: int, trigger: str = "10 seconds",
-                   spark: dict[str, str] | None = None) -> Path:
+                   spark: dict[str, str] | None = None, name: str = "bench", path: Path | None = None) -> Path:
     """A pipeline YAML with every promise on: metadata columns, txn ids, recorded offsets, quarantine, metrics;
     `spark`: the pipeline's spark: section (session settings), if any."""
-    name = "bench"
     config = {
         "name": name, "topic": topic,
         "kafka": {"bootstrap.servers": ctx.servers, "client.id": "ingest-bench"},
@@ -150,7 +149,7 @@ def write_pipeline(ctx: Context, work: Path, topic: str, max_offsets: int, trigg
     }
     if spark or ctx.ours_spark:
         config["spark"] = {**ctx.ours_spark, **(spark or {})}
-    path = work / "pipeline.yaml"
+    path = path or work / "pipeline.yaml"
     path.write_text(json.dumps(config, indent=2))  # JSON is YAML
     return path
 
@@ -314,6 +313,77 @@ def run_freshness(ctx: Context, rate: float, seconds: float, warmup: float, trig
               "ok": not problems, "problems": problems, **proc.peaks.as_dict()}
     shutil.rmtree(work, ignore_errors=True)
     _delete_topic(ctx, topic)
+    return result
+
+
+def run_fairness(ctx: Context, pipelines: int, quiet_rate: float, busy_factor: float, backlog: int,
+                 seconds: float, warmup: float, trigger: str) -> dict[str, Any]:
+    """`ingest run --all` streaming `pipelines` pipelines, one of them busy (`busy_factor` times the quiet rate,
+    and a backlog of `backlog` records when it starts): freshness of the quiet ones while the busy one catches up,
+    the busy one's throughput, and the application's peak RSS."""
+    from ingestion.kafka.clients import create_topic, watermarks
+
+    stamp = int(time.time())
+    topics = [f"bench-fair-{stamp}-{i:02d}" for i in range(pipelines)]
+    busy = topics[0]
+    for topic in topics:
+        create_topic({"bootstrap.servers": ctx.servers}, topic, datagen.PARTITIONS if topic == busy else 1)
+    work = _fresh_dir(ctx.home / "runs" / "fairness")
+    (work / "conf" / "pipelines").mkdir(parents=True)
+    for topic in topics:
+        name = topic.rsplit("-", 1)[-1]
+        (work / name).mkdir()
+        write_pipeline(ctx, work / name, topic, ctx.max_offsets, trigger=trigger, name=f"p{name}",
+                       path=work / "conf" / "pipelines" / f"p{name}.yaml")
+    if backlog:
+        datagen.produce_at_rate(ctx.servers, busy, backlog / 10, 10)  # the busy topic's backlog, before the start
+    proc = Measured([ctx.ingest, "run", "--all"], env={**ctx.env, "INGEST_CONF_DIR": str(work / "conf")}, cwd=work,
+                    log_file=ctx.home / "logs" / "fairness.log")
+    problems: list[str] = []
+    produced: dict[str, Any] = {}
+    since = time.time()
+    try:
+        deadline = time.monotonic() + 600
+        while not parse_batches(proc.lines):
+            if proc.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"ingest run --all did not commit a first batch:\n{proc.tail()}")
+            time.sleep(1)
+        rates = {t: quiet_rate * (busy_factor if t == busy else 1) for t in topics}
+        ctx.log(f"fairness: {pipelines} pipelines up; {quiet_rate:,.0f} records/s each, the busy one "
+                f"{rates[busy]:,.0f} with a backlog of {backlog:,}, for {warmup + seconds:.0f}s")
+        produced = datagen.produce_many_at_rate(ctx.servers, rates, warmup + seconds)
+        since = float(produced["started_at"]) + warmup
+        settings = {"bootstrap.servers": ctx.servers}
+        totals = {t: sum(high for _, high in watermarks(settings, t).values()) for t in topics}
+        deadline = time.monotonic() + 900
+        drain_started = time.monotonic()
+        while any(deltastats.row_count(work / t.rsplit("-", 1)[-1] / "table") < totals[t] for t in topics):
+            if time.monotonic() > deadline:
+                problems.append("the tables did not catch up within 900 s of the end of production")
+                break
+            time.sleep(1)
+        drain_s = round(time.monotonic() - drain_started, 1)
+    finally:
+        proc.signal(signal.SIGINT)
+        code = proc.wait(180)
+    if code != 0:
+        problems.append(f"exit code {code} after SIGINT; last lines:\n{proc.tail()}")
+    per_pipeline = {}
+    for topic in topics:
+        table = work / topic.rsplit("-", 1)[-1] / "table"
+        per_pipeline[topic] = {"rows": deltastats.row_count(table), "latency": deltastats.latencies(table, since)}
+    quiet_p99 = [p["latency"].get("to_commit_visible", {}).get("p99_ms") for t, p in per_pipeline.items()
+                 if t != busy]
+    busy_batches = [line for line in proc.lines if (m := BATCH_LINE.search(line.text)) and m["name"] == "p00"]
+    result = {"pipelines": pipelines, "trigger": trigger, "quiet_rate": quiet_rate, "busy_factor": busy_factor,
+              "backlog": backlog, "warmup_s": warmup, "measured_s": seconds, "drain_s": drain_s,
+              "quiet_p99_ms_max": max((p for p in quiet_p99 if p is not None), default=None),
+              "quiet_p99_ms_median": statistics.median([p for p in quiet_p99 if p is not None] or [0]),
+              "busy_latency": per_pipeline[busy]["latency"], "batches": len(busy_batches),
+              "per_pipeline": per_pipeline, "ok": not problems, "problems": problems, **proc.peaks.as_dict()}
+    shutil.rmtree(work, ignore_errors=True)
+    for topic in topics:
+        _delete_topic(ctx, topic)
     return result
 
 

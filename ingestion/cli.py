@@ -8,6 +8,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ingestion.errors import IngestionError
@@ -219,6 +220,23 @@ def _parser() -> argparse.ArgumentParser:
     jars = commands.add_parser("jars", help="resolve the JVM jars (Delta, Spark Kafka source, broker) via Maven; "
                           "build the helper jar")
     jars.set_defaults(func=_jars)
+
+    init = commands.add_parser(
+        "init", help="write conf/pipelines/<name>.yaml for each topic from what the broker and the registry (or "
+        "schemas/) know: partitions, the <topic>-value subject, an Avro key when <topic>-key exists; files "
+        "inherit conf/defaults.yaml; an existing file is never overwritten")
+    init.add_argument("topic", nargs="+", help="Kafka topics to write pipeline files for")
+    init.add_argument("--dry-run", action="store_true", help="print the files, write nothing")
+    init.set_defaults(func=_init)
+
+    package = commands.add_parser(
+        "package", help="a job for a Spark cluster: the package zip, the spark-submit entry script and the jars in "
+        "one folder, and the spark-submit line that runs a command with them (docs/cluster.md)")
+    package.add_argument("pipeline", nargs="*", help="pipelines the job will run: their tables' stores choose the "
+                         "file system jars (S3A for s3a://); default: every pipeline in conf/pipelines/, if any")
+    package.add_argument("--out", default="dist", help="the folder to write (default: dist)")
+    package.add_argument("--master", default="spark://HOST:7077", help="the master in the printed spark-submit line")
+    package.set_defaults(func=_package)
     return parser
 
 
@@ -291,7 +309,7 @@ def _run(args: argparse.Namespace) -> int:
             if not configs:
                 return 0
         metrics.open_store_early()  # while the JVM boots
-        spark = _session("ingest-all", configs)
+        spark = _session("ingest-all", configs, pools=[pipeline.pool_name(c) for c in configs])
         outcome = pipeline.run_all(spark, configs, available_now=args.available_now)
         for name, status in outcome.items():
             print(f"{name}: {status}")
@@ -356,13 +374,13 @@ def _read_only(args: argparse.Namespace, answer: Callable[[Any], Any], config: P
     return without_jvm(answer, session, config.storage_options())
 
 
-def _session(app_name: str, configs: Sequence[PipelineConfig]) -> SparkSession:
+def _session(app_name: str, configs: Sequence[PipelineConfig], pools: Sequence[str] = ()) -> SparkSession:
     """The Spark session of a command over these pipelines: their `spark:` settings, and the jars their tables'
     and checkpoints' stores need."""
     from ingestion.runtime.session import get_session
 
     return get_session(app_name, conf={k: v for c in configs for k, v in c.spark.items()},
-                       locations=[location for c in configs for location in c.locations])
+                       locations=[location for c in configs for location in c.locations], pools=pools)
 
 
 def _pipeline_session(name: str) -> tuple[PipelineConfig, SparkSession]:
@@ -539,6 +557,43 @@ def _quarantine_reprocess(args: argparse.Namespace) -> int:
     print(f"{r.examined} examined: {r.redecoded} re-decoded into bronze (version {r.bronze_version}), "
           f"{r.already_in_bronze} were already there, {r.still_failing} still failing "
           f"({r.errors_changed} with a new error; quarantine version {r.quarantine_version})")
+    return 0
+
+
+def _init(args: argparse.Namespace) -> int:
+    from ingestion.ops import init
+
+    failed = 0
+    drafts = []
+    for topic in args.topic:
+        try:
+            drafts.append(init.draft(topic))
+        except IngestionError as exc:
+            failed += 1
+            print(f"error: {exc}", file=sys.stderr)
+    for draft in drafts:
+        if args.dry_run:
+            print(f"# {draft.path}\n{draft.text}")
+    written = [] if args.dry_run else init.write(drafts)
+    for draft in drafts:
+        if not args.dry_run:
+            print(f"{draft.path}: {'written' if draft.path in written else 'exists, left as it is'}")
+    if written:
+        print(f"next: ingest onboard <name> for each, or ingest onboard --all ({len(written)} new)")
+    return 1 if failed else 0
+
+
+def _package(args: argparse.Namespace) -> int:
+    from ingestion.config import load_all, load_pipeline
+    from ingestion.ops import package
+
+    configs = [load_pipeline(name) for name in args.pipeline] if args.pipeline else load_all()[0]
+    bundle = package.build(Path(args.out), [location for c in configs for location in c.locations])
+    print(f"{bundle.archive}: the ingestion package, for --py-files")
+    print(f"{bundle.entry}: the main file for spark-submit; {len(bundle.jars)} jars in {bundle.jars[0].parent}")
+    pipeline = args.pipeline[0] if len(args.pipeline) == 1 else "PIPELINE.yaml"
+    print("run a pipeline on the cluster (its Python packages on every node, docs/cluster.md):")
+    print("  " + package.shell_line(bundle.submit_command(args.master, ["run", pipeline])))
     return 0
 
 

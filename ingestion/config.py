@@ -70,6 +70,9 @@ class KeyFormat:
 
 @dataclass(frozen=True)
 class SinkOptions:
+    # Where the tables and checkpoints of pipelines that name none go: <root>/tables/<name>,
+    # <root>/tables/<name>_quarantine, <root>/checkpoints/<name> (default: the local state folder).
+    root: str = ""
     table: str = ""
     checkpoint_location: str = field(default="", metadata=_key("checkpointLocation"))
     quarantine_table: str = field(default="", metadata=_key("quarantineTable"))
@@ -126,7 +129,7 @@ class MaintenanceOptions:
 class PipelineConfig:
     name: str
     topic: str
-    value: ValueFormat
+    value: ValueFormat = field(default_factory=ValueFormat)
     kafka: Mapping[str, str] = field(default_factory=dict)
     source: SourceOptions = field(default_factory=SourceOptions)
     key: KeyFormat = field(default_factory=KeyFormat)
@@ -139,15 +142,19 @@ class PipelineConfig:
 
     @property
     def table_path(self) -> str:
-        return self.sink.table or str(state_dir() / "tables" / self.name)
+        return self.sink.table or self._under_root("tables", self.name)
 
     @property
     def quarantine_path(self) -> str:
-        return self.sink.quarantine_table or str(state_dir() / "tables" / f"{self.name}_quarantine")
+        return self.sink.quarantine_table or self._under_root("tables", f"{self.name}_quarantine")
 
     @property
     def checkpoint_path(self) -> str:
-        return self.sink.checkpoint_location or str(state_dir() / "checkpoints" / self.name)
+        return self.sink.checkpoint_location or self._under_root("checkpoints", self.name)
+
+    def _under_root(self, folder: str, name: str) -> str:
+        root = self.sink.root.rstrip("/")
+        return f"{root}/{folder}/{name}" if root else str(state_dir() / folder / name)
 
     @property
     def locations(self) -> tuple[str, str, str]:
@@ -210,11 +217,64 @@ def load_pipeline(name_or_path: str | Path) -> PipelineConfig:
     if not path.is_file():
         known = sorted(p.stem for p in (conf_dir() / "pipelines").glob("*.yaml"))
         raise ConfigError(f"no pipeline config {str(name_or_path)!r}: {path} does not exist (known: {known})")
+    return parse_pipeline(_with_defaults(_read(path), path), path)
+
+
+def inherited(data: dict[str, Any], path: Path) -> PipelineConfig:
+    """The config a file at `path` holding `data` would load as, with the defaults it would inherit."""
+    return parse_pipeline(_with_defaults(dict(data), path), path)
+
+
+DEFAULTS_FILE = "defaults.yaml"
+_PER_PIPELINE = ("name", "topic")  # what a defaults file cannot hold
+
+
+def _read(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    return parse_pipeline(data, path)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc.strerror}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings at the top level, got {data!r}")
+    return data
+
+
+def _with_defaults(data: dict[str, Any], path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The file's settings over those of the file it extends: `extends: <path>` (relative to the file), or, for a
+    file in conf/pipelines/ without that key, conf/defaults.yaml when it exists (`extends: null` opts out).
+    A defaults file is checked on its own first, so a bad key in it is reported with its file's name."""
+    if "extends" in data:
+        parent_name = data.pop("extends")
+        if parent_name is None:
+            return data
+        if not isinstance(parent_name, str):
+            raise ConfigError(f"{path}: key 'extends' must be the path of a defaults file, got {parent_name!r}")
+        parent = (path.parent / parent_name).resolve()
+        if not parent.is_file():
+            raise ConfigError(f"{path}: key 'extends' names {parent_name!r}, but {parent} does not exist")
+    else:
+        parent = conf_dir() / DEFAULTS_FILE
+        if path.resolve().parent != (conf_dir() / "pipelines").resolve() or not parent.is_file():
+            return data
+    if parent in seen or parent == path.resolve():
+        raise ConfigError(f"{path}: 'extends' goes round in a circle through {parent}")
+    defaults = _with_defaults(_read(parent), parent, (*seen, path.resolve()))
+    for key in _PER_PIPELINE:
+        if key in defaults:
+            raise ConfigError(f"{parent}: key {key!r} belongs in each pipeline's file, not in shared defaults "
+                              f"(value {_shown(key, defaults[key])})")
+    _build(PipelineConfig, _interpolate(defaults, parent, ""), parent, "", partial=True)
+    return _merged(defaults, data)
+
+
+def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """`over` on top of `base`, mapping by mapping; any other value (lists too) is replaced whole."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 def list_pipelines() -> list[Path]:
@@ -249,6 +309,11 @@ def parse_pipeline(data: object, file: Path) -> PipelineConfig:
         raise ConfigError(f"{file}: expected a mapping of settings at the top level, got {data!r}")
     config = _build(PipelineConfig, _interpolate(data, file, ""), file, "")
     config = dataclasses.replace(config, file=file)
+    # Subjects by Confluent's TopicNameStrategy unless named: <topic>-value, <topic>-key.
+    if not config.value.subject:
+        config = dataclasses.replace(config, value=dataclasses.replace(config.value, subject=f"{config.topic}-value"))
+    if config.key.format == "avro" and not config.key.subject:
+        config = dataclasses.replace(config, key=dataclasses.replace(config.key, subject=f"{config.topic}-key"))
     for settings in (config.kafka, config.spark, config.value.registry):
         security.remember_settings(settings)
     source = data.get("source")
@@ -260,10 +325,6 @@ def _check(config: PipelineConfig, raw_source: set[str]) -> None:
     """Contradictions no single key can show."""
     if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", config.name):
         raise ConfigError(f"{config.file}: key 'name' must be letters, digits, '_', '-' or '.', got {config.name!r}")
-    if not config.value.subject:
-        raise ConfigError(f"{config.file}: key 'value.subject' is required (value.format {config.value.format!r})")
-    if config.key.format == "avro" and not config.key.subject:
-        raise ConfigError(f"{config.file}: key 'key.subject' is required for key.format 'avro'")
     if config.source.max_offsets_per_trigger is not None and config.source.max_offsets_per_trigger <= 0:
         raise ConfigError(f"{config.file}: key 'source.maxOffsetsPerTrigger' must be positive, "
                           f"got {config.source.max_offsets_per_trigger!r}")
@@ -427,7 +488,8 @@ def _interpolate(value: Any, file: Path, where: str) -> Any:
     return text
 
 
-def _build(cls: type[Any], data: Mapping[str, Any], file: Path, prefix: str) -> Any:
+def _build(cls: type[Any], data: Mapping[str, Any], file: Path, prefix: str, *, partial: bool = False) -> Any:
+    """`cls` from `data`; `partial`: only check the keys given (a defaults file), build nothing."""
     hints = typing.get_type_hints(cls)
     remaining = dict(data)
     kwargs: dict[str, Any] = {}
@@ -436,25 +498,25 @@ def _build(cls: type[Any], data: Mapping[str, Any], file: Path, prefix: str) -> 
             continue
         key = f.metadata.get("key", f.name)
         if key not in remaining:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and not partial:
                 raise ConfigError(f"{file}: missing required key {prefix + key!r}")
             continue
-        kwargs[f.name] = _coerce(hints[f.name], remaining.pop(key), file, prefix + key)
+        kwargs[f.name] = _coerce(hints[f.name], remaining.pop(key), file, prefix + key, partial=partial)
     if remaining:
         key, value = next(iter(remaining.items()))
         known = sorted(f.metadata.get("key", f.name) for f in dataclasses.fields(cls) if not f.metadata.get("internal"))
         raise ConfigError(f"{file}: unknown key {prefix + str(key)!r} (value {_shown(str(key), value)}); "
                           f"known keys here: {', '.join(known)}")
-    return cls(**kwargs)
+    return None if partial else cls(**kwargs)
 
 
-def _coerce(hint: Any, value: Any, file: Path, key: str) -> Any:
+def _coerce(hint: Any, value: Any, file: Path, key: str, *, partial: bool = False) -> Any:
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         options = [h for h in typing.get_args(hint) if h is not type(None)]
         if value is None and len(options) < len(typing.get_args(hint)):
             return None
-        return _coerce(options[0], value, file, key)
+        return _coerce(options[0], value, file, key, partial=partial)
     if origin is Literal:
         allowed = typing.get_args(hint)
         if value not in allowed:
@@ -463,7 +525,7 @@ def _coerce(hint: Any, value: Any, file: Path, key: str) -> Any:
     if dataclasses.is_dataclass(hint):
         if not isinstance(value, dict):
             raise ConfigError(f"{file}: key {key!r} must be a mapping, got {_shown(key, value)}")
-        return _build(typing.cast(type, hint), value, file, key + ".")
+        return _build(typing.cast(type, hint), value, file, key + ".", partial=partial)
     if origin is tuple:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{file}: key {key!r} must be a list of names, got {_shown(key, value)}")

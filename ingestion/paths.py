@@ -11,6 +11,11 @@ def state_dir() -> Path:
     return Path(os.environ.get("INGEST_HOME", ".ingest")).absolute()
 
 
+def jar_cache() -> Path:
+    """Where resolved JVM jars, the helper jar and unpacked runtime data files are kept."""
+    return Path(os.environ.get("INGEST_JAR_CACHE", state_dir() / "jars"))
+
+
 def conf_dir() -> Path:
     """Where pipeline configs are looked up by name (`conf/pipelines/<name>.yaml`)."""
     return Path(os.environ.get("INGEST_CONF_DIR", "conf")).absolute()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import subprocess
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -140,3 +142,13 @@ def append_in_commits(source: str, target: str, commits: int, *, pipeline: str, 
             custom_metadata={"userMetadata": record.to_user_metadata()},
             app_transactions=[Transaction(app_id, first_batch + batch)]))
     return int(table.version())
+def group_offsets(settings: dict[str, Any], group: str, topic: str) -> dict[int, int]:
+    """`kafka.committed_offsets` asked from a child process: tests poll it while brokers stop and restart, and a
+    crash of the native Kafka client must fail one poll (retried), not the whole test session."""
+    code = ("import json, sys; from ingestion.kafka import committed_offsets; "
+            "a = json.loads(sys.argv[1]); print(json.dumps(committed_offsets(a[0], a[1], a[2], timeout=10)))")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps([settings, group, topic])], capture_output=True,
+                          text=True, timeout=60)
+    if done.returncode != 0:
+        raise RuntimeError(f"committed_offsets exited with {done.returncode}: {done.stderr[-500:]}")
+    return {int(p): o for p, o in json.loads(done.stdout).items()}

@@ -4,6 +4,7 @@ S3A file system, Delta's S3 log store and delta-rs talk to it over real HTTP."""
 
 from __future__ import annotations
 
+import collections
 import os
 import signal
 import subprocess
@@ -12,6 +13,8 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 from ingestion.dev.broker import free_port
 
@@ -54,6 +57,22 @@ class S3Server:
     def keys(self, bucket: str, prefix: str = "") -> list[str]:
         pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
         return [item["Key"] for page in pages for item in page.get("Contents", [])]
+
+    def storage_options(self) -> dict[str, str]:
+        """delta-rs's options for this server, for reads that check the tables independently of the project."""
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ALLOW_HTTP": "true", **self.environment()}
+
+    def coordinates(self, *tables: str) -> collections.Counter[tuple[int, int]]:
+        """(partition, offset) of every row of these Delta tables (`s3a://bucket/...`), read with delta-rs."""
+        from deltalake import DeltaTable, QueryBuilder
+
+        held: collections.Counter[tuple[int, int]] = collections.Counter()
+        for uri in tables:
+            table = DeltaTable(uri, storage_options=self.storage_options())
+            rows = pa.table(QueryBuilder().register("t", table).execute(
+                'SELECT "_kafka_partition", "_kafka_offset" FROM t'))
+            held.update(zip(rows["_kafka_partition"].to_pylist(), rows["_kafka_offset"].to_pylist(), strict=True))
+        return held
 
     def stop(self) -> None:
         if self.proc.poll() is None:

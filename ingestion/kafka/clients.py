@@ -9,6 +9,7 @@ the Spark source does (see `stream.source`): records of aborted transactions nev
 
 from __future__ import annotations
 
+import difflib
 import logging
 import time
 from collections.abc import Mapping
@@ -97,8 +98,8 @@ def describe_topic(settings: Mapping[str, Any], topic: str, timeout: float) -> l
         raise access.topic_denied(settings, topic)
     if found is None or found.error is not None:
         reason = f" ({found.error.str()})" if found is not None and found.error is not None else ""
-        raise TopicNotFoundError(f"topic {topic!r} does not exist on {servers}{reason}; create it, or run `ingest "
-                                 "onboard <pipeline> --create-topic`")
+        raise TopicNotFoundError(f"topic {topic!r} does not exist on {servers}{reason}{_closest_topics(admin, topic)}"
+                                 "; create it, or run `ingest onboard <pipeline> --create-topic`")
     return sorted(found.partitions)
 
 
@@ -201,6 +202,24 @@ def create_topic(settings: Mapping[str, Any], topic: str, partitions: int, repli
         raise IngestionError(f"cannot create topic {topic!r}: {exc}") from None
 
 
+def topic_names(settings: Mapping[str, Any], timeout: float = 15.0) -> list[str]:
+    """The names of the topics the client may see (internal ones left out), sorted."""
+    return _names(admin_client(settings), timeout)
+
+
+def _names(admin: Any, timeout: float) -> list[str]:
+    return sorted(t for t in admin.list_topics(timeout=timeout).topics if not t.startswith("__"))
+
+
+def _closest_topics(admin: Any, topic: str) -> str:
+    """`; closest: a, b` naming the existing topics nearest to a missing one, or nothing."""
+    try:
+        close = difflib.get_close_matches(topic, _names(admin, 5.0), n=3, cutoff=0.6)
+    except Exception:  # noqa: BLE001 - the suggestion is a courtesy; the error is that the topic is missing
+        return ""
+    return f"; closest: {', '.join(close)}" if close else ""
+
+
 def partitions(settings: Mapping[str, Any], topic: str, timeout: float = 30.0) -> list[int]:
     """The topic's partitions; see `describe_topic`."""
     return describe_topic(settings, topic, timeout)
@@ -254,19 +273,23 @@ def committed_offsets(settings: Mapping[str, Any], group: str, topic: str, found
                       timeout: float = 30) -> dict[int, int]:
     """`group`'s committed offset per partition of `topic` (partitions without a commit are left out).
     KafkaAccessError when Kafka refuses to describe the group."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
 
     found = partitions(settings, topic) if found is None else found
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in found])
-    admin = admin_client(settings)  # kept referenced until the future resolves, or it never does
+    # A consumer's OffsetFetch, not the admin client's list_consumer_group_offsets, whose error paths have crashed
+    # processes in librdkafka (a test process polling it across a broker restart died with SIGSEGV). The consumer
+    # is never subscribed, so it does not join the group.
+    client = consumer(settings, group)
     try:
-        result = admin.list_consumer_group_offsets([request], request_timeout=timeout)[group].result(timeout)
+        result = client.committed([TopicPartition(topic, p) for p in found], timeout=timeout)
     except KafkaException as exc:
         refused = access.from_error(exc.args[0], settings, topic, group) if exc.args else None
         if refused is not None:
             raise refused from None
         raise
-    return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
+    finally:
+        client.close()
+    return {tp.partition: tp.offset for tp in result if tp.offset >= 0}
 
 
 def first_unread(settings: Mapping[str, Any], topic: str, positions: Mapping[int, int],

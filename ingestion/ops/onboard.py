@@ -72,16 +72,17 @@ def check_kafka(config: PipelineConfig, *, create_topic: bool = False) -> None:
     group = config.consumer_group if config.metrics.commit_offsets else None
     try:
         kafka.check_access(config.kafka_client_settings(), config.topic, timeout, group=group)
-    except TopicNotFoundError:
+    except TopicNotFoundError as exc:
         if not create_topic:
-            raise _missing(config) from None
+            raise _missing(config, exc) from None
 
 
-def _missing(config: PipelineConfig) -> TopicNotFoundError:
+def _missing(config: PipelineConfig, exc: TopicNotFoundError) -> TopicNotFoundError:
+    """Kafka's answer (with the closest existing topics) and how onboard would create the topic."""
     wanted = config.topic_settings
-    return TopicNotFoundError(f"topic {config.topic!r} does not exist on {config.bootstrap_servers()}; create it, or "
-                              f"pass --create-topic ({wanted.partitions} partitions, replication "
-                              f"{wanted.replication_factor} from topicSettings)")
+    said = str(exc).split("; create it")[0]
+    return TopicNotFoundError(f"{said}; create it, or pass --create-topic ({wanted.partitions} partitions, "
+                              f"replication {wanted.replication_factor} from topicSettings)")
 
 
 def _topic(config: PipelineConfig, report: OnboardReport, *, dry_run: bool, create: bool) -> None:
@@ -90,11 +91,11 @@ def _topic(config: PipelineConfig, report: OnboardReport, *, dry_run: bool, crea
         found = kafka.partitions(settings, config.topic)
         report.say(f"topic {config.topic!r}: exists with {len(found)} partitions")
         return
-    except TopicNotFoundError:
-        pass
+    except TopicNotFoundError as exc:
+        missing = exc
     wanted = config.topic_settings
     if not create:
-        raise _missing(config)
+        raise _missing(config, missing)
     if dry_run:
         report.say(f"topic {config.topic!r}: would be created with {wanted.partitions} partitions, replication "
                    f"{wanted.replication_factor}", change=True)

@@ -24,7 +24,8 @@ from zipfile import ZipFile
 
 from ingestion import storage
 from ingestion.errors import JvmError
-from ingestion.paths import state_dir
+from ingestion.paths import jar_cache
+from ingestion.runtime import data_files
 
 log = logging.getLogger(__name__)
 
@@ -97,10 +98,6 @@ _SETTINGS = """<settings><mirrors><mirror><id>no-other-repositories</id><mirrorO
 <url>{dead_end}</url></mirror></mirrors></settings>"""
 
 
-def jar_cache() -> Path:
-    return Path(os.environ.get("INGEST_JAR_CACHE", state_dir() / "jars"))
-
-
 def _pom(artifacts: ArtifactSet) -> str:
     deps = []
     for coordinate in artifacts.coordinates:
@@ -164,7 +161,7 @@ def classpath(artifacts: ArtifactSet) -> str:
     return os.pathsep.join(str(jar) for jar in resolve(artifacts))
 
 
-HELPER_SOURCES = tuple(sorted((Path(__file__).parent / "data").glob("*.java")))
+HELPER_SOURCES = tuple(data_files.names(".java"))
 # What the helper compiles against, from pyspark's own jars folder (the versions Spark runs with).
 _HELPER_CLASSPATH = ("avro-[0-9]*.jar", "spark-sql-api_*.jar", "scala-library-*.jar", "scala-reflect-*.jar",
                      "hadoop-client-api-*.jar")
@@ -174,11 +171,11 @@ def helper_jar(cache: Path | None = None) -> Path:
     """The project's JVM helper jar, compiled once per version of its sources (needs `javac`, i.e. a JDK)."""
     digest = hashlib.sha1()
     for source in HELPER_SOURCES:
-        digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
+        digest.update(source.encode() + b"\0" + data_files.read(source) + b"\0")
     jar = (cache or jar_cache()) / "helper" / f"ingest-helper-{digest.hexdigest()[:12]}.jar"
     if jar.is_file():
         return jar
-    names = ", ".join(source.name for source in HELPER_SOURCES)
+    names = ", ".join(HELPER_SOURCES)
     javac = shutil.which("javac")
     if javac is None:
         raise JvmError(f"`javac` is not on PATH; a JDK 17 is needed to build the project's JVM helper ({names})")
@@ -192,7 +189,7 @@ def helper_jar(cache: Path | None = None) -> Path:
     with tempfile.TemporaryDirectory(prefix="ingest-javac-") as tmp:
         classes = Path(tmp) / "classes"
         cmd = [javac, "--release", "17", "-nowarn", "-cp", os.pathsep.join(map(str, classpath)),
-               "-d", str(classes), *map(str, HELPER_SOURCES)]
+               "-d", str(classes), *(str(data_files.path(source)) for source in HELPER_SOURCES)]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise JvmError(f"javac could not compile {names}:\n{done.stderr[-2000:]}")

@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import signal
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
+from html import escape
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from ingestion.errors import JvmError
 from ingestion.limits import AVRO_JAVA_LIMITS
-from ingestion.runtime import jars
+from ingestion.paths import jar_cache
+from ingestion.runtime import data_files, jars
 
 NO_FORK_FS_CLASS = "ingest.NoForkLocalFileSystem"  # data/NoForkLocalFileSystem.java, in the helper jar
-LOG4J_CONFIG = Path(__file__).parent / "data" / "log4j2.properties"
-FAIR_POOLS = Path(__file__).parent / "data" / "fairscheduler.xml"
+LOG4J_CONFIG = data_files.path("log4j2.properties")
+FAIR_POOLS = data_files.path("fairscheduler.xml")
 
 # Defaults sized for one machine; every key can be overridden by the pipeline config's `spark:` section or by
 # spark-submit, which wins because it starts the JVM before this code runs.
@@ -37,6 +41,10 @@ DEFAULTS: dict[str, str] = {
     # A micro-batch is cached once, read twice and dropped (bounded by maxOffsetsPerTrigger): compressing the cache
     # costs more CPU than it saves (docs/performance.md#uncompressed-batch-cache).
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
+    # Timestamps as Parquet's standard INT64 microseconds, not Spark's legacy INT96 default: every Delta reader
+    # (delta-rs, Polars, DuckDB, Trino) reads them without a legacy flag, and the writer compares 8 bytes instead
+    # of 12 in its dictionaries (docs/performance.md#parquet-timestamps). Files of either kind read alike.
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     # Streaming queries read their source options on every restart; keep the log of batches small.
     "spark.sql.streaming.minBatchesToRetain": "100",
     # PySpark 4 records the Python call site of every DataFrame and Column function for error messages: four
@@ -87,37 +95,65 @@ def snapshot_partitions(master: str) -> int:
     return max(1, cores // 2)
 
 
+def pool_file(pools: Iterable[str]) -> Path:
+    """The FAIR allocation file of data/fairscheduler.xml with a pool per name added, each like `default` (a
+    minShare above any core count: batches before background checkpoints, and among batches the pool with the
+    fewest running tasks first). Written once per set of names into the jar cache."""
+    names = sorted(set(pools))
+    if not names:
+        return FAIR_POOLS
+    base = FAIR_POOLS.read_text()
+    added = "".join(f'  <pool name="{escape(name, quote=True)}">\n    <schedulingMode>FIFO</schedulingMode>\n'
+                    f'    <weight>1</weight>\n    <minShare>1000</minShare>\n  </pool>\n' for name in names)
+    text = base.replace("</allocations>", added + "</allocations>")
+    target = jar_cache() / "data" / f"fairscheduler-{hashlib.sha1(text.encode()).hexdigest()[:12]}.xml"
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = target.with_name(f".{target.name}.{os.getpid()}")
+        staging.write_text(text)
+        os.replace(staging, target)
+    return target
+
+
 def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[str, str] | None = None,
-            locations: Iterable[str] = ()) -> SparkSession.Builder:
+            locations: Iterable[str] = (), pools: Iterable[str] = ()) -> SparkSession.Builder:
     """A session builder with Delta, the Kafka source and quiet logging; compose more `.config()` on it.
     `locations`: the tables and checkpoints the session will use; an object store among them brings its file
-    system's jars (S3A for `s3a://`)."""
+    system's jars (S3A for `s3a://`). `pools`: FAIR scheduler pools to declare beside the defaults on a local
+    master (`run --all` gives each pipeline its own)."""
     # Bind the driver to loopback unless told otherwise: this project only ever talks to local addresses by default.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers must see the same packages (fastavro, pyarrow) as the driver: the same interpreter by default.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     b = SparkSession.builder.appName(app_name)
-    master = master or os.environ.get("INGEST_SPARK_MASTER") or ("local[*]" if "SPARK_HOME" not in os.environ else None)
+    # spark-submit (or a SPARK_HOME's configuration) chooses the master unless INGEST_SPARK_MASTER does.
+    master = master or os.environ.get("INGEST_SPARK_MASTER") or (
+        None if submitted() or "SPARK_HOME" in os.environ else "local[*]")
     if master:
         b = b.master(master)
     settings = dict(DEFAULTS)
     local = bool(master and master.startswith("local"))
     if local:
         settings.update(LOCAL_DEFAULTS)
+        settings["spark.scheduler.allocation.file"] = str(pool_file(pools))
         settings[SNAPSHOT_PARTITIONS] = str(snapshot_partitions(master or "local"))
     locations = list(locations)
-    settings["spark.jars"] = ",".join(str(jar) for jar in jars.spark_jars(locations))
+    if not submitted():
+        # Under spark-submit the JVM runs already: its --jars are on the driver's classpath and shipped to the
+        # executors; a list set here would replace theirs (docs/cluster.md).
+        settings["spark.jars"] = ",".join(str(jar) for jar in jars.spark_jars(locations))
     caller = dict(conf or {})
     settings.update(caller)
     # Settings that both sides add to: ingest's part first, then the caller's (of two -X options, the JVM takes
     # the last; on a local master the helper jar, with the file system class above, leads the classpath).
-    java_opts = " ".join([f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
-                          *(f"-D{key}={value}" for key, value in AVRO_JAVA_LIMITS.items())])
+    limits = " ".join(f"-D{key}={value}" for key, value in AVRO_JAVA_LIMITS.items())
+    java_opts = f"-Dlog4j2.configurationFile={LOG4J_CONFIG} {limits}"
     driver_opts = java_opts
     if local and not _GC_CHOICE.search(caller.get("spark.driver.extraJavaOptions", "")):
         driver_opts += " " + LOCAL_GC
+    # Executors elsewhere than this machine keep their cluster's log settings: the file is here only.
     ahead = {"spark.driver.extraJavaOptions": (driver_opts, " "),
-             "spark.executor.extraJavaOptions": (java_opts, " ")}
+             "spark.executor.extraJavaOptions": (java_opts if local else limits, " ")}
     if local:
         # On a local master the helper jar (its local file system class) and the object stores' file systems lead
         # the driver's classpath: Hadoop loads a file system class from there, not from spark.jars.
@@ -131,11 +167,39 @@ def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[s
 
 
 def get_session(app_name: str = "ingest", master: str | None = None, conf: Mapping[str, str] | None = None,
-                locations: Iterable[str] = ()) -> SparkSession:
+                locations: Iterable[str] = (), pools: Iterable[str] = ()) -> SparkSession:
     with _jvm_keeps_out_of_signals():
-        spark = builder(app_name, master, conf, locations).getOrCreate()
+        spark = builder(app_name, master, conf, locations, pools).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    if submitted():
+        _check_submitted_classpath(spark)
     return spark
+
+
+def submitted() -> bool:
+    """Whether spark-submit started this process (and its JVM, with the classpath it was given)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+# A class of each jar a submitted job must be given with --jars (`ingest package` prints the list).
+_SUBMITTED_CLASSES = {
+    "Delta Lake (delta-spark)": "io.delta.tables.DeltaTable",
+    "Spark's Kafka source (spark-sql-kafka-0-10)": "org.apache.spark.sql.kafka010.KafkaSourceProvider",
+    "the ingest helper jar": "ingest.AvroBodyCheck",
+}
+
+
+def _check_submitted_classpath(spark: SparkSession) -> None:
+    loader = spark._jvm.java.lang.Thread.currentThread().getContextClassLoader()  # type: ignore[union-attr]
+    missing = []
+    for jar, name in _SUBMITTED_CLASSES.items():
+        try:
+            spark._jvm.java.lang.Class.forName(name, False, loader)  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001 - py4j raises its own error type for a ClassNotFoundException
+            missing.append(jar)
+    if missing:
+        raise JvmError(f"the spark-submit classpath lacks {', '.join(missing)}: pass the jars `ingest package` "
+                       "lists with --jars (docs/cluster.md)")
 
 
 @contextlib.contextmanager

@@ -83,6 +83,9 @@ class SchemaSource(Protocol):
     def versions(self, subject: str) -> dict[int, str]:
         """Every version of the subject: schema id -> canonical schema JSON, oldest first."""
 
+    def subjects(self) -> list[str]:
+        """Every subject the source knows, sorted."""
+
     def by_id(self, schema_id: int) -> str | None:
         """The canonical JSON of any schema id, or None when unknown."""
 
@@ -93,6 +96,9 @@ class FolderSource:
 
     def versions(self, subject: str) -> dict[int, str]:
         return load_subject(schemas_dir(), subject).versions
+
+    def subjects(self) -> list[str]:
+        return sorted(p.name for p in schemas_dir().glob("*") if p.is_dir() and any(p.glob("*.avsc")))
 
     def by_id(self, schema_id: int) -> str | None:
         for file in schemas_dir().glob(f"*/{schema_id}.avsc"):
@@ -123,6 +129,15 @@ class RegistrySource:
                 raise SchemaError(f"subject {subject!r} not found in the schema registry at "
                                   f"{redact_url(self.settings.get('url', '?'))}: {exc.error_message} "
                                   f"({exc.http_status_code}, error code {exc.error_code})") from None
+            raise
+
+    def subjects(self) -> list[str]:
+        try:
+            return sorted(self.client.get_subjects())
+        except Exception as exc:
+            failure = registry_failure(exc, self.settings)
+            if failure is not None:
+                raise failure from None
             raise
 
     def by_id(self, schema_id: int) -> str | None:

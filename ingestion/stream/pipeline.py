@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import metadata
+from typing import Any
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
@@ -67,7 +68,7 @@ class RunningPipeline:
 
 
 def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = False,
-          with_metrics: bool = True) -> RunningPipeline:
+          with_metrics: bool = True, pool: str | None = None) -> RunningPipeline:
     """Start the streaming query of one pipeline and return at once. Kafka is asked first (the brokers and the
     topic), so a pipeline that cannot run creates nothing; then the writer lock is taken (a second writer of the
     pipeline is refused at once). A failure after that releases the lock and closes the MLflow run as FAILED."""
@@ -75,7 +76,7 @@ def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = 
     lock = WriterLock(config.name, config.checkpoint_path, spark)
     lock.acquire()
     try:
-        running = _start(spark, config, available_now=available_now, with_metrics=with_metrics)
+        running = _start(spark, config, available_now=available_now, with_metrics=with_metrics, pool=pool)
     except BaseException:
         lock.release()
         raise
@@ -125,8 +126,28 @@ def check_kafka(config: PipelineConfig) -> list[int]:
     return kafka.check_access(config.kafka_client_settings(), config.topic, timeout, group=group)
 
 
+def pool_name(config: PipelineConfig) -> str:
+    """The FAIR scheduler pool of a pipeline's jobs under `run --all` (declared by the session, `get_session`'s
+    `pools`), so that a busy pipeline's batches do not queue the others' behind them."""
+    return f"pipeline-{config.name}"
+
+
+def _started_in_pool(spark: SparkSession, stream: Any, pool: str | None) -> StreamingQuery:
+    """Start the query with `spark.scheduler.pool` set in the starting thread: the query's thread inherits it, and
+    every job of its batches runs in that pool."""
+    if pool is None:
+        return stream.start()
+    context = spark.sparkContext
+    previous = context.getLocalProperty("spark.scheduler.pool")
+    context.setLocalProperty("spark.scheduler.pool", pool)
+    try:
+        return stream.start()
+    finally:
+        context.setLocalProperty("spark.scheduler.pool", previous)  # type: ignore[arg-type]
+
+
 def _start(spark: SparkSession, config: PipelineConfig, *, available_now: bool,
-           with_metrics: bool) -> RunningPipeline:
+           with_metrics: bool, pool: str | None = None) -> RunningPipeline:
     schemas = setup.resolver(spark, config)
     setup.ensure_tables(spark, config, schemas.spec)
     setup.widen_table(spark, config, schemas)
@@ -162,7 +183,7 @@ def _start(spark: SparkSession, config: PipelineConfig, *, available_now: bool,
                   .queryName(config.name).foreachBatch(writer).option("checkpointLocation", location))
         stream = (stream.trigger(availableNow=True) if available_now
                   else stream.trigger(processingTime=config.sink.trigger))
-        query = stream.start()
+        query = _started_in_pool(spark, stream, pool)
     except BaseException:
         if metrics is not None:
             metrics.finish("FAILED")
@@ -198,13 +219,14 @@ def run(spark: SparkSession, config: PipelineConfig, *, available_now: bool = Fa
 
 
 def run_all(spark: SparkSession, configs: list[PipelineConfig], *, available_now: bool = False) -> dict[str, str]:
-    """Run several pipelines in one Spark application, a query each (own checkpoint, own txnAppId). A pipeline
-    that fails is reported by name and stopped; the others go on. Returns pipeline name -> status or error."""
+    """Run several pipelines in one Spark application, a query each (own checkpoint, own txnAppId), each query's
+    jobs in its own FAIR pool (`pool_name`; declare them with `get_session(pools=...)`). A pipeline that fails is
+    reported by name and stopped; the others go on. Returns pipeline name -> status or error."""
     outcome: dict[str, str] = {}
     running: list[RunningPipeline] = []
     for config in configs:
         try:
-            running.append(start(spark, config, available_now=available_now))
+            running.append(start(spark, config, available_now=available_now, pool=pool_name(config)))
         except IngestionError as exc:
             outcome[config.name] = f"FAILED: {exc}"
             log.error("%s: could not start: %s", config.name, exc)

@@ -16,6 +16,7 @@ import pytest
 
 from ingestion.dev.samples import produce_orders
 from tests.conftest import pipeline_yaml
+from tests.helpers import group_offsets
 
 pytestmark = pytest.mark.e2e
 
@@ -135,7 +136,7 @@ def test_a_broker_killed_and_restarted_under_a_run_costs_no_traceback_and_the_gr
         proc = _start(config, log)
         try:
             ends = {p: high for p, (_, high) in kafka_admin.watermarks(settings, "restarts").items()}
-            _wait_until(lambda: kafka_admin.committed_offsets(settings, group, "restarts") == ends, proc, log)
+            _wait_until(lambda: group_offsets(settings, group, "restarts") == ends, proc, log)
             pid = broker.pid()
             assert pid is not None
             os.kill(pid, signal.SIGKILL)
@@ -143,7 +144,7 @@ def test_a_broker_killed_and_restarted_under_a_run_costs_no_traceback_and_the_gr
             assert broker.start() == servers  # the same port
             produce_orders(servers, "restarts", 200, schema_id=1, schema=orders_schema, first_seq=200)
             ends = {p: high for p, (_, high) in kafka_admin.watermarks(settings, "restarts").items()}
-            _wait_until(lambda: kafka_admin.committed_offsets(settings, group, "restarts") == ends, proc, log,
+            _wait_until(lambda: group_offsets(settings, group, "restarts") == ends, proc, log,
                         timeout=180)
         finally:
             os.killpg(proc.pid, signal.SIGTERM)

@@ -15,10 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
-from deltalake import DeltaTable, QueryBuilder
+from deltalake import DeltaTable
 
 from ingestion.dev.samples import produce_orders
 
@@ -46,20 +45,12 @@ def _ingest(*args: str, cwd: Path, timeout: float = 600) -> subprocess.Completed
 
 def _held(bucket: str, s3: Any) -> collections.Counter[tuple[int, int]]:
     """(partition, offset) of every row of bronze and quarantine, read with delta-rs straight from the bucket."""
-    options = {"AWS_ENDPOINT_URL": s3.endpoint, "AWS_ALLOW_HTTP": "true", **s3.environment()}
-    held: collections.Counter[tuple[int, int]] = collections.Counter()
-    for name in ("orders", "orders_q"):
-        table = DeltaTable(f"s3a://{bucket}/tables/{name}", storage_options=options)
-        rows = pa.table(QueryBuilder().register("t", table).execute(
-            'SELECT "_kafka_partition", "_kafka_offset" FROM t'))
-        held.update(zip(rows["_kafka_partition"].to_pylist(), rows["_kafka_offset"].to_pylist(), strict=True))
-    return held
+    return s3.coordinates(f"s3a://{bucket}/tables/orders", f"s3a://{bucket}/tables/orders_q")
 
 
 def _bronze_version(bucket: str, s3: Any) -> int:
-    options = {"AWS_ENDPOINT_URL": s3.endpoint, "AWS_ALLOW_HTTP": "true", **s3.environment()}
     try:
-        return DeltaTable(f"s3a://{bucket}/tables/orders", storage_options=options).version()
+        return DeltaTable(f"s3a://{bucket}/tables/orders", storage_options=s3.storage_options()).version()
     except Exception:  # noqa: BLE001 - not created yet
         return -1
 

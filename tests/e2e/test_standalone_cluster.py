@@ -1,5 +1,7 @@
-"""Any Spark master works: a standalone master and worker from pyspark's own distribution, on loopback, run a
-pipeline end to end through `ingest run` with INGEST_SPARK_MASTER."""
+"""The packaged job on a Spark cluster: `ingest package` writes the package zip, the spark-submit entry script and
+the jars; spark-submit runs `ingest run` with them on a standalone master with two workers (from pyspark's own
+distribution, on loopback), whose work folders are separate, with every table and checkpoint on a local S3 server
+so that nothing depends on a shared disk. Then the same cluster through INGEST_SPARK_MASTER, the other way in."""
 
 from __future__ import annotations
 
@@ -11,28 +13,41 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ingestion.dev.broker import free_port
 from ingestion.dev.samples import produce_orders
-from tests.conftest import pipeline_yaml
-from tests.helpers import assert_exactly_produced
 
 pytestmark = pytest.mark.e2e
 
 BIN = Path(sys.executable).parent
 
 
-def _state(web_port: int) -> dict[str, object]:
+def _state(web_port: int) -> dict[str, Any]:
     with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/json/", timeout=5) as answer:
         return dict(json.loads(answer.read()))
 
 
-def test_pipeline_runs_on_a_standalone_cluster(spark, kafka_servers, make_topic, orders_schema,
-                                               tmp_path: Path) -> None:
-    port, web, worker_web = free_port(), free_port(), free_port()
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(tmp_path / "logs")}
+def _pipeline(path: Path, *, topic: str, servers: str, bucket: str, spark: dict[str, str]) -> Path:
+    path.write_text(json.dumps({  # JSON is YAML
+        "name": "on_cluster", "topic": topic, "kafka": {"bootstrap.servers": servers},
+        "value": {"format": "confluent", "subject": "orders-value"}, "key": {"format": "string"},
+        "source": {"maxOffsetsPerTrigger": 150},
+        "sink": {"table": f"s3a://{bucket}/bronze/orders", "quarantineTable": f"s3a://{bucket}/bronze/orders_q",
+                 "checkpointLocation": f"s3a://{bucket}/checkpoints/orders"},
+        "spark": {**spark, "spark.executor.memory": "512m"},
+    }))
+    return path
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Any:
+    """A standalone master and two workers of one core each, each worker with its own work folder."""
+    port, web = free_port(), free_port()
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(tmp_path / "logs"),
+           "PYSPARK_PYTHON": sys.executable}  # what pyspark's launch scripts find Spark's home with
     started: list[subprocess.Popen[bytes]] = []
 
     def daemon(name: str, *args: str) -> None:
@@ -43,37 +58,77 @@ def test_pipeline_runs_on_a_standalone_cluster(spark, kafka_servers, make_topic,
     try:
         daemon("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
                "--webui-port", str(web))
-        daemon("worker", "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host", "127.0.0.1",
-               "--cores", "2", "--memory", "2g", "--webui-port", str(worker_web), "--work-dir", str(tmp_path / "work"))
+        workers = [tmp_path / "worker-a", tmp_path / "worker-b"]
+        for work in workers:
+            daemon(work.name, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host",
+                   "127.0.0.1", "--cores", "1", "--memory", "1g", "--webui-port", str(free_port()),
+                   "--work-dir", str(work))
         deadline = time.monotonic() + 120
         while True:
             try:
-                if [w for w in _state(web)["workers"] if w["state"] == "ALIVE"]:  # type: ignore[attr-defined]
+                if len([w for w in _state(web)["workers"] if w["state"] == "ALIVE"]) == 2:
                     break
             except OSError:
                 pass
-            assert time.monotonic() < deadline, (tmp_path / "worker.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, (tmp_path / "worker-b.log").read_text()[-2000:]
             time.sleep(1)
-
-        topic = make_topic(partitions=3)
-        produced = produce_orders(kafka_servers, topic, 120, schema_id=1, schema=orders_schema)
-        config = pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, name="on_cluster",
-                               extra="source:\n  maxOffsetsPerTrigger: 60\n")
-        run = subprocess.run([str(BIN / "ingest"), "run", str(config), "--available-now"], capture_output=True,
-                             text=True, env={**os.environ, "INGEST_SPARK_MASTER": f"spark://127.0.0.1:{port}"},
-                             timeout=600)
-        assert run.returncode == 0, run.stderr[-3000:]
-
-        apps = _state(web)["completedapps"]
-        assert [a["name"] for a in apps] == ["ingest-on_cluster"]  # type: ignore[index]
-        assert any(Path(tmp_path / "work").glob("app-*/*/stderr")), "no executor ran on the worker"
-        rows = spark.read.format("delta").load(str(tmp_path / "tables" / "on_cluster")).collect()
-        assert_exactly_produced(rows, produced)
+        yield f"spark://127.0.0.1:{port}", web, workers
     finally:
-        for proc in started:  # stop what this test started, by pid (each in its own process group)
+        for proc in started:  # stop what this fixture started, by pid (each in its own process group)
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
                 try:
                     proc.wait(30)
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_the_packaged_job_runs_exactly_once_on_a_two_worker_cluster_with_state_on_s3(
+        cluster, kafka_servers, make_topic, make_bucket, s3_server, orders_schema, tmp_path: Path) -> None:
+    master, web, workers = cluster
+    bucket, topic = make_bucket(), make_topic(partitions=4)
+    produced = produce_orders(kafka_servers, topic, 600, schema_id=1, schema=orders_schema)
+    config = _pipeline(tmp_path / "on_cluster.yaml", topic=topic, servers=kafka_servers, bucket=bucket,
+                       spark=s3_server.spark_settings())
+
+    done = subprocess.run([str(BIN / "ingest"), "package", str(config), "--out", str(tmp_path / "dist"),
+                           "--master", master], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"--master {master}" in done.stdout and "ingest_main.py run" in done.stdout, done.stdout
+    dist = tmp_path / "dist"
+    archive = next(dist.glob("ingestion-*.zip"))
+    jars = sorted((dist / "jars").glob("*.jar"))
+    assert any(j.name.startswith("hadoop-aws-") for j in jars), "an s3a:// pipeline's bundle carries S3A"
+
+    # The driver imports the package from the zip (spark-submit puts --py-files first on its path): the data files
+    # the JVM needs as paths are unpacked from it into a jar cache that starts empty.
+    cache = tmp_path / "driver-cache"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "INGEST_JAR_CACHE": str(cache),
+           "SPARK_LOCAL_IP": "127.0.0.1"}
+    submit = [str(BIN / "spark-submit"), "--master", master, "--py-files", str(archive),
+              "--jars", ",".join(map(str, jars)), str(dist / "ingest_main.py")]
+    run = subprocess.run([*submit, "run", str(config), "--available-now"], capture_output=True, text=True,
+                         env=env, cwd=tmp_path, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    assert any(cache.glob("data/*/log4j2.properties")), "the driver did not run the package from the zip"
+
+    held = s3_server.coordinates(f"s3a://{bucket}/bronze/orders", f"s3a://{bucket}/bronze/orders_q")
+    assert set(held) == {(p.partition, p.offset) for p in produced} and max(held.values()) == 1
+    keys = s3_server.keys(bucket)
+    assert "checkpoints/orders/_ingest_app_id" in keys
+    assert any(k.startswith("checkpoints/orders/offsets/") for k in keys)
+    assert not any((tmp_path / name).exists() for name in ("bronze", "checkpoints", "on_cluster"))
+    apps = _state(web)["completedapps"]
+    assert [a["name"] for a in apps] == ["ingest-on_cluster"]
+    for work in workers:  # both workers ran executors of the job, each in its own folder
+        assert any(work.glob("app-*/*/stderr")), f"no executor ran on {work.name}"
+
+    # The same cluster reached from a plain `ingest run` (INGEST_SPARK_MASTER): it goes on where the job stopped.
+    more = produce_orders(kafka_servers, topic, 200, schema_id=1, schema=orders_schema, first_seq=600)
+    run = subprocess.run([str(BIN / "ingest"), "run", str(config), "--available-now"], capture_output=True,
+                         text=True, env={**os.environ, "INGEST_SPARK_MASTER": master}, cwd=tmp_path, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    held = s3_server.coordinates(f"s3a://{bucket}/bronze/orders", f"s3a://{bucket}/bronze/orders_q")
+    assert set(held) == {(p.partition, p.offset) for p in produced + more} and max(held.values()) == 1
+    done = subprocess.run([str(BIN / "ingest"), "verify", str(config)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

@@ -7,6 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from ingestion.columns import KAFKA_SOURCE_SCHEMA
@@ -48,6 +49,10 @@ def test_records_land_exactly_once_with_payload_and_offsets(spark, kafka_servers
     seq = int(produced[0].record["order_id"][2:])
     assert [(h["key"], h["value"]) for h in first["_kafka_headers"]] == [("source", b"samples"),
                                                                          ("seq", str(seq).encode())]
+    # Timestamps are Parquet's standard INT64 microseconds (readers need no INT96 support)
+    parquet_schema = pq.ParquetFile(next(Path(config.table_path).rglob("*.parquet"))).schema
+    column = parquet_schema.column(parquet_schema.names.index("_kafka_timestamp"))
+    assert column.physical_type == "INT64" and '"timeUnit": "microseconds"' in column.logical_type.to_json()
 
 
 def test_offset_ranges_in_commit_history_match_table_contents(spark, kafka_servers, make_topic, orders_schema,

@@ -172,6 +172,9 @@ def test_run_all_reports_a_failing_pipeline_by_name_and_the_other_completes(
     assert spark.read.format("delta").load(good.table_path).count() == 30
     assert len({r.app_id for r in ledger.history(spark, good.table_path)}) == 1
     assert spark.read.format("delta").load(bad.table_path).count() == 0
+    # each pipeline's batches ran in a scheduler pool of its own (Spark makes a pool when a job first names it)
+    for config in (good, bad):
+        assert spark._jsc.sc().getPoolForName(pipeline.pool_name(config)).isDefined(), config.name
 
 
 ALL_TYPES = {

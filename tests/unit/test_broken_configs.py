@@ -37,7 +37,7 @@ BROKEN: dict[str, tuple[str, str]] = {
                           "value.maxBytes"),
     "unknown decoder": (GOOD.replace("  subject: orders-value\n", "  subject: orders-value\n  decoder: rust\n"),
                         "value.decoder"),
-    "no value subject": (GOOD.replace("  subject: orders-value\n", "  format: confluent\n"), "value.subject"),
+    "value subject not a name": (GOOD.replace("  subject: orders-value\n", "  subject: [a, b]\n"), "value.subject"),
     "unknown on_error": (GOOD + "sink:\n  on_error: skip\n", "sink.on_error"),
     "typeWidening not a boolean": (GOOD + "sink:\n  typeWidening: maybe\n", "sink.typeWidening"),
     "isolation level misspelt": (GOOD.replace("kafka:\n", "kafka:\n  isolation.level: read-committed\n"),

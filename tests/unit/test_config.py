@@ -188,9 +188,9 @@ def test_key_format_literal_violation(tmp_path: Path) -> None:
     assert message == f"{path}: key 'key.format' must be one of ['none', 'bytes', 'string', 'avro'], got 'json'"
 
 
-def test_avro_keys_need_a_key_subject(tmp_path: Path) -> None:
-    path = write(tmp_path, MINIMAL + "key:\n  format: avro\n")
-    assert config_error(path) == f"{path}: key 'key.subject' is required for key.format 'avro'"
+def test_avro_keys_default_to_the_topics_key_subject(tmp_path: Path) -> None:
+    config = load_pipeline(write(tmp_path, MINIMAL + "key:\n  format: avro\n"))
+    assert config.key.subject == "demo-topic-key"  # Confluent's TopicNameStrategy
 
 
 def test_contradictory_start_positions_are_rejected(tmp_path: Path) -> None:
@@ -207,10 +207,9 @@ def test_missing_topic(tmp_path: Path) -> None:
     assert message == f"{path}: missing required key 'topic'"
 
 
-def test_missing_subject_for_confluent(tmp_path: Path) -> None:
-    path = write(tmp_path, "name: demo\ntopic: t\nvalue:\n  format: confluent\n")
-    message = config_error(path)
-    assert message == f"{path}: key 'value.subject' is required (value.format 'confluent')"
+def test_the_value_subject_defaults_to_the_topics(tmp_path: Path) -> None:
+    config = load_pipeline(write(tmp_path, "name: demo\ntopic: t\n"))
+    assert (config.value.format, config.value.subject) == ("confluent", "t-value")
 
 
 # --- ${VAR} interpolation ---------------------------------------------------------------------------------------
@@ -324,3 +323,79 @@ def test_parse_pipeline_in_memory() -> None:
     with pytest.raises(ConfigError) as info:
         parse_pipeline({"name": "x", "topic": "t", "value": {"subject": "s"}, "bogus": 1}, file)
     assert str(info.value).startswith("/nowhere/x.yaml: unknown key 'bogus' (value 1); ")
+
+
+# --- shared defaults --------------------------------------------------------------------------------------------
+
+DEFAULTS = """\
+kafka:
+  bootstrap.servers: broker-1:9092
+  security.protocol: SASL_SSL
+  sasl.mechanism: SCRAM-SHA-512
+  sasl.username: ingest
+  sasl.password: ${DEFAULTS_TEST_PASSWORD:-pw}
+value:
+  registry:
+    url: https://registry.example:8081
+source:
+  maxOffsetsPerTrigger: 5000
+sink:
+  root: s3a://lake/bronze
+  trigger: 30 seconds
+spark:
+  spark.sql.shuffle.partitions: "4"
+"""
+
+
+@pytest.fixture
+def conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("INGEST_CONF_DIR", str(tmp_path / "conf"))
+    (tmp_path / "conf" / "pipelines").mkdir(parents=True)
+    return tmp_path / "conf"
+
+
+def test_pipeline_files_inherit_conf_defaults_key_by_key(conf: Path) -> None:
+    write(conf, DEFAULTS, "defaults.yaml")
+    write(conf / "pipelines", "name: payments\ntopic: payments\nsource:\n  maxOffsetsPerTrigger: 200\n"
+          "spark:\n  spark.driver.memory: 2g\n", "payments.yaml")
+    config = load_pipeline("payments")
+    assert config.kafka["security.protocol"] == "SASL_SSL" and config.kafka["sasl.password"] == "pw"
+    assert config.value.registry["url"] == "https://registry.example:8081" and config.value.subject == "payments-value"
+    assert config.source.max_offsets_per_trigger == 200  # the pipeline's own value wins
+    assert config.sink.trigger == "30 seconds"
+    assert config.spark == {"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "2g"}  # merged, not replaced
+    assert config.locations == ("s3a://lake/bronze/tables/payments", "s3a://lake/bronze/tables/payments_quarantine",
+                                "s3a://lake/bronze/checkpoints/payments")
+
+
+def test_a_bad_key_in_the_defaults_is_reported_with_the_defaults_file(conf: Path) -> None:
+    defaults = write(conf, DEFAULTS.replace("maxOffsetsPerTrigger: 5000", "maxOffsetPerTrigger: 5000"),
+                     "defaults.yaml")
+    write(conf / "pipelines", "name: a\ntopic: a\n", "a.yaml")
+    with pytest.raises(ConfigError) as info:
+        load_pipeline("a")
+    assert str(info.value).startswith(f"{defaults}: unknown key 'source.maxOffsetPerTrigger' (value 5000)")
+    write(conf, "sink:\n  trigger: 5\n  on_error: maybe\n", "defaults.yaml")
+    with pytest.raises(ConfigError) as info:
+        load_pipeline("a")
+    assert str(info.value) == f"{defaults}: key 'sink.on_error' must be one of ['quarantine', 'fail'], got 'maybe'"
+    write(conf, "name: shared\n", "defaults.yaml")
+    with pytest.raises(ConfigError) as info:
+        load_pipeline("a")
+    assert str(info.value).startswith(f"{defaults}: key 'name' belongs in each pipeline's file")
+
+
+def test_extends_names_a_defaults_file_and_null_opts_out(conf: Path, tmp_path: Path) -> None:
+    write(conf, DEFAULTS, "defaults.yaml")
+    write(tmp_path, "sink:\n  trigger: 1 minute\n", "team.yaml")
+    elsewhere = write(tmp_path, "extends: team.yaml\nname: x\ntopic: x\n", "x.yaml")
+    assert load_pipeline(elsewhere).sink.trigger == "1 minute"
+    assert load_pipeline(write(tmp_path, "name: y\ntopic: y\n", "y.yaml")).sink.trigger == "10 seconds"
+    write(conf / "pipelines", "extends: null\nname: z\ntopic: z\n", "z.yaml")
+    assert load_pipeline("z").kafka == {} or "security.protocol" not in load_pipeline("z").kafka
+    write(tmp_path, "extends: x.yaml\nsink:\n  trigger: 1 minute\n", "team.yaml")
+    with pytest.raises(ConfigError, match="goes round in a circle"):
+        load_pipeline(elsewhere)
+    missing = write(tmp_path, "extends: nowhere.yaml\nname: w\ntopic: w\n", "w.yaml")
+    with pytest.raises(ConfigError, match=r"key 'extends' names 'nowhere.yaml'"):
+        load_pipeline(missing)

@@ -48,3 +48,26 @@ def test_a_local_jvm_gets_a_small_heap_and_the_serial_collector_unless_the_pipel
     assert driver("local[2]", {"spark.driver.extraJavaOptions": "-XX:+UseG1GC -Xms1g"}).endswith(" -XX:+UseG1GC -Xms1g")
     assert driver("local[2]", {"spark.driver.extraJavaOptions": "-Xms1g"}).endswith(" -XX:+UseSerialGC -Xms1g")
     assert "GC" not in driver("spark://127.0.0.1:7077")  # a cluster's driver: the JVM's own choice
+
+
+def test_under_spark_submit_the_master_and_jars_are_spark_submits(monkeypatch) -> None:
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")  # how spark-submit hands its JVM to the Python driver
+    monkeypatch.delenv("INGEST_SPARK_MASTER", raising=False)
+    options = spark.builder("t", locations=["s3a://lake/t"])._options
+    assert "spark.master" not in options and "spark.jars" not in options  # --master and --jars stay in force
+    assert "log4j2" not in options["spark.executor.extraJavaOptions"]  # a path on this machine only
+    # the decoder limits still reach the executors
+    assert "-Dorg.apache.avro.limits.string.maxLength=" in options["spark.executor.extraJavaOptions"]
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT")
+    local = spark.builder("t", "local[2]", locations=["s3a://lake/t"])._options
+    assert any("hadoop-aws" in jar for jar in local["spark.jars"].split(","))
+
+
+def test_run_all_declares_a_pool_per_pipeline_ahead_of_background_checkpoints() -> None:
+    import xml.etree.ElementTree as ET
+
+    options = spark.builder("t", "local[2]", pools=["pipeline-a", "pipeline-b"])._options
+    pools = {p.get("name"): int(p.findtext("minShare") or 0)
+             for p in ET.parse(options["spark.scheduler.allocation.file"]).getroot()}
+    assert pools == {"default": 1000, "delta-checkpoints": 0, "maintenance": 0, "pipeline-a": 1000, "pipeline-b": 1000}
+    assert spark.builder("t", "local[2]")._options["spark.scheduler.allocation.file"] == str(spark.FAIR_POOLS)

@@ -1,0 +1,96 @@
+"""`ingest init`: a pipeline file per topic, from what the broker and the registry (or schemas/) already know.
+
+The file holds only what differs from the defaults it inherits (conf/defaults.yaml, docs/configuration.md): the
+name, the topic, and the key format when a `<topic>-key` subject exists, with comments saying what was found."""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ingestion import kafka
+from ingestion.config import PipelineConfig, inherited
+from ingestion.errors import ConfigError, IngestionError
+from ingestion.paths import conf_dir
+from ingestion.schema.registry import source_for
+
+
+@dataclass(frozen=True)
+class Draft:
+    config: PipelineConfig
+    text: str
+
+    @property
+    def path(self) -> Path:
+        return self.config.file
+
+
+def pipeline_name(topic: str) -> str:
+    """A pipeline name for a topic: its characters outside letters, digits, `_ - .` become `_`."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", topic).lstrip(".-") or "topic"
+
+
+def draft(topic: str, name: str | None = None) -> Draft:
+    """The file for `topic`, checked against the broker and the schema source; IngestionError naming the closest
+    existing topics or subjects when one is missing."""
+    name = name or pipeline_name(topic)
+    path = conf_dir() / "pipelines" / f"{name}.yaml"
+    config = inherited({"name": name, "topic": topic}, path)
+    settings = config.kafka_client_settings()
+    partitions = kafka.describe_topic(settings, topic, timeout=15.0)  # a missing topic's error names the closest
+    source = source_for(config)
+    subjects = source.subjects()
+    value_subject = config.value.subject
+    if value_subject not in subjects:
+        where = "the schema registry" if config.value.registry else "schemas/"
+        raise IngestionError(f"topic {topic!r}: no subject {value_subject!r} in {where}"
+                             f"{_closest(value_subject, subjects)}")
+    versions = source.versions(value_subject)
+    key_subject = f"{topic}-key"
+    lines = [f"# ingest init, {dt.date.today().isoformat()}: {len(partitions)} partitions; values by subject "
+             f"{value_subject} ({len(versions)} version{'s' * (len(versions) != 1)}, newest id {max(versions)})",
+             f"name: {name}",
+             f"topic: {_yaml_text(topic)}"]
+    if key_subject in subjects:
+        lines.append(f"key: {{format: avro}}  # subject {key_subject} exists")
+    elif config.key.format == "bytes":
+        lines.append(f"# keys: no subject {key_subject}, so _kafka_key keeps the bytes (key.format: string for text)")
+    text = "\n".join(lines) + "\n"
+    return Draft(inherited(_parsed(text), path), text)
+
+
+def write(drafts: list[Draft]) -> list[Path]:
+    """Write the drafts whose files do not exist yet; the paths written."""
+    written = []
+    for d in drafts:
+        d.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(d.path, "x") as out:  # never overwrite, even a file made meanwhile
+                out.write(d.text)
+        except FileExistsError:
+            continue
+        written.append(d.path)
+    return written
+
+
+def _closest(wanted: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(wanted, known, n=3, cutoff=0.5)
+    if close:
+        return f"; closest: {', '.join(close)}"
+    return f"; it knows {len(known)}: {', '.join(known[:10])}{' ...' if len(known) > 10 else ''}" if known else ""
+
+
+def _yaml_text(value: str) -> str:
+    return value if re.fullmatch(r"[A-Za-z0-9_.-]+", value) and not value[0].isdigit() else f'"{value}"'
+
+
+def _parsed(text: str) -> dict[str, object]:
+    import yaml
+
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):  # pragma: no cover - written above
+        raise ConfigError(f"ingest init wrote an unreadable file:\n{text}")
+    return data
