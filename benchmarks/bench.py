@@ -31,7 +31,7 @@ import bench_runs
 import datagen
 
 REPO = Path(__file__).resolve().parents[1]
-STAGES = ("limit", "baseline", "ours", "peer", "freshness", "memory", "admin", "fairness")
+STAGES = ("limit", "baseline", "ours", "peer", "freshness", "memory", "admin", "maintain", "fairness")
 # Batches of the memory stage's smaller run (the larger has 10 times as many): enough for the JVM to reach the
 # heap it keeps for that batch size. With 2 or 3 batches the smaller run ends while the JVM is still warming up
 # (measured: 895 against 1,457 MiB at 3 against 21 batches; 1,370 against 1,346 MiB at 21 against 201).
@@ -65,6 +65,9 @@ def _parser() -> argparse.ArgumentParser:
                         "in the logs (debug logging; not the default)")
     p.add_argument("--admin-commits", type=int, default=2000, help="commits of the admin stage's table (2000)")
     p.add_argument("--admin-quarantined", type=int, default=120, help="quarantined rows of that table (120)")
+    p.add_argument("--maintain-commits", type=int, default=2000,
+                   help="commits of the maintain stage's table before maintenance (2000; built as the admin one)")
+    p.add_argument("--maintain-runs", type=int, default=5, help="runs of the query before and after (5; median)")
     p.add_argument("--admin-runs", type=int, default=5, help="runs of each admin command (5); median reported")
     p.add_argument("--admin-spark-runs", type=int, default=3,
                    help="runs of each admin command with --reader spark beside them (3; 0: none)")
@@ -199,6 +202,10 @@ def main(argv: list[str] | None = None) -> int:
             results["admin"] = bench_runs.run_admin(ctx, args.admin_commits, args.admin_quarantined, args.admin_runs,
                                                     args.admin_spark_runs)
             results["stages_s"]["admin"] = round(time.monotonic() - t0, 1)
+        if "maintain" in stages:
+            t0 = time.monotonic()
+            results["maintain"] = bench_runs.run_maintain(ctx, args.maintain_commits, args.maintain_runs)
+            results["stages_s"]["maintain"] = round(time.monotonic() - t0, 1)
             _write(args.output, results, started)
         if "fairness" in stages:
             t0 = time.monotonic()

@@ -250,7 +250,8 @@ def markdown(results: dict[str, Any]) -> str:
                          f"| {_fmt(r['wall_records_per_s'], 3)} |")
         lines.append("")
     lines += (_freshness_md(results.get("freshness")) + _memory_md(results.get("memory"))
-              + _admin_md(results.get("admin")) + _fairness_md(results.get("fairness")))
+              + _admin_md(results.get("admin")) + _maintain_md(results.get("maintain"))
+              + _fairness_md(results.get("fairness")))
     runs = results.get("runs", [])
     if runs:
         lines += ["## Every run", "", "| kind | rep | records/s | steady | processing s | wall s | batches "
@@ -349,6 +350,21 @@ def _admin_md(admin: dict[str, Any] | None) -> list[str]:
         lines.append(f"| `ingest {command}` | {_fmt(rs['median_s'], 2)} | {_fmt(rs['max_s'], 2)} "
                      f"| {_fmt(spark.get('median_s'), 2)} | {_fmt(spark.get('max_s'), 2)} |")
     return [*lines, ""]
+
+
+def _maintain_md(found: dict[str, Any] | None) -> list[str]:
+    if not found:
+        return []
+    return ["## Maintenance", "",
+            f"An analyst's query (rows per Kafka partition and hour) on a bronze table of {found['commits']:,} small "
+            f"commits, median of {found['runs']} runs, before and after `ingest maintain` in one process "
+            f"(load average {found['loadavg']:.1f}).", "",
+            "| files before | files after | MiB before | MiB after | query s before | query s after | ratio | "
+            "maintain s | same answer |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+            f"| {found['files_before']:,} | {found['files_after']:,} | {found['bytes_before'] / 2**20:.1f} | "
+            f"{found['bytes_after'] / 2**20:.1f} | {_fmt(found['before_s'], 3)} | {_fmt(found['after_s'], 3)} | "
+            f"{found['ratio']:.1f}x | {found['maintain_s']:.0f} | {found['same_answer']} |", ""]
 
 
 def _fairness_md(fair: dict[str, Any] | None) -> list[str]:

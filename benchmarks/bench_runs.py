@@ -479,3 +479,34 @@ def _admin_table(ctx: Context, commits: int, quarantined: int) -> Path:
         ctx.log(f"admin: {Path(command[1]).name} {command[2]}: {time.monotonic() - t0:.0f}s")
     marker.write_text(topic)
     return admin_yaml
+
+
+def run_maintain(ctx: Context, commits: int, runs: int) -> dict[str, Any]:
+    """The analyst query before and after `ingest maintain`, in one process, on a copy of the admin stage's table
+    of `commits` small commits (see maintain_query.py)."""
+    admin_yaml = _admin_table(ctx, commits, 20)
+    source = load_pipeline_paths(admin_yaml)
+    work = _fresh_dir(ctx.home / "maintain" / f"{commits}")
+    topic = (admin_yaml.parent.parent / "ready").read_text().strip()
+    maintain_yaml = write_pipeline(ctx, work, topic, 100_000)
+    target = load_pipeline_paths(maintain_yaml)
+    for src, dst in zip(source, target, strict=True):
+        if Path(src).exists():
+            shutil.copytree(src, dst)
+    t0 = time.monotonic()
+    done = subprocess.run([ctx.python, str(HERE / "maintain_query.py"), "--pipeline", str(maintain_yaml), "--runs",
+                           str(runs)], env=ctx.env, capture_output=True, text=True, timeout=ctx.timeout, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"maintain_query.py failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    out = json.loads(done.stdout.strip().splitlines()[-1]) | {"commits": commits, "loadavg": _loadavg(),
+                                                                "wall_s": round(time.monotonic() - t0, 1)}
+    ctx.log(f"maintain: {json.dumps(out)}")
+    return out
+
+
+def load_pipeline_paths(path: Path) -> tuple[str, str]:
+    """The bronze and quarantine locations of a pipeline YAML."""
+    from ingestion.config import load_pipeline
+
+    config = load_pipeline(path)
+    return config.table_path, config.quarantine_path

@@ -175,6 +175,18 @@ def _parser() -> argparse.ArgumentParser:
     target.add_argument("--to-timestamp", help="ISO time; the newest version committed at or before it")
     rewind.set_defaults(func=_rewind)
 
+    maintain = commands.add_parser("maintain", help="compact (OPTIMIZE), VACUUM and checkpoint a pipeline's tables; "
+                                   "neither --optimize nor --vacuum: both")
+    maintain.add_argument("pipeline", nargs="?", help="pipeline name or path to its YAML file")
+    maintain.add_argument("--all", action="store_true", help="every pipeline in conf/pipelines/")
+    maintain.add_argument("--optimize", action="store_true", help="bin-pack small files (maintenance.targetFileSize, "
+                          "maintenance.zOrderBy)")
+    maintain.add_argument("--vacuum", action="store_true", help="delete files no version inside "
+                          "maintenance.vacuumRetention needs")
+    maintain.add_argument("--dry-run", action="store_true", help="print files and bytes now and after, and the files "
+                          "VACUUM would delete; write nothing")
+    maintain.set_defaults(func=_maintain)
+
     verify = commands.add_parser("verify", help="audit bronze + quarantine against Kafka: duplicates, gaps, and "
                                  "which gaps Kafka explains; exit 1 on a real violation")
     verify.add_argument("pipeline")
@@ -338,8 +350,13 @@ def _history(args: argparse.Namespace) -> int:
     from ingestion.ops import history
 
     config = load_pipeline(args.pipeline)
-    records = _read_only(args, lambda reader: history.history(reader, config), config)
-    print(history.to_json(records) if args.json else history.render(records))
+    if args.json:
+        print(history.to_json(_read_only(args, lambda reader: history.history(reader, config), config)))
+        return 0
+    records, restorable = _read_only(args, lambda reader: (history.history(reader, config),
+                                                            history.restorable(reader, config)), config)
+    print(history.render(records))
+    print(restorable)
     return 0
 
 
@@ -427,8 +444,6 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _sql(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from ingestion.config import list_pipelines, load_pipeline
     from ingestion.ops import catalog
 
@@ -436,7 +451,18 @@ def _sql(args: argparse.Namespace) -> int:
     spark = _session("ingest-sql", configs)
     tables = catalog.register(spark, configs)
     log.debug("tables: %s", tables)
-    result = spark.sql(args.query)
+    try:
+        return _sql_result(spark.sql(args.query), args)
+    except Exception as exc:
+        gone = catalog.time_travel_failure(spark, tables, args.query, exc)
+        if gone is not None:
+            raise gone from None
+        raise
+
+
+def _sql_result(result: Any, args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     if args.output:
         out = Path(args.output)
         frame: Any = result.toPandas()
@@ -450,6 +476,22 @@ def _sql(args: argparse.Namespace) -> int:
         return 0
     shown: Any = result.limit(args.limit).toPandas()
     print(shown.to_string(index=False, max_colwidth=60) if len(shown.columns) else "(no columns)")
+    return 0
+
+
+def _maintain(args: argparse.Namespace) -> int:
+    from ingestion.config import load_pipeline
+    from ingestion.ops.maintain import maintain
+
+    if args.all == bool(args.pipeline):
+        raise IngestionError("name one pipeline, or pass --all")
+    configs = _all_valid() if args.all else [load_pipeline(args.pipeline)]
+    both = not args.optimize and not args.vacuum
+    spark = _session("ingest-maintain", configs)
+    for config in configs:
+        report = maintain(spark, config, optimize=both or args.optimize, vacuum=both or args.vacuum,
+                          dry_run=args.dry_run)
+        print("\n".join(report.lines))
     return 0
 
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import yaml
 
-from ingestion import security, storage
+from ingestion import retention, security, storage
 from ingestion.errors import ConfigError
 from ingestion.paths import conf_dir, local_broker_address, state_dir
 
@@ -101,6 +101,31 @@ class MetricsOptions:
 
 
 @dataclass(frozen=True)
+class MaintenanceOptions:
+    """`ingest maintain` and its optional schedule inside `ingest run` (docs/configuration.md#keys)."""
+
+    # OPTIMIZE bin-packs small files into files of about this size (Delta's optimize.maxFileSize).
+    target_file_size: str = field(default="128mb", metadata=_key("targetFileSize"))
+    z_order_by: tuple[str, ...] = field(default=(), metadata=_key("zOrderBy"))
+    # VACUUM's retention: the table's promised time-travel and rewind window (retention.py).
+    vacuum_retention: str = field(default="168 hours", metadata=_key("vacuumRetention"))
+    allow_short_retention: bool = field(default=False, metadata=_key("allowShortRetention"))
+    # Inside `ingest run`: maintain after this many batches and/or this long since the last; neither: never.
+    every_batches: int | None = field(default=None, metadata=_key("everyBatches"))
+    every: str | None = None
+    # Delta's auto compaction (delta.autoOptimize.autoCompact) after each commit, instead of or beside OPTIMIZE.
+    auto_compact: bool = field(default=False, metadata=_key("autoCompact"))
+
+    @property
+    def target_bytes(self) -> int:
+        return size_bytes(self.target_file_size) or 128 * 1024 * 1024
+
+    @property
+    def window_seconds(self) -> float:
+        return retention.seconds(self.vacuum_retention) or 0.0
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     name: str
     topic: str
@@ -112,6 +137,7 @@ class PipelineConfig:
     metrics: MetricsOptions = field(default_factory=MetricsOptions)
     topic_settings: TopicOptions = field(default_factory=TopicOptions, metadata=_key("topicSettings"))
     spark: Mapping[str, str] = field(default_factory=dict)
+    maintenance: MaintenanceOptions = field(default_factory=MaintenanceOptions)
     file: Path = field(default=Path("<memory>"), metadata={"internal": True})
 
     @property
@@ -323,6 +349,48 @@ def _check(config: PipelineConfig, raw_source: set[str]) -> None:
     if problem:
         raise ConfigError(f"{config.file}: {problem}")
     _check_values(config)
+    _check_maintenance(config)
+
+
+def size_bytes(text: str) -> int | None:
+    """Bytes of a size such as '128mb', '256 KB', '1g' or '1048576'; None when it is not one."""
+    found = re.fullmatch(r"(\d+)\s*([kmgt]?)i?b?", text.strip(), re.IGNORECASE)
+    if found is None:
+        return None
+    return int(found[1]) * 1024 ** " kmgt".index(found[2].lower() or " ")
+
+
+def _check_maintenance(config: PipelineConfig) -> None:
+    """The maintenance section, and the retention settings it promises a window with (retention.py)."""
+    file, m = config.file, config.maintenance
+    if size_bytes(m.target_file_size) in (None, 0):
+        raise ConfigError(f"{file}: key 'maintenance.targetFileSize' must be a size such as '128mb', got "
+                          f"{m.target_file_size!r}")
+    if m.every_batches is not None and m.every_batches <= 0:
+        raise ConfigError(f"{file}: key 'maintenance.everyBatches' must be positive, got {m.every_batches!r}")
+    if m.every is not None and not (duration_seconds(m.every) or 0) > 0:
+        raise ConfigError(f"{file}: key 'maintenance.every' must be a duration such as '60 minutes', got "
+                          f"{m.every!r}")
+    if config.sink.partition_by and set(m.z_order_by) & set(config.sink.partition_by):
+        raise ConfigError(f"{file}: key 'maintenance.zOrderBy' names partition columns "
+                          f"{sorted(set(m.z_order_by) & set(config.sink.partition_by))}; Delta cannot z-order by them")
+    if m.window_seconds > 0:  # tables are created with the deleted-file retention equal to the window
+        created = {retention.DELETED_FILE_RETENTION: retention.as_interval(m.window_seconds)}
+        check_retention(config, created | dict(config.sink.table_properties), str(file))
+    else:
+        check_retention(config, config.sink.table_properties, str(file))
+
+
+def check_retention(config: PipelineConfig, properties: Mapping[str, str], where: str, *,
+                    table: bool = False) -> None:
+    """Refuse a vacuum retention and table properties under which a promise breaks (retention.problems): one
+    ConfigError naming `where` (the file, or a table), the setting, its value and the reason."""
+    found = retention.problems(config.maintenance.vacuum_retention, properties,
+                               allow_short=config.maintenance.allow_short_retention)
+    if found:
+        key, reason = found[0]
+        shown = key if key.startswith("maintenance.") or table else f"sink.tableProperties.{key}"
+        raise ConfigError(f"{where}: key {shown!r}: {reason}")
 
 
 _DURATION = re.compile(r"(?:interval\s+)?(\d+(?:\.\d+)?)\s*"

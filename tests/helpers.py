@@ -109,6 +109,39 @@ def java_command_line(ancestor: int) -> list[str]:
     raise AssertionError(f"no java process below pid {ancestor}")
 
 
+def append_in_commits(source: str, target: str, commits: int, *, pipeline: str, app_id: str, min_offset: int = 0,
+                      first_batch: int = 0) -> int:
+    """Append the rows of the bronze table at `source` to the (existing) bronze table at `target` in `commits`
+    commits of consecutive offsets, each as a batch of `ingest run` leaves it (txnAppId/txnVersion and the ledger
+    record), written with delta-rs: hundreds of small commits in seconds instead of as many micro-batches. The
+    table's version after the last one."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, write_deltalake
+
+    from ingestion.delta.ledger import BatchKind, BatchRecord, PartitionRange
+
+    schema = DeltaTable(source).schema().to_arrow()
+    rows = pa.table(QueryBuilder().register("t", DeltaTable(source)).execute(
+        f'SELECT * FROM t WHERE "_kafka_offset" >= {min_offset} ORDER BY "_kafka_offset", "_kafka_partition"'))
+    rows = rows.select(pa.schema(schema).names).cast(pa.schema(schema))
+    table = DeltaTable(target)
+    step = -(-rows.num_rows // commits)
+    for batch in range(commits):
+        part = rows.slice(batch * step, step)
+        if not part.num_rows:
+            break
+        spans = []
+        for p in sorted(set(part["_kafka_partition"].to_pylist())):
+            offsets = pc.filter(part["_kafka_offset"], pc.equal(part["_kafka_partition"], p))
+            spans.append(PartitionRange(part["_kafka_topic"][0].as_py(), p, pc.min(offsets).as_py(),
+                                        pc.max(offsets).as_py(), len(offsets)))
+        record = BatchRecord(pipeline=pipeline, app_id=app_id, batch_id=first_batch + batch, kind=BatchKind.STREAM,
+                             rows=part.num_rows, schema_ids=(1,), ranges=tuple(spans))
+        write_deltalake(table, part, mode="append", commit_properties=CommitProperties(
+            custom_metadata={"userMetadata": record.to_user_metadata()},
+            app_transactions=[Transaction(app_id, first_batch + batch)]))
+    return int(table.version())
 def group_offsets(settings: dict[str, Any], group: str, topic: str) -> dict[int, int]:
     """`kafka.committed_offsets` asked from a child process: tests poll it while brokers stop and restart, and a
     crash of the native Kafka client must fail one poll (retried), not the whole test session."""

@@ -29,11 +29,17 @@ class BatchKind(StrEnum):
     REPLAY = "replay"
     REWIND = "rewind"
     REDECODE = "redecode"
+    OPTIMIZE = "optimize"
+    VACUUM = "vacuum"
+
+
+MAINTENANCE = (BatchKind.OPTIMIZE, BatchKind.VACUUM)
 
 
 # The ledger's batch ids of commits that no stream batch made (stream batch ids start at 0).
 REDECODE_BATCH_ID = -1
 REPLAY_BATCH_ID = -2
+MAINTENANCE_BATCH_ID = -3
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,10 @@ class BatchRecord:
     schema_ids: tuple[int, ...]
     ranges: tuple[PartitionRange, ...]  # Kafka offsets consumed by the batch (bronze + quarantine)
     quarantined: int = 0  # of those, records written to the quarantine table
+    # Maintenance commits (optimize, vacuum) write no rows and consume no offsets; they carry the ledger's coverage
+    # as of table version `as_of` instead, so offsets stay known after Delta's log cleanup deletes older commits.
+    baseline: tuple[PartitionRange, ...] = ()
+    as_of: int | None = None
     version: int | None = field(default=None, compare=False)
     committed_at: dt.datetime | None = field(default=None, compare=False)
 
@@ -64,6 +74,9 @@ class BatchRecord:
         body = asdict(self)
         body.pop("version")
         body.pop("committed_at")
+        if self.as_of is None:  # a batch's document stays as it always was
+            body.pop("baseline")
+            body.pop("as_of")
         return json.dumps({METADATA_KEY: body}, separators=(",", ":"))
 
     @classmethod
@@ -78,7 +91,9 @@ class BatchRecord:
                 pipeline=body["pipeline"], app_id=body["app_id"], batch_id=int(body["batch_id"]),
                 kind=BatchKind(body["kind"]), rows=int(body["rows"]), schema_ids=tuple(body["schema_ids"]),
                 ranges=tuple(PartitionRange(**r) for r in body["ranges"]),
-                quarantined=int(body.get("quarantined", 0)), version=version,
+                quarantined=int(body.get("quarantined", 0)),
+                baseline=tuple(PartitionRange(**r) for r in body.get("baseline", ())),
+                as_of=None if body.get("as_of") is None else int(body["as_of"]), version=version,
                 committed_at=committed_at,
             )
         except (ValueError, KeyError, TypeError):  # another tool's userMetadata, or not JSON at all
@@ -123,21 +138,33 @@ def next_offsets(records: list[BatchRecord]) -> dict[str, dict[str, int]]:
     """Per topic and partition, the offset after the last one recorded: where a stream resumes.
 
     Records are read in version order; a `rewind` record (written with a RESTORE) resets the position to the
-    coverage it states, so commits undone by the restore no longer count."""
+    coverage it states, so commits undone by the restore no longer count. Maintenance records count only as the
+    baseline `coverage` starts from."""
     out: dict[str, dict[str, int]] = {}
-    for record in sorted(records, key=lambda r: r.version if r.version is not None else -1):
-        if record.kind == BatchKind.REWIND:
-            out = {}
-        for r in record.ranges:
-            partitions = out.setdefault(r.topic, {})
-            partitions[str(r.partition)] = max(partitions.get(str(r.partition), 0), r.last + 1)
+    for r in coverage(records):
+        out.setdefault(r.topic, {})[str(r.partition)] = r.last + 1
     return out
 
 
+def _after_baseline(records: list[BatchRecord]) -> tuple[dict[tuple[str, int], PartitionRange], list[BatchRecord]]:
+    """The spans to start from and the records to add to them, in version order: the newest maintenance baseline
+    and the records after its `as_of` version, so commits that Delta's log cleanup deleted are still counted; from
+    nothing when no maintenance record is in the log. Maintenance records themselves consume no offsets."""
+    ordered = sorted(records, key=lambda r: r.version if r.version is not None else -1)
+    marks = [r for r in ordered if r.kind in MAINTENANCE and r.as_of is not None]
+    if not marks:
+        return {}, [r for r in ordered if r.kind not in MAINTENANCE]
+    newest = marks[-1]
+    as_of = newest.as_of if newest.as_of is not None else -1
+    start = {(r.topic, r.partition): r for r in newest.baseline}
+    return start, [r for r in ordered if r.kind not in MAINTENANCE and (r.version or 0) > as_of]
+
+
 def coverage(records: list[BatchRecord]) -> tuple[PartitionRange, ...]:
-    """Per partition, the span of offsets the records cover (first, last, total count), honouring rewinds."""
-    spans: dict[tuple[str, int], PartitionRange] = {}
-    for record in sorted(records, key=lambda r: r.version if r.version is not None else -1):
+    """Per partition, the span of offsets the records cover (first, last, total count), honouring rewinds and
+    starting from the newest maintenance baseline (see `_after_baseline`)."""
+    spans, remaining = _after_baseline(records)
+    for record in remaining:
         if record.kind == BatchKind.REWIND:
             spans = {}
         for r in record.ranges:

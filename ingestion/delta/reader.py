@@ -62,6 +62,19 @@ class QuarantinedRecord:
     value: bytes | None
 
 
+@dataclass(frozen=True)
+class TableLayout:
+    """A table's data files now, and the oldest version time travel and rewind still reach (`restorable`)."""
+
+    files: int
+    bytes: int
+    oldest_restorable: int | None
+
+    @property
+    def average_file_bytes(self) -> int:
+        return self.bytes // self.files if self.files else 0
+
+
 class TableReader(Protocol):
     """Reads of a pipeline's Delta tables. `None` or empty results mean there is no table at the path."""
 
@@ -96,3 +109,6 @@ class TableReader(Protocol):
         """The first `limit` quarantined records by (partition, offset), of one error class when given."""
         ...
 
+    def layout(self, path: str) -> TableLayout | None:
+        """The table's data files and its oldest restorable version; None when there is no table."""
+        ...

@@ -16,7 +16,8 @@ from ingestion.columns import METADATA_COLUMNS
 from ingestion.config import PipelineConfig
 from ingestion.delta import ledger
 from ingestion.delta.ledger import BatchRecord
-from ingestion.delta.reader import Bounds, HeldPartition, QuarantinedRecord, QuarantineGroup
+from ingestion.delta.reader import Bounds, HeldPartition, QuarantinedRecord, QuarantineGroup, TableLayout
+from ingestion.delta.restorable import Commit, oldest_restorable
 from ingestion.runtime.delta_txn import is_table
 
 
@@ -64,6 +65,9 @@ class SparkReader:
 
     def version(self, path: str) -> int | None:
         return ledger.table_version(self.spark, path)
+
+    def layout(self, path: str) -> TableLayout | None:
+        return spark_layout(self.spark, path)
 
     def _coordinates(self, paths: Sequence[str], topic: str) -> DataFrame | None:
         frames = [t.where(F.col("_kafka_topic") == topic)
@@ -138,6 +142,29 @@ class SparkReader:
                                   naive_utc(r["_kafka_timestamp"]), r["_schema_id"], r["_error_class"],
                                   r["_error_message"], None if r["_kafka_value"] is None else bytes(r["_kafka_value"]))
                 for r in rows]
+
+
+def spark_layout(spark: SparkSession, path: str) -> TableLayout | None:
+    """`TableReader.layout` through Spark: DESCRIBE DETAIL and the commit history."""
+    import time
+
+    from delta.tables import DeltaTable
+
+    if not is_table(spark, path):
+        return None
+    name = "delta.`{}`".format(path.replace("`", "``"))
+    detail = spark.sql(f"DESCRIBE DETAIL {name}").select("numFiles", "sizeInBytes", "properties").first()
+    commits = [Commit(int(r["version"]), _millis(r["timestamp"]), str(r["operation"]),
+                      dict(r["operationParameters"] or {}))
+               for r in DeltaTable.forPath(spark, path).history()
+               .select("version", "timestamp", "operation", "operationParameters").collect()]
+    assert detail is not None
+    return TableLayout(int(detail["numFiles"] or 0), int(detail["sizeInBytes"] or 0),
+                       oldest_restorable(commits, dict(detail["properties"] or {}), int(time.time() * 1000)))
+
+
+def _millis(value: dt.datetime) -> int:
+    return int(value.astimezone(dt.UTC).timestamp() * 1000)
 
 
 def naive_utc(value: dt.datetime | None) -> dt.datetime | None:

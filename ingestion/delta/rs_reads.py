@@ -20,7 +20,9 @@ from ingestion.delta.reader import (
     JvmFreeReadError,
     QuarantinedRecord,
     QuarantineGroup,
+    TableLayout,
 )
+from ingestion.delta.restorable import Commit, oldest_restorable
 
 TOPIC, PARTITION, OFFSET = "_kafka_topic", "_kafka_partition", "_kafka_offset"
 
@@ -73,6 +75,26 @@ class DeltaRsReader:
     def version(self, path: str) -> int | None:
         table = self._table(path)
         return None if table is None else int(table.version())
+
+    def layout(self, path: str) -> TableLayout | None:
+        import time
+
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        table = self._table(path)
+        if table is None:
+            return None
+        try:
+            actions = pa.table(table.get_add_actions(flatten=True))
+            commits = [Commit(int(c["version"]), _commit_file_millis(path, c.get("version")) or int(c["timestamp"]),
+                              str(c.get("operation")), dict(c.get("operationParameters") or {}))
+                       for c in table.history()]
+            properties = dict(table.metadata().configuration)
+        except Exception as exc:  # noqa: BLE001
+            raise _cannot(path, exc) from None
+        size = int(pc.sum(actions.column("size_bytes")).as_py() or 0) if actions.num_rows else 0
+        return TableLayout(actions.num_rows, size, oldest_restorable(commits, properties, int(time.time() * 1000)))
 
     def _columns(self, path: str, columns: list[str], filters: list[tuple[str, str, Any]]) -> Any:
         """A pyarrow Table of `columns` of the rows that pass every filter ((column, op, value), op one of =, >=,

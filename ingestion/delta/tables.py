@@ -11,11 +11,14 @@ from dataclasses import dataclass
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
+from ingestion import retention
 from ingestion.columns import METADATA_COLUMNS
-from ingestion.config import PipelineConfig
+from ingestion.config import PipelineConfig, check_retention
 from ingestion.delta import log_checkpoints
 from ingestion.errors import ConfigError
-from ingestion.runtime.delta_txn import is_table
+from ingestion.runtime.delta_txn import is_table, table_property
+
+AUTO_COMPACT = "delta.autoOptimize.autoCompact"
 
 # Delta collects min/max/null-count statistics per data file, by default on a table's first 32 columns: on bronze,
 # nearly every payload field. Readers skip files by them, and in a stream's files only some columns differ from
@@ -55,17 +58,38 @@ def plans(spark: SparkSession, config: PipelineConfig, bronze_schema: T.StructTy
     if unknown:
         raise ConfigError(f"{config.file}: key 'sink.partitionBy' names {unknown}, which are not bronze columns "
                           f"({', '.join(bronze_schema.fieldNames())})")
-    props = dict(config.sink.table_properties)
+    props = maintenance_properties(config) | dict(config.sink.table_properties)
     # Bronze's Delta checkpoints are written beside the batches (log_checkpoints), unless the config sets the
     # interval, which keeps Delta's checkpoints inside its commits.
     bronze_props = {log_checkpoints.PROPERTY: log_checkpoints.INLINE_INTERVAL} | props
     if not any(key in props for key in STATS_PROPERTIES):
         bronze_props[STATS_PROPERTY] = ",".join(stats_columns(bronze_schema, config.sink.partition_by))
-    return [
+    found = [
         TablePlan(config.table_path, bronze_schema, config.sink.partition_by, bronze_props,
                   is_table(spark, config.table_path)),
         TablePlan(config.quarantine_path, quarantine_schema, (), props, is_table(spark, config.quarantine_path)),
     ]
+    for plan in found:
+        if plan.exists:
+            check_table_retention(spark, config, plan.path)
+    return found
+
+
+def maintenance_properties(config: PipelineConfig) -> dict[str, str]:
+    """The properties the maintenance section gives both tables: a deleted-file retention equal to the vacuum
+    retention (the promised window, see `retention`), and Delta's auto compaction when asked for."""
+    props = {retention.DELETED_FILE_RETENTION: retention.as_interval(config.maintenance.window_seconds)}
+    if config.maintenance.auto_compact:
+        props[AUTO_COMPACT] = "true"
+    return props
+
+
+def check_table_retention(spark: SparkSession, config: PipelineConfig, path: str) -> None:
+    """Refuse (ConfigError naming the table) an existing table whose retention properties, with the pipeline's
+    vacuum retention, could break a promise (`retention.problems`)."""
+    keys = (retention.DELETED_FILE_RETENTION, retention.LOG_RETENTION, retention.SET_TRANSACTION_RETENTION)
+    found = {key: value for key in keys if (value := table_property(spark, path, key)) is not None}
+    check_retention(config, found, f"{config.file}: table {path}", table=True)
 
 
 def ensure_tables(spark: SparkSession, config: PipelineConfig, bronze_schema: T.StructType,

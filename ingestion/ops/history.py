@@ -16,6 +16,15 @@ def history(source: Source, config: PipelineConfig) -> list[BatchRecord]:
     return as_reader(source).history(config.table_path)
 
 
+def restorable(source: Source, config: PipelineConfig) -> str:
+    """The line under the history: the oldest version that time travel and rewind still reach."""
+    layout = as_reader(source).layout(config.table_path)
+    if layout is None:
+        return "no table yet"
+    return (f"oldest version still restorable (VERSION AS OF, rewind): {layout.oldest_restorable} (vacuum retention "
+            f"{config.maintenance.vacuum_retention})")
+
+
 def to_json(records: list[BatchRecord]) -> str:
     return json.dumps([asdict(r) for r in records], default=str, indent=2)
 
@@ -25,6 +34,8 @@ def render(records: list[BatchRecord]) -> str:
              "offsets (partition:first-last)"]
     for r in records:
         spans = ", ".join(f"{x.partition}:{x.first}-{x.last}" for x in r.ranges)
+        if r.as_of is not None:
+            spans = f"maintenance: no offsets of its own (ledger coverage as of version {r.as_of} recorded)"
         when = r.committed_at.strftime("%Y-%m-%d %H:%M:%S") if r.committed_at else "-"
         schemas = ",".join(str(i) for i in r.schema_ids) or "-"
         lines.append(f"{r.version:>7}  {when:19}  {r.kind:8} {r.batch_id:>5} {r.rows:>7} {r.quarantined:>5} "

@@ -23,8 +23,9 @@ def metric_series(config: PipelineConfig, run_id: str | None = None) -> tuple[st
     client = MlflowClient(tracking_uri())
     if run_id is None:
         experiment = client.get_experiment_by_name(config.experiment)
-        runs = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"],
-                                  max_results=1) if experiment else []
+        # The pipeline's stream runs (tagged with its name): not its `ingest maintain` runs (`<name>-maintain`).
+        runs = client.search_runs([experiment.experiment_id], f"tags.`ingest.pipeline` = '{config.name}'",
+                                  order_by=["attributes.start_time DESC"], max_results=1) if experiment else []
         if not runs:
             raise IngestionError(f"no MLflow run for pipeline {config.name!r} in experiment "
                                  f"{config.experiment!r} at {tracking_uri()}")

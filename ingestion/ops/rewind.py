@@ -19,6 +19,7 @@ from ingestion.config import PipelineConfig
 from ingestion.delta import ledger
 from ingestion.delta.append import commit_metadata
 from ingestion.delta.ledger import BatchKind, BatchRecord
+from ingestion.delta.reads import spark_layout
 from ingestion.errors import IngestionError
 from ingestion.runtime import hadoop
 from ingestion.stream.lock import local_folder
@@ -44,6 +45,12 @@ def rewind(spark: SparkSession, config: PipelineConfig, *, to_version: int | Non
     version = to_version if to_version is not None else _version_at(times, to_timestamp)
     if version not in times:
         raise IngestionError(f"{config.table_path} has no version {version} (versions {min(times)}-{max(times)})")
+    layout = spark_layout(spark, config.table_path)
+    oldest = layout.oldest_restorable if layout is not None else None
+    if oldest is not None and version < oldest:
+        raise IngestionError(f"cannot rewind {config.name} to version {version}: its data files were vacuumed or "
+                             f"are older than the table's retention ({config.maintenance.vacuum_retention}); the "
+                             f"oldest version still restorable is {oldest}")
     kept = [r for r in records if r.version is not None and r.version <= version]
     marker = BatchRecord(pipeline=config.name, app_id="rewind", batch_id=version, kind=BatchKind.REWIND,
                          rows=0, schema_ids=(), ranges=ledger.coverage(kept))

@@ -38,6 +38,10 @@ class PipelineStatus:
     last_batch_at: str | None
     lag_records: int
     partitions: list[PartitionStatus]
+    files: int | None = None  # bronze's data files now
+    average_file_bytes: int | None = None
+    last_maintenance: str | None = None  # "optimize at version 12, <time>"
+    oldest_restorable: int | None = None  # the oldest version time travel and rewind still reach
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -66,17 +70,29 @@ def pipeline_status(source: Source, config: PipelineConfig, now: dt.datetime | N
                                           quarantined.get(p, 0)))
     stream = [r for r in records if r.kind == BatchKind.STREAM]
     last = stream[-1] if stream else None
+    maintained = [r for r in records if r.kind in ledger.MAINTENANCE]
+    layout = reader.layout(config.table_path)
     return PipelineStatus(
         config.name, config.topic, config.table_path, reader.version(config.table_path),
         last.batch_id if last else None,
         last.committed_at.isoformat() if last and last.committed_at else None,
         sum(p.lag_records for p in partitions), partitions,
+        layout.files if layout else None, layout.average_file_bytes if layout else None,
+        _maintenance_text(maintained[-1]) if maintained else None,
+        layout.oldest_restorable if layout else None,
     )
+
+
+def _maintenance_text(record: ledger.BatchRecord) -> str:
+    when = record.committed_at.isoformat(timespec="seconds") if record.committed_at else "-"
+    return f"{record.kind} at version {record.version}, {when}"
 
 
 def render(status: PipelineStatus) -> str:
     lines = [f"{status.pipeline}: topic {status.topic}, table version {status.table_version}, "
              f"last batch {status.last_batch_id} at {status.last_batch_at}, lag {status.lag_records} records",
+             f"  {status.files} files, average {(status.average_file_bytes or 0) / 1024:.1f} KiB; last maintenance: "
+             f"{status.last_maintenance or 'never'}; oldest restorable version {status.oldest_restorable}",
              f"  {'partition':>9} {'latest':>10} {'ingested':>10} {'lag':>8} {'lag s':>8} {'quarantined':>11}"]
     for p in status.partitions:
         seconds = "-" if p.lag_seconds is None else f"{p.lag_seconds:.1f}"

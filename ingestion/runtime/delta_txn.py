@@ -205,3 +205,10 @@ def _write_operation(jvm: Any, user_metadata: str) -> Any:
     append = java(jvm, "org.apache.spark.sql.SaveMode").Append
     return java(jvm, "org.apache.spark.sql.delta.DeltaOperations").Write(
         append, none, none, java(jvm, "scala.Some")(user_metadata), none, none, none, none, none)
+
+
+def write_latest_checkpoint(spark: SparkSession, path: str) -> int:
+    """Write a Delta log checkpoint of the table's latest version (the log listed again first); its version."""
+    snapshot = latest_snapshot(spark, path)
+    delta_log(spark, path).checkpoint(snapshot, _none(spark._jvm))
+    return int(snapshot.version())

@@ -59,6 +59,15 @@ def rename(spark: SparkSession, source: str, target: str) -> bool:
     return bool(fs.rename(path, java(spark._jvm, "org.apache.hadoop.fs.Path")(target)))
 
 
+def file_sizes(spark: SparkSession, locations: Iterable[str]) -> list[int]:
+    """The length in bytes of each file."""
+    out = []
+    for location in locations:
+        fs, path = _fs(spark, location)
+        out.append(int(fs.getFileStatus(path).getLen()))
+    return out
+
+
 def delete_files(spark: SparkSession, locations: Iterable[str]) -> None:
     for location in locations:
         fs, path = _fs(spark, location)

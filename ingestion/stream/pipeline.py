@@ -31,6 +31,7 @@ from ingestion.schema import registry
 from ingestion.stream import checkpoint, setup, source
 from ingestion.stream.batch import BatchResult
 from ingestion.stream.lock import WriterLock
+from ingestion.stream.maintenance import ScheduledMaintenance
 from ingestion.stream.metrics import RunMetrics
 from ingestion.stream.monitor import PipelineMonitor, Progress
 from ingestion.stream.writer import BronzeWriter
@@ -53,6 +54,7 @@ class RunningPipeline:
     lock: WriterLock | None = None
     stopped_on_request: bool = False
     writer: BronzeWriter | None = None
+    maintenance: ScheduledMaintenance | None = None
 
     def stop_between_batches(self, timeout: float = 600.0) -> None:
         """Let the batch being written finish, make the next one end the query before it writes anything, and
@@ -164,12 +166,15 @@ def _start(spark: SparkSession, config: PipelineConfig, *, available_now: bool,
         log_checkpoints = BackgroundCheckpoints.for_table(spark, config.table_path, name=config.name)
         if log_checkpoints is not None and not available_now:
             log_checkpoints.warm_up()  # the JVM's first checkpoint is slow: at start, not beside the steady stream
+        scheduled = ScheduledMaintenance.for_pipeline(spark, config, metrics)
 
         def on_batch(result: BatchResult) -> None:
             batches.append(result)
             monitor.on_batch(result)
             if log_checkpoints is not None and result.committed and result.version is not None:
                 log_checkpoints.committed(result.version)
+            if scheduled is not None and result.committed:
+                scheduled.committed(result.batch_id)
 
         writer = BronzeWriter(config=config, app_id=app_id, resolver=schemas, on_batch=on_batch)
         writer.jvm_path(spark)  # decide (and log) how records are decoded; value.decoder jvm fails here if it cannot
@@ -183,7 +188,8 @@ def _start(spark: SparkSession, config: PipelineConfig, *, available_now: bool,
         if metrics is not None:
             metrics.finish("FAILED")
         raise
-    return RunningPipeline(config, query, app_id, metrics, monitor, batches, log_checkpoints, writer=writer)
+    return RunningPipeline(config, query, app_id, metrics, monitor, batches, log_checkpoints, writer=writer,
+                           maintenance=scheduled)
 
 
 def run(spark: SparkSession, config: PipelineConfig, *, available_now: bool = False) -> RunningPipeline:
@@ -280,6 +286,8 @@ def stop(spark: SparkSession, running: RunningPipeline, status: str = "FINISHED"
         running.query.stop()
     if running.log_checkpoints is not None:
         running.log_checkpoints.close()
+    if running.maintenance is not None:
+        running.maintenance.close()
     wait_for_listener_events(spark)
     running.monitor.drain()
     spark.streams.removeListener(running.monitor)

@@ -129,6 +129,23 @@ def test_status_verify_and_quarantine_answer_alike_from_delta_rs_and_spark(
     assert clean.to_json() == verify.audit(spark_reader, config).to_json()
     assert clean.partitions[2].explained["not in Kafka (transaction marker, aborted or compacted)"]  # the abort
 
+    # After maintenance (an OPTIMIZE and a VACUUM, commits with no offsets of their own), both readers still give
+    # the same history, status (files, average size, last maintenance, oldest restorable version) and audit.
+    from ingestion.ops.maintain import maintain
+
+    maintain(spark, config, with_metrics=False)
+    rs_reader = DeltaRsReader()
+    assert [r.kind for r in history.history(rs_reader, config)][-3:] == ["optimize", "vacuum", "vacuum"]
+    assert history.history(rs_reader, config) == history.history(spark_reader, config)
+    assert rs_reader.layout(config.table_path) == spark_reader.layout(config.table_path)
+    assert rs_reader.layout(config.quarantine_path) == spark_reader.layout(config.quarantine_path)
+    now = dt.datetime.now(dt.UTC)
+    maintained = status.pipeline_status(rs_reader, config, now)
+    assert maintained == status.pipeline_status(spark_reader, config, now)
+    assert maintained.files == 1 and maintained.last_maintenance.startswith("vacuum at version")
+    assert maintained.oldest_restorable == 0
+    assert verify.audit(rs_reader, config).to_json() == verify.audit(spark_reader, config).to_json()
+
     # A duplicated row and a lost one: both readers name the same offsets.
     rows = spark.read.format("delta").load(config.table_path).where("_kafka_partition = 1").orderBy(
         "_kafka_offset").collect()

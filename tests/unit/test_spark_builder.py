@@ -69,5 +69,5 @@ def test_run_all_declares_a_pool_per_pipeline_ahead_of_background_checkpoints() 
     options = spark.builder("t", "local[2]", pools=["pipeline-a", "pipeline-b"])._options
     pools = {p.get("name"): int(p.findtext("minShare") or 0)
              for p in ET.parse(options["spark.scheduler.allocation.file"]).getroot()}
-    assert pools == {"default": 1000, "delta-checkpoints": 0, "pipeline-a": 1000, "pipeline-b": 1000}
+    assert pools == {"default": 1000, "delta-checkpoints": 0, "maintenance": 0, "pipeline-a": 1000, "pipeline-b": 1000}
     assert spark.builder("t", "local[2]")._options["spark.scheduler.allocation.file"] == str(spark.FAIR_POOLS)
