@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ingestion.ops.rewind import rewind
     from ingestion.ops.status import pipeline_status
     from ingestion.ops.verify import audit as verify
-    from ingestion.runtime.session import get_session
+    from ingestion.runtime.session import get_catalog_session as get_session
     from ingestion.stream.pipeline import run as run_pipeline
     from ingestion.stream.pipeline import run_all as run_pipelines
     from ingestion.stream.pipeline import start as start_pipeline
@@ -45,7 +45,7 @@ __all__ = [
 # name -> (module, attribute), imported on first use
 _LAZY = {
     "BatchRecord": ("ingestion.delta.ledger", "BatchRecord"),
-    "get_session": ("ingestion.runtime.session", "get_session"),
+    "get_session": ("ingestion.runtime.session", "get_catalog_session"),
     "history": ("ingestion.ops.history", "history"),
     "onboard": ("ingestion.ops.onboard", "onboard"),
     "pipeline_status": ("ingestion.ops.status", "pipeline_status"),

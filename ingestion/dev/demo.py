@@ -41,7 +41,7 @@ def run_demo(*, records: int = 10_000, partitions: int = 3, keep_broker: bool = 
                        schema=subject.latest, first_seq=first)
         log.info("produced %d sample orders to %s (schema id %d)", records, config.topic, schema_id)
         metrics.open_store_early()  # while the JVM boots
-        spark = get_session("ingest-demo")
+        spark = get_session("ingest-demo", conf=config.spark, catalog=config.catalog_names is not None)
         running = pipeline.run(spark, config, available_now=True)
         _summary(spark, config, running.metrics.run_id if running.metrics else None, time.monotonic() - started)
         spark.stop()

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from ingestion import kafka
 from ingestion.config import PipelineConfig, duration_seconds
 from ingestion.decode.resolver import SchemaResolver
-from ingestion.delta import reads
+from ingestion.delta import catalog, reads
 from ingestion.errors import IngestionError, TopicNotFoundError
 from ingestion.paths import schemas_dir
 from ingestion.schema.registry import FolderSource, registry_client, registry_failure, source_for
@@ -57,6 +57,14 @@ def onboard(spark: SparkSession, config: PipelineConfig, *, dry_run: bool = Fals
         else:
             setup.ensure_tables(spark, config, schemas.spec)
             report.say(f"  created{extras}", change=True)
+    for name, path in catalog.pipeline_names(config):
+        if catalog.check(spark, name, path, config.file).state == "exists":
+            report.say(f"catalog table {name}: registered for {path}, left as it is")
+        elif dry_run:
+            report.say(f"catalog table {name}: would be registered for {path}", change=True)
+        else:
+            catalog.register(spark, name, path, config.file)
+            report.say(f"catalog table {name}: registered for {path}", change=True)
     if not report.changes:
         report.say("everything is in place: nothing to change")
     elif dry_run:
