@@ -10,6 +10,9 @@ command. Everything else in the package is internal and may change between versi
     run_pipeline(spark, config, available_now=True)  # drain what Kafka holds now, exactly once
     assert verify(spark, config).ok
 
+`get_session()` opens the persistent catalog (tables by name, `spark.table("bronze.orders")`; docs/catalog.md);
+`get_session(catalog=False)` keeps Spark's in-memory one.
+
 Imports are lazy: `import ingestion` starts no JVM and loads no Spark module.
 """
 

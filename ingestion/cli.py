@@ -460,9 +460,12 @@ def _sql_server(args: argparse.Namespace) -> int:
 
     server = sql_server.SqlServer(Path(args.home)) if args.home else sql_server.SqlServer.default()
     if args.action == "serve":
-        from ingestion.config import list_pipelines, load_pipeline
+        from ingestion.config import load_all
 
-        sql_server.serve([load_pipeline(p) for p in list_pipelines()], args.port or sql_server.DEFAULT_PORT)
+        configs, errors = load_all()
+        for error in errors:  # a bad file costs its pipeline's names, not the server
+            log.warning("not serving: %s", error)
+        sql_server.serve(configs, args.port or sql_server.DEFAULT_PORT)
         return 0
     if args.action == "stop":
         pid = server.stop()

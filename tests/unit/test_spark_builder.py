@@ -48,3 +48,37 @@ def test_a_local_jvm_gets_a_small_heap_and_the_serial_collector_unless_the_pipel
     assert driver("local[2]", {"spark.driver.extraJavaOptions": "-XX:+UseG1GC -Xms1g"}).endswith(" -XX:+UseG1GC -Xms1g")
     assert driver("local[2]", {"spark.driver.extraJavaOptions": "-Xms1g"}).endswith(" -XX:+UseSerialGC -Xms1g")
     assert "GC" not in driver("spark://127.0.0.1:7077")  # a cluster's driver: the JVM's own choice
+
+
+def test_a_catalog_session_uses_the_metastore_its_settings_name_and_starts_no_local_server() -> None:
+    external = {"spark.hadoop.hive.metastore.uris": "thrift://127.0.0.1:9083"}
+    options = spark.builder("t", "local[2]", conf=external, catalog=True)._options
+    assert options["spark.sql.catalogImplementation"] == "hive"
+    assert options["spark.hadoop.hive.metastore.uris"] == "thrift://127.0.0.1:9083"
+    assert "spark.hadoop.javax.jdo.option.ConnectionURL" not in options
+    assert "derbyclient" not in options["spark.driver.extraClassPath"]
+    off = spark.builder("t", "local[2]", conf={"spark.sql.catalogImplementation": "in-memory"}, catalog=True)._options
+    assert off["spark.sql.catalogImplementation"] == "in-memory"
+    assert "spark.sql.catalogImplementation" not in spark.builder("t", "local[2]")._options
+
+
+def test_a_background_server_is_stopped_by_its_pid_only_while_the_pid_is_still_that_server(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from ingestion.processes import PidFile, alive
+
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"--home={tmp_path}"])
+    try:
+        assert PidFile(tmp_path / "x.pid", marker=f"--home={tmp_path}").pid() is None  # no pid file yet
+        PidFile(tmp_path / "x.pid", marker="--home=/elsewhere").write(process.pid)
+        assert PidFile(tmp_path / "x.pid", marker="--home=/elsewhere").stop() is None  # a pid reused by another
+        assert alive(process.pid)
+        ours = PidFile(tmp_path / "x.pid", marker=f"--home={tmp_path}")
+        ours.write(process.pid)
+        assert ours.pid() == process.pid
+        assert ours.stop(timeout=10) == process.pid
+        process.wait(10)
+        assert not (tmp_path / "x.pid").exists()
+    finally:
+        process.kill()
