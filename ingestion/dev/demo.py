@@ -68,4 +68,8 @@ def _summary(spark: SparkSession, config: PipelineConfig, run_id: str | None, se
     for partition, (_, end) in sorted(ends.items()):
         print(f"{partition:>10} {end:>11} {ingested.get(str(partition), 0):>15}")
     print(f"total          {sum(e for _, e in ends.values())} records in Kafka, {rows} rows in bronze")
-    print(f"read it with   spark.read.format('delta').load('{Path(path)}')")
+    if config.catalog_names:
+        print(f"read it with   spark.table('{config.catalog_names[0]}')  or  ingest sql \"SELECT count(*) FROM "
+              f"{config.catalog_names[0]}\"  (catalog: docs/catalog.md)")
+    else:
+        print(f"read it with   spark.read.format('delta').load('{Path(path)}')")

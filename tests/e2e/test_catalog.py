@@ -1,6 +1,7 @@
 """Tables by name: two pipelines with `sink.catalogTable` onboarded and run as a user runs them; then, in new
-processes, `spark.table("bronze.orders")`, `ingest sql ... VERSION AS OF 1` and a Thrift client of
-`ingest sql-server` (PyHive) all find them in the persistent catalog, while the SQL server holds it too."""
+processes at the same time, `spark.table("bronze.orders")`, `ingest sql ... VERSION AS OF 1` and the SQL server
+of `ingest sql-server` starting, all on the one persistent catalog; a Thrift client (PyHive) of the server gets
+Spark's counts, and the server stops by its pid."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +38,19 @@ def _config(folder: Path, name: str, topic: str, servers: str) -> dict[str, Any]
                      "catalogTable": f"bronze.{name}"}}
 
 
+@dataclass(frozen=True)
+class Lakehouse:
+    folder: Path
+    env: dict[str, str]
+    server: subprocess.Popen[str]  # `ingest sql-server --port <port>`, started after the run: it returns once up
+    port: int
+
+
 @pytest.fixture(scope="module")
-def lakehouse(kafka_servers: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+def lakehouse(kafka_servers: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lakehouse]:
     """A working folder with two onboarded and ingested pipelines, its own state folder (metastore included) and
-    the environment of the commands run there; the metastore's server is stopped by its pid afterwards."""
+    the environment of the commands run there, with the SQL server starting; the servers are stopped by their
+    pids afterwards."""
     folder = tmp_path_factory.mktemp("catalog")
     env = {**os.environ, "INGEST_HOME": str(folder / ".ingest")}
     (folder / "conf" / "pipelines").mkdir(parents=True)
@@ -55,7 +66,13 @@ def lakehouse(kafka_servers: str, tmp_path_factory: pytest.TempPathFactory) -> I
         assert "catalog table bronze.orders: registered for" in onboarded.stdout
         assert "catalog table bronze.payments_quarantine: registered for" in onboarded.stdout
         _ingest(folder, env, "run", "--all", "--available-now")
-        yield folder, env
+        port = free_port()
+        server = subprocess.Popen([INGEST, "sql-server", "--port", str(port)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, cwd=folder, env=env)
+        try:
+            yield Lakehouse(folder, env, server, port)
+        finally:
+            server.communicate(timeout=600)
     finally:
         _ingest(folder, env, "sql-server", "stop", check=False)
         _ingest(folder, env, "metastore", "stop", check=False)
@@ -92,12 +109,18 @@ print(json.dumps(out))
 """
 
 
-def test_a_new_process_finds_the_tables_by_name(lakehouse: tuple[Path, dict[str, str]]) -> None:
-    folder, env = lakehouse
-    done = subprocess.run([sys.executable, "-c", NEW_SESSION], capture_output=True, text=True, cwd=folder, env=env,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+def test_a_new_process_and_ingest_sql_find_the_tables_by_name_while_the_sql_server_starts(
+        lakehouse: Lakehouse) -> None:
+    folder, env = lakehouse.folder, lakehouse.env
+    session = subprocess.Popen([sys.executable, "-c", NEW_SESSION], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, cwd=folder, env=env)
+    query = ("SELECT count(*) AS n, count(DISTINCT _kafka_offset, _kafka_partition) AS d "
+             "FROM bronze.orders VERSION AS OF 1")
+    sql = subprocess.Popen([INGEST, "sql", query, "--output", str(folder / "v1.csv")], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, cwd=folder, env=env)
+    out, err = session.communicate(timeout=600)
+    assert session.returncode == 0, err
+    found = json.loads(out.strip().splitlines()[-1])
     assert (found["orders"], found["payments"], found["quarantine"]) == (120, 45, 0)
     assert "ingest pipeline 'orders'" in found["comment"]
     assert found["properties"]["delta.dataSkippingStatsColumns"].startswith("_kafka_topic,_kafka_partition")
@@ -105,26 +128,24 @@ def test_a_new_process_finds_the_tables_by_name(lakehouse: tuple[Path, dict[str,
     assert found["clash"].startswith("catalog table 'bronze.orders' is taken by the table at ")
     assert str(folder / "tables" / "orders") in found["clash"] and "/somewhere/else" in found["clash"]
 
+    out, err = sql.communicate(timeout=600)
+    assert sql.returncode == 0, err
+    first = _rows(folder / "tables" / "orders", version=1)
+    assert 0 < first < 120
+    assert (folder / "v1.csv").read_text().split() == ["n,d", f"{first},{first}"]
 
-def test_ingest_sql_and_the_sql_server_answer_by_name_and_the_server_stops_by_its_pid(
-        lakehouse: tuple[Path, dict[str, str]]) -> None:
+
+def test_the_sql_server_answers_a_thrift_client_as_spark_does_and_stops_by_its_pid(lakehouse: Lakehouse) -> None:
     from pyhive import hive
 
-    folder, env = lakehouse
-    port = free_port()
-    started = _ingest(folder, env, "sql-server", "--port", str(port))
-    line = started.stdout.strip().splitlines()[-1]
+    folder, env, port = lakehouse.folder, lakehouse.env, lakehouse.port
+    out, err = lakehouse.server.communicate(timeout=600)
+    assert lakehouse.server.returncode == 0, err
+    line = out.strip().splitlines()[-1]
     assert f"jdbc:hive2://127.0.0.1:{port}/default" in line
     pid = int(line.split("pid ")[1].split(",")[0])
     status = _ingest(folder, env, "sql-server", "status")
     assert f"pid {pid}" in status.stdout
-
-    # While the server holds the catalog, `ingest sql` (another JVM) uses it too.
-    first = _rows(folder / "tables" / "orders", version=1)
-    assert 0 < first < 120
-    _ingest(folder, env, "sql", "SELECT count(*) AS n, count(DISTINCT _kafka_offset, _kafka_partition) AS d "
-            "FROM bronze.orders VERSION AS OF 1", "--output", str(folder / "v1.csv"))
-    assert (folder / "v1.csv").read_text().split() == ["n,d", f"{first},{first}"]
 
     connection = hive.connect(host="127.0.0.1", port=port, username="analyst", auth="NONE")
     try:
@@ -132,7 +153,7 @@ def test_ingest_sql_and_the_sql_server_answer_by_name_and_the_server_stops_by_it
         cursor.execute("SELECT count(*) FROM bronze.orders")
         assert cursor.fetchall() == [(120,)]
         cursor.execute("SELECT count(*) FROM bronze.orders VERSION AS OF 1")
-        assert cursor.fetchall() == [(first,)]
+        assert cursor.fetchall() == [(_rows(folder / "tables" / "orders", version=1),)]
         cursor.execute("SELECT _kafka_partition, count(*) FROM bronze.payments GROUP BY 1 ORDER BY 1")
         by_partition = cursor.fetchall()
         assert sum(n for _, n in by_partition) == 45 and [p for p, _ in by_partition] == [0, 1, 2]
