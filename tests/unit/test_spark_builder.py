@@ -68,7 +68,14 @@ def test_a_background_server_is_stopped_by_its_pid_only_while_the_pid_is_still_t
 
     from ingestion.processes import PidFile, alive
 
+    import time
+    from pathlib import Path
+
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"--home={tmp_path}"])
+    cmdline = Path(f"/proc/{process.pid}/cmdline")
+    deadline = time.monotonic() + 30
+    while str(tmp_path).encode() not in cmdline.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.05)  # between fork and exec the child still has the parent's command line
     try:
         assert PidFile(tmp_path / "x.pid", marker=f"--home={tmp_path}").pid() is None  # no pid file yet
         PidFile(tmp_path / "x.pid", marker="--home=/elsewhere").write(process.pid)
