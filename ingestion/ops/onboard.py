@@ -46,6 +46,9 @@ def onboard(spark: SparkSession, config: PipelineConfig, *, dry_run: bool = Fals
     reader_id = next(i for i, text in versions.items() if text == schemas.spec.reader_schema)
     report.say(f"subject {config.value.subject!r} at {where}: schema ids {sorted(versions)}; the table follows id "
                f"{reader_id}")
+    # Before the tables are created, which registers them too (setup.ensure_tables).
+    named = [(name, path, catalog.check(spark, name, path, config.file).state)
+             for name, path in catalog.pipeline_names(config)]
     for plan in setup.plans(spark, config, schemas.spec):
         report.say(f"table {plan.path}:\n" + _indent(plan.schema.treeString()))
         extras = (f" partitioned by {list(plan.partition_by)}" if plan.partition_by else "") + (
@@ -57,8 +60,8 @@ def onboard(spark: SparkSession, config: PipelineConfig, *, dry_run: bool = Fals
         else:
             setup.ensure_tables(spark, config, schemas.spec)
             report.say(f"  created{extras}", change=True)
-    for name, path in catalog.pipeline_names(config):
-        if catalog.check(spark, name, path, config.file).state == "exists":
+    for name, path, state in named:
+        if state == "exists":
             report.say(f"catalog table {name}: registered for {path}, left as it is")
         elif dry_run:
             report.say(f"catalog table {name}: would be registered for {path}", change=True)

@@ -37,6 +37,8 @@ def plans(spark: SparkSession, config: PipelineConfig, spec: DecodeSpec) -> list
 def ensure_tables(spark: SparkSession, config: PipelineConfig, spec: DecodeSpec) -> list[TablePlan]:
     """Create the tables that do not exist yet, and register them under `sink.catalogTable` when they are not;
     the plans (with `exists` as it was before)."""
+    for name, path in catalog.pipeline_names(config):  # a name taken elsewhere stops it before anything is made
+        catalog.check(spark, name, path, config.file)
     found = tables.ensure_tables(spark, config, *bronze.table_schemas(spark, spec))
     for done in catalog.register_pipeline(spark, config):
         if done.state == "registered":

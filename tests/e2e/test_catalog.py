@@ -63,8 +63,8 @@ def lakehouse(kafka_servers: str, tmp_path_factory: pytest.TempPathFactory) -> I
                                                                                        kafka_servers)))
     try:
         onboarded = _ingest(folder, env, "onboard", "--all")
-        assert "catalog table bronze.orders: registered for" in onboarded.stdout
-        assert "catalog table bronze.payments_quarantine: registered for" in onboarded.stdout
+        for name in ("orders", "orders_quarantine", "payments", "payments_quarantine"):
+            assert f"catalog table bronze.{name}: registered for {folder / 'tables' / name}\n" in onboarded.stdout
         _ingest(folder, env, "run", "--all", "--available-now")
         port = free_port()
         server = subprocess.Popen([INGEST, "sql-server", "--port", str(port)], stdout=subprocess.PIPE,

@@ -65,11 +65,10 @@ def test_a_catalog_session_uses_the_metastore_its_settings_name_and_starts_no_lo
 def test_a_background_server_is_stopped_by_its_pid_only_while_the_pid_is_still_that_server(tmp_path) -> None:
     import subprocess
     import sys
-
-    from ingestion.processes import PidFile, alive
-
     import time
     from pathlib import Path
+
+    from ingestion.processes import PidFile, alive
 
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"--home={tmp_path}"])
     cmdline = Path(f"/proc/{process.pid}/cmdline")
