@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: setup demo test test-unit lint bench clean kafka-stop
+.PHONY: setup demo test test-unit lint bench clean kafka-stop servers-stop
 
 setup: $(STAMP) .ingest/jars/.ready
 
@@ -41,5 +41,10 @@ bench: setup
 kafka-stop:
 	-$(BIN)/ingest kafka stop
 
-clean: kafka-stop
+# The SQL server and the local catalog's Derby server, by their pids (docs/catalog.md).
+servers-stop:
+	-$(BIN)/ingest sql-server stop
+	-$(BIN)/ingest metastore stop
+
+clean: kafka-stop servers-stop
 	rm -rf .ingest spark-warehouse

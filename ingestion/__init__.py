@@ -10,6 +10,9 @@ command. Everything else in the package is internal and may change between versi
     run_pipeline(spark, config, available_now=True)  # drain what Kafka holds now, exactly once
     assert verify(spark, config).ok
 
+`get_session()` opens the persistent catalog (tables by name, `spark.table("bronze.orders")`; docs/catalog.md);
+`get_session(catalog=False)` keeps Spark's in-memory one.
+
 Imports are lazy: `import ingestion` starts no JVM and loads no Spark module.
 """
 
@@ -29,7 +32,7 @@ if TYPE_CHECKING:
     from ingestion.ops.rewind import rewind
     from ingestion.ops.status import pipeline_status
     from ingestion.ops.verify import audit as verify
-    from ingestion.runtime.session import get_session
+    from ingestion.runtime.session import get_catalog_session as get_session
     from ingestion.stream.pipeline import run as run_pipeline
     from ingestion.stream.pipeline import run_all as run_pipelines
     from ingestion.stream.pipeline import start as start_pipeline
@@ -45,7 +48,7 @@ __all__ = [
 # name -> (module, attribute), imported on first use
 _LAZY = {
     "BatchRecord": ("ingestion.delta.ledger", "BatchRecord"),
-    "get_session": ("ingestion.runtime.session", "get_session"),
+    "get_session": ("ingestion.runtime.session", "get_catalog_session"),
     "history": ("ingestion.ops.history", "history"),
     "onboard": ("ingestion.ops.onboard", "onboard"),
     "pipeline_status": ("ingestion.ops.status", "pipeline_status"),

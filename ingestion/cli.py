@@ -158,6 +158,21 @@ def _parser() -> argparse.ArgumentParser:
     sql.add_argument("--limit", type=int, default=100, help="rows to print (default 100)")
     sql.set_defaults(func=_sql)
 
+    server = commands.add_parser("sql-server", help="Spark's Thrift JDBC/ODBC server on 127.0.0.1 over the catalog "
+                                 "(beeline, PyHive, JDBC/ODBC clients); start (default), stop or status")
+    server.add_argument("action", nargs="?", choices=("start", "stop", "status", "serve"), default="start",
+                        help="start it in the background (default), stop it by its pid, show it, or serve in the "
+                             "foreground")
+    server.add_argument("--port", type=int, help="port (default: the previous one, else 10000 when free, else a "
+                        "free one)")
+    server.add_argument("--home", help=argparse.SUPPRESS)
+    server.set_defaults(func=_sql_server)
+
+    meta = commands.add_parser("metastore", help="the local persistent catalog's Derby server (127.0.0.1); it "
+                               "starts by itself when a session needs it")
+    meta.add_argument("action", choices=("start", "stop", "status"))
+    meta.set_defaults(func=_metastore)
+
     replay = commands.add_parser("replay", help="read a Kafka range again and write only the records neither "
                                  "bronze nor quarantine holds (fills gaps; a no-op over ingested ranges)")
     replay.add_argument("pipeline")
@@ -374,13 +389,18 @@ def _read_only(args: argparse.Namespace, answer: Callable[[Any], Any], config: P
     return without_jvm(answer, session, config.storage_options())
 
 
-def _session(app_name: str, configs: Sequence[PipelineConfig], pools: Sequence[str] = ()) -> SparkSession:
-    """The Spark session of a command over these pipelines: their `spark:` settings, and the jars their tables'
-    and checkpoints' stores need."""
+def _session(app_name: str, configs: Sequence[PipelineConfig], pools: Sequence[str] = (),
+             catalog: bool | None = None) -> SparkSession:
+    """The Spark session of a command over these pipelines: their `spark:` settings, the jars their tables'
+    and checkpoints' stores need, the persistent catalog when one of them names its tables
+    (`sink.catalogTable`) or `catalog` says so, and the FAIR `pools` to declare."""
     from ingestion.runtime.session import get_session
 
+    if catalog is None:
+        catalog = any(c.catalog_names is not None for c in configs)
     return get_session(app_name, conf={k: v for c in configs for k, v in c.spark.items()},
-                       locations=[location for c in configs for location in c.locations], pools=pools)
+                       locations=[location for c in configs for location in c.locations], pools=pools,
+                       catalog=catalog)
 
 
 def _pipeline_session(name: str) -> tuple[PipelineConfig, SparkSession]:
@@ -448,7 +468,7 @@ def _sql(args: argparse.Namespace) -> int:
     from ingestion.ops import catalog
 
     configs = [load_pipeline(p) for p in list_pipelines()]
-    spark = _session("ingest-sql", configs)
+    spark = _session("ingest-sql", configs, catalog=True)
     tables = catalog.register(spark, configs)
     log.debug("tables: %s", tables)
     try:
@@ -492,6 +512,54 @@ def _maintain(args: argparse.Namespace) -> int:
         report = maintain(spark, config, optimize=both or args.optimize, vacuum=both or args.vacuum,
                           dry_run=args.dry_run)
         print("\n".join(report.lines))
+    return 0
+
+
+def _sql_server(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ingestion.ops import sql_server
+
+    server = sql_server.SqlServer(Path(args.home)) if args.home else sql_server.SqlServer.default()
+    if args.action == "serve":
+        from ingestion.config import load_all
+
+        configs, errors = load_all()
+        for error in errors:  # a bad file costs its pipeline's names, not the server
+            log.warning("not serving: %s", error)
+        sql_server.serve(configs, args.port or sql_server.DEFAULT_PORT)
+        return 0
+    if args.action == "stop":
+        pid = server.stop()
+        print(f"stopped (pid {pid})" if pid else "not running")
+        return 0
+    if args.action == "status":
+        found = server.running()
+        if found is None:
+            print(f"not running (folder {server.home})")
+            return 1
+        print(f"running: pid {found[0]}, jdbc:hive2://127.0.0.1:{found[1]}/default, log {server.log_file}")
+        return 0
+    pid, port = server.start(port=args.port)
+    print(f"running: pid {pid}, jdbc:hive2://127.0.0.1:{port}/default (stop: ingest sql-server stop)")
+    return 0
+
+
+def _metastore(args: argparse.Namespace) -> int:
+    from ingestion.runtime import metastore
+
+    if args.action == "start":
+        port = metastore.start()
+        print(f"running: jdbc:derby://127.0.0.1:{port}/metastore_db, folder {metastore.home()}")
+    elif args.action == "stop":
+        pid = metastore.stop()
+        print(f"stopped (pid {pid})" if pid else "not running")
+    else:
+        found = metastore.running()
+        if found is None:
+            print(f"not running (folder {metastore.home()})")
+            return 1
+        print(f"running: pid {found[0]}, jdbc:derby://127.0.0.1:{found[1]}/metastore_db, folder {metastore.home()}")
     return 0
 
 

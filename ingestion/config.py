@@ -83,6 +83,10 @@ class SinkOptions:
     # A new schema version that widens a column (int -> long, float -> double) widens bronze's column with Delta's
     # type widening (table feature typeWidening) and the stream goes on; false: such records are quarantined.
     type_widening: bool = field(default=True, metadata=_key("typeWidening"))
+    # The tables' names in Spark's catalog (`db.table`; docs/catalog.md): bronze, and quarantine (by default the
+    # same name with `_quarantine`). Empty: the tables are known by path only.
+    catalog_table: str = field(default="", metadata=_key("catalogTable"))
+    quarantine_catalog_table: str = field(default="", metadata=_key("quarantineCatalogTable"))
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,13 @@ class PipelineConfig:
     @property
     def quarantine_path(self) -> str:
         return self.sink.quarantine_table or self._under_root("tables", f"{self.name}_quarantine")
+
+    @property
+    def catalog_names(self) -> tuple[str, str] | None:
+        """Bronze's and quarantine's names in Spark's catalog, or None when the pipeline registers none."""
+        if not self.sink.catalog_table:
+            return None
+        return self.sink.catalog_table, self.sink.quarantine_catalog_table or f"{self.sink.catalog_table}_quarantine"
 
     @property
     def checkpoint_path(self) -> str:
@@ -293,9 +304,11 @@ def load_all(paths: list[Path] | None = None) -> tuple[list[PipelineConfig], lis
             errors.append(exc)
     clashing: set[Path] = set()
     for what, key in (("name", lambda c: c.name), ("table", lambda c: c.table_path),
-                      ("checkpoint", lambda c: c.checkpoint_path)):
+                      ("checkpoint", lambda c: c.checkpoint_path), ("catalog table", lambda c: c.sink.catalog_table)):
         seen: dict[str, PipelineConfig] = {}
         for config in configs:
+            if not key(config):
+                continue
             other = seen.setdefault(key(config), config)
             if other is not config:
                 errors.append(ConfigError(f"{config.file}: pipeline {config.name!r} has the same {what} "
@@ -337,6 +350,14 @@ def _check(config: PipelineConfig, raw_source: set[str]) -> None:
     if config.value.registry and "url" not in config.value.registry:
         shown = config.redacted()["value"]["registry"]
         raise ConfigError(f"{config.file}: key 'value.registry' needs 'url', got {shown!r}")
+    for key, name in (("sink.catalogTable", config.sink.catalog_table),
+                      ("sink.quarantineCatalogTable", config.sink.quarantine_catalog_table)):
+        if name and not _CATALOG_NAME.fullmatch(name):
+            raise ConfigError(f"{config.file}: key {key!r} must be a table name like bronze.orders (letters, digits "
+                              f"and '_', at most one '.' before the table), got {name!r}")
+    if config.sink.quarantine_catalog_table and not config.sink.catalog_table:
+        raise ConfigError(f"{config.file}: key 'sink.quarantineCatalogTable' needs sink.catalogTable, got "
+                          f"{config.sink.quarantine_catalog_table!r}")
     topic = config.topic_settings
     if topic.partitions <= 0 or topic.replication_factor <= 0:
         raise ConfigError(f"{config.file}: key 'topicSettings' needs positive partitions and replicationFactor, "
@@ -397,6 +418,7 @@ _DURATION = re.compile(r"(?:interval\s+)?(\d+(?:\.\d+)?)\s*"
                        r"(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?)", re.IGNORECASE)
 _SIZE = re.compile(r"\d+\s*(b|[kmgt]b?)?", re.IGNORECASE)
 _ISOLATION = ("read_committed", "read_uncommitted")
+_CATALOG_NAME = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*")
 
 
 def duration_seconds(text: str) -> float | None:

@@ -44,3 +44,7 @@ class KafkaAccessError(IngestionError):
 
 class TopicNotFoundError(IngestionError):
     """The pipeline's topic does not exist (Kafka said so; a topic the client may not see is a KafkaAccessError)."""
+
+
+class CatalogError(IngestionError):
+    """A catalog name cannot be registered: it is taken by a table at another location (both are named)."""

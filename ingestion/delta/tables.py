@@ -14,7 +14,7 @@ from pyspark.sql import types as T
 from ingestion import retention
 from ingestion.columns import METADATA_COLUMNS
 from ingestion.config import PipelineConfig, check_retention
-from ingestion.delta import log_checkpoints
+from ingestion.delta import catalog, log_checkpoints
 from ingestion.errors import ConfigError
 from ingestion.runtime.delta_txn import is_table, table_property
 
@@ -49,6 +49,7 @@ class TablePlan:
     partition_by: tuple[str, ...]
     properties: dict[str, str]
     exists: bool
+    comment: str = ""
 
 
 def plans(spark: SparkSession, config: PipelineConfig, bronze_schema: T.StructType,
@@ -66,8 +67,9 @@ def plans(spark: SparkSession, config: PipelineConfig, bronze_schema: T.StructTy
         bronze_props[STATS_PROPERTY] = ",".join(stats_columns(bronze_schema, config.sink.partition_by))
     found = [
         TablePlan(config.table_path, bronze_schema, config.sink.partition_by, bronze_props,
-                  is_table(spark, config.table_path)),
-        TablePlan(config.quarantine_path, quarantine_schema, (), props, is_table(spark, config.quarantine_path)),
+                  is_table(spark, config.table_path), catalog.comment(config, quarantine=False)),
+        TablePlan(config.quarantine_path, quarantine_schema, (), props, is_table(spark, config.quarantine_path),
+                  catalog.comment(config, quarantine=True)),
     ]
     for plan in found:
         if plan.exists:
@@ -102,6 +104,8 @@ def ensure_tables(spark: SparkSession, config: PipelineConfig, bronze_schema: T.
         if plan.exists:
             continue
         builder = DeltaTable.createIfNotExists(spark).location(plan.path).addColumns(plan.schema)
+        if plan.comment:
+            builder = builder.comment(plan.comment)
         if plan.partition_by:
             builder = builder.partitionedBy(*plan.partition_by)
         for key, value in plan.properties.items():

@@ -41,7 +41,7 @@ def run_demo(*, records: int = 10_000, partitions: int = 3, keep_broker: bool = 
                        schema=subject.latest, first_seq=first)
         log.info("produced %d sample orders to %s (schema id %d)", records, config.topic, schema_id)
         metrics.open_store_early()  # while the JVM boots
-        spark = get_session("ingest-demo")
+        spark = get_session("ingest-demo", conf=config.spark, catalog=config.catalog_names is not None)
         running = pipeline.run(spark, config, available_now=True)
         _summary(spark, config, running.metrics.run_id if running.metrics else None, time.monotonic() - started)
         spark.stop()
@@ -68,4 +68,8 @@ def _summary(spark: SparkSession, config: PipelineConfig, run_id: str | None, se
     for partition, (_, end) in sorted(ends.items()):
         print(f"{partition:>10} {end:>11} {ingested.get(str(partition), 0):>15}")
     print(f"total          {sum(e for _, e in ends.values())} records in Kafka, {rows} rows in bronze")
-    print(f"read it with   spark.read.format('delta').load('{Path(path)}')")
+    if config.catalog_names:
+        print(f"read it with   spark.table('{config.catalog_names[0]}')  or  ingest sql \"SELECT count(*) FROM "
+              f"{config.catalog_names[0]}\"  (catalog: docs/catalog.md)")
+    else:
+        print(f"read it with   spark.read.format('delta').load('{Path(path)}')")

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from ingestion import kafka
 from ingestion.config import PipelineConfig, duration_seconds
 from ingestion.decode.resolver import SchemaResolver
-from ingestion.delta import reads
+from ingestion.delta import catalog, reads
 from ingestion.errors import IngestionError, TopicNotFoundError
 from ingestion.paths import schemas_dir
 from ingestion.schema.registry import FolderSource, registry_client, registry_failure, source_for
@@ -46,6 +46,9 @@ def onboard(spark: SparkSession, config: PipelineConfig, *, dry_run: bool = Fals
     reader_id = next(i for i, text in versions.items() if text == schemas.spec.reader_schema)
     report.say(f"subject {config.value.subject!r} at {where}: schema ids {sorted(versions)}; the table follows id "
                f"{reader_id}")
+    # Before the tables are created, which registers them too (setup.ensure_tables).
+    named = [(name, path, catalog.check(spark, name, path, config.file).state)
+             for name, path in catalog.pipeline_names(config)]
     for plan in setup.plans(spark, config, schemas.spec):
         report.say(f"table {plan.path}:\n" + _indent(plan.schema.treeString()))
         extras = (f" partitioned by {list(plan.partition_by)}" if plan.partition_by else "") + (
@@ -57,6 +60,14 @@ def onboard(spark: SparkSession, config: PipelineConfig, *, dry_run: bool = Fals
         else:
             setup.ensure_tables(spark, config, schemas.spec)
             report.say(f"  created{extras}", change=True)
+    for name, path, state in named:
+        if state == "exists":
+            report.say(f"catalog table {name}: registered for {path}, left as it is")
+        elif dry_run:
+            report.say(f"catalog table {name}: would be registered for {path}", change=True)
+        else:
+            catalog.register(spark, name, path, config.file)
+            report.say(f"catalog table {name}: registered for {path}", change=True)
     if not report.changes:
         report.say("everything is in place: nothing to change")
     elif dry_run:

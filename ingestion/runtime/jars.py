@@ -89,6 +89,16 @@ S3A_JARS = ArtifactSet(
     transitive=False,
 )
 
+# The local metastore's Derby network server and its JDBC client (`runtime/metastore.py`). pyspark ships Derby's
+# embedded engine (derby, derbyshared, derbytools) but not these two, of the same version. Resolved only when a
+# session uses the local persistent catalog.
+DERBY_VERSION = "10.16.1.1"
+DERBY_JARS = ArtifactSet(
+    "derby-server",
+    (f"org.apache.derby:derbynet:{DERBY_VERSION}", f"org.apache.derby:derbyclient:{DERBY_VERSION}"),
+    transitive=False,
+)
+
 ALL_SETS = (SPARK_JARS, BROKER_JARS)
 
 # Spark's parent POM lists extra repositories besides Maven's built-in default (Central), which would be asked for
@@ -203,6 +213,14 @@ def helper_jar(cache: Path | None = None) -> Path:
         if old != jar:
             old.unlink(missing_ok=True)
     return jar
+
+
+def pyspark_jars(*patterns: str) -> list[Path]:
+    """Jars of pyspark's own jars folder matching these glob patterns (e.g. Derby's engine for its server)."""
+    import pyspark
+
+    folder = Path(pyspark.__file__).parent / "jars"
+    return sorted(jar for pattern in patterns for jar in folder.glob(pattern))
 
 
 def spark_jars(locations: Iterable[str] = ()) -> list[Path]:

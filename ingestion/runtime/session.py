@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 from ingestion.errors import JvmError
 from ingestion.limits import AVRO_JAVA_LIMITS
 from ingestion.paths import jar_cache
-from ingestion.runtime import data_files, jars
+from ingestion.runtime import data_files, jars, metastore
 
 NO_FORK_FS_CLASS = "ingest.NoForkLocalFileSystem"  # data/NoForkLocalFileSystem.java, in the helper jar
 LOG4J_CONFIG = data_files.path("log4j2.properties")
@@ -116,11 +116,13 @@ def pool_file(pools: Iterable[str]) -> Path:
 
 
 def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[str, str] | None = None,
-            locations: Iterable[str] = (), pools: Iterable[str] = ()) -> SparkSession.Builder:
+            locations: Iterable[str] = (), pools: Iterable[str] = (),
+            catalog: bool = False) -> SparkSession.Builder:
     """A session builder with Delta, the Kafka source and quiet logging; compose more `.config()` on it.
     `locations`: the tables and checkpoints the session will use; an object store among them brings its file
     system's jars (S3A for `s3a://`). `pools`: FAIR scheduler pools to declare beside the defaults on a local
-    master (`run --all` gives each pipeline its own)."""
+    master (`run --all` gives each pipeline its own). `catalog`: the persistent Hive catalog, tables by name
+    across sessions (`metastore.py`: the local Derby-backed one, unless `conf` names a metastore of its own)."""
     # Bind the driver to loopback unless told otherwise: this project only ever talks to local addresses by default.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers must see the same packages (fastavro, pyarrow) as the driver: the same interpreter by default.
@@ -143,6 +145,8 @@ def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[s
         # executors; a list set here would replace theirs (docs/cluster.md).
         settings["spark.jars"] = ",".join(str(jar) for jar in jars.spark_jars(locations))
     caller = dict(conf or {})
+    if catalog:
+        settings.update(metastore.session_settings(caller))
     settings.update(caller)
     # Settings that both sides add to: ingest's part first, then the caller's (of two -X options, the JVM takes
     # the last; on a local master the helper jar, with the file system class above, leads the classpath).
@@ -159,6 +163,10 @@ def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[s
         # the driver's classpath: Hadoop loads a file system class from there, not from spark.jars.
         ahead["spark.driver.extraClassPath"] = (os.pathsep.join(
             str(jar) for jar in [jars.helper_jar(), *jars.object_store_jars(locations)]), os.pathsep)
+    if catalog:  # the driver alone talks to the metastore
+        classpath, separator = ahead.get("spark.driver.extraClassPath", ("", os.pathsep))
+        ahead["spark.driver.extraClassPath"] = (separator.join(filter(None, [
+            classpath, *map(str, metastore.client_classpath(caller))])), separator)
     for key, (ours, separator) in ahead.items():
         settings[key] = separator.join(filter(None, [ours, caller.get(key)]))
     for key, value in settings.items():
@@ -167,13 +175,21 @@ def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[s
 
 
 def get_session(app_name: str = "ingest", master: str | None = None, conf: Mapping[str, str] | None = None,
-                locations: Iterable[str] = (), pools: Iterable[str] = ()) -> SparkSession:
+                locations: Iterable[str] = (), pools: Iterable[str] = (),
+                catalog: bool = False) -> SparkSession:
     with _jvm_keeps_out_of_signals():
-        spark = builder(app_name, master, conf, locations, pools).getOrCreate()
+        spark = builder(app_name, master, conf, locations, pools, catalog).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     if submitted():
         _check_submitted_classpath(spark)
     return spark
+
+
+def get_catalog_session(app_name: str = "ingest", master: str | None = None, conf: Mapping[str, str] | None = None,
+                        locations: Iterable[str] = (), catalog: bool = True) -> SparkSession:
+    """`ingestion.get_session`: a session for analysts and jobs, with the persistent catalog on by default, so
+    `spark.table("bronze.orders")` finds what `ingest onboard` or `ingest run` registered (docs/catalog.md)."""
+    return get_session(app_name, master, conf, locations, catalog=catalog)
 
 
 def submitted() -> bool:

@@ -12,7 +12,7 @@ from ingestion.config import PipelineConfig
 from ingestion.decode import bronze
 from ingestion.decode.resolver import SchemaResolver
 from ingestion.decode.spec import DecodeSpec
-from ingestion.delta import reads, tables
+from ingestion.delta import catalog, reads, tables
 from ingestion.delta.tables import TablePlan
 from ingestion.errors import SchemaError
 from ingestion.schema.registry import source_for
@@ -35,8 +35,15 @@ def plans(spark: SparkSession, config: PipelineConfig, spec: DecodeSpec) -> list
 
 
 def ensure_tables(spark: SparkSession, config: PipelineConfig, spec: DecodeSpec) -> list[TablePlan]:
-    """Create the tables that do not exist yet; the plans (with `exists` as it was before)."""
-    return tables.ensure_tables(spark, config, *bronze.table_schemas(spark, spec))
+    """Create the tables that do not exist yet, and register them under `sink.catalogTable` when they are not;
+    the plans (with `exists` as it was before)."""
+    for name, path in catalog.pipeline_names(config):  # a name taken elsewhere stops it before anything is made
+        catalog.check(spark, name, path, config.file)
+    found = tables.ensure_tables(spark, config, *bronze.table_schemas(spark, spec))
+    for done in catalog.register_pipeline(spark, config):
+        if done.state == "registered":
+            log.info("%s: registered %s in the catalog (%s)", config.name, done.name, done.path)
+    return found
 
 
 def widen_table(spark: SparkSession, config: PipelineConfig, schemas: SchemaResolver) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from nbclient import NotebookClient
 from ingestion.config import load_pipeline
 from ingestion.delta import ledger
 from ingestion.dev.samples import produce_orders
+from ingestion.runtime import metastore
 from ingestion.stream import pipeline
 from tests.conftest import REPO, pipeline_yaml
 
@@ -35,8 +37,18 @@ def test_analyst_notebooks_execute_against_a_fresh_table(spark, kafka_servers, m
                                          extra="source:\n  maxOffsetsPerTrigger: 50\n"))
     pipeline.run(spark, config, available_now=True)
     records = ledger.history(spark, config.table_path)
+    # The notebooks find the table by name in the persistent catalog (their kernel's session); INGEST_TABLE gives
+    # the test's table that name first. The metastore's server they start is stopped by its pid below.
+    name = f"nb_{uuid.uuid4().hex[:8]}.orders"
+    monkeypatch.setenv("INGEST_TABLE_NAME", name)
     monkeypatch.setenv("INGEST_TABLE", config.table_path)
+    try:
+        _both(tmp_path, produced, records, monkeypatch)
+    finally:
+        metastore.stop()
 
+
+def _both(tmp_path: Path, produced: list[Any], records: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("INGEST_NOTEBOOK_SUMMARY", str(tmp_path / "querying.json"))
     querying = _execute("querying_bronze.ipynb", tmp_path / "querying.json")
     assert querying["rows"] == 150
@@ -50,3 +62,4 @@ def test_analyst_notebooks_execute_against_a_fresh_table(spark, kafka_servers, m
     assert travel["rows_as_of_first_version"] == travel["rows_as_of_first_commit_time"] == records[0].rows
     assert travel["added_between_first_and_last"] == 150 - records[0].rows
     assert travel["removed_between_first_and_last"] == 0
+    assert travel["silver_rows_from_last_version"] == records[-1].rows > 0

@@ -56,13 +56,14 @@ def test_shipped_orders_config_loads_by_name(monkeypatch: pytest.MonkeyPatch) ->
                              min_partitions=None),
         key=KeyFormat(format="string"),
         sink=SinkOptions(table="", checkpoint_location="", quarantine_table="", trigger="10 seconds",
-                         on_error="quarantine"),
+                         on_error="quarantine", catalog_table="bronze.orders"),
         metrics=MetricsOptions(experiment=""),
         spark={},
         file=path,
     )
     assert config.file == path
     assert config.experiment == "ingest/orders"
+    assert config.catalog_names == ("bronze.orders", "bronze.orders_quarantine")
 
 
 def test_shipped_orders_config_loads_by_path() -> None:
@@ -399,3 +400,37 @@ def test_extends_names_a_defaults_file_and_null_opts_out(conf: Path, tmp_path: P
     missing = write(tmp_path, "extends: nowhere.yaml\nname: w\ntopic: w\n", "w.yaml")
     with pytest.raises(ConfigError, match=r"key 'extends' names 'nowhere.yaml'"):
         load_pipeline(missing)
+
+
+# --- catalog names ----------------------------------------------------------------------------------------------
+
+def test_catalog_names_default_the_quarantine_beside_bronze(tmp_path: Path) -> None:
+    config = load_pipeline(write(tmp_path, MINIMAL + "sink:\n  catalogTable: bronze.demo\n"))
+    assert config.catalog_names == ("bronze.demo", "bronze.demo_quarantine")
+    named = load_pipeline(write(tmp_path, MINIMAL + "sink:\n  catalogTable: demo\n  quarantineCatalogTable: "
+                                "errors.demo\n", "named.yaml"))
+    assert named.catalog_names == ("demo", "errors.demo")
+    assert load_pipeline(write(tmp_path, MINIMAL, "plain.yaml")).catalog_names is None
+
+
+@pytest.mark.parametrize("name", ["bronze.orders.v1", "bronze-orders", "1st.orders", "bronze.", "a b"])
+def test_a_catalog_name_that_is_not_a_table_name_is_refused(tmp_path: Path, name: str) -> None:
+    path = write(tmp_path, MINIMAL + f"sink:\n  catalogTable: '{name}'\n")
+    assert config_error(path) == (f"{path}: key 'sink.catalogTable' must be a table name like bronze.orders "
+                                  f"(letters, digits and '_', at most one '.' before the table), got {name!r}")
+
+
+def test_a_quarantine_catalog_name_needs_the_bronze_one(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL + "sink:\n  quarantineCatalogTable: bronze.q\n")
+    assert "key 'sink.quarantineCatalogTable' needs sink.catalogTable" in config_error(path)
+
+
+def test_two_pipelines_with_one_catalog_name_are_both_refused(tmp_path: Path) -> None:
+    from ingestion.config import load_all
+
+    first = write(tmp_path, MINIMAL + "sink:\n  catalogTable: bronze.x\n", "a.yaml")
+    second = write(tmp_path, MINIMAL.replace("demo\n", "other\n", 1) + "sink:\n  catalogTable: bronze.x\n", "b.yaml")
+    configs, errors = load_all([first, second])
+    assert configs == []
+    assert [str(e) for e in errors] == [f"{second}: pipeline 'other' has the same catalog table 'bronze.x' as "
+                                        f"{first}; each pipeline needs its own"]

@@ -71,3 +71,43 @@ def test_run_all_declares_a_pool_per_pipeline_ahead_of_background_checkpoints() 
              for p in ET.parse(options["spark.scheduler.allocation.file"]).getroot()}
     assert pools == {"default": 1000, "delta-checkpoints": 0, "maintenance": 0, "pipeline-a": 1000, "pipeline-b": 1000}
     assert spark.builder("t", "local[2]")._options["spark.scheduler.allocation.file"] == str(spark.FAIR_POOLS)
+
+
+def test_a_catalog_session_uses_the_metastore_its_settings_name_and_starts_no_local_server() -> None:
+    external = {"spark.hadoop.hive.metastore.uris": "thrift://127.0.0.1:9083"}
+    options = spark.builder("t", "local[2]", conf=external, catalog=True)._options
+    assert options["spark.sql.catalogImplementation"] == "hive"
+    assert options["spark.hadoop.hive.metastore.uris"] == "thrift://127.0.0.1:9083"
+    assert "spark.hadoop.javax.jdo.option.ConnectionURL" not in options
+    assert "derbyclient" not in options["spark.driver.extraClassPath"]
+    off = spark.builder("t", "local[2]", conf={"spark.sql.catalogImplementation": "in-memory"}, catalog=True)._options
+    assert off["spark.sql.catalogImplementation"] == "in-memory"
+    assert "spark.sql.catalogImplementation" not in spark.builder("t", "local[2]")._options
+
+
+def test_a_background_server_is_stopped_by_its_pid_only_while_the_pid_is_still_that_server(tmp_path) -> None:
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from ingestion.processes import PidFile, alive
+
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"--home={tmp_path}"])
+    cmdline = Path(f"/proc/{process.pid}/cmdline")
+    deadline = time.monotonic() + 30
+    while str(tmp_path).encode() not in cmdline.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.05)  # between fork and exec the child still has the parent's command line
+    try:
+        assert PidFile(tmp_path / "x.pid", marker=f"--home={tmp_path}").pid() is None  # no pid file yet
+        PidFile(tmp_path / "x.pid", marker="--home=/elsewhere").write(process.pid)
+        assert PidFile(tmp_path / "x.pid", marker="--home=/elsewhere").stop() is None  # a pid reused by another
+        assert alive(process.pid)
+        ours = PidFile(tmp_path / "x.pid", marker=f"--home={tmp_path}")
+        ours.write(process.pid)
+        assert ours.pid() == process.pid
+        assert ours.stop(timeout=10) == process.pid
+        process.wait(10)
+        assert not (tmp_path / "x.pid").exists()
+    finally:
+        process.kill()

@@ -1,0 +1,29 @@
+"""Spark's Thrift JDBC/ODBC server (HiveThriftServer2, in pyspark's own jars) over a session's catalog."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+THRIFT_PORT = "spark.hadoop.hive.server2.thrift.port"
+THRIFT_BIND_HOST = "spark.hadoop.hive.server2.thrift.bind.host"
+
+
+def settings(port: int, host: str = "127.0.0.1") -> dict[str, str]:
+    """Session settings that put the server on `host:port` (binary Thrift transport, no authentication: a client
+    gives any user name and no password)."""
+    return {THRIFT_PORT: str(port), THRIFT_BIND_HOST: host,
+            "spark.hadoop.hive.server2.transport.mode": "binary",
+            "spark.hadoop.hive.server2.authentication": "NONE"}
+
+
+def start(spark: SparkSession) -> Any:
+    """Start the server in this session's JVM, sharing its catalog and Delta setup; the server's handle."""
+    jvm: Any = spark.sparkContext._jvm
+    server_class = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2
+    return server_class.startWithContext(spark._jsparkSession.sqlContext())
+
+
+def stop(server: Any) -> None:
+    server.stop()
