@@ -17,6 +17,7 @@ import io
 import json
 import multiprocessing
 import time
+import uuid
 from typing import Any
 
 SOURCE = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_key")
@@ -107,7 +108,9 @@ def worker(index: int, workers: int, args: argparse.Namespace) -> dict[str, Any]
                     record = schemaless_reader(io.BytesIO(value[5:]), parsed, None)
                     for name in names:
                         v = record[name]
-                        columns[name].append(list(v.items()) if isinstance(v, dict) else v)
+                        # fastavro gives uuid logical types as UUID objects; the table holds their text
+                        columns[name].append(list(v.items()) if isinstance(v, dict) else
+                                             str(v) if isinstance(v, uuid.UUID) else v)
                     partition, offset = msg.partition(), msg.offset()
                     columns["_kafka_topic"].append(msg.topic())
                     columns["_kafka_partition"].append(partition)
