@@ -68,14 +68,19 @@ class PidFile:
         if pid is None:
             self.path.unlink(missing_ok=True)
             return None
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if alive(pid):
-            os.kill(pid, signal.SIGKILL)
+        terminate(pid, timeout)
         self.path.unlink(missing_ok=True)
         return pid
+
+
+def terminate(pid: int, timeout: float = 30.0) -> None:
+    """SIGTERM to `pid`, SIGKILL if it still runs after `timeout` seconds."""
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if alive(pid):
+        os.kill(pid, signal.SIGKILL)
 
 
 def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float, what: str, log: Path) -> None:

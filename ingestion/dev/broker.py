@@ -10,8 +10,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
-import signal
 import socket
 import subprocess
 import time
@@ -21,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ingestion import processes
 from ingestion.dev import secure as secured
 from ingestion.errors import BrokerError
 from ingestion.paths import local_broker_dir
@@ -170,12 +169,7 @@ class Broker:
         if pid is None:
             self.pid_file.unlink(missing_ok=True)
             return False
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
+        processes.terminate(pid, timeout)
         self.pid_file.unlink(missing_ok=True)
         log.info("kafka broker (pid %d) stopped", pid)
         return True
@@ -222,18 +216,6 @@ class Broker:
         if not self.log_file.is_file():
             return ""
         return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie child still answers kill(0); its /proc status says so.
-    try:
-        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
 
 
 def wait_until_ready(servers: str, timeout: float, process: subprocess.Popen[bytes] | None = None,

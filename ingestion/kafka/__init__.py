@@ -18,10 +18,9 @@ from ingestion.kafka.clients import (
     for_producer,
     partitions,
     raise_refusal,
-    topic_names,
     watermarks,
 )
 
 __all__ = ["ISOLATION", "READ_COMMITTED", "admin_client", "check_access", "check_reachable", "commit_group_offsets",
            "committed_offsets", "consumer", "create_topic", "describe_topic", "first_unread", "for_admin",
-           "for_consumer", "for_producer", "partitions", "raise_refusal", "topic_names", "watermarks"]
+           "for_consumer", "for_producer", "partitions", "raise_refusal", "watermarks"]

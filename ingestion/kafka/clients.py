@@ -202,11 +202,6 @@ def create_topic(settings: Mapping[str, Any], topic: str, partitions: int, repli
         raise IngestionError(f"cannot create topic {topic!r}: {exc}") from None
 
 
-def topic_names(settings: Mapping[str, Any], timeout: float = 15.0) -> list[str]:
-    """The names of the topics the client may see (internal ones left out), sorted."""
-    return _names(admin_client(settings), timeout)
-
-
 def _names(admin: Any, timeout: float) -> list[str]:
     return sorted(t for t in admin.list_topics(timeout=timeout).topics if not t.startswith("__"))
 
