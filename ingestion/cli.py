@@ -180,6 +180,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="earliest | partition:offset pairs like 0:100,1:250 | ISO time | epoch millis")
     replay.add_argument("--to", dest="end", default="latest",
                         help="same forms; offsets are exclusive ends as in Spark's endingOffsets (default latest)")
+    replay.add_argument("--topic", help="replay this topic only, of a pipeline that reads several (needed for "
+                        "partition:offset positions there)")
     replay.set_defaults(func=_replay)
 
     rewind = commands.add_parser("rewind", help="restore bronze and quarantine to an earlier version; the next "
@@ -332,7 +334,7 @@ def _run(args: argparse.Namespace) -> int:
     config = load_pipeline(args.pipeline)
     pipeline.check_can_start(config)  # before anything is created or a JVM boots: Kafka, the topic, the lock
     if args.available_now and (reached := pipeline.caught_up(config)) is not None:
-        where = ", ".join(f"{config.topic}/{p}:{o}" for p, o in sorted(reached.items()))
+        where = ", ".join(f"{t}/{p}:{o}" for t, parts in sorted(reached.items()) for p, o in sorted(parts.items()))
         log.info("%s: caught up, nothing to do (the table holds every committed record before %s); no Spark "
                  "session started", config.name, where)
         return 0
@@ -567,7 +569,7 @@ def _replay(args: argparse.Namespace) -> int:
     from ingestion.ops import replay
 
     config, spark = _pipeline_session(args.pipeline)
-    r = replay.replay(spark, config, start=args.start, end=args.end)
+    r = replay.replay(spark, config, start=args.start, end=args.end, topic=args.topic)
     print(f"{r.read} records read, {r.already_present} already present, {r.written} written to bronze, "
           f"{r.quarantined} quarantined (bronze version {r.bronze_version})")
     return 0

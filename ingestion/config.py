@@ -58,6 +58,22 @@ class ValueFormat:
     decoder: Literal["auto", "jvm", "python"] = "auto"
     # Schema Registry client settings (url, basic.auth.user.info, ssl.*); empty: the schemas/ folder.
     registry: Mapping[str, str] = field(default_factory=dict)
+    # How each topic's subject is named when `subject` is not given, as Confluent's serializers name it:
+    # TopicNameStrategy `<topic>-value`, RecordNameStrategy `<recordName>`, TopicRecordNameStrategy
+    # `<topic>-<recordName>` (`recordName`: the record's full name, such as com.acme.Order).
+    subject_name_strategy: Literal["TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy"] = field(
+        default="TopicNameStrategy", metadata=_key("subjectNameStrategy"))
+    record_name: str = field(default="", metadata=_key("recordName"))
+
+    def subject_for(self, topic: str) -> str:
+        """The subject whose versions wrote `topic`'s values: `subject` when given, else by the strategy."""
+        if self.subject:
+            return self.subject
+        if self.subject_name_strategy == "RecordNameStrategy":
+            return self.record_name
+        if self.subject_name_strategy == "TopicRecordNameStrategy":
+            return f"{topic}-{self.record_name}"
+        return f"{topic}-value"
 
 
 @dataclass(frozen=True)
@@ -66,6 +82,10 @@ class KeyFormat:
 
     format: Literal["none", "bytes", "string", "avro"] = "bytes"
     subject: str = ""
+
+    def subject_for(self, topic: str) -> str:
+        """The subject of `topic`'s Avro keys: `subject` when given, else `<topic>-key` (TopicNameStrategy)."""
+        return self.subject or f"{topic}-key"
 
 
 @dataclass(frozen=True)
@@ -131,8 +151,17 @@ class MaintenanceOptions:
 
 @dataclass(frozen=True)
 class PipelineConfig:
+    """One pipeline: the topics it reads (exactly one of `topic`, `topics`, `topicPattern`) into one bronze table.
+
+    After loading, `topics` holds the named topics (`topic: x` is `topics: [x]`) and `topic` the one topic of a
+    pipeline that reads exactly one named topic, else "". A `topicPattern` pipeline's topics are those on the
+    brokers matching it now (`kafka.pipeline_topics`), as Spark's `subscribePattern` reads them.
+    """
+
     name: str
-    topic: str
+    topic: str = ""
+    topics: tuple[str, ...] = ()
+    topic_pattern: str = field(default="", metadata=_key("topicPattern"))
     value: ValueFormat = field(default_factory=ValueFormat)
     kafka: Mapping[str, str] = field(default_factory=dict)
     source: SourceOptions = field(default_factory=SourceOptions)
@@ -143,6 +172,31 @@ class PipelineConfig:
     spark: Mapping[str, str] = field(default_factory=dict)
     maintenance: MaintenanceOptions = field(default_factory=MaintenanceOptions)
     file: Path = field(default=Path("<memory>"), metadata={"internal": True})
+
+    @property
+    def reads(self) -> str:
+        """What the pipeline reads, for messages: `topic 'a'`, `topics 'a', 'b'`, `topics matching 'x.*'`."""
+        if self.topic_pattern:
+            return f"topics matching {self.topic_pattern!r}"
+        if len(self.topics) == 1:
+            return f"topic {self.topics[0]!r}"
+        return "topics " + ", ".join(repr(t) for t in self.topics)
+
+    @property
+    def subscription(self) -> str:
+        """The topics as Spark's Kafka source is given them: `subscribePattern`'s pattern, or `subscribe`'s list."""
+        return self.topic_pattern or ",".join(self.topics)
+
+    def reads_topic(self, topic: str) -> bool:
+        """Whether `topic` is one of the pipeline's: named, or matching `topicPattern` anywhere in its name, as
+        Spark's subscribePattern finds topics (Regex.findFirstIn; anchor with ^...$ for whole names)."""
+        if self.topic_pattern:
+            return re.search(self.topic_pattern, topic) is not None
+        return topic in self.topics
+
+    def value_subjects(self, topics: typing.Iterable[str]) -> list[str]:
+        """The value subjects of the given topics (one when `value.subject` is given)."""
+        return sorted({self.value.subject_for(t) for t in topics} or ({self.value.subject} - {""}))
 
     @property
     def table_path(self) -> str:
@@ -237,7 +291,7 @@ def inherited(data: dict[str, Any], path: Path) -> PipelineConfig:
 
 
 DEFAULTS_FILE = "defaults.yaml"
-_PER_PIPELINE = ("name", "topic")  # what a defaults file cannot hold
+_PER_PIPELINE = ("name", "topic", "topics", "topicPattern")  # what a defaults file cannot hold
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -321,17 +375,59 @@ def parse_pipeline(data: object, file: Path) -> PipelineConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{file}: expected a mapping of settings at the top level, got {data!r}")
     config = _build(PipelineConfig, _interpolate(data, file, ""), file, "")
-    config = dataclasses.replace(config, file=file)
-    # Subjects by Confluent's TopicNameStrategy unless named: <topic>-value, <topic>-key.
-    if not config.value.subject:
-        config = dataclasses.replace(config, value=dataclasses.replace(config.value, subject=f"{config.topic}-value"))
-    if config.key.format == "avro" and not config.key.subject:
-        config = dataclasses.replace(config, key=dataclasses.replace(config.key, subject=f"{config.topic}-key"))
+    config = dataclasses.replace(config, file=file, **_topics(config, file))
+    if config.topic:
+        # One topic: one subject, by the strategy unless named (TopicNameStrategy: <topic>-value, <topic>-key).
+        config = dataclasses.replace(config, value=dataclasses.replace(
+            config.value, subject=config.value.subject_for(config.topic)))
+        if config.key.format == "avro":
+            config = dataclasses.replace(config, key=dataclasses.replace(
+                config.key, subject=config.key.subject_for(config.topic)))
     for settings in (config.kafka, config.spark, config.value.registry):
         security.remember_settings(settings)
     source = data.get("source")
     _check(config, set(source) if isinstance(source, dict) else set())
     return config
+
+
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def _topics(config: PipelineConfig, file: Path) -> dict[str, Any]:
+    """`topic`, `topics` and `topicPattern` checked (exactly one given) and normalized: `topics` lists the named
+    topics, `topic` is set when there is exactly one."""
+    given = [k for k, v in (("topic", config.topic), ("topics", config.topics),
+                            ("topicPattern", config.topic_pattern)) if v]
+    if not given:
+        raise ConfigError(f"{file}: missing required key 'topic' (or 'topics: [a, b]', or 'topicPattern')")
+    if len(given) > 1:
+        raise ConfigError(f"{file}: give only one of topic, topics and topicPattern, got {given}")
+    if config.topic_pattern:
+        try:
+            re.compile(config.topic_pattern)
+        except re.error as exc:
+            raise ConfigError(f"{file}: key 'topicPattern' is not a valid regular expression ({exc}), got "
+                              f"{config.topic_pattern!r}") from None
+        return {}
+    names = (config.topic,) if config.topic else tuple(dict.fromkeys(config.topics))
+    for name in names:
+        if not _TOPIC_NAME.fullmatch(name) or name in (".", ".."):
+            key = "topic" if config.topic else "topics"
+            raise ConfigError(f"{file}: key {key!r}: a Kafka topic name is 1-249 letters, digits, '.', '_' or '-', "
+                              f"got {name!r}")
+    return {"topics": names, "topic": names[0] if len(names) == 1 else ""}
+
+
+def _check_subjects(config: PipelineConfig) -> None:
+    value = config.value
+    needs_record = value.subject_name_strategy != "TopicNameStrategy" and not value.subject
+    if needs_record and not value.record_name:
+        raise ConfigError(f"{config.file}: key 'value.subjectNameStrategy' is {value.subject_name_strategy}, which "
+                          f"needs 'value.recordName' (the record's full name, such as com.acme.Order)")
+    if value.format == "avro" and not config.topic and not value.subject:
+        raise ConfigError(f"{config.file}: key 'value.format' is avro (bodies without a schema id), so every topic "
+                          f"must be written with one subject's newest version: set 'value.subject' for "
+                          f"{config.reads}")
 
 
 def _check(config: PipelineConfig, raw_source: set[str]) -> None:
@@ -358,6 +454,7 @@ def _check(config: PipelineConfig, raw_source: set[str]) -> None:
     if config.sink.quarantine_catalog_table and not config.sink.catalog_table:
         raise ConfigError(f"{config.file}: key 'sink.quarantineCatalogTable' needs sink.catalogTable, got "
                           f"{config.sink.quarantine_catalog_table!r}")
+    _check_subjects(config)
     topic = config.topic_settings
     if topic.partitions <= 0 or topic.replication_factor <= 0:
         raise ConfigError(f"{config.file}: key 'topicSettings' needs positive partitions and replicationFactor, "
@@ -476,12 +573,16 @@ def _check_offsets_json(config: PipelineConfig, key: str, text: str, *, low: int
         isinstance(parts, dict) and parts and all(str(p).isdigit() and isinstance(v, int) and not isinstance(v, bool)
                                                   and v >= low for p, v in parts.items())
         for parts in topics.values())
+    example = config.topics[0] if config.topics else "events.a"
     if not valid:
         raise ConfigError(f"{config.file}: key {key!r} must be earliest, latest or JSON like "
-                          f'{{"{config.topic}": {{"0": 42, "1": -2}}}}, got {text!r}')
-    if set(topics) != {config.topic}:
+                          f'{{"{example}": {{"0": 42, "1": -2}}}}, got {text!r}')
+    # Spark wants a position for every partition it reads, so a list of topics needs them all named.
+    other = sorted(t for t in topics if not config.reads_topic(t))
+    missing = sorted(set(config.topics) - set(topics))
+    if other or missing:
         raise ConfigError(f"{config.file}: key {key!r} names topics {sorted(topics)}, but the pipeline reads "
-                          f"{config.topic!r}")
+                          f"{config.reads}" + (f" (not read: {other})" if other else f" (missing: {missing})"))
 
 
 def _interpolate(value: Any, file: Path, where: str) -> Any:

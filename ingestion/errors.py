@@ -15,6 +15,10 @@ class SchemaError(IngestionError):
     """An Avro schema cannot be found, parsed or mapped to Spark types."""
 
 
+class SubjectNotFoundError(SchemaError):
+    """The registry (or the schemas/ folder) has no such subject; other registry failures are SchemaErrors."""
+
+
 class DecodeError(IngestionError):
     """A Kafka record cannot be decoded; the message names topic, partition and offset."""
 

@@ -17,7 +17,7 @@ from pyspark.sql import types as T
 
 from ingestion.config import PipelineConfig
 from ingestion.decode.spec import DecodeSpec
-from ingestion.errors import SchemaError
+from ingestion.errors import SchemaError, SubjectNotFoundError
 from ingestion.schema import avro_types
 from ingestion.schema.registry import SchemaSource
 
@@ -59,33 +59,68 @@ def additive(old: T.StructType, new: T.StructType) -> bool:
 
 @dataclass
 class SchemaResolver:
-    """The decode spec of one pipeline, refreshed when a batch brings schema ids it does not know."""
+    """The decode spec of one pipeline, refreshed when a batch brings schema ids it does not know.
+
+    Every topic's writer schemas come from its own subject (`value.subject_for`); ids are global in a registry,
+    so the writers of all subjects are one map. The reader schema is the newest version among them that the table
+    can follow: a table holds one record type (that evolves), whichever topic a version came from."""
 
     config: PipelineConfig
     source: SchemaSource
     table_payload: T.StructType | None = None  # the payload columns the table has now, if it exists
+    topics: tuple[str, ...] | None = None  # the topics read now (default: the config's named topics)
     spec: DecodeSpec = field(init=False)
 
     def __post_init__(self) -> None:
-        versions = self.source.versions(self.config.value.subject)
+        self._topics = set(self.config.topics if self.topics is None else self.topics)
+        versions = self._versions(strict=True)
         self.spec = self._build(versions, self._reader(versions, current=None))
 
-    def refresh(self, unknown_ids: set[int]) -> bool:
-        """Learn the given ids if they are versions of the subject; True when the spec changed. Ids the spec holds
-        already are not asked for (a registry that is away costs nothing for them)."""
+    @property
+    def subjects(self) -> list[str]:
+        return self.config.value_subjects(self._topics)
+
+    def _versions(self, *, strict: bool) -> dict[int, str]:
+        """Every version of the subjects: a named topic's missing subject is an error when `strict`; a topic
+        found by the pattern may have none yet (its records cannot be decoded until it has)."""
+        subjects = self.subjects
+        if not subjects:
+            raise SchemaError(f"no topic matches topicPattern {self.config.topic_pattern!r} yet, and value.subject is "
+                              "not set: the table's columns come from the subjects of the topics it reads; create a "
+                              "matching topic (and its subject), or set value.subject")
+        found: dict[int, str] = {}
+        missing: list[SubjectNotFoundError] = []
+        for subject in subjects:
+            try:
+                found.update(self.source.versions(subject))
+            except SubjectNotFoundError as exc:
+                if (strict and not self.config.topic_pattern) or len(subjects) == 1:
+                    raise
+                missing.append(exc)
+        for absent in missing:
+            log.warning("%s: %s; records written with it cannot be decoded until it exists", self.config.name, absent)
+        if not found:
+            raise missing[0]
+        return found
+
+    def refresh(self, unknown_ids: set[int], topics: set[str] | frozenset[str] = frozenset()) -> bool:
+        """Learn the given ids if they are versions of the subjects of the pipeline's topics (with `topics`, the
+        topics the ids came from, which a pattern may have found since); True when the spec changed. Ids the
+        spec holds already are not asked for (a registry that is away costs nothing for them)."""
         if not set(unknown_ids) - set(self.spec.writer_schemas):
             return False
-        versions = self.source.versions(self.config.value.subject)
+        self._topics |= set(topics)
+        versions = self._versions(strict=False)
         learned = {i for i in unknown_ids if i in versions} - set(self.spec.writer_schemas)
         for schema_id in sorted(set(unknown_ids) - learned):
-            log.warning("%s: schema id %d is not a version of subject %r; its records cannot be decoded",
-                        self.config.name, schema_id, self.config.value.subject)
+            log.warning("%s: schema id %d is not a version of subject(s) %s; its records cannot be decoded",
+                        self.config.name, schema_id, ", ".join(repr(s) for s in self.subjects))
         if not learned:
             return False
         reader = self._reader(versions, current=self.spec.reader_schema)
         if reader != self.spec.reader_schema:
-            log.info("%s: new schema version(s) %s of %r: the table evolves to the newest", self.config.name,
-                     sorted(learned), self.config.value.subject)
+            log.info("%s: new schema version(s) %s of %s: the table evolves to the newest", self.config.name,
+                     sorted(learned), ", ".join(repr(s) for s in self.subjects))
         self.spec = self._build({**self.spec.writer_schemas, **versions}, reader)
         return True
 
@@ -108,15 +143,22 @@ class SchemaResolver:
                         "keeping the current reader schema (records resolve to it by Avro's rules, or fail per "
                         "on_error)", self.config.name, schema_id, "" if widen else " (sink.typeWidening is off)")
         if current is None:
-            raise SchemaError(f"no version of subject {self.config.value.subject!r} matches the columns of "
-                              f"{self.config.table_path}")
+            raise SchemaError(f"no version of subject(s) {', '.join(repr(x) for x in self.subjects)} matches the "
+                              f"columns of {self.config.table_path}")
         return current
 
     def _build(self, writers: dict[int, str], reader: str) -> DecodeSpec:
         avro_types.check_bounded(json.loads(reader))
         key_schemas = key_reader = None
         if self.config.key.format == "avro":
-            key_schemas = self.source.versions(self.config.key.subject)
+            key_schemas = {}
+            subjects = sorted({self.config.key.subject_for(t) for t in self._topics} or {self.config.key.subject})
+            for subject in subjects:
+                try:
+                    key_schemas.update(self.source.versions(subject))
+                except SubjectNotFoundError:
+                    if subject == subjects[-1] and not key_schemas:
+                        raise
             key_reader = key_schemas[max(key_schemas)]
         plain_id = None
         if self.config.value.format == "avro":  # no header: the newest version wrote every value

@@ -56,7 +56,7 @@ def location_of(spark: SparkSession, name: str) -> str | None:
 def comment(config: PipelineConfig, quarantine: bool) -> str:
     """The table comment (Delta's description) a pipeline's table is created with."""
     what = "records that did not decode (raw bytes, reason)" if quarantine else "one row per decoded record"
-    return (f"ingest pipeline {config.name!r}: Kafka topic {config.topic!r}, {what}; columns in docs/columns.md, "
+    return (f"ingest pipeline {config.name!r}: Kafka {config.reads}, {what}; columns in docs/columns.md, "
             "Kafka offsets per version in the commit history (ingest history)")
 
 

@@ -6,6 +6,7 @@ from ingestion.kafka.clients import (
     READ_COMMITTED,
     admin_client,
     check_access,
+    check_group,
     check_reachable,
     commit_group_offsets,
     committed_offsets,
@@ -16,11 +17,14 @@ from ingestion.kafka.clients import (
     for_admin,
     for_consumer,
     for_producer,
+    matching_topics,
     partitions,
     raise_refusal,
     watermarks,
 )
+from ingestion.kafka.topics import audited_topics, check_pipeline, pipeline_topics
 
-__all__ = ["ISOLATION", "READ_COMMITTED", "admin_client", "check_access", "check_reachable", "commit_group_offsets",
-           "committed_offsets", "consumer", "create_topic", "describe_topic", "first_unread", "for_admin",
-           "for_consumer", "for_producer", "partitions", "raise_refusal", "watermarks"]
+__all__ = ["ISOLATION", "READ_COMMITTED", "admin_client", "audited_topics", "check_access", "check_group",
+           "check_pipeline", "check_reachable", "commit_group_offsets", "committed_offsets", "consumer",
+           "create_topic", "describe_topic", "first_unread", "for_admin", "for_consumer", "for_producer",
+           "matching_topics", "partitions", "pipeline_topics", "raise_refusal", "watermarks"]

@@ -70,6 +70,22 @@ def describe_topic(settings: Mapping[str, Any], topic: str, timeout: float) -> l
     """The topic's partitions, asked of the brokers within `timeout` seconds. Raises KafkaAccessError when Kafka
     refuses the login, the TLS handshake or the topic, TopicNotFoundError when the topic does not exist, and
     IngestionError naming the address when no broker answers."""
+    servers = settings.get("bootstrap.servers")
+    admin, meta = _metadata(settings, topic, timeout)
+    found = meta.topics.get(topic)
+    if found is not None and found.error is not None and found.error.code() == access.TOPIC_AUTHORIZATION_FAILED:
+        # Not "does not exist": Kafka answers so for a topic the client may not describe, whether it exists or not.
+        raise access.topic_denied(settings, topic)
+    if found is None or found.error is not None:
+        reason = f" ({found.error.str()})" if found is not None and found.error is not None else ""
+        raise TopicNotFoundError(f"topic {topic!r} does not exist on {servers}{reason}{_closest_topics(admin, topic)}"
+                                 "; create it, or run `ingest onboard <pipeline> --create-topic`")
+    return sorted(found.partitions)
+
+
+def _metadata(settings: Mapping[str, Any], topic: str | None, timeout: float) -> tuple[Any, Any]:
+    """(admin client, cluster metadata) of one topic or (None) of all, within `timeout` seconds; a refusal of the
+    login or the handshake is a KafkaAccessError, no answer an IngestionError naming the address."""
     from confluent_kafka import KafkaException
 
     servers = settings.get("bootstrap.servers")
@@ -79,8 +95,7 @@ def describe_topic(settings: Mapping[str, Any], topic: str, timeout: float) -> l
     deadline = time.monotonic() + timeout
     while True:
         try:
-            meta = admin.list_topics(topic, timeout=max(0.1, min(1.0, deadline - time.monotonic())))
-            break
+            return admin, admin.list_topics(topic, timeout=max(0.1, min(1.0, deadline - time.monotonic())))
         except KafkaException as exc:
             admin.poll(0)  # serves the error callback
             for error in refusals:
@@ -92,15 +107,17 @@ def describe_topic(settings: Mapping[str, Any], topic: str, timeout: float) -> l
                 reason = error.str() if hasattr(error, "str") else str(error)
                 raise IngestionError(f"no Kafka broker answered at {servers} within {timeout:.0f}s ({reason}); check "
                                      "kafka.bootstrap.servers and that the brokers run") from None
-    found = meta.topics.get(topic)
-    if found is not None and found.error is not None and found.error.code() == access.TOPIC_AUTHORIZATION_FAILED:
-        # Not "does not exist": Kafka answers so for a topic the client may not describe, whether it exists or not.
-        raise access.topic_denied(settings, topic)
-    if found is None or found.error is not None:
-        reason = f" ({found.error.str()})" if found is not None and found.error is not None else ""
-        raise TopicNotFoundError(f"topic {topic!r} does not exist on {servers}{reason}{_closest_topics(admin, topic)}"
-                                 "; create it, or run `ingest onboard <pipeline> --create-topic`")
-    return sorted(found.partitions)
+
+
+def matching_topics(settings: Mapping[str, Any], pattern: str, timeout: float = 30.0) -> dict[str, list[int]]:
+    """Topic -> partitions of the topics `pattern` matches anywhere in the name, as Spark's subscribePattern
+    finds them (Regex.findFirstIn over the admin client's listTopics; anchor with ^...$ for whole names), sorted by
+    name; internal topics (`__...`) are left out, as listTopics leaves them out."""
+    import re
+
+    _, meta = _metadata(settings, None, timeout)
+    return {t: sorted(meta.topics[t].partitions) for t in sorted(meta.topics)
+            if not t.startswith("__") and meta.topics[t].error is None and re.search(pattern, t)}
 
 
 def check_reachable(settings: Mapping[str, Any], topic: str, timeout: float) -> list[int]:
@@ -117,11 +134,11 @@ def check_access(settings: Mapping[str, Any], topic: str, timeout: float, group:
     if found:
         _probe_read(settings, topic, found[0], timeout)
     if group is not None:
-        _probe_group(settings, group, timeout)
+        check_group(settings, group, timeout)
     return found
 
 
-def _probe_group(settings: Mapping[str, Any], group: str, timeout: float) -> None:
+def check_group(settings: Mapping[str, Any], group: str, timeout: float) -> None:
     """Commit to `group` an offset of a topic that does not exist: Kafka checks READ on the group before anything
     else and answers GROUP_AUTHORIZATION_FAILED, or refuses the partition (unknown topic, or a topic the client
     may not read) and writes nothing, not even the group. Listing the group's offsets would check DESCRIBE only."""
@@ -247,13 +264,15 @@ def watermarks(settings: Mapping[str, Any], topic: str) -> dict[int, tuple[int, 
         client.close()
 
 
-def commit_group_offsets(admin: Any, group: str, topic: str, offsets: dict[int, int], timeout: float = 30,
+def commit_group_offsets(admin: Any, group: str, offsets: Mapping[str, Mapping[int, int]], timeout: float = 30,
                          settings: Mapping[str, Any] | None = None) -> None:
-    """Set `group`'s committed offsets (the next offset to read per partition), as a consumer commit would.
-    KafkaAccessError when Kafka refuses the group or the topic (`settings` name the client in its message)."""
+    """Set `group`'s committed offsets (per topic, the next offset to read per partition), as a consumer commit
+    would. KafkaAccessError when Kafka refuses the group or a topic (`settings` name the client in its message)."""
     from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p, o) for p, o in sorted(offsets.items())])
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, o) for t, parts in sorted(offsets.items())
+                                                   for p, o in sorted(parts.items())])
+    topic = next(iter(sorted(offsets)), None)
     try:
         for future in admin.alter_consumer_group_offsets([request], request_timeout=timeout).values():
             future.result(timeout)

@@ -33,19 +33,23 @@ class OnboardReport:
 def onboard(spark: SparkSession, config: PipelineConfig, *, dry_run: bool = False, create_topic: bool = False,
             register_schemas: bool = False) -> OnboardReport:
     report = OnboardReport()
-    report.say(f"config {config.file}: valid (pipeline {config.name!r}, topic {config.topic!r})")
-    _topic(config, report, dry_run=dry_run, create=create_topic)
+    report.say(f"config {config.file}: valid (pipeline {config.name!r}, {config.reads})")
+    topics = _topics(config, report, dry_run=dry_run, create=create_topic)
     source = source_for(config)
+    subjects = config.value_subjects(topics)
     if register_schemas:
-        _register(config, report, dry_run=dry_run)
+        for subject in subjects:
+            _register(config, subject, report, dry_run=dry_run)
         if dry_run:  # resolve from the files that would have been registered
             source = FolderSource()
-    schemas = SchemaResolver(config, source, table_payload=reads.payload_columns(spark, config))
-    versions = source.versions(config.value.subject)
+    schemas = SchemaResolver(config, source, table_payload=reads.payload_columns(spark, config),
+                             topics=tuple(topics))
     where = config.value.registry.get("url", "") or str(schemas_dir())
-    reader_id = next(i for i, text in versions.items() if text == schemas.spec.reader_schema)
-    report.say(f"subject {config.value.subject!r} at {where}: schema ids {sorted(versions)}; the table follows id "
-               f"{reader_id}")
+    writers = schemas.spec.writer_schemas
+    reader_id = max(i for i, text in writers.items() if text == schemas.spec.reader_schema)
+    shown = ", ".join(repr(s) for s in subjects)
+    report.say(f"subject{'s' if len(subjects) > 1 else ''} {shown} at {where}: schema ids {sorted(writers)}; the "
+               f"table follows id {reader_id}")
     # Before the tables are created, which registers them too (setup.ensure_tables).
     named = [(name, path, catalog.check(spark, name, path, config.file).state)
              for name, path in catalog.pipeline_names(config)]
@@ -77,15 +81,13 @@ def onboard(spark: SparkSession, config: PipelineConfig, *, dry_run: bool = Fals
 
 def check_kafka(config: PipelineConfig, *, create_topic: bool = False) -> None:
     """What onboarding needs of Kafka, asked before a Spark session starts: the brokers answer and accept the
-    login, and the topic may be read and the consumer group used (`kafka.check_access`); a missing topic is fine
+    login, and the topics may be read and the consumer group used (`kafka.check_pipeline`); a missing topic is fine
     when it is to be created. A KafkaAccessError names what Kafka refused and what to grant."""
-    timeout = duration_seconds(config.source.broker_timeout) or 15.0
     group = config.consumer_group if config.metrics.commit_offsets else None
     try:
-        kafka.check_access(config.kafka_client_settings(), config.topic, timeout, group=group)
+        kafka.check_pipeline(config, group=group, missing_ok=create_topic)
     except TopicNotFoundError as exc:
-        if not create_topic:
-            raise _missing(config, exc) from None
+        raise _missing(config, exc) from None
 
 
 def _missing(config: PipelineConfig, exc: TopicNotFoundError) -> TopicNotFoundError:
@@ -96,11 +98,26 @@ def _missing(config: PipelineConfig, exc: TopicNotFoundError) -> TopicNotFoundEr
                               f"replication {wanted.replication_factor} from topicSettings)")
 
 
-def _topic(config: PipelineConfig, report: OnboardReport, *, dry_run: bool, create: bool) -> None:
+def _topics(config: PipelineConfig, report: OnboardReport, *, dry_run: bool, create: bool) -> list[str]:
+    """The topics the pipeline reads now, each reported, the missing named ones created with --create-topic."""
+    settings = config.kafka_client_settings()
+    if config.topic_pattern:
+        found = kafka.matching_topics(settings, config.topic_pattern,
+                                      duration_seconds(config.source.broker_timeout) or 15.0)
+        shown = ", ".join(f"{t} ({len(p)} partitions)" for t, p in found.items()) or "none yet"
+        report.say(f"topics matching {config.topic_pattern!r}: {shown}; topics created later are read from their "
+                   "start" + ("; --create-topic creates nothing for a pattern" if create else ""))
+        return list(found)
+    for topic in config.topics:
+        _topic(config, topic, report, dry_run=dry_run, create=create)
+    return list(config.topics)
+
+
+def _topic(config: PipelineConfig, topic: str, report: OnboardReport, *, dry_run: bool, create: bool) -> None:
     settings = config.kafka_client_settings()
     try:
-        found = kafka.partitions(settings, config.topic)
-        report.say(f"topic {config.topic!r}: exists with {len(found)} partitions")
+        found = kafka.partitions(settings, topic)
+        report.say(f"topic {topic!r}: exists with {len(found)} partitions")
         return
     except TopicNotFoundError as exc:
         missing = exc
@@ -108,48 +125,49 @@ def _topic(config: PipelineConfig, report: OnboardReport, *, dry_run: bool, crea
     if not create:
         raise _missing(config, missing)
     if dry_run:
-        report.say(f"topic {config.topic!r}: would be created with {wanted.partitions} partitions, replication "
+        report.say(f"topic {topic!r}: would be created with {wanted.partitions} partitions, replication "
                    f"{wanted.replication_factor}", change=True)
         return
-    kafka.create_topic(settings, config.topic, wanted.partitions, wanted.replication_factor)
-    report.say(f"topic {config.topic!r}: created with {wanted.partitions} partitions, replication "
+    kafka.create_topic(settings, topic, wanted.partitions, wanted.replication_factor)
+    report.say(f"topic {topic!r}: created with {wanted.partitions} partitions, replication "
                f"{wanted.replication_factor}", change=True)
 
 
-def _register(config: PipelineConfig, report: OnboardReport, *, dry_run: bool) -> None:
-    """Register the schema files of the subject in the registry, oldest first (as their versions)."""
+def _register(config: PipelineConfig, subject: str, report: OnboardReport, *, dry_run: bool) -> None:
+    """Register the schema files of the subject (schemas/<subject>/) in the registry, oldest first (as their
+    versions)."""
     from confluent_kafka.schema_registry import Schema
 
     if not config.value.registry:
         raise IngestionError("--register-schemas needs value.registry in the pipeline config")
     client = registry_client(config.value.registry)
-    known = set(source_for(config).versions(config.value.subject).values()) if _has_subject(client, config) else set()
-    folder = schemas_dir() / config.value.subject
+    known = set(source_for(config).versions(subject).values()) if _has_subject(client, config, subject) else set()
+    folder = schemas_dir() / subject
     for file in sorted(folder.glob("*.avsc"), key=lambda f: int(f.stem)):
         text = json.dumps(json.loads(file.read_text()), sort_keys=True, separators=(",", ":"))
         if text in known:
-            report.say(f"schema {file}: already registered under {config.value.subject!r}")
+            report.say(f"schema {file}: already registered under {subject!r}")
         elif dry_run:
-            report.say(f"schema {file}: would be registered under {config.value.subject!r}", change=True)
+            report.say(f"schema {file}: would be registered under {subject!r}", change=True)
         else:
             try:
-                schema_id = client.register_schema(config.value.subject, Schema(file.read_text(), "AVRO"))
+                schema_id = client.register_schema(subject, Schema(file.read_text(), "AVRO"))
             except Exception as exc:
-                failure = registry_failure(exc, config.value.registry, config.value.subject)
+                failure = registry_failure(exc, config.value.registry, subject)
                 if failure is not None:
                     raise failure from None
                 raise
-            report.say(f"schema {file}: registered under {config.value.subject!r} as id {schema_id}", change=True)
+            report.say(f"schema {file}: registered under {subject!r} as id {schema_id}", change=True)
 
 
-def _has_subject(client: object, config: PipelineConfig) -> bool:
+def _has_subject(client: object, config: PipelineConfig, subject: str) -> bool:
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
     try:
-        client.get_versions(config.value.subject)  # type: ignore[attr-defined]
+        client.get_versions(subject)  # type: ignore[attr-defined]
         return True
     except Exception as exc:
-        failure = registry_failure(exc, config.value.registry, config.value.subject)
+        failure = registry_failure(exc, config.value.registry, subject)
         if failure is not None:
             raise failure from None
         if isinstance(exc, SchemaRegistryError) and exc.http_status_code == 404:

@@ -41,6 +41,11 @@ class ReplayResult:
     bronze_version: int | None
 
 
+def _is_pairs(text: str) -> bool:
+    """Whether a position is `partition:offset` pairs (`0:10,1:20`), not a time such as 2026-01-01T10:00."""
+    return ":" in text and all(part.count(":") == 1 and part.split(":")[0].isdigit() for part in text.split(","))
+
+
 def parse_position(text: str, topic: str, marks: dict[int, tuple[int, int]], *, ending: bool) -> tuple[str, str]:
     """A position as a Kafka batch-source option: ('startingOffsets'|'endingOffsets', json) or
     ('startingTimestamp'|'endingTimestamp', millis). Accepted: earliest, latest, `0:10,1:20` per partition,
@@ -50,7 +55,7 @@ def parse_position(text: str, topic: str, marks: dict[int, tuple[int, int]], *, 
     which = "ending" if ending else "starting"
     if text in ("earliest", "latest"):
         return f"{which}Offsets", text
-    if ":" in text and all(part.count(":") == 1 and part.split(":")[0].isdigit() for part in text.split(",")):
+    if _is_pairs(text):
         given = {int(p): int(o) for p, o in (part.split(":") for part in text.split(","))}
         unknown = set(given) - set(partitions)
         if unknown:
@@ -70,27 +75,39 @@ def parse_position(text: str, topic: str, marks: dict[int, tuple[int, int]], *, 
     return f"{which}Timestamp", str(int(when.timestamp() * 1000))
 
 
-def replay(spark: SparkSession, config: PipelineConfig, *, start: str, end: str = "latest") -> ReplayResult:
-    """Read the range again and write what neither table holds. Kafka is asked first (login, the topic, a read),
-    so a refusal is one KafkaAccessError before Spark reads; one that comes from Spark's client is named alike."""
+def replay(spark: SparkSession, config: PipelineConfig, *, start: str, end: str = "latest",
+           topic: str | None = None) -> ReplayResult:
+    """Read the range again (of `topic` only, when given; else of every topic the pipeline reads now) and write
+    what neither table holds. Kafka is asked first (login, the topics, a read), so a refusal is one
+    KafkaAccessError before Spark reads; one that comes from Spark's client is named alike."""
     settings = config.kafka_client_settings()
-    kafka.check_access(settings, config.topic, duration_seconds(config.source.broker_timeout) or 15.0)
+    if topic is not None and not config.reads_topic(topic):
+        raise IngestionError(f"pipeline {config.name!r} does not read topic {topic!r}: it reads {config.reads}")
+    topics = [topic] if topic is not None else kafka.pipeline_topics(config)
+    if not topics:
+        raise IngestionError(f"pipeline {config.name!r}: no topic to replay, none matches {config.reads}")
+    for name in topics:
+        kafka.check_access(settings, name, duration_seconds(config.source.broker_timeout) or 15.0)
     try:
-        return _replay(spark, config, settings, start=start, end=end)
+        return _replay(spark, config, settings, topics, start=start, end=end)
     except Exception as exc:
-        refused = None if isinstance(exc, IngestionError) else access.from_java(str(exc), settings, config.topic)
+        refused = None if isinstance(exc, IngestionError) else access.from_java(str(exc), settings, topics[0])
         if refused is not None:
             raise refused from None
         raise
 
 
-def _replay(spark: SparkSession, config: PipelineConfig, settings: dict[str, Any], *, start: str,
-            end: str) -> ReplayResult:
-    marks = kafka.watermarks(settings, config.topic)
+def _replay(spark: SparkSession, config: PipelineConfig, settings: dict[str, Any], topics: list[str], *,
+            start: str, end: str) -> ReplayResult:
     options = {k: v for k, v in kafka_options(config).items()
-               if k not in ("startingOffsets", "maxOffsetsPerTrigger", "minPartitions")}
-    options.update([parse_position(start, config.topic, marks, ending=False),
-                    parse_position(end, config.topic, marks, ending=True)])
+               if k not in ("startingOffsets", "maxOffsetsPerTrigger", "minPartitions", "subscribePattern")}
+    options["subscribe"] = ",".join(topics)
+    if len(topics) > 1 and any(_is_pairs(text) for text in (start, end)):
+        raise IngestionError(f"pipeline {config.name!r} reads {len(topics)} topics ({', '.join(topics)}): "
+                             "partition:offset positions need the topic named with --topic")
+    marks = kafka.watermarks(settings, topics[0]) if len(topics) == 1 else {}
+    options.update([parse_position(start, topics[0], marks, ending=False),
+                    parse_position(end, topics[0], marks, ending=True)])
     reader = spark.read.format("kafka")
     for key, value in options.items():
         reader = reader.option(key, value)
@@ -109,8 +126,9 @@ def _replay(spark: SparkSession, config: PipelineConfig, settings: dict[str, Any
         decoded.unpersist()
     result = ReplayResult(read_count, read_count - new_count, new_count - failed, failed,
                           ledger.table_version(spark, config.table_path))
-    log.info("%s replay %s..%s: %d records read, %d already present, %d written to bronze, %d quarantined",
-             config.name, start, end, result.read, result.already_present, result.written, result.quarantined)
+    log.info("%s replay %s..%s of %s: %d records read, %d already present, %d written to bronze, %d quarantined",
+             config.name, start, end, ", ".join(topics), result.read, result.already_present, result.written,
+             result.quarantined)
     return result
 
 

@@ -7,14 +7,19 @@ status` answers the same whether the pipeline runs or not.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import asdict, dataclass
+import logging
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ingestion import kafka
 from ingestion.config import PipelineConfig
 from ingestion.delta import ledger
 from ingestion.delta.ledger import BatchKind
+from ingestion.delta.reader import TableReader
+from ingestion.errors import TopicNotFoundError
 from ingestion.ops.readers import Source, as_reader
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class PipelineStatus:
     average_file_bytes: int | None = None
     last_maintenance: str | None = None  # "optimize at version 12, <time>"
     oldest_restorable: int | None = None  # the oldest version time travel and rewind still reach
+    topics: list[str] = field(default_factory=list)  # the topics reported (`topic`: the config's topic or pattern)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -49,38 +55,51 @@ class PipelineStatus:
 
 def pipeline_status(source: Source, config: PipelineConfig, now: dt.datetime | None = None) -> PipelineStatus:
     """Where the pipeline stands, from its tables (through `source`: a TableReader, or a SparkSession to read with
-    Spark) and Kafka."""
+    Spark) and Kafka, per partition of each topic it reads."""
     reader = as_reader(source)
     now = now or dt.datetime.now(dt.UTC)
     settings = config.kafka_client_settings()
     records = reader.history(config.table_path)
-    ingested = ledger.next_offsets(records).get(config.topic, {})
-    marks = kafka.watermarks(settings, config.topic)
-    quarantined = reader.quarantined_per_partition(config.quarantine_path, config.topic)
-    position = {p: ingested.get(str(p), low) for p, (low, _) in marks.items()}
-    # Lag counts from the first committed record past the table's position: transaction markers and aborted
-    # records there are not lag (the table can never hold them).
-    unread = kafka.first_unread(settings, config.topic, {p: o for p, o in position.items() if o < marks[p][1]})
+    recorded = ledger.next_offsets(records)
+    topics = kafka.audited_topics(config, recorded)
     partitions = []
-    for p, (_, high) in sorted(marks.items()):
-        first = unread.get(p, (position[p], None)) if position[p] < high else None
-        lag = 0 if first is None else high - first[0]
-        age = 0.0 if first is None else None if first[1] is None else max(0.0, now.timestamp() - first[1] / 1000)
-        partitions.append(PartitionStatus(config.topic, p, high, ingested.get(str(p), 0), lag, age,
-                                          quarantined.get(p, 0)))
+    for topic in topics:
+        try:
+            partitions.extend(_topic_status(reader, config, settings, topic, recorded.get(topic, {}), now))
+        except TopicNotFoundError:
+            log.warning("%s: topic %r is in the table's ledger but no longer on the brokers", config.name, topic)
     stream = [r for r in records if r.kind == BatchKind.STREAM]
     last = stream[-1] if stream else None
     maintained = [r for r in records if r.kind in ledger.MAINTENANCE]
     layout = reader.layout(config.table_path)
     return PipelineStatus(
-        config.name, config.topic, config.table_path, reader.version(config.table_path),
+        config.name, config.subscription, config.table_path,
+        reader.version(config.table_path),
         last.batch_id if last else None,
         last.committed_at.isoformat() if last and last.committed_at else None,
         sum(p.lag_records for p in partitions), partitions,
         layout.files if layout else None, layout.average_file_bytes if layout else None,
         _maintenance_text(maintained[-1]) if maintained else None,
         layout.oldest_restorable if layout else None,
+        topics,
     )
+
+
+def _topic_status(reader: TableReader, config: PipelineConfig, settings: dict[str, Any], topic: str,
+                  ingested: dict[str, int], now: dt.datetime) -> list[PartitionStatus]:
+    marks = kafka.watermarks(settings, topic)
+    quarantined = reader.quarantined_per_partition(config.quarantine_path, topic)
+    position = {p: ingested.get(str(p), low) for p, (low, _) in marks.items()}
+    # Lag counts from the first committed record past the table's position: transaction markers and aborted
+    # records there are not lag (the table can never hold them).
+    unread = kafka.first_unread(settings, topic, {p: o for p, o in position.items() if o < marks[p][1]})
+    partitions = []
+    for p, (_, high) in sorted(marks.items()):
+        first = unread.get(p, (position[p], None)) if position[p] < high else None
+        lag = 0 if first is None else high - first[0]
+        age = 0.0 if first is None else None if first[1] is None else max(0.0, now.timestamp() - first[1] / 1000)
+        partitions.append(PartitionStatus(topic, p, high, ingested.get(str(p), 0), lag, age, quarantined.get(p, 0)))
+    return partitions
 
 
 def _maintenance_text(record: ledger.BatchRecord) -> str:
@@ -89,13 +108,17 @@ def _maintenance_text(record: ledger.BatchRecord) -> str:
 
 
 def render(status: PipelineStatus) -> str:
-    lines = [f"{status.pipeline}: topic {status.topic}, table version {status.table_version}, "
+    several = len(status.topics) > 1 or status.topics != [status.topic]
+    what = f"topics {status.topic} ({len(status.topics)})" if several else f"topic {status.topic}"
+    width = max([9, *(len(f"{p.topic}/{p.partition}") for p in status.partitions)]) if several else 9
+    lines = [f"{status.pipeline}: {what}, table version {status.table_version}, "
              f"last batch {status.last_batch_id} at {status.last_batch_at}, lag {status.lag_records} records",
              f"  {status.files} files, average {(status.average_file_bytes or 0) / 1024:.1f} KiB; last maintenance: "
              f"{status.last_maintenance or 'never'}; oldest restorable version {status.oldest_restorable}",
-             f"  {'partition':>9} {'latest':>10} {'ingested':>10} {'lag':>8} {'lag s':>8} {'quarantined':>11}"]
+             f"  {'partition':>{width}} {'latest':>10} {'ingested':>10} {'lag':>8} {'lag s':>8} {'quarantined':>11}"]
     for p in status.partitions:
         seconds = "-" if p.lag_seconds is None else f"{p.lag_seconds:.1f}"
-        lines.append(f"  {p.partition:>9} {p.latest_offset:>10} {p.ingested_up_to:>10} {p.lag_records:>8} "
+        name = f"{p.topic}/{p.partition}" if several else str(p.partition)
+        lines.append(f"  {name:>{width}} {p.latest_offset:>10} {p.ingested_up_to:>10} {p.lag_records:>8} "
                      f"{seconds:>8} {p.quarantined:>11}")
     return "\n".join(lines)

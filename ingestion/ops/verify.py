@@ -11,6 +11,7 @@ hold but a read_committed consumer never returns (a record of an aborted transac
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -19,7 +20,10 @@ from ingestion import kafka
 from ingestion.config import PipelineConfig
 from ingestion.delta import ledger
 from ingestion.delta.reader import TableReader
+from ingestion.errors import TopicNotFoundError
 from ingestion.ops.readers import Source, as_reader
+
+log = logging.getLogger(__name__)
 
 MAX_SHOWN = 100  # offsets or ranges listed per partition and kind
 MAX_GAP_READ = 1_000_000  # offsets read back from Kafka per partition to classify gaps
@@ -49,43 +53,57 @@ class PartitionAudit:
 @dataclass
 class Audit:
     pipeline: str
-    topic: str
+    topic: str  # the config's topic, list or pattern
     partitions: list[PartitionAudit]
+    topics: list[str] = field(default_factory=list)  # the topics audited
 
     @property
     def ok(self) -> bool:
         return all(p.ok for p in self.partitions)
 
     def to_json(self) -> dict[str, Any]:
-        return {"pipeline": self.pipeline, "topic": self.topic, "ok": self.ok,
+        return {"pipeline": self.pipeline, "topic": self.topic, "topics": self.topics, "ok": self.ok,
                 "partitions": [{**asdict(p), "ok": p.ok} for p in self.partitions]}
 
 
 def audit(source: Source, config: PipelineConfig) -> Audit:
     """Bronze and quarantine (read through `source`: a TableReader, or a SparkSession to read with Spark) against
-    Kafka, per partition of the pipeline's topic."""
+    Kafka, per partition of each topic the pipeline reads (now, or by its ledger)."""
     reader = as_reader(source)
     settings = config.kafka_client_settings()
-    coverage = {r.partition: r for r in ledger.coverage(reader.history(config.table_path))
-                if r.topic == config.topic}
-    marks = kafka.watermarks(settings, config.topic)
+    coverage = ledger.coverage(reader.history(config.table_path))
+    topics = kafka.audited_topics(config, {r.topic for r in coverage})
+    result: list[PartitionAudit] = []
+    for topic in topics:
+        spans = {r.partition: r for r in coverage if r.topic == topic}
+        try:
+            result.extend(_audit_topic(reader, config, settings, topic, spans))
+        except TopicNotFoundError:
+            log.warning("%s: topic %r is in the table's ledger but no longer on the brokers: not audited",
+                        config.name, topic)
+    return Audit(config.name, config.subscription, result, topics)
+
+
+def _audit_topic(reader: TableReader, config: PipelineConfig, settings: dict[str, Any], topic: str,
+                 coverage: dict[int, ledger.PartitionRange]) -> list[PartitionAudit]:
+    marks = kafka.watermarks(settings, topic)
     tables = (config.table_path, config.quarantine_path)
-    held = reader.held(tables, config.topic, {p: (c.first, c.last) for p, c in coverage.items()}, MAX_SHOWN)
+    held = reader.held(tables, topic, {p: (c.first, c.last) for p, c in coverage.items()}, MAX_SHOWN)
     result = []
     for p, (low, high) in sorted(marks.items()):
         span = coverage.get(p)
         found = held.get(p)
-        part = PartitionAudit(config.topic, p, low, high, span.first if span else None, span.last if span else None,
+        part = PartitionAudit(topic, p, low, high, span.first if span else None, span.last if span else None,
                               found.rows if found else 0, list(found.duplicates) if found else [])
-        committed = _committed(settings, config, part)
-        _classify(settings, config, part, list(found.gaps) if found else [], committed)
+        committed = _committed(settings, part)
+        _classify(settings, part, list(found.gaps) if found else [], committed)
         if committed is not None:
             _find_not_committed(reader, tables, part, committed)
         result.append(part)
-    return Audit(config.name, config.topic, result)
+    return result
 
 
-def _committed(settings: dict[str, Any], config: PipelineConfig, part: PartitionAudit) -> set[int] | None:
+def _committed(settings: dict[str, Any], part: PartitionAudit) -> set[int] | None:
     """The offsets a read_committed consumer returns over the span the ledger records (what Kafka still has of
     it), or None when the span is larger than MAX_GAP_READ (then noted in `commits_unchecked`)."""
     if part.first is None or part.last is None:
@@ -96,7 +114,7 @@ def _committed(settings: dict[str, Any], config: PipelineConfig, part: Partition
     if last - first + 1 > MAX_GAP_READ:
         part.commits_unchecked.append([first, last])
         return None
-    return _offsets_in_kafka(settings, config.topic, part.partition, first, last)
+    return _offsets_in_kafka(settings, part.topic, part.partition, first, last)
 
 
 def _find_not_committed(reader: TableReader, tables: tuple[str, str], part: PartitionAudit,
@@ -109,7 +127,7 @@ def _find_not_committed(reader: TableReader, tables: tuple[str, str], part: Part
     part.not_committed = [list(run) for run in _runs(extra)][:MAX_SHOWN]
 
 
-def _classify(settings: dict[str, Any], config: PipelineConfig, part: PartitionAudit,
+def _classify(settings: dict[str, Any], part: PartitionAudit,
               ranges: list[tuple[int, int]], committed: set[int] | None = None) -> None:
     budget = MAX_GAP_READ
     for a, b in ranges:
@@ -126,7 +144,7 @@ def _classify(settings: dict[str, Any], config: PipelineConfig, part: PartitionA
             in_kafka = {o for o in committed if a <= o <= b}
         else:
             budget -= b - a + 1
-            in_kafka = _offsets_in_kafka(settings, config.topic, part.partition, a, b)
+            in_kafka = _offsets_in_kafka(settings, part.topic, part.partition, a, b)
         for lo, hi in _runs(sorted(in_kafka)):
             part.lost.append([lo, hi])
         for lo, hi in _runs(sorted(set(range(a, b + 1)) - in_kafka)):
@@ -186,7 +204,9 @@ def _runs(offsets: list[int]) -> list[tuple[int, int]]:
 
 
 def render(result: Audit) -> str:
-    lines = [f"{result.pipeline}: topic {result.topic}: {'OK' if result.ok else 'VIOLATIONS FOUND'}"]
+    several = result.topics != [result.topic]
+    what = f"topics {result.topic} ({len(result.topics)})" if several else f"topic {result.topic}"
+    lines = [f"{result.pipeline}: {what}: {'OK' if result.ok else 'VIOLATIONS FOUND'}"]
     for p in result.partitions:
         lines.append(f"  {p.topic}/{p.partition}: offsets {p.first}-{p.last} recorded, {p.rows} held, Kafka "
                      f"{p.kafka_low}-{p.kafka_high}: {'ok' if p.ok else 'VIOLATION'}")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ingestion.errors import SchemaError
+from ingestion.errors import SchemaError, SubjectNotFoundError
 
 AvroSchema = Any  # parsed JSON of an .avsc: a dict, a list (union) or a str (primitive or named reference)
 
@@ -38,7 +38,7 @@ def load_subject(folder: Path, subject: str) -> Subject:
     directory = folder / subject
     files = sorted(directory.glob("*.avsc")) if directory.is_dir() else []
     if not files:
-        raise SchemaError(f"no schemas for subject {subject!r}: expected files like {directory / '1.avsc'}")
+        raise SubjectNotFoundError(f"no schemas for subject {subject!r}: expected files like {directory / '1.avsc'}")
     versions: dict[int, str] = {}
     for file in files:
         if not file.stem.isdigit():

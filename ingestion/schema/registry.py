@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from ingestion import security
 from ingestion.config import PipelineConfig
-from ingestion.errors import SchemaError
+from ingestion.errors import SchemaError, SubjectNotFoundError
 from ingestion.paths import schemas_dir
 from ingestion.schema.files import canonical_json, load_subject
 from ingestion.security import redact_url
@@ -126,9 +126,10 @@ class RegistrySource:
             if failure is not None:
                 raise failure from None
             if isinstance(exc, SchemaRegistryError):
-                raise SchemaError(f"subject {subject!r} not found in the schema registry at "
-                                  f"{redact_url(self.settings.get('url', '?'))}: {exc.error_message} "
-                                  f"({exc.http_status_code}, error code {exc.error_code})") from None
+                kind = SubjectNotFoundError if exc.http_status_code == 404 else SchemaError
+                raise kind(f"subject {subject!r} not found in the schema registry at "
+                           f"{redact_url(self.settings.get('url', '?'))}: {exc.error_message} "
+                           f"({exc.http_status_code}, error code {exc.error_code})") from None
             raise
 
     def subjects(self) -> list[str]:
@@ -168,10 +169,11 @@ def check_registry(config: PipelineConfig, *, subject_may_be_missing: bool = Fal
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
     client = registry_client(config.value.registry)
+    subjects = config.value_subjects(config.topics)  # a pattern's topics are not known here: any answer will do
     try:
-        client.get_versions(config.value.subject)
+        client.get_versions(subjects[0]) if subjects else client.get_subjects()
     except Exception as exc:
-        failure = registry_failure(exc, config.value.registry, config.value.subject)
+        failure = registry_failure(exc, config.value.registry, subjects[0] if subjects else None)
         if failure is not None:
             raise SchemaError(f"{config.file}: {failure}") from None
         if not (subject_may_be_missing and isinstance(exc, SchemaRegistryError) and exc.http_status_code == 404):

@@ -32,12 +32,27 @@ COMMIT_TIMEOUT = 10.0  # seconds a consumer-group commit may take before the nex
 
 
 def partition_lag(end_offset: str | None, latest_offset: str | None, topic: str) -> dict[int, int]:
-    """Records between where a batch ended and the newest offset per partition, from Spark's offset JSON."""
+    """Records between where a batch ended and the newest offset per partition of `topic`, from Spark's offset
+    JSON."""
+    return topic_lags(end_offset, latest_offset).get(topic, {})
+
+
+def topic_lags(end_offset: str | None, latest_offset: str | None) -> dict[str, dict[int, int]]:
+    """Per topic and partition, records between where a batch ended and the newest offset Spark saw."""
     if not end_offset or not latest_offset:
         return {}
-    end = (json.loads(end_offset) or {}).get(topic) or {}
-    latest = (json.loads(latest_offset) or {}).get(topic) or {}
-    return {int(p): max(0, int(latest[p]) - int(end.get(p, 0))) for p in latest if latest[p] is not None}
+    end = json.loads(end_offset) or {}
+    out: dict[str, dict[int, int]] = {}
+    for topic, latest in sorted((json.loads(latest_offset) or {}).items()):
+        done = end.get(topic) or {}
+        out[topic] = {int(p): max(0, int(n) - int(done.get(p, 0))) for p, n in latest.items() if n is not None}
+    return out
+
+
+def lag_metrics(lags: dict[str, dict[int, int]], single_topic: bool) -> dict[str, float]:
+    """`lag_records_p<partition>` for a pipeline of one topic, `lag_records_<topic>_p<partition>` otherwise."""
+    return {(f"lag_records_p{p}" if single_topic else f"lag_records_{topic}_p{p}"): float(n)
+            for topic, parts in sorted(lags.items()) for p, n in sorted(parts.items())}
 
 
 def phases(duration_ms: dict[str, int]) -> str:
@@ -48,17 +63,18 @@ def phases(duration_ms: dict[str, int]) -> str:
     return (f"{int(total)} ms: " if total is not None else "") + ", ".join(f"{k} {v}" for k, v in parts)
 
 
-def batch_metrics(progress: Any, result: BatchResult | None, lag: dict[int, int],
-                  now: dt.datetime) -> dict[str, float]:
-    """The MLflow metrics of one batch (names documented in docs/operations.md#mlflow)."""
+def batch_metrics(progress: Any, result: BatchResult | None, lags: dict[str, dict[int, int]],
+                  now: dt.datetime, *, single_topic: bool = True) -> dict[str, float]:
+    """The MLflow metrics of one batch (names documented in docs/operations.md#mlflow); `lags` per topic and
+    partition (`topic_lags`)."""
     values: dict[str, float] = {
         "input_rows": float(progress.numInputRows),
         "input_rows_per_second": float(progress.inputRowsPerSecond or 0.0),
         "processed_rows_per_second": float(progress.processedRowsPerSecond or 0.0),
         "batch_duration_ms": float(progress.batchDuration),
-        "lag_records": float(sum(lag.values())),
+        "lag_records": float(sum(n for parts in lags.values() for n in parts.values())),
     }
-    values.update({f"lag_records_p{p}": float(n) for p, n in sorted(lag.items())})
+    values.update(lag_metrics(lags, single_topic))
     if result is not None:
         newest = result.max_timestamp
         if newest is not None and newest.tzinfo is None:
@@ -107,11 +123,11 @@ class PipelineMonitor(ProgressListener):
         self.metrics = metrics
         self.progress = progress
         self.group = config.consumer_group
-        self.last_lag: dict[int, int] = {}
+        self.last_lag: dict[str, dict[int, int]] = {}  # per topic and partition
         self._results: dict[int, BatchResult] = {}
         self._lock = threading.Lock()
         self._admin: Any = None
-        self._pending: tuple[int, dict[str, int]] | None = None  # a commit that failed, to retry
+        self._pending: tuple[int, dict[str, dict[str, int]]] | None = None  # a commit that failed, to retry
         # Kafka refused the consumer group (or the login): the pipeline stops with this error (see pipeline.run).
         self.refused: KafkaAccessError | None = None
 
@@ -146,18 +162,18 @@ class PipelineMonitor(ProgressListener):
         source = progress.sources[0]
         with self._lock:
             result = self._results.pop(progress.batchId, None)
-        lag = partition_lag(source.endOffset, source.latestOffset, self.config.topic)
-        self.last_lag = lag
-        values = batch_metrics(progress, result, lag, dt.datetime.now(dt.UTC))
+        lags = topic_lags(source.endOffset, source.latestOffset)
+        self.last_lag = lags
+        values = batch_metrics(progress, result, lags, dt.datetime.now(dt.UTC), single_topic=bool(self.config.topic))
         if self.metrics is not None:
             self.metrics.log(progress.batchId, values)
         log.info("%s batch %d: lag %d (%s)", self.config.name, progress.batchId, int(values["lag_records"]),
-                 ", ".join(f"{self.config.topic}/{p} {n}" for p, n in sorted(lag.items())))
+                 _lag_text(lags))
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s batch %d: Spark's phases %s", self.config.name, progress.batchId,
                       phases(progress.durationMs))
         if self.config.metrics.commit_offsets and source.endOffset:
-            self._commit(progress.batchId, (json.loads(source.endOffset) or {}).get(self.config.topic) or {})
+            self._commit(progress.batchId, json.loads(source.endOffset) or {})
 
     def onQueryIdle(self, event: Any) -> None:
         """Spark says the query is idle (no new data, every 10 s by default): retry a commit that failed."""
@@ -165,7 +181,7 @@ class PipelineMonitor(ProgressListener):
         if pending is not None:
             self._commit(*pending)
 
-    def _commit(self, batch_id: int, end: dict[str, int]) -> None:
+    def _commit(self, batch_id: int, end: dict[str, dict[str, int]]) -> None:
         """Commit the batch's end offsets to the consumer group. A failure (the broker restarting, say) costs one
         warning line: the admin client is made again, and the commit is retried when the query is idle or done
         by the next batch's."""
@@ -176,9 +192,9 @@ class PipelineMonitor(ProgressListener):
             settings = self.config.kafka_client_settings()
             if self._admin is None:
                 self._admin = kafka.admin_client(settings)
-            kafka.commit_group_offsets(self._admin, self.group, self.config.topic,
-                                       {int(p): int(o) for p, o in end.items()}, timeout=COMMIT_TIMEOUT,
-                                       settings=settings)
+            kafka.commit_group_offsets(self._admin, self.group,
+                                       {t: {int(p): int(o) for p, o in parts.items()} for t, parts in end.items()},
+                                       timeout=COMMIT_TIMEOUT, settings=settings)
         except KafkaAccessError as exc:  # not transient: retrying would only repeat it
             self.refused = exc
             log.error("%s batch %d: offsets not committed: %s", self.config.name, batch_id, exc)
@@ -188,3 +204,12 @@ class PipelineMonitor(ProgressListener):
             log.warning("%s batch %d: offsets not committed to consumer group %r (%s); retried when the query is "
                         "idle or with the next batch", self.config.name, batch_id, self.group,
                         str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+
+def _lag_text(lags: dict[str, dict[int, int]], shown: int = 12) -> str:
+    """`orders/0 3, orders/1 0`: the partitions with the most lag first when there are more than `shown`."""
+    items = [(f"{t}/{p}", n) for t, parts in sorted(lags.items()) for p, n in sorted(parts.items())]
+    if len(items) > shown:
+        items = sorted(items, key=lambda kv: -kv[1])[:shown]
+        return ", ".join(f"{k} {n}" for k, n in items) + f", ... ({len(lags)} topics)"
+    return ", ".join(f"{k} {n}" for k, n in items)

@@ -9,6 +9,7 @@ import logging
 import re
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import metadata
@@ -19,7 +20,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from ingestion import kafka
-from ingestion.config import PipelineConfig, duration_seconds
+from ingestion.config import PipelineConfig
 from ingestion.delta import ledger
 from ingestion.delta.log_checkpoints import BackgroundCheckpoints
 from ingestion.delta.reader import JvmFreeReadError
@@ -93,37 +94,41 @@ def check_can_start(config: PipelineConfig) -> None:
     registry.check_registry(config)
 
 
-def caught_up(config: PipelineConfig) -> dict[int, int] | None:
-    """Per partition, the offset the table has reached, when it holds every committed record Kafka has now (an
-    available-now run would have nothing to do); None otherwise, or when that cannot be told without a JVM (no
-    ledger yet, a table delta-rs cannot read). Read with delta-rs and a Kafka consumer: no JVM."""
+def caught_up(config: PipelineConfig) -> dict[str, dict[int, int]] | None:
+    """Per topic and partition, the offset the table has reached, when it holds every committed record Kafka has
+    now (an available-now run would have nothing to do); None otherwise, or when that cannot be told without a
+    JVM (no ledger yet, a table delta-rs cannot read). Read with delta-rs and a Kafka consumer: no JVM."""
     reader = DeltaRsReader(config.storage_options() or None)
     try:
         if not reader.version(config.table_path):  # no table, or only its creation: the first run has work to do
             return None
-        recorded = ledger.next_offsets(reader.history(config.table_path)).get(config.topic, {})
+        recorded = ledger.next_offsets(reader.history(config.table_path))
     except JvmFreeReadError as exc:
         log.debug("%s: cannot tell whether it is caught up without a JVM: %s", config.name, exc)
         return None
-    if not recorded:
-        return None
     settings = config.kafka_client_settings()
-    marks = kafka.watermarks(settings, config.topic)
-    position = {p: max(low, recorded.get(str(p), low)) for p, (low, _) in marks.items()}
-    behind = {p: o for p, o in position.items() if o < marks[p][1]}
-    unread = kafka.first_unread(settings, config.topic, behind) if behind else {}
-    if len(unread) < len(behind) or any(first is not None for first in unread.values()):
-        return None  # committed records to ingest (or a partition that did not answer)
-    return position
+    reached: dict[str, dict[int, int]] = {}
+    for topic in kafka.pipeline_topics(config):
+        done = recorded.get(topic, {})
+        if not done:
+            return None  # a topic the table has not read yet
+        marks = kafka.watermarks(settings, topic)
+        position = {p: max(low, done.get(str(p), low)) for p, (low, _) in marks.items()}
+        behind = {p: o for p, o in position.items() if o < marks[p][1]}
+        unread = kafka.first_unread(settings, topic, behind) if behind else {}
+        if len(unread) < len(behind) or any(first is not None for first in unread.values()):
+            return None  # committed records to ingest (or a partition that did not answer)
+        reached[topic] = position
+    return reached or None
 
 
-def check_kafka(config: PipelineConfig) -> list[int]:
-    """The topic's partitions, or an IngestionError within `source.brokerTimeout` naming what is wrong: no broker
-    answers, the login or the TLS handshake is refused, the topic does not exist or may not be read, the consumer
-    group (when offsets are committed) may not be used (KafkaAccessError, naming what to grant)."""
-    timeout = duration_seconds(config.source.broker_timeout) or 15.0
+def check_kafka(config: PipelineConfig) -> dict[str, list[int]]:
+    """Topic -> partitions of what the pipeline reads, or an IngestionError within `source.brokerTimeout` naming
+    what is wrong: no broker answers, the login or the TLS handshake is refused, a topic does not exist or may not
+    be read, the consumer group (when offsets are committed) may not be used (KafkaAccessError, naming what to
+    grant). A pattern that matches no topic yet is not an error: the stream reads them as they come."""
     group = config.consumer_group if config.metrics.commit_offsets else None
-    return kafka.check_access(config.kafka_client_settings(), config.topic, timeout, group=group)
+    return kafka.check_pipeline(config, group=group)
 
 
 def pool_name(config: PipelineConfig) -> str:
@@ -248,11 +253,15 @@ def run_all(spark: SparkSession, configs: list[PipelineConfig], *, available_now
                 log.error("%s failed (the other pipelines go on): %s", r.config.name, outcome[r.config.name])
 
     with _stop_signals() as stop_requested:
+        said = time.monotonic()
         while any(r.query.isActive for r in running) and not stop_requested.is_set():
             with contextlib.suppress(StreamingQueryException):  # a failed query is reported by name below
                 spark.streams.awaitAnyTermination(1)
             record_ended()
             spark.streams.resetTerminated()
+            if time.monotonic() - said >= COMBINED_EVERY:
+                log.info("%s", combined_progress(running, outcome, len(configs)))
+                said = time.monotonic()
         record_ended()  # a query that ended between the last look and the loop's condition
         for r in running:
             if r.config.name not in outcome:
@@ -260,6 +269,24 @@ def run_all(spark: SparkSession, configs: list[PipelineConfig], *, available_now
                 outcome[r.config.name] = "KILLED"
                 stop(spark, r, "KILLED")
     return outcome
+
+
+COMBINED_EVERY = 30.0  # seconds between the combined progress lines of `run --all`
+
+
+def combined_progress(running: list[RunningPipeline], outcome: dict[str, str], total: int) -> str:
+    """One line for all pipelines of `run --all`: how many run, batches and rows so far, total lag and the
+    pipelines furthest behind (`run --all: 20 pipelines, 19 running, 1 failed; 340 batches, 52,000 rows;
+    lag 1,200 records (orders 1,000, payments 200)`)."""
+    lag = {r.config.name: sum(n for parts in r.monitor.last_lag.values() for n in parts.values()) for r in running}
+    behind = sorted(((n, name) for name, n in lag.items() if n), reverse=True)[:3]
+    failed = sum(1 for s in outcome.values() if s.startswith("FAILED"))
+    active = sum(1 for r in running if r.query.isActive)
+    batches = sum(len(r.batches) for r in running)
+    rows = sum(b.rows for r in running for b in r.batches if b.committed)
+    worst = f" ({', '.join(f'{name} {n:,}' for n, name in behind)})" if behind else ""
+    return (f"run --all: {total} pipelines, {active} running, {failed} failed; {batches:,} batches, {rows:,} rows; lag "
+            f"{sum(lag.values()):,} records{worst}")
 
 
 @contextlib.contextmanager
@@ -311,10 +338,13 @@ def _recorded_offsets(spark: SparkSession, config: PipelineConfig, *, needed: bo
 
 
 def _records_to_do(config: PipelineConfig, recorded: dict[str, dict[str, int]]) -> int:
-    """Offsets between where the table stands (or the start of the topic) and the end of the topic."""
-    done = recorded.get(config.topic, {})
-    marks = kafka.watermarks(config.kafka_client_settings(), config.topic)
-    return sum(max(0, high - max(low, done.get(str(p), low))) for p, (low, high) in marks.items())
+    """Offsets between where the table stands (or the start of each topic) and the end of each topic."""
+    total = 0
+    for topic in kafka.pipeline_topics(config):
+        done = recorded.get(topic, {})
+        marks = kafka.watermarks(config.kafka_client_settings(), topic)
+        total += sum(max(0, high - max(low, done.get(str(p), low))) for p, (low, high) in marks.items())
+    return total
 
 
 def failure_reason(exc: Exception, config: PipelineConfig | None = None) -> str:
@@ -334,7 +364,7 @@ def failure_reason(exc: Exception, config: PipelineConfig | None = None) -> str:
 
 def _refusal(text: str, config: PipelineConfig | None) -> KafkaAccessError | None:
     settings = config.kafka_client_settings() if config is not None else {}
-    return access.from_java(text, settings, config.topic if config else None,
+    return access.from_java(text, settings, (config.topics or (None,))[0] if config else None,
                             config.consumer_group if config else None)
 
 
@@ -355,17 +385,20 @@ def _resume_from_table(config: PipelineConfig, recorded: dict[str, dict[str, int
     a lost checkpoint must cause neither duplicates nor a gap."""
     if not recorded:
         return None
-    known = recorded.get(config.topic, {})
-    # Partitions the table has never seen start at the earliest offset (-2), as Spark's JSON form allows.
-    return json.dumps({config.topic: {str(p): known.get(str(p), -2)
-                                      for p in kafka.partitions(config.kafka_client_settings(), config.topic)}})
+    # Spark wants every partition it reads named: partitions (and topics) the table has never seen start at the
+    # earliest offset (-2), as Spark's JSON form allows; topics no longer read are left out.
+    settings = config.kafka_client_settings()
+    positions = {topic: {str(p): recorded.get(topic, {}).get(str(p), -2) for p in kafka.partitions(settings, topic)}
+                 for topic in kafka.pipeline_topics(config)}
+    return json.dumps(positions) if positions else None
 
 
 def _start_metrics(config: PipelineConfig, app_id: str, available_now: bool, starting: str | None) -> RunMetrics:
     import pyspark
 
     params = {
-        "pipeline": config.name, "topic": config.topic, "table": config.table_path,
+        "pipeline": config.name, "topic": config.subscription,
+        "table": config.table_path,
         "checkpoint": config.checkpoint_path, "txn_app_id": app_id,
         "starting_offsets": starting or config.source.starting_offsets,
         "trigger": "availableNow" if available_now else config.sink.trigger,

@@ -45,7 +45,7 @@ class SettledWrite:
         try:
             stats = bronze.batch_stats(decoded)
             unknown = {int(i) for s in stats for i in s["unknown_ids"]}
-            if unknown and resolver.refresh(unknown):
+            if unknown and resolver.refresh(unknown, {s["topic"] for s in stats if s["unknown_ids"]}):
                 # New schema ids that are versions of the subject: decode the batch again with them. This costs
                 # a second pass only in the batch where a version first appears.
                 setup.widen_table(spark, config, resolver)

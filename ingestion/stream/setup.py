@@ -8,6 +8,7 @@ import logging
 
 from pyspark.sql import SparkSession
 
+from ingestion import kafka
 from ingestion.config import PipelineConfig
 from ingestion.decode import bronze
 from ingestion.decode.resolver import SchemaResolver
@@ -21,12 +22,17 @@ log = logging.getLogger(__name__)
 
 
 def resolver(spark: SparkSession, config: PipelineConfig) -> SchemaResolver:
-    """The pipeline's schemas (registry or schemas/ folder), checked against the table's current columns; a
-    SchemaError names the pipeline file and its subject."""
+    """The pipeline's schemas (registry or schemas/ folder) for the topics it reads now, checked against the
+    table's current columns; a SchemaError names the pipeline file and the subject(s)."""
+    topics = tuple(kafka.pipeline_topics(config))
     try:
-        return SchemaResolver(config, source_for(config), table_payload=reads.payload_columns(spark, config))
+        return SchemaResolver(config, source_for(config), table_payload=reads.payload_columns(spark, config),
+                              topics=topics)
     except SchemaError as exc:
-        raise SchemaError(f"{config.file}: key 'value.subject' ({config.value.subject!r}): {exc}") from None
+        subjects = config.value_subjects(topics)
+        where = (f"key 'value.subject' ({subjects[0]!r})" if len(subjects) == 1 else
+                 f"subjects {subjects} of {config.reads}")
+        raise SchemaError(f"{config.file}: {where}: {exc}") from None
 
 
 def plans(spark: SparkSession, config: PipelineConfig, spec: DecodeSpec) -> list[TablePlan]:

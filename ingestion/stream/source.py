@@ -20,7 +20,10 @@ def kafka_options(config: PipelineConfig, starting_offsets: str | None = None) -
     # Records of aborted transactions never land: Kafka's Java client reads uncommitted records by default.
     options.setdefault(f"kafka.{ISOLATION}", READ_COMMITTED)
     options["kafka.bootstrap.servers"] = config.bootstrap_servers()
-    options["subscribe"] = config.topic
+    if config.topic_pattern:  # topics created later that match are read from their start, at the next trigger
+        options["subscribePattern"] = config.topic_pattern
+    else:
+        options["subscribe"] = ",".join(config.topics)
     if starting_offsets:  # a position the table or a rewind decided: it wins over the configured start
         options["startingOffsets"] = starting_offsets
     elif config.source.starting_timestamp is not None:

@@ -351,7 +351,7 @@ class _Specs:
     def __init__(self, spec: DecodeSpec) -> None:
         self.spec = spec
 
-    def refresh(self, ids: set[int]) -> bool:
+    def refresh(self, ids: set[int], topics: object = frozenset()) -> bool:
         return False
 
 

@@ -63,8 +63,8 @@ def test_delta_rs_reads_the_same_ledger_as_spark_and_history_needs_no_jvm(
     # Rewound to version 1, the table lacks the last 40 records: an available-now run has work (and needs a JVM).
     assert pipeline.caught_up(config) is None
     pipeline.run(spark, config, available_now=True)
-    assert pipeline.caught_up(config) == {p: o for p, (_, o) in kafka.watermarks(
-        config.kafka_client_settings(), topic).items()}
+    assert pipeline.caught_up(config) == {topic: {p: o for p, (_, o) in kafka.watermarks(
+        config.kafka_client_settings(), topic).items()}}
     done = ingest("run", str(path), "--available-now")  # caught up: answered without a JVM
     assert done.returncode == 0, done.stderr[-3000:]
     assert "caught up, nothing to do" in done.stdout and "no Spark session started" in done.stdout

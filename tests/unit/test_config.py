@@ -49,7 +49,7 @@ def test_shipped_orders_config_loads_by_name(monkeypatch: pytest.MonkeyPatch) ->
     path = CONF / "pipelines" / "orders.yaml"
     assert config == PipelineConfig(
         name="orders",
-        topic="orders",
+        topic="orders", topics=("orders",),
         value=ValueFormat(format="confluent", subject="orders-value", max_bytes=8 * 1024 * 1024),
         kafka={"client.id": "ingest-orders"},
         source=SourceOptions(starting_offsets="earliest", max_offsets_per_trigger=20000, fail_on_data_loss=True,
@@ -89,7 +89,8 @@ def test_unknown_pipeline_name_lists_known(monkeypatch: pytest.MonkeyPatch) -> N
 def test_minimal_config_gets_defaults(tmp_path: Path) -> None:
     path = write(tmp_path, MINIMAL)
     config = load_pipeline(path)
-    assert config == PipelineConfig(name="demo", topic="demo-topic", value=ValueFormat(subject="demo-value"),
+    assert config == PipelineConfig(name="demo", topic="demo-topic", topics=("demo-topic",),
+                                    value=ValueFormat(subject="demo-value"),
                                     file=path)
     assert config.source == SourceOptions(starting_offsets="earliest", max_offsets_per_trigger=None,
                                           fail_on_data_loss=True, min_partitions=None)
@@ -126,8 +127,8 @@ def test_unknown_top_level_key(tmp_path: Path) -> None:
     assert str(path) in message
     assert "unknown key 'sinks'" in message
     assert "(value {'table': 'x'})" in message
-    assert ("known keys here: kafka, key, maintenance, metrics, name, sink, source, spark, topic, topicSettings, "
-            "value") in message
+    assert ("known keys here: kafka, key, maintenance, metrics, name, sink, source, spark, topic, topicPattern, "
+            "topicSettings, topics, value") in message
 
 
 def test_unknown_nested_key_typo(tmp_path: Path) -> None:
@@ -205,7 +206,7 @@ def test_contradictory_start_positions_are_rejected(tmp_path: Path) -> None:
 def test_missing_topic(tmp_path: Path) -> None:
     path = write(tmp_path, "name: demo\nvalue:\n  subject: s\n")
     message = config_error(path)
-    assert message == f"{path}: missing required key 'topic'"
+    assert message == f"{path}: missing required key 'topic' (or 'topics: [a, b]', or 'topicPattern')"
 
 
 def test_the_value_subject_defaults_to_the_topics(tmp_path: Path) -> None:
@@ -278,7 +279,8 @@ def test_redacted_hides_secrets_keeps_the_rest(tmp_path: Path) -> None:
     assert out["file"] == str(path)
     assert out["name"] == "demo"
     assert out["value"] == {"format": "confluent", "subject": "demo-value", "max_bytes": 8 * 1024 * 1024,
-                            "decoder": "auto", "registry": {}}
+                            "decoder": "auto", "registry": {}, "subject_name_strategy": "TopicNameStrategy",
+                            "record_name": ""}
     assert "hunter2" not in repr(out)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from ingestion.delta.ledger import PartitionRange
 from ingestion.stream.batch import BatchResult
-from ingestion.stream.monitor import Progress, batch_metrics, partition_lag, phases
+from ingestion.stream.monitor import Progress, batch_metrics, partition_lag, phases, topic_lags
 
 
 def test_partition_lag_from_spark_offset_json() -> None:
@@ -18,6 +18,18 @@ def test_partition_lag_from_spark_offset_json() -> None:
     assert partition_lag(end, latest, "orders") == {0: 5, 1: 0, 2: 6}
     assert partition_lag(None, latest, "orders") == {}
     assert partition_lag(end, '{"other":{"0":1}}', "orders") == {}
+
+
+def test_lag_of_several_topics_is_per_topic_partition_and_named_by_both() -> None:
+    end = '{"events.a":{"0":10,"1":4},"events.b":{"0":3}}'
+    latest = '{"events.a":{"0":12,"1":4},"events.b":{"0":9},"events.c":{"0":5}}'
+    lags = topic_lags(end, latest)
+    assert lags == {"events.a": {0: 2, 1: 0}, "events.b": {0: 6}, "events.c": {0: 5}}  # c: new, not in end yet
+    values = batch_metrics(_progress(), None, lags, dt.datetime.now(dt.UTC), single_topic=False)
+    assert values["lag_records"] == 13.0
+    assert (values["lag_records_events.a_p0"], values["lag_records_events.b_p0"], values["lag_records_events.c_p0"]) \
+        == (2.0, 6.0, 5.0)
+    assert not any(k.startswith("lag_records_p") for k in values)
 
 
 def _progress(rows: int = 100) -> SimpleNamespace:
@@ -32,7 +44,7 @@ def _result(committed: bool = True) -> BatchResult:
 
 def test_batch_metrics_merge_progress_result_and_lag() -> None:
     now = dt.datetime(2026, 1, 1, 12, 0, 30, tzinfo=dt.UTC)
-    values = batch_metrics(_progress(), _result(), {0: 5, 1: 0}, now)
+    values = batch_metrics(_progress(), _result(), {"orders": {0: 5, 1: 0}}, now)
     assert values == {
         "input_rows": 100.0, "input_rows_per_second": 50.0, "processed_rows_per_second": 0.0,
         "batch_duration_ms": 1500.0, "lag_records": 5.0, "lag_records_p0": 5.0, "lag_records_p1": 0.0,
@@ -42,7 +54,7 @@ def test_batch_metrics_merge_progress_result_and_lag() -> None:
 
 def test_lag_seconds_is_zero_when_caught_up_and_skipped_batches_write_no_rows() -> None:
     now = dt.datetime(2026, 1, 1, 13, 0, 0, tzinfo=dt.UTC)
-    values = batch_metrics(_progress(), _result(committed=False), {0: 0}, now)
+    values = batch_metrics(_progress(), _result(committed=False), {"orders": {0: 0}}, now)
     assert (values["lag_seconds"], values["rows"], values["quarantined_rows"]) == (0.0, 0.0, 0.0)
 
 
@@ -78,3 +90,19 @@ def test_phases_list_sparks_durations_longest_first_after_the_total() -> None:
     assert phases(duration) == ("1500 ms: addBatch 1100, walCommit 120, commitOffsets 90, latestOffset 40, "
                                 "queryPlanning 30, getBatch 0")
     assert phases({"addBatch": 5}) == "addBatch 5"
+
+
+def test_run_all_combined_progress_line_names_counts_and_the_furthest_behind() -> None:
+    from ingestion.stream.pipeline import combined_progress
+
+    def running(name: str, lag: dict[str, dict[int, int]], rows: list[int], active: bool = True) -> SimpleNamespace:
+        batches = [SimpleNamespace(rows=n, committed=True) for n in rows]
+        return SimpleNamespace(config=SimpleNamespace(name=name), monitor=SimpleNamespace(last_lag=lag),
+                               query=SimpleNamespace(isActive=active), batches=batches)
+
+    pipelines = [running("orders", {"orders": {0: 900, 1: 100}}, [5000, 5000]),
+                 running("refunds", {"refunds": {0: 0}}, [10]),
+                 running("events", {"events.a": {0: 20}, "events.b": {0: 5}}, [7], active=False)]
+    line = combined_progress(pipelines, {"events": "FAILED: boom", "late": "FAILED: no topic"}, 4)  # type: ignore[arg-type]
+    assert line == ("run --all: 4 pipelines, 2 running, 2 failed; 4 batches, 10,017 rows; lag 1,025 records "
+                    "(orders 1,000, events 25)")

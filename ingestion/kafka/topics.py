@@ -1,0 +1,53 @@
+"""Which topics a pipeline reads now, and what it needs of them, asked of the brokers.
+
+A pipeline names its topics (`topic`, `topics`) or a pattern (`topicPattern`); a pattern's topics are those on
+the brokers whose whole name matches it now, as Spark's `subscribePattern` finds them at every trigger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ingestion.config import PipelineConfig, duration_seconds
+from ingestion.errors import TopicNotFoundError
+from ingestion.kafka.clients import check_access, check_group, matching_topics
+
+
+def pipeline_topics(config: PipelineConfig) -> list[str]:
+    """The topics the pipeline reads now: its named topics, or those matching its pattern (maybe none)."""
+    if not config.topic_pattern:
+        return list(config.topics)
+    timeout = duration_seconds(config.source.broker_timeout) or 15.0
+    return list(matching_topics(config.kafka_client_settings(), config.topic_pattern, timeout))
+
+
+def check_pipeline(config: PipelineConfig, *, group: str | None = None,
+                   missing_ok: bool = False) -> dict[str, list[int]]:
+    """Topic -> partitions of what the pipeline reads, or the error `check_access` raises: the brokers answer and
+    take the login, each named topic exists (unless `missing_ok`: then a missing one is left out) and may be read,
+    the consumer group (`group`) may be used. A pattern's matching topics are listed in one request and the first
+    one's read checked (all share the pipeline's ACLs in practice; a refusal of another comes from Spark, named
+    the same way)."""
+    timeout = duration_seconds(config.source.broker_timeout) or 15.0
+    settings = config.kafka_client_settings()
+    if config.topic_pattern:
+        found = matching_topics(settings, config.topic_pattern, timeout)
+        if found:
+            check_access(settings, next(iter(found)), timeout, group=group)
+        elif group is not None:
+            check_group(settings, group, timeout)
+        return found
+    out: dict[str, list[int]] = {}
+    for topic in config.topics:
+        try:
+            out[topic] = check_access(settings, topic, timeout, group=None if out else group)
+        except TopicNotFoundError:
+            if not missing_ok:
+                raise
+    return out
+
+
+def audited_topics(config: PipelineConfig, recorded: Iterable[str]) -> list[str]:
+    """The topics `status` and `verify` report: those read now, and those the table's ledger records that the
+    pipeline still reads by its config (a topic of a pattern deleted since is reported by the caller)."""
+    return sorted(set(pipeline_topics(config)) | {t for t in recorded if config.reads_topic(t)})
