@@ -1,0 +1,89 @@
+"""A list of topics into one table: each topic's writer schemas from its own subject (a registry), a missing
+topic created by onboard, every record exactly once, verify and status per topic-partition, and the consumer
+group's offsets committed for every topic."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ingestion import kafka
+from ingestion.config import load_pipeline
+from ingestion.dev.samples import produce_orders
+from ingestion.ops import status, verify
+from ingestion.ops.onboard import onboard
+from ingestion.schema.registry import registry_client
+from ingestion.stream import pipeline
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_list_of_topics_lands_in_one_table_each_by_its_own_subject(spark, kafka_servers, make_topic,
+                                                                     orders_schema, tmp_path: Path) -> None:
+    from confluent_kafka.schema_registry import Schema
+
+    first = make_topic(partitions=2)
+    second = f"{first}-later"  # not there yet: onboard --create-topic makes it (topicSettings: 1 partition)
+    url = f"mock://{first}"
+    registry = registry_client({"url": url})
+    v2 = copy.deepcopy(orders_schema)
+    v2["fields"].append({"name": "channel", "type": "string", "default": "web"})
+    id1 = registry.register_schema(f"{first}-value", Schema(json.dumps(orders_schema), "AVRO"))
+    id2 = registry.register_schema(f"{second}-value", Schema(json.dumps(v2), "AVRO"))
+    assert id1 != id2
+    path = tmp_path / "both.yaml"
+    path.write_text(f"""name: both-{uuid.uuid4().hex[:6]}
+topics: [{first}, {second}]
+kafka:
+  bootstrap.servers: "{kafka_servers}"
+value:
+  registry:
+    url: "{url}"
+key:
+  format: string
+topicSettings:
+  partitions: 1
+sink:
+  root: {tmp_path}
+""")
+    config = load_pipeline(path)
+
+    report = onboard(spark, config, create_topic=True)
+    text = "\n".join(report.lines)
+    assert f"topic {first!r}: exists with 2 partitions" in text and f"topic {second!r}: created with 1" in text
+    assert f"subjects '{second}-value', '{first}-value'" in text and f"the table follows id {id2}" in text, text
+
+    produced = {first: produce_orders(kafka_servers, first, 30, schema_id=id1, schema=orders_schema),
+                second: produce_orders(kafka_servers, second, 20, schema_id=id2, schema=v2, seed=3)}
+    ran = pipeline.run(spark, config, available_now=True)
+    assert sum(b.rows for b in ran.batches if b.committed) == 50
+
+    rows = spark.read.format("delta").load(config.table_path).select(
+        "_kafka_topic", "_kafka_partition", "_kafka_offset", "channel").collect()
+    assert sorted((r[0], r[1], r[2]) for r in rows) == sorted(
+        (t, p.partition, p.offset) for t, ps in produced.items() for p in ps)
+    assert {r[3] for r in rows if r[0] == first} == {"web"}  # v1 records read with v2's default
+
+    audit = verify.audit(spark, config)
+    assert audit.ok and audit.topics == sorted(produced), verify.render(audit)
+    assert {(p.topic, p.partition) for p in audit.partitions} == {(first, 0), (first, 1), (second, 0)}
+    now = status.pipeline_status(spark, config)
+    assert now.lag_records == 0 and [p.topic for p in now.partitions] == [first, first, second]
+    assert pipeline.caught_up(config) is not None
+
+    settings = config.kafka_client_settings()
+    ends = {t: {p: high for p, (_, high) in kafka.watermarks(settings, t).items()} for t in produced}
+    deadline = time.monotonic() + 60
+    committed: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        committed = {t: kafka.committed_offsets(settings, config.consumer_group, t) for t in produced}
+        if committed == ends:
+            break
+        time.sleep(1)
+    assert committed == ends
