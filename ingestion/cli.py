@@ -177,7 +177,8 @@ def _parser() -> argparse.ArgumentParser:
                                  "bronze nor quarantine holds (fills gaps; a no-op over ingested ranges)")
     replay.add_argument("pipeline")
     replay.add_argument("--from", dest="start", required=True,
-                        help="earliest | partition:offset pairs like 0:100,1:250 | ISO time | epoch millis")
+                        help="earliest | partition:offset pairs like 0:100,1:250 | Spark's JSON form "
+                        "'{\"orders\": {\"0\": 100}}' (replays the topics it names) | ISO time | epoch millis")
     replay.add_argument("--to", dest="end", default="latest",
                         help="same forms; offsets are exclusive ends as in Spark's endingOffsets (default latest)")
     replay.add_argument("--topic", help="replay this topic only, of a pipeline that reads several (needed for "

@@ -46,33 +46,71 @@ def _is_pairs(text: str) -> bool:
     return ":" in text and all(part.count(":") == 1 and part.split(":")[0].isdigit() for part in text.split(","))
 
 
-def parse_position(text: str, topic: str, marks: dict[int, tuple[int, int]], *, ending: bool) -> tuple[str, str]:
+def _json_position(text: str) -> dict[str, dict[int, int]] | None:
+    """Spark's JSON form of a position, `{"orders": {"0": 100, "1": -2}}`, or None when `text` is not JSON."""
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        data = json.loads(text)
+        return {str(t): {int(p): int(o) for p, o in parts.items()} for t, parts in data.items()}
+    except (ValueError, AttributeError, TypeError):
+        raise IngestionError(f"cannot read {text!r} as a position: Spark's JSON form is "
+                             '{"topic": {"0": 100, "1": -2}} (-2 earliest, -1 latest)') from None
+
+
+def parse_position(text: str, marks: dict[str, dict[int, tuple[int, int]]], *, ending: bool) -> tuple[str, str]:
     """A position as a Kafka batch-source option: ('startingOffsets'|'endingOffsets', json) or
-    ('startingTimestamp'|'endingTimestamp', millis). Accepted: earliest, latest, `0:10,1:20` per partition,
-    an ISO 8601 time, or epoch milliseconds. Offsets are clamped to what Kafka holds (`marks`: partition ->
-    (log start, end)), so a range reaching past either end reads what there is instead of failing."""
-    partitions = sorted(marks)
+    ('startingTimestamp'|'endingTimestamp', millis). Accepted: earliest, latest, `0:10,1:20` per partition (of the
+    one topic read), Spark's JSON form per topic and partition, an ISO 8601 time, or epoch milliseconds. Offsets
+    are clamped to what Kafka holds (`marks`: topic -> partition -> (log start, end)), so a range reaching past
+    either end reads what there is instead of failing; partitions not named are read whole (-2 earliest when
+    starting, -1 latest when ending), as Spark wants every partition it reads named."""
     which = "ending" if ending else "starting"
     if text in ("earliest", "latest"):
         return f"{which}Offsets", text
-    if _is_pairs(text):
-        given = {int(p): int(o) for p, o in (part.split(":") for part in text.split(","))}
-        unknown = set(given) - set(partitions)
-        if unknown:
-            raise IngestionError(f"partitions {sorted(unknown)} are not partitions of {topic!r} ({partitions})")
-        # Partitions not named are read whole (-2 earliest) when starting and to the end (-1 latest) when ending.
+    given = _json_position(text)
+    if given is None and _is_pairs(text):
+        if len(marks) != 1:
+            raise IngestionError(f"partition:offset positions name one topic's partitions, and {len(marks)} topics "
+                                 f"are read ({', '.join(sorted(marks))}): name it with --topic, or use Spark's JSON "
+                                 '{"topic": {"0": 100}}')
+        given = {next(iter(marks)): {int(p): int(o) for p, o in (part.split(":") for part in text.split(","))}}
+    if given is not None:
         default = -1 if ending else -2
-        clamped = {p: min(max(o, marks[p][0]), marks[p][1]) for p, o in given.items()}
-        return f"{which}Offsets", json.dumps({topic: {str(p): clamped.get(p, default) for p in partitions}})
+        out: dict[str, dict[str, int]] = {}
+        for topic, parts in sorted(marks.items()):
+            named = given.get(topic, {})
+            unknown = set(named) - set(parts)
+            if unknown:
+                raise IngestionError(f"partitions {sorted(unknown)} are not partitions of {topic!r} ({sorted(parts)})")
+            out[topic] = {str(p): (min(max(named[p], parts[p][0]), parts[p][1]) if named.get(p, -3) >= 0
+                                   else named.get(p, default)) for p in sorted(parts)}
+        return f"{which}Offsets", json.dumps(out)
     if text.isdigit():
         return f"{which}Timestamp", text
     try:
         when = dt.datetime.fromisoformat(text)
     except ValueError:
         raise IngestionError(f"cannot read {text!r} as a position: use earliest, latest, partition:offset pairs "
-                             "like 0:100,1:250, an ISO time or epoch milliseconds") from None
+                             'like 0:100,1:250, JSON like {"orders": {"0": 100}}, an ISO time or epoch '
+                             "milliseconds") from None
     when = when if when.tzinfo else when.replace(tzinfo=dt.UTC)
     return f"{which}Timestamp", str(int(when.timestamp() * 1000))
+
+
+def replay_topics(config: PipelineConfig, topic: str | None, positions: tuple[str, ...]) -> list[str]:
+    """What a replay reads: `topic` (--topic), else the topics its JSON positions name, else every topic the
+    pipeline reads now. A topic the pipeline does not read is refused, naming what it reads."""
+    named = sorted({t for text in positions for t in (_json_position(text) or {})} | ({topic} if topic else set()))
+    for name in named:
+        if not config.reads_topic(name):
+            raise IngestionError(f"pipeline {config.name!r} does not read topic {name!r}: it reads {config.reads}")
+    if topic is not None and named != [topic]:
+        raise IngestionError(f"--topic {topic} and the positions name different topics: {named}")
+    topics = named or kafka.pipeline_topics(config)
+    if not topics:
+        raise IngestionError(f"pipeline {config.name!r}: no topic to replay, none matches {config.reads}")
+    return topics
 
 
 def replay(spark: SparkSession, config: PipelineConfig, *, start: str, end: str = "latest",
@@ -81,11 +119,7 @@ def replay(spark: SparkSession, config: PipelineConfig, *, start: str, end: str 
     what neither table holds. Kafka is asked first (login, the topics, a read), so a refusal is one
     KafkaAccessError before Spark reads; one that comes from Spark's client is named alike."""
     settings = config.kafka_client_settings()
-    if topic is not None and not config.reads_topic(topic):
-        raise IngestionError(f"pipeline {config.name!r} does not read topic {topic!r}: it reads {config.reads}")
-    topics = [topic] if topic is not None else kafka.pipeline_topics(config)
-    if not topics:
-        raise IngestionError(f"pipeline {config.name!r}: no topic to replay, none matches {config.reads}")
+    topics = replay_topics(config, topic, (start, end))
     for name in topics:
         kafka.check_access(settings, name, duration_seconds(config.source.broker_timeout) or 15.0)
     try:
@@ -102,12 +136,8 @@ def _replay(spark: SparkSession, config: PipelineConfig, settings: dict[str, Any
     options = {k: v for k, v in kafka_options(config).items()
                if k not in ("startingOffsets", "maxOffsetsPerTrigger", "minPartitions", "subscribePattern")}
     options["subscribe"] = ",".join(topics)
-    if len(topics) > 1 and any(_is_pairs(text) for text in (start, end)):
-        raise IngestionError(f"pipeline {config.name!r} reads {len(topics)} topics ({', '.join(topics)}): "
-                             "partition:offset positions need the topic named with --topic")
-    marks = kafka.watermarks(settings, topics[0]) if len(topics) == 1 else {}
-    options.update([parse_position(start, topics[0], marks, ending=False),
-                    parse_position(end, topics[0], marks, ending=True)])
+    marks = {t: kafka.watermarks(settings, t) for t in topics}
+    options.update([parse_position(start, marks, ending=False), parse_position(end, marks, ending=True)])
     reader = spark.read.format("kafka")
     for key, value in options.items():
         reader = reader.option(key, value)

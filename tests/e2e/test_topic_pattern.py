@@ -141,4 +141,4 @@ sink:
     assert {r["topic"] for r in ranges} == {first[2]}
 
     done = ingest("replay", str(config), "--from", "0:1")  # positions per partition need the topic named
-    assert done.returncode == 1 and "need the topic named with --topic" in done.stderr, done.stderr
+    assert done.returncode == 1 and "name it with --topic" in done.stderr, done.stderr

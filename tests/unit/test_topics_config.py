@@ -146,3 +146,37 @@ def test_resolver_of_a_pattern_without_topics_or_subject_says_what_to_do(tmp_pat
     config = _load(tmp_path, "name: e\ntopicPattern: 'events\\..*'\n")
     with pytest.raises(Exception, match="no topic matches topicPattern"):
         SchemaResolver(config, _Subjects({}), topics=())  # type: ignore[arg-type]
+
+
+_MARKS = {"a": {0: (0, 50), 1: (10, 40)}, "b": {0: (0, 7)}}
+
+
+def test_replay_positions_per_topic_in_spark_json_or_pairs_of_one_topic() -> None:
+    from ingestion.errors import IngestionError
+    from ingestion.ops.replay import parse_position
+
+    key, value = parse_position('{"b": {"0": 3}}', _MARKS, ending=False)
+    assert key == "startingOffsets" and json.loads(value) == {"a": {"0": -2, "1": -2}, "b": {"0": 3}}
+    key, value = parse_position('{"a": {"1": 99, "0": -1}}', _MARKS, ending=True)  # clamped to the end; -1 kept
+    assert key == "endingOffsets" and json.loads(value) == {"a": {"0": -1, "1": 40}, "b": {"0": -1}}
+    one = {"b": _MARKS["b"]}
+    assert json.loads(parse_position("0:5", one, ending=False)[1]) == {"b": {"0": 5}}
+    with pytest.raises(IngestionError, match="name it with --topic"):
+        parse_position("0:5", _MARKS, ending=False)
+    with pytest.raises(IngestionError, match=r"partitions \[3\] are not partitions of 'b'"):
+        parse_position('{"b": {"3": 1}}', _MARKS, ending=False)
+    assert parse_position("latest", _MARKS, ending=True) == ("endingOffsets", "latest")
+
+
+def test_replay_reads_the_topics_named_and_refuses_others(tmp_path: Path) -> None:
+    from ingestion.errors import IngestionError
+    from ingestion.ops.replay import replay_topics
+
+    config = _load(tmp_path, "name: e\ntopics: [a, b]\n")
+    assert replay_topics(config, None, ("earliest", "latest")) == ["a", "b"]
+    assert replay_topics(config, "b", ("earliest", "latest")) == ["b"]
+    assert replay_topics(config, None, ('{"b": {"0": 1}}', "latest")) == ["b"]
+    with pytest.raises(IngestionError, match="does not read topic 'c': it reads topics 'a', 'b'"):
+        replay_topics(config, "c", ("earliest", "latest"))
+    with pytest.raises(IngestionError, match="name different topics"):
+        replay_topics(config, "a", ('{"b": {"0": 1}}', "latest"))
