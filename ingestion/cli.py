@@ -567,9 +567,12 @@ def _metastore(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from ingestion.config import load_pipeline
     from ingestion.ops import replay
 
-    config, spark = _pipeline_session(args.pipeline)
+    config = load_pipeline(args.pipeline)
+    replay.check_positions(config, args.topic, args.start, args.end)  # a wrong topic or position: before a JVM
+    spark = _session(f"ingest-{config.name}", [config])
     r = replay.replay(spark, config, start=args.start, end=args.end, topic=args.topic)
     print(f"{r.read} records read, {r.already_present} already present, {r.written} written to bronze, "
           f"{r.quarantined} quarantined (bronze version {r.bronze_version})")

@@ -113,6 +113,17 @@ def replay_topics(config: PipelineConfig, topic: str | None, positions: tuple[st
     return topics
 
 
+def check_positions(config: PipelineConfig, topic: str | None, start: str, end: str) -> list[str]:
+    """The topics a replay reads (`replay_topics`), with its positions checked as far as Kafka is not needed:
+    partition:offset pairs name one topic's partitions, JSON must be Spark's form. No JVM, no Kafka for named
+    topics."""
+    topics = replay_topics(config, topic, (start, end))
+    for text in (start, end):
+        if _json_position(text) is None and _is_pairs(text) and len(topics) != 1:
+            parse_position(text, {t: {} for t in topics}, ending=False)  # raises, naming what to write instead
+    return topics
+
+
 def replay(spark: SparkSession, config: PipelineConfig, *, start: str, end: str = "latest",
            topic: str | None = None) -> ReplayResult:
     """Read the range again (of `topic` only, when given; else of every topic the pipeline reads now) and write

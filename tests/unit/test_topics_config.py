@@ -180,3 +180,16 @@ def test_replay_reads_the_topics_named_and_refuses_others(tmp_path: Path) -> Non
         replay_topics(config, "c", ("earliest", "latest"))
     with pytest.raises(IngestionError, match="name different topics"):
         replay_topics(config, "a", ('{"b": {"0": 1}}', "latest"))
+
+
+def test_replay_positions_are_checked_before_a_jvm_starts(tmp_path: Path) -> None:
+    from ingestion.errors import IngestionError
+    from ingestion.ops.replay import check_positions
+
+    config = _load(tmp_path, "name: e\ntopics: [a, b]\n")
+    assert check_positions(config, None, '{"a": {"0": 1}}', "latest") == ["a"]
+    assert check_positions(config, "b", "0:4", "latest") == ["b"]
+    with pytest.raises(IngestionError, match="name it with --topic"):
+        check_positions(config, None, "0:4", "latest")
+    with pytest.raises(IngestionError, match="Spark's JSON form"):
+        check_positions(config, None, '{"a": [1]}', "latest")
