@@ -574,6 +574,10 @@ def _check_offsets_json(config: PipelineConfig, key: str, text: str, *, low: int
                                                   and v >= low for p, v in parts.items())
         for parts in topics.values())
     example = config.topics[0] if config.topics else "events.a"
+    if config.topic_pattern:
+        raise ConfigError(f"{config.file}: key {key!r}: JSON positions cannot follow a topicPattern (Spark wants "
+                          "every partition it assigns named, and the topics that match change); use earliest, "
+                          f"latest or source.startingTimestamp, got {text!r}")
     if not valid:
         raise ConfigError(f"{config.file}: key {key!r} must be earliest, latest or JSON like "
                           f'{{"{example}": {{"0": 42, "1": -2}}}}, got {text!r}')

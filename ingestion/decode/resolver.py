@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 
 from pyspark.sql import types as T
@@ -23,6 +24,9 @@ from ingestion.schema.registry import SchemaSource
 
 log = logging.getLogger(__name__)
 
+
+# Seconds before a schema id no subject of the pipeline had is asked for again.
+ASK_AGAIN_SECONDS = 30.0
 
 # Column type changes a table follows: Avro promotions (a reader of the new type reads data of the old) that
 # Delta's type widening also supports.
@@ -73,6 +77,7 @@ class SchemaResolver:
 
     def __post_init__(self) -> None:
         self._topics = set(self.config.topics if self.topics is None else self.topics)
+        self._unresolved: dict[int, float] = {}  # schema id -> when the subjects were last asked for it
         versions = self._versions(strict=True)
         self.spec = self._build(versions, self._reader(versions, current=None))
 
@@ -107,16 +112,26 @@ class SchemaResolver:
         """Learn the given ids if they are versions of the subjects of the pipeline's topics (with `topics`, the
         topics the ids came from, which a pattern may have found since); True when the spec changed. Ids the
         spec holds already are not asked for (a registry that is away costs nothing for them)."""
-        if not set(unknown_ids) - set(self.spec.writer_schemas):
+        now = time.monotonic()
+        new_topics = set(topics) - self._topics
+        asked = {i for i, when in self._unresolved.items() if now - when < ASK_AGAIN_SECONDS}
+        # Ids asked about a moment ago are not asked again (a topic without its subject would otherwise cost a
+        # round of registry calls per batch), unless a topic came with them whose subject was never read.
+        if not set(unknown_ids) - set(self.spec.writer_schemas) - (set() if new_topics else asked):
             return False
         self._topics |= set(topics)
         versions = self._versions(strict=False)
         learned = {i for i in unknown_ids if i in versions} - set(self.spec.writer_schemas)
-        for schema_id in sorted(set(unknown_ids) - learned):
-            log.warning("%s: schema id %d is not a version of subject(s) %s; its records cannot be decoded",
-                        self.config.name, schema_id, ", ".join(repr(s) for s in self.subjects))
+        for schema_id in sorted(set(unknown_ids) - learned - set(self.spec.writer_schemas)):
+            if schema_id not in self._unresolved:
+                log.warning("%s: schema id %d is not a version of subject(s) %s; its records cannot be decoded "
+                            "(asked again every %.0f s)", self.config.name, schema_id,
+                            ", ".join(repr(s) for s in self.subjects), ASK_AGAIN_SECONDS)
+            self._unresolved[schema_id] = now
         if not learned:
             return False
+        for schema_id in learned:
+            self._unresolved.pop(schema_id, None)
         reader = self._reader(versions, current=self.spec.reader_schema)
         if reader != self.spec.reader_schema:
             log.info("%s: new schema version(s) %s of %s: the table evolves to the newest", self.config.name,
@@ -157,7 +172,7 @@ class SchemaResolver:
                 try:
                     key_schemas.update(self.source.versions(subject))
                 except SubjectNotFoundError:
-                    if subject == subjects[-1] and not key_schemas:
+                    if not self.config.topic_pattern or (subject == subjects[-1] and not key_schemas):
                         raise
             key_reader = key_schemas[max(key_schemas)]
         plain_id = None

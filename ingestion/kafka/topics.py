@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from ingestion.config import PipelineConfig, duration_seconds
 from ingestion.errors import TopicNotFoundError
-from ingestion.kafka.clients import check_access, check_group, matching_topics
+from ingestion.kafka.clients import check_access, check_group, describe_topic, matching_topics, watermarks_of
 
 
 def pipeline_topics(config: PipelineConfig) -> list[str]:
@@ -19,6 +19,16 @@ def pipeline_topics(config: PipelineConfig) -> list[str]:
         return list(config.topics)
     timeout = duration_seconds(config.source.broker_timeout) or 15.0
     return list(matching_topics(config.kafka_client_settings(), config.topic_pattern, timeout))
+
+
+def topic_partitions(config: PipelineConfig) -> dict[str, list[int]]:
+    """Topic -> partitions of what the pipeline reads now, from one listing for a pattern (the same list Spark
+    assigns from, so resume positions name exactly its partitions), from each named topic's description else."""
+    timeout = duration_seconds(config.source.broker_timeout) or 15.0
+    settings = config.kafka_client_settings()
+    if config.topic_pattern:
+        return matching_topics(settings, config.topic_pattern, timeout)
+    return {topic: describe_topic(settings, topic, timeout) for topic in config.topics}
 
 
 def check_pipeline(config: PipelineConfig, *, group: str | None = None,
@@ -51,3 +61,20 @@ def audited_topics(config: PipelineConfig, recorded: Iterable[str]) -> list[str]
     """The topics `status` and `verify` report: those read now, and those the table's ledger records that the
     pipeline still reads by its config (a topic of a pattern deleted since is reported by the caller)."""
     return sorted(set(pipeline_topics(config)) | {t for t in recorded if config.reads_topic(t)})
+
+
+def may_be_gone(config: PipelineConfig, topic: str) -> bool:
+    """Whether a missing `topic` is no error of the config: one a pattern matched once (named topics must exist)."""
+    return topic not in config.topics
+
+
+def topic_watermarks(config: PipelineConfig, topics: list[str]) -> dict[str, dict[int, tuple[int, int]]]:
+    """Per topic and partition (earliest, end) in one request; a topic missing from the brokers raises the error
+    that names it (`describe_topic`: its closest names, or the refusal) when it is one of the config's named
+    topics, and is left out when a pattern matched it once (`may_be_gone`)."""
+    settings = config.kafka_client_settings()
+    marks = watermarks_of(settings, topics)
+    for topic in topics:
+        if topic not in marks and not may_be_gone(config, topic):
+            describe_topic(settings, topic, duration_seconds(config.source.broker_timeout) or 15.0)
+    return marks

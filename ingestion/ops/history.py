@@ -32,8 +32,9 @@ def to_json(records: list[BatchRecord]) -> str:
 def render(records: list[BatchRecord]) -> str:
     lines = [f"{'version':>7}  {'committed at':19}  {'kind':8} {'batch':>5} {'rows':>7} {'quar.':>5} {'schemas':>7}  "
              "offsets (partition:first-last)"]
+    several = len({x.topic for r in records for x in r.ranges}) > 1
     for r in records:
-        spans = ", ".join(f"{x.partition}:{x.first}-{x.last}" for x in r.ranges)
+        spans = ", ".join(f"{x.topic + '/' if several else ''}{x.partition}:{x.first}-{x.last}" for x in r.ranges)
         if r.as_of is not None:
             spans = f"maintenance: no offsets of its own (ledger coverage as of version {r.as_of} recorded)"
         when = r.committed_at.strftime("%Y-%m-%d %H:%M:%S") if r.committed_at else "-"

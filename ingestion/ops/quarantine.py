@@ -96,7 +96,9 @@ def redecode(spark: SparkSession, config: PipelineConfig) -> RedecodeResult:
     quarantined = read(spark, config)
     if quarantined is None:
         return RedecodeResult(0, 0, 0, 0, 0, ledger.table_version(spark, config.table_path), None)
-    spec = setup.resolver(spark, config).spec
+    # The subjects of the topics the quarantined rows came from, matching now or not.
+    topics = [r[0] for r in quarantined.select("_kafka_topic").distinct().collect()]
+    spec = setup.resolver(spark, config, also=topics).spec
     decoded = decode_in_python(as_kafka_rows(quarantined), spec).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         renamed = decoded.withColumnsRenamed({"topic": KEYS[0], "partition": KEYS[1], "offset": KEYS[2]})

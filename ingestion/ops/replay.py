@@ -25,7 +25,7 @@ from ingestion.delta.ledger import REPLAY_BATCH_ID, BatchKind
 from ingestion.errors import IngestionError
 from ingestion.kafka import access
 from ingestion.stream import setup
-from ingestion.stream.source import kafka_options
+from ingestion.stream.source import BY_TIMESTAMP_STRATEGY, kafka_options
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,10 @@ def parse_position(text: str, marks: dict[str, dict[int, tuple[int, int]]], *, e
             unknown = set(named) - set(parts)
             if unknown:
                 raise IngestionError(f"partitions {sorted(unknown)} are not partitions of {topic!r} ({sorted(parts)})")
+            wrong = {p: o for p, o in named.items() if o < 0 and o != default}
+            if wrong:
+                raise IngestionError(f"{which} position of {topic!r}: {wrong} (-2 is earliest, -1 latest; a range "
+                                     f"{'ends' if ending else 'starts'} at {default} or at an offset)")
             out[topic] = {str(p): (min(max(named[p], parts[p][0]), parts[p][1]) if named.get(p, -3) >= 0
                                    else named.get(p, default)) for p in sorted(parts)}
         return f"{which}Offsets", json.dumps(out)
@@ -144,11 +148,15 @@ def replay(spark: SparkSession, config: PipelineConfig, *, start: str, end: str 
 
 def _replay(spark: SparkSession, config: PipelineConfig, settings: dict[str, Any], topics: list[str], *,
             start: str, end: str) -> ReplayResult:
-    options = {k: v for k, v in kafka_options(config).items()
-               if k not in ("startingOffsets", "maxOffsetsPerTrigger", "minPartitions", "subscribePattern")}
+    # The range is the replay's own: the pipeline's starting position (offsets, time) and pacing do not apply.
+    dropped = ("startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp", "maxOffsetsPerTrigger",
+               "minPartitions", "subscribePattern")
+    options = {k: v for k, v in kafka_options(config).items() if k not in dropped}
     options["subscribe"] = ",".join(topics)
     marks = {t: kafka.watermarks(settings, t) for t in topics}
     options.update([parse_position(start, marks, ending=False), parse_position(end, marks, ending=True)])
+    if "startingTimestamp" in options:  # a partition with nothing after the time contributes nothing
+        options["startingOffsetsByTimestampStrategy"] = BY_TIMESTAMP_STRATEGY
     reader = spark.read.format("kafka")
     for key, value in options.items():
         reader = reader.option(key, value)

@@ -16,7 +16,6 @@ from ingestion.config import PipelineConfig
 from ingestion.delta import ledger
 from ingestion.delta.ledger import BatchKind
 from ingestion.delta.reader import TableReader
-from ingestion.errors import TopicNotFoundError
 from ingestion.ops.readers import Source, as_reader
 
 log = logging.getLogger(__name__)
@@ -48,6 +47,7 @@ class PipelineStatus:
     last_maintenance: str | None = None  # "optimize at version 12, <time>"
     oldest_restorable: int | None = None  # the oldest version time travel and rewind still reach
     topics: list[str] = field(default_factory=list)  # the topics reported (`topic`: the config's topic or pattern)
+    gone_topics: list[str] = field(default_factory=list)  # in the ledger, matched once, no longer on the brokers
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,12 +62,15 @@ def pipeline_status(source: Source, config: PipelineConfig, now: dt.datetime | N
     records = reader.history(config.table_path)
     recorded = ledger.next_offsets(records)
     topics = kafka.audited_topics(config, recorded)
-    partitions = []
+    partitions: list[PartitionStatus] = []
+    marks = kafka.topic_watermarks(config, topics)
+    gone = [t for t in topics if t not in marks]
+    for topic in gone:
+        log.warning("%s: topic %r is in the table's ledger but no longer on the brokers", config.name, topic)
     for topic in topics:
-        try:
-            partitions.extend(_topic_status(reader, config, settings, topic, recorded.get(topic, {}), now))
-        except TopicNotFoundError:
-            log.warning("%s: topic %r is in the table's ledger but no longer on the brokers", config.name, topic)
+        if topic in marks:
+            partitions.extend(_topic_status(reader, config, settings, topic, marks[topic], recorded.get(topic, {}),
+                                            now))
     stream = [r for r in records if r.kind == BatchKind.STREAM]
     last = stream[-1] if stream else None
     maintained = [r for r in records if r.kind in ledger.MAINTENANCE]
@@ -81,13 +84,13 @@ def pipeline_status(source: Source, config: PipelineConfig, now: dt.datetime | N
         layout.files if layout else None, layout.average_file_bytes if layout else None,
         _maintenance_text(maintained[-1]) if maintained else None,
         layout.oldest_restorable if layout else None,
-        topics,
+        [t for t in topics if t not in gone], gone,
     )
 
 
 def _topic_status(reader: TableReader, config: PipelineConfig, settings: dict[str, Any], topic: str,
-                  ingested: dict[str, int], now: dt.datetime) -> list[PartitionStatus]:
-    marks = kafka.watermarks(settings, topic)
+                  marks: dict[int, tuple[int, int]], ingested: dict[str, int],
+                  now: dt.datetime) -> list[PartitionStatus]:
     quarantined = reader.quarantined_per_partition(config.quarantine_path, topic)
     position = {p: ingested.get(str(p), low) for p, (low, _) in marks.items()}
     # Lag counts from the first committed record past the table's position: transaction markers and aborted
@@ -115,6 +118,8 @@ def render(status: PipelineStatus) -> str:
              f"last batch {status.last_batch_id} at {status.last_batch_at}, lag {status.lag_records} records",
              f"  {status.files} files, average {(status.average_file_bytes or 0) / 1024:.1f} KiB; last maintenance: "
              f"{status.last_maintenance or 'never'}; oldest restorable version {status.oldest_restorable}",
+             *([f"  deleted from Kafka since the table read them: {', '.join(status.gone_topics)}"]
+               if status.gone_topics else []),
              f"  {'partition':>{width}} {'latest':>10} {'ingested':>10} {'lag':>8} {'lag s':>8} {'quarantined':>11}"]
     for p in status.partitions:
         seconds = "-" if p.lag_seconds is None else f"{p.lag_seconds:.1f}"

@@ -20,7 +20,6 @@ from ingestion import kafka
 from ingestion.config import PipelineConfig
 from ingestion.delta import ledger
 from ingestion.delta.reader import TableReader
-from ingestion.errors import TopicNotFoundError
 from ingestion.ops.readers import Source, as_reader
 
 log = logging.getLogger(__name__)
@@ -56,13 +55,15 @@ class Audit:
     topic: str  # the config's topic, list or pattern
     partitions: list[PartitionAudit]
     topics: list[str] = field(default_factory=list)  # the topics audited
+    gone_topics: list[str] = field(default_factory=list)  # in the ledger, matched once, deleted since: not audited
 
     @property
     def ok(self) -> bool:
         return all(p.ok for p in self.partitions)
 
     def to_json(self) -> dict[str, Any]:
-        return {"pipeline": self.pipeline, "topic": self.topic, "topics": self.topics, "ok": self.ok,
+        return {"pipeline": self.pipeline, "topic": self.topic, "topics": self.topics,
+                "gone_topics": self.gone_topics, "ok": self.ok,
                 "partitions": [{**asdict(p), "ok": p.ok} for p in self.partitions]}
 
 
@@ -74,19 +75,20 @@ def audit(source: Source, config: PipelineConfig) -> Audit:
     coverage = ledger.coverage(reader.history(config.table_path))
     topics = kafka.audited_topics(config, {r.topic for r in coverage})
     result: list[PartitionAudit] = []
+    marks = kafka.topic_watermarks(config, topics)
+    gone = [t for t in topics if t not in marks]
+    for topic in gone:
+        log.warning("%s: topic %r is in the table's ledger but no longer on the brokers: not audited",
+                    config.name, topic)
     for topic in topics:
-        spans = {r.partition: r for r in coverage if r.topic == topic}
-        try:
-            result.extend(_audit_topic(reader, config, settings, topic, spans))
-        except TopicNotFoundError:
-            log.warning("%s: topic %r is in the table's ledger but no longer on the brokers: not audited",
-                        config.name, topic)
-    return Audit(config.name, config.subscription, result, topics)
+        if topic in marks:
+            spans = {r.partition: r for r in coverage if r.topic == topic}
+            result.extend(_audit_topic(reader, config, settings, topic, marks[topic], spans))
+    return Audit(config.name, config.subscription, result, [t for t in topics if t not in gone], gone)
 
 
 def _audit_topic(reader: TableReader, config: PipelineConfig, settings: dict[str, Any], topic: str,
-                 coverage: dict[int, ledger.PartitionRange]) -> list[PartitionAudit]:
-    marks = kafka.watermarks(settings, topic)
+                 marks: dict[int, tuple[int, int]], coverage: dict[int, ledger.PartitionRange]) -> list[PartitionAudit]:
     tables = (config.table_path, config.quarantine_path)
     held = reader.held(tables, topic, {p: (c.first, c.last) for p, c in coverage.items()}, MAX_SHOWN)
     result = []
@@ -207,6 +209,8 @@ def render(result: Audit) -> str:
     several = result.topics != [result.topic]
     what = f"topics {result.topic} ({len(result.topics)})" if several else f"topic {result.topic}"
     lines = [f"{result.pipeline}: {what}: {'OK' if result.ok else 'VIOLATIONS FOUND'}"]
+    if result.gone_topics:
+        lines.append(f"  not audited, deleted from Kafka since: {', '.join(result.gone_topics)}")
     for p in result.partitions:
         lines.append(f"  {p.topic}/{p.partition}: offsets {p.first}-{p.last} recorded, {p.rows} held, Kafka "
                      f"{p.kafka_low}-{p.kafka_high}: {'ok' if p.ok else 'VIOLATION'}")

@@ -185,7 +185,7 @@ class PipelineMonitor(ProgressListener):
         """Commit the batch's end offsets to the consumer group. A failure (the broker restarting, say) costs one
         warning line: the admin client is made again, and the commit is retried when the query is idle or done
         by the next batch's."""
-        if not end or self.refused is not None:
+        if not any(end.values()) or self.refused is not None:
             return
         self._pending = None
         try:

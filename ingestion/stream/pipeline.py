@@ -106,13 +106,13 @@ def caught_up(config: PipelineConfig) -> dict[str, dict[int, int]] | None:
     except JvmFreeReadError as exc:
         log.debug("%s: cannot tell whether it is caught up without a JVM: %s", config.name, exc)
         return None
+    if not recorded:
+        return None
     settings = config.kafka_client_settings()
     reached: dict[str, dict[int, int]] = {}
-    for topic in kafka.pipeline_topics(config):
-        done = recorded.get(topic, {})
-        if not done:
-            return None  # a topic the table has not read yet
-        marks = kafka.watermarks(settings, topic)
+    topics = kafka.pipeline_topics(config)
+    for topic, marks in kafka.topic_watermarks(config, topics).items():
+        done = recorded.get(topic, {})  # a topic the table never read: caught up only while it is empty
         position = {p: max(low, done.get(str(p), low)) for p, (low, _) in marks.items()}
         behind = {p: o for p, o in position.items() if o < marks[p][1]}
         unread = kafka.first_unread(settings, topic, behind) if behind else {}
@@ -340,9 +340,8 @@ def _recorded_offsets(spark: SparkSession, config: PipelineConfig, *, needed: bo
 def _records_to_do(config: PipelineConfig, recorded: dict[str, dict[str, int]]) -> int:
     """Offsets between where the table stands (or the start of each topic) and the end of each topic."""
     total = 0
-    for topic in kafka.pipeline_topics(config):
+    for topic, marks in kafka.topic_watermarks(config, kafka.pipeline_topics(config)).items():
         done = recorded.get(topic, {})
-        marks = kafka.watermarks(config.kafka_client_settings(), topic)
         total += sum(max(0, high - max(low, done.get(str(p), low))) for p, (low, high) in marks.items())
     return total
 
@@ -387,9 +386,8 @@ def _resume_from_table(config: PipelineConfig, recorded: dict[str, dict[str, int
         return None
     # Spark wants every partition it reads named: partitions (and topics) the table has never seen start at the
     # earliest offset (-2), as Spark's JSON form allows; topics no longer read are left out.
-    settings = config.kafka_client_settings()
-    positions = {topic: {str(p): recorded.get(topic, {}).get(str(p), -2) for p in kafka.partitions(settings, topic)}
-                 for topic in kafka.pipeline_topics(config)}
+    positions = {topic: {str(p): recorded.get(topic, {}).get(str(p), -2) for p in partitions}
+                 for topic, partitions in kafka.topic_partitions(config).items()}
     return json.dumps(positions) if positions else None
 
 

@@ -21,10 +21,10 @@ from ingestion.schema.registry import source_for
 log = logging.getLogger(__name__)
 
 
-def resolver(spark: SparkSession, config: PipelineConfig) -> SchemaResolver:
-    """The pipeline's schemas (registry or schemas/ folder) for the topics it reads now, checked against the
-    table's current columns; a SchemaError names the pipeline file and the subject(s)."""
-    topics = tuple(kafka.pipeline_topics(config))
+def resolver(spark: SparkSession, config: PipelineConfig, also: list[str] | None = None) -> SchemaResolver:
+    """The pipeline's schemas (registry or schemas/ folder) for the topics it reads now (and `also` these),
+    checked against the table's current columns; a SchemaError names the pipeline file and the subject(s)."""
+    topics = tuple(sorted(set(kafka.pipeline_topics(config)) | set(also or ())))
     try:
         return SchemaResolver(config, source_for(config), table_payload=reads.payload_columns(spark, config),
                               topics=topics)

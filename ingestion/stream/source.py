@@ -12,6 +12,11 @@ SPARK_MANAGED = ("group.id", "auto.offset.reset", "key.deserializer", "value.des
                  "enable.auto.commit", "interceptor.classes")
 
 
+# A partition without a record at or after the starting time starts at its end (Spark's default, `error`, fails
+# the query: with many topics, a quiet one would stop them all).
+BY_TIMESTAMP_STRATEGY = "latest"
+
+
 def kafka_options(config: PipelineConfig, starting_offsets: str | None = None) -> dict[str, str]:
     """Options for `spark.readStream.format("kafka")`: the config's Kafka client settings as `kafka.*`, in the Java
     client's spelling (SASL credentials as a JAAS line, PEM trust and key stores: `security.java_settings`)."""
@@ -28,8 +33,10 @@ def kafka_options(config: PipelineConfig, starting_offsets: str | None = None) -
         options["startingOffsets"] = starting_offsets
     elif config.source.starting_timestamp is not None:
         options["startingTimestamp"] = str(config.source.starting_timestamp)
+        options["startingOffsetsByTimestampStrategy"] = BY_TIMESTAMP_STRATEGY
     elif config.source.starting_offsets_by_timestamp:
         options["startingOffsetsByTimestamp"] = config.source.starting_offsets_by_timestamp
+        options["startingOffsetsByTimestampStrategy"] = BY_TIMESTAMP_STRATEGY
     else:
         options["startingOffsets"] = config.source.starting_offsets
     options["failOnDataLoss"] = str(config.source.fail_on_data_loss).lower()

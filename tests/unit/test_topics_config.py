@@ -84,8 +84,9 @@ def test_an_explicit_subject_serves_every_topic(tmp_path: Path) -> None:
     ("name: e\ntopicPattern: 'e.*'\nvalue:\n  format: avro\n", "set 'value.subject' for topics matching 'e.*'"),
     ("name: e\ntopics: [a, b]\nsource:\n  startingOffsets: '{\"a\": {\"0\": 1}}'\n",
      "names topics ['a'], but the pipeline reads topics 'a', 'b' (missing: ['b'])"),
-    ("name: e\ntopicPattern: 'e\\..*'\nsource:\n  startingOffsets: '{\"x\": {\"0\": 1}}'\n",
-     "(not read: ['x'])"),
+    ("name: e\ntopicPattern: 'e\\..*'\nsource:\n  startingOffsets: '{\"e.x\": {\"0\": 1}}'\n",
+     "JSON positions cannot follow a topicPattern"),
+    ("name: e\ntopics: [a]\nsource:\n  startingOffsets: '{\"x\": {\"0\": 1}}'\n", "(not read: ['x'])"),
 ])
 def test_topic_settings_refused_with_file_key_and_value(tmp_path: Path, text: str, said: str) -> None:
     message = _error(tmp_path, text)
@@ -126,14 +127,21 @@ def test_resolver_reads_every_topics_subject_and_follows_the_newest_version(tmp_
     assert json.loads(resolver.spec.reader_schema)["fields"][-1]["name"] == "note"
 
 
-def test_resolver_learns_a_new_topics_subject_when_its_ids_arrive(tmp_path: Path) -> None:
+def test_resolver_learns_a_new_topics_subject_when_its_ids_arrive(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from ingestion.decode import resolver as resolver_module
+
     config = _load(tmp_path, "name: e\ntopicPattern: 'events\\..*'\n")
-    source = _Subjects({"events.a-value": {1: _V1}})
+    source = _Subjects({"events.a-value": {1: _V1}, "events.b-value": {1: _V1, 4: _V2}})
     resolver = SchemaResolver(config, source, topics=("events.a",))  # type: ignore[arg-type]
+    assert resolver.refresh({4}, {"events.b"})  # a topic found by the pattern: its subject read with its first ids
     assert not resolver.refresh({9}, {"events.new"})  # no subject yet: a warning, records stay undecodable
     source.data["events.new-value"] = {9: _V2}
+    clock = resolver_module.time.monotonic() + resolver_module.ASK_AGAIN_SECONDS + 1
+    monkeypatch.setattr(resolver_module.time, "monotonic", lambda: clock)  # asked again after the window
     assert resolver.refresh({9}, {"events.new"})
-    assert set(resolver.spec.writer_schemas) == {1, 9} and resolver.subjects == ["events.a-value", "events.new-value"]
+    assert set(resolver.spec.writer_schemas) == {1, 4, 9}
+    assert resolver.subjects == ["events.a-value", "events.b-value", "events.new-value"]
 
 
 def test_resolver_names_a_named_topics_missing_subject(tmp_path: Path) -> None:
@@ -193,3 +201,23 @@ def test_replay_positions_are_checked_before_a_jvm_starts(tmp_path: Path) -> Non
         check_positions(config, None, "0:4", "latest")
     with pytest.raises(IngestionError, match="Spark's JSON form"):
         check_positions(config, None, '{"a": [1]}', "latest")
+
+
+def test_an_unresolved_id_is_not_asked_for_again_at_every_batch(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from ingestion.decode import resolver as resolver_module
+
+    config = _load(tmp_path, "name: e\ntopics: [a, b]\n")
+    source = _Subjects({"a-value": {1: _V1}, "b-value": {1: _V1}})
+    asked: list[str] = []
+    versions = source.versions
+    source.versions = lambda subject: asked.append(subject) or versions(subject)  # type: ignore[method-assign]
+    resolver = SchemaResolver(config, source)  # type: ignore[arg-type]
+    asked.clear()
+    assert not resolver.refresh({5}, {"a"})
+    assert asked == ["a-value", "b-value"]
+    assert not resolver.refresh({5}, {"a"}) and asked == ["a-value", "b-value"]  # not again within the window
+    clock = resolver_module.time.monotonic() + resolver_module.ASK_AGAIN_SECONDS + 1
+    monkeypatch.setattr(resolver_module.time, "monotonic", lambda: clock)
+    source.data["b-value"][5] = _V2
+    assert resolver.refresh({5}, {"b"}) and 5 in resolver.spec.writer_schemas
