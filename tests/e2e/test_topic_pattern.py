@@ -142,3 +142,17 @@ sink:
 
     done = ingest("replay", str(config), "--from", "0:1")  # positions per partition need the topic named
     assert done.returncode == 1 and "name it with --topic" in done.stderr, done.stderr
+
+    # A matched topic deleted later: verify and status name it as gone and audit the rest.
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": kafka_servers})
+    admin.delete_topics([late])[late].result(30)
+    deadline = time.monotonic() + 60
+    while late in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
+        time.sleep(0.5)
+    done = ingest("verify", str(config), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    audit = json.loads(done.stdout)
+    assert audit["ok"] and audit["gone_topics"] == [late] and late not in audit["topics"]
+    assert {p["topic"] for p in audit["partitions"]} == set(first)
