@@ -19,7 +19,7 @@ from typing import Any
 from ingestion import kafka
 from ingestion.config import PipelineConfig
 from ingestion.delta import ledger
-from ingestion.delta.reader import TableReader
+from ingestion.delta.reader import HeldPartition, TableReader
 from ingestion.ops.readers import Source, as_reader
 
 log = logging.getLogger(__name__)
@@ -80,32 +80,49 @@ def audit(source: Source, config: PipelineConfig) -> Audit:
     for topic in gone:
         log.warning("%s: topic %r is in the table's ledger but no longer on the brokers: not audited",
                     config.name, topic)
+    parts: list[tuple[PartitionAudit, HeldPartition | None]] = []
     for topic in topics:
         if topic in marks:
             spans = {r.partition: r for r in coverage if r.topic == topic}
-            result.extend(_audit_topic(reader, config, settings, topic, marks[topic], spans))
-    return Audit(config.name, config.subscription, result, [t for t in topics if t not in gone], gone)
-
-
-def _audit_topic(reader: TableReader, config: PipelineConfig, settings: dict[str, Any], topic: str,
-                 marks: dict[int, tuple[int, int]], coverage: dict[int, ledger.PartitionRange]) -> list[PartitionAudit]:
+            parts.extend(_partitions(reader, config, topic, marks[topic], spans))
+    # What Kafka returns over every recorded span, read back by one consumer for all partitions of all topics.
+    read = _offsets_in_kafka_many(settings, {(p.topic, p.partition): span for p, _ in parts
+                                             if (span := _commit_span(p)) is not None})
     tables = (config.table_path, config.quarantine_path)
-    held = reader.held(tables, topic, {p: (c.first, c.last) for p, c in coverage.items()}, MAX_SHOWN)
-    result = []
-    for p, (low, high) in sorted(marks.items()):
-        span = coverage.get(p)
-        found = held.get(p)
-        part = PartitionAudit(topic, p, low, high, span.first if span else None, span.last if span else None,
-                              found.rows if found else 0, list(found.duplicates) if found else [])
-        committed = _committed(settings, part)
+    for part, found in parts:
+        committed = _committed(part, read)
         _classify(settings, part, list(found.gaps) if found else [], committed)
         if committed is not None:
             _find_not_committed(reader, tables, part, committed)
         result.append(part)
-    return result
+    return Audit(config.name, config.subscription, result, [t for t in topics if t not in gone], gone)
 
 
-def _committed(settings: dict[str, Any], part: PartitionAudit) -> set[int] | None:
+def _partitions(reader: TableReader, config: PipelineConfig, topic: str, marks: dict[int, tuple[int, int]],
+                coverage: dict[int, ledger.PartitionRange]) -> list[tuple[PartitionAudit, HeldPartition | None]]:
+    """Each partition of `topic`: what the ledger records, what the tables hold (rows, duplicates) and Kafka's
+    bounds, with what the tables hold of it (its gaps are classified later)."""
+    tables = (config.table_path, config.quarantine_path)
+    held = reader.held(tables, topic, {p: (c.first, c.last) for p, c in coverage.items()}, MAX_SHOWN)
+    out = []
+    for p, (low, high) in sorted(marks.items()):
+        span = coverage.get(p)
+        found = held.get(p)
+        out.append((PartitionAudit(topic, p, low, high, span.first if span else None, span.last if span else None,
+                                   found.rows if found else 0, list(found.duplicates) if found else []), found))
+    return out
+
+
+def _commit_span(part: PartitionAudit) -> tuple[int, int] | None:
+    """The offsets to read back to tell committed records: the span the ledger records that Kafka still has,
+    None when there is none or it is larger than MAX_GAP_READ."""
+    if part.first is None or part.last is None:
+        return None
+    first, last = max(part.first, part.kafka_low), min(part.last, part.kafka_high - 1)
+    return (first, last) if first <= last and last - first + 1 <= MAX_GAP_READ else None
+
+
+def _committed(part: PartitionAudit, read: dict[tuple[str, int], set[int]]) -> set[int] | None:
     """The offsets a read_committed consumer returns over the span the ledger records (what Kafka still has of
     it), or None when the span is larger than MAX_GAP_READ (then noted in `commits_unchecked`)."""
     if part.first is None or part.last is None:
@@ -116,7 +133,7 @@ def _committed(settings: dict[str, Any], part: PartitionAudit) -> set[int] | Non
     if last - first + 1 > MAX_GAP_READ:
         part.commits_unchecked.append([first, last])
         return None
-    return _offsets_in_kafka(settings, part.topic, part.partition, first, last)
+    return read.get((part.topic, part.partition), set())
 
 
 def _find_not_committed(reader: TableReader, tables: tuple[str, str], part: PartitionAudit,
@@ -156,39 +173,59 @@ def _classify(settings: dict[str, Any], part: PartitionAudit,
 
 def _offsets_in_kafka(settings: dict[str, Any], topic: str, partition: int, first: int, last: int) -> set[int]:
     """Offsets in [first, last] that a read_committed consumer with the pipeline's settings gets back from Kafka."""
-    from confluent_kafka import TopicPartition
+    return _offsets_in_kafka_many(settings, {(topic, partition): (first, last)}).get((topic, partition), set())
 
+
+def _offsets_in_kafka_many(settings: dict[str, Any],
+                           spans: dict[tuple[str, int], tuple[int, int]]) -> dict[tuple[str, int], set[int]]:
+    """Per (topic, partition), the offsets in its [first, last] that a read_committed consumer with the pipeline's
+    settings gets back from Kafka; one consumer assigned every partition at once (one per partition cost 0.6 s
+    each: forty topics took 25 s)."""
+    from confluent_kafka import KafkaError, TopicPartition
+
+    found: dict[tuple[str, int], set[int]] = {key: set() for key in spans}
+    if not spans:
+        return found
     consumer = kafka.consumer(settings, "ingest-verify", **{"enable.partition.eof": True,
                                                             "auto.offset.reset": "earliest",
                                                             kafka.ISOLATION: kafka.READ_COMMITTED})
-    found: set[int] = set()
+    done: set[tuple[str, int]] = set()
     try:
-        consumer.assign([TopicPartition(topic, partition, first)])
-        # librdkafka's consume() waits its whole timeout unless the batch fills, even past the end of the
-        # partition: short calls, until the end-of-partition event or 5 s without anything.
+        consumer.assign([TopicPartition(t, p, first) for (t, p), (first, _) in sorted(spans.items())])
+        # librdkafka's consume() waits its whole timeout unless the batch fills, even past the end of a
+        # partition: short calls, until every partition ended (its end or `last`) or 5 s without anything.
         idle_until = time.monotonic() + 5.0
-        while True:
+        while len(done) < len(spans):
             messages = consumer.consume(10_000, timeout=0.2)
             if not messages:
                 if time.monotonic() >= idle_until:
                     break
                 continue
             idle_until = time.monotonic() + 5.0
-            done = False
+            ended = []
             for msg in messages:
+                key = (msg.topic(), msg.partition())
                 error = msg.error()
                 if error is not None:
-                    if kafka.raise_refusal(error, settings, topic):
+                    if kafka.raise_refusal(error, settings, key[0] or next(iter(spans))[0]):
                         continue  # the group coordinator's refusal: this consumer uses no group
-                    done = True  # end of partition
-                    break
+                    if error.code() == KafkaError._PARTITION_EOF and key in spans:
+                        ended.append(key)
+                        continue
+                    return found  # another error ends the read, as it ended the one-partition read
+                if key in done or key not in spans:
+                    continue
                 offset = msg.offset()
-                if offset is None or offset > last:
-                    done = True
-                    break
-                found.add(offset)
-            if done:
-                break
+                if offset is None or offset > spans[key][1]:
+                    ended.append(key)
+                    continue
+                found[key].add(offset)
+                if offset == spans[key][1]:
+                    ended.append(key)
+            fresh = [k for k in ended if k not in done]
+            done.update(fresh)
+            if fresh:
+                consumer.pause([TopicPartition(t, p) for t, p in fresh])
     finally:
         consumer.close()
     return found
