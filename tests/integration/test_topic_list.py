@@ -77,6 +77,14 @@ sink:
     assert now.lag_records == 0 and [p.topic for p in now.partitions] == [first, first, second]
     assert pipeline.caught_up(config) is not None
 
+    # The same topics by a pattern: onboard lists what matches now (a dry run creates nothing).
+    pattern = tmp_path / "pattern.yaml"
+    pattern.write_text(path.read_text().replace(f"topics: [{first}, {second}]", f'topicPattern: "^{first}"')
+                       .replace(f"root: {tmp_path}", f"root: {tmp_path / 'pattern'}"))
+    report = onboard(spark, load_pipeline(pattern), dry_run=True)
+    assert f"topics matching '^{first}': {first} (2 partitions), {second} (1 partitions)" in report.lines[1]
+    assert "dry run:" in report.lines[-1] and not (tmp_path / "pattern").exists()
+
     settings = config.kafka_client_settings()
     ends = {t: {p: high for p, (_, high) in kafka.watermarks(settings, t).items()} for t in produced}
     deadline = time.monotonic() + 60
