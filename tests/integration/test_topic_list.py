@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -95,3 +96,37 @@ sink:
             break
         time.sleep(1)
     assert committed == ends
+
+
+def test_a_pattern_pipeline_that_lost_its_checkpoint_resumes_every_topic_from_the_table(
+        spark, kafka_servers, make_topic, orders_schema, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    schemas = tmp_path / "schemas"
+    first = make_topic(partitions=2)
+    topics = [f"{first}.a", f"{first}.b"]
+    for topic in topics:
+        kafka.create_topic({"bootstrap.servers": kafka_servers}, topic, 2)
+        (schemas / f"{topic}-value").mkdir(parents=True)
+        (schemas / f"{topic}-value" / "1.avsc").write_text(json.dumps(orders_schema))
+    path = tmp_path / "p.yaml"
+    path.write_text(f'name: lost-{uuid.uuid4().hex[:6]}\ntopicPattern: "^{first}\\\\."\nkafka:\n'
+                    f'  bootstrap.servers: "{kafka_servers}"\nkey:\n  format: string\nsink:\n  root: {tmp_path}\n')
+    monkeypatch.setenv("INGEST_SCHEMAS_DIR", str(schemas))
+    config = load_pipeline(path)
+    produced = {t: produce_orders(kafka_servers, t, 20, schema_id=1, schema=orders_schema) for t in topics}
+    pipeline.run(spark, config, available_now=True)
+    shutil.rmtree(config.checkpoint_path)  # lost: the table's ledger says where each topic-partition goes on
+    late = f"{first}.c"  # a topic the table has never seen: read from its start
+    kafka.create_topic({"bootstrap.servers": kafka_servers}, late, 1)
+    (schemas / f"{late}-value").mkdir()
+    (schemas / f"{late}-value" / "1.avsc").write_text(json.dumps(orders_schema))
+    for topic in topics:
+        produced[topic] += produce_orders(kafka_servers, topic, 5, schema_id=1, schema=orders_schema,
+                                          first_seq=100)
+    produced[late] = produce_orders(kafka_servers, late, 7, schema_id=1, schema=orders_schema)
+    again = pipeline.run(spark, config, available_now=True)
+    assert sum(b.rows for b in again.batches if b.committed) == 5 + 5 + 7  # nothing twice
+    rows = spark.read.format("delta").load(config.table_path).select(
+        "_kafka_topic", "_kafka_partition", "_kafka_offset").collect()
+    assert sorted(tuple(r) for r in rows) == sorted((t, p.partition, p.offset) for t, ps in produced.items()
+                                                    for p in ps)
+    assert verify.audit(spark, config).ok
