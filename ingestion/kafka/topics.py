@@ -1,16 +1,19 @@
 """Which topics a pipeline reads now, and what it needs of them, asked of the brokers.
 
 A pipeline names its topics (`topic`, `topics`) or a pattern (`topicPattern`); a pattern's topics are those on
-the brokers whose whole name matches it now, as Spark's `subscribePattern` finds them at every trigger.
+the brokers it matches now (anywhere in the name), as Spark's `subscribePattern` finds them at every trigger.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
 from ingestion.config import PipelineConfig, duration_seconds
 from ingestion.errors import TopicNotFoundError
 from ingestion.kafka.clients import check_access, check_group, describe_topic, matching_topics, watermarks_of
+
+log = logging.getLogger(__name__)
 
 
 def pipeline_topics(config: PipelineConfig) -> list[str]:
@@ -75,6 +78,9 @@ def topic_watermarks(config: PipelineConfig, topics: list[str]) -> dict[str, dic
     settings = config.kafka_client_settings()
     marks = watermarks_of(settings, topics)
     for topic in topics:
-        if topic not in marks and not may_be_gone(config, topic):
+        if topic in marks:
+            continue
+        if not may_be_gone(config, topic):
             describe_topic(settings, topic, duration_seconds(config.source.broker_timeout) or 15.0)
+        log.warning("%s: topic %r is in the table's ledger but no longer on the brokers", config.name, topic)
     return marks

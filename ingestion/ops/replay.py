@@ -25,7 +25,7 @@ from ingestion.delta.ledger import REPLAY_BATCH_ID, BatchKind
 from ingestion.errors import IngestionError
 from ingestion.kafka import access
 from ingestion.stream import setup
-from ingestion.stream.source import BY_TIMESTAMP_STRATEGY, kafka_options
+from ingestion.stream.source import kafka_options, with_timestamp_strategy
 
 log = logging.getLogger(__name__)
 
@@ -153,10 +153,9 @@ def _replay(spark: SparkSession, config: PipelineConfig, settings: dict[str, Any
                "minPartitions", "subscribePattern")
     options = {k: v for k, v in kafka_options(config).items() if k not in dropped}
     options["subscribe"] = ",".join(topics)
-    marks = {t: kafka.watermarks(settings, t) for t in topics}
+    marks = kafka.watermarks_of(settings, topics)  # every topic exists: `replay` checked access to each
     options.update([parse_position(start, marks, ending=False), parse_position(end, marks, ending=True)])
-    if "startingTimestamp" in options:  # a partition with nothing after the time contributes nothing
-        options["startingOffsetsByTimestampStrategy"] = BY_TIMESTAMP_STRATEGY
+    with_timestamp_strategy(options)  # a partition with nothing after the time contributes nothing
     reader = spark.read.format("kafka")
     for key, value in options.items():
         reader = reader.option(key, value)

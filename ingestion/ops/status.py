@@ -7,7 +7,6 @@ status` answers the same whether the pipeline runs or not.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -17,8 +16,6 @@ from ingestion.delta import ledger
 from ingestion.delta.ledger import BatchKind
 from ingestion.delta.reader import TableReader
 from ingestion.ops.readers import Source, as_reader
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -65,8 +62,6 @@ def pipeline_status(source: Source, config: PipelineConfig, now: dt.datetime | N
     partitions: list[PartitionStatus] = []
     marks = kafka.topic_watermarks(config, topics)
     gone = [t for t in topics if t not in marks]
-    for topic in gone:
-        log.warning("%s: topic %r is in the table's ledger but no longer on the brokers", config.name, topic)
     for topic in topics:
         if topic in marks:
             partitions.extend(_topic_status(reader, config, settings, topic, marks[topic], recorded.get(topic, {}),

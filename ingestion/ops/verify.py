@@ -11,7 +11,6 @@ hold but a read_committed consumer never returns (a record of an aborted transac
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -21,8 +20,6 @@ from ingestion.config import PipelineConfig
 from ingestion.delta import ledger
 from ingestion.delta.reader import HeldPartition, TableReader
 from ingestion.ops.readers import Source, as_reader
-
-log = logging.getLogger(__name__)
 
 MAX_SHOWN = 100  # offsets or ranges listed per partition and kind
 MAX_GAP_READ = 1_000_000  # offsets read back from Kafka per partition to classify gaps
@@ -77,9 +74,6 @@ def audit(source: Source, config: PipelineConfig) -> Audit:
     result: list[PartitionAudit] = []
     marks = kafka.topic_watermarks(config, topics)
     gone = [t for t in topics if t not in marks]
-    for topic in gone:
-        log.warning("%s: topic %r is in the table's ledger but no longer on the brokers: not audited",
-                    config.name, topic)
     parts: list[tuple[PartitionAudit, HeldPartition | None]] = []
     for topic in topics:
         if topic in marks:
@@ -113,21 +107,28 @@ def _partitions(reader: TableReader, config: PipelineConfig, topic: str, marks: 
     return out
 
 
-def _commit_span(part: PartitionAudit) -> tuple[int, int] | None:
-    """The offsets to read back to tell committed records: the span the ledger records that Kafka still has,
-    None when there is none or it is larger than MAX_GAP_READ."""
+def _kafka_span(part: PartitionAudit) -> tuple[int, int] | None:
+    """(first, last) of the span the ledger records, cut to what Kafka still has (empty when first > last); None
+    when the ledger records nothing of the partition."""
     if part.first is None or part.last is None:
         return None
-    first, last = max(part.first, part.kafka_low), min(part.last, part.kafka_high - 1)
-    return (first, last) if first <= last and last - first + 1 <= MAX_GAP_READ else None
+    return max(part.first, part.kafka_low), min(part.last, part.kafka_high - 1)
+
+
+def _commit_span(part: PartitionAudit) -> tuple[int, int] | None:
+    """The offsets to read back to tell committed records: `_kafka_span`, None when it is empty or larger than
+    MAX_GAP_READ."""
+    span = _kafka_span(part)
+    return span if span is not None and span[0] <= span[1] and span[1] - span[0] + 1 <= MAX_GAP_READ else None
 
 
 def _committed(part: PartitionAudit, read: dict[tuple[str, int], set[int]]) -> set[int] | None:
     """The offsets a read_committed consumer returns over the span the ledger records (what Kafka still has of
     it), or None when the span is larger than MAX_GAP_READ (then noted in `commits_unchecked`)."""
-    if part.first is None or part.last is None:
+    span = _kafka_span(part)
+    if span is None:
         return None
-    first, last = max(part.first, part.kafka_low), min(part.last, part.kafka_high - 1)
+    first, last = span
     if last < first:
         return set()
     if last - first + 1 > MAX_GAP_READ:
@@ -139,9 +140,10 @@ def _committed(part: PartitionAudit, read: dict[tuple[str, int], set[int]]) -> s
 def _find_not_committed(reader: TableReader, tables: tuple[str, str], part: PartitionAudit,
                         committed: set[int]) -> None:
     """Offsets the tables hold within what Kafka still has, that Kafka does not return as committed."""
-    first, last = max(part.first or 0, part.kafka_low), min(part.last or -1, part.kafka_high - 1)
-    if last < first:
+    span = _kafka_span(part)
+    if span is None or span[1] < span[0]:
         return
+    first, last = span
     extra = sorted(reader.held_between(tables, part.topic, part.partition, first, last) - committed)
     part.not_committed = [list(run) for run in _runs(extra)][:MAX_SHOWN]
 

@@ -31,12 +31,6 @@ log = logging.getLogger(__name__)
 COMMIT_TIMEOUT = 10.0  # seconds a consumer-group commit may take before the next batch tries again
 
 
-def partition_lag(end_offset: str | None, latest_offset: str | None, topic: str) -> dict[int, int]:
-    """Records between where a batch ended and the newest offset per partition of `topic`, from Spark's offset
-    JSON."""
-    return topic_lags(end_offset, latest_offset).get(topic, {})
-
-
 def topic_lags(end_offset: str | None, latest_offset: str | None) -> dict[str, dict[int, int]]:
     """Per topic and partition, records between where a batch ended and the newest offset Spark saw."""
     if not end_offset or not latest_offset:

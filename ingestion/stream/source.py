@@ -12,9 +12,13 @@ SPARK_MANAGED = ("group.id", "auto.offset.reset", "key.deserializer", "value.des
                  "enable.auto.commit", "interceptor.classes")
 
 
-# A partition without a record at or after the starting time starts at its end (Spark's default, `error`, fails
-# the query: with many topics, a quiet one would stop them all).
-BY_TIMESTAMP_STRATEGY = "latest"
+def with_timestamp_strategy(options: dict[str, str]) -> dict[str, str]:
+    """With a start by time, a partition without a record at or after it starts at its end
+    (`startingOffsetsByTimestampStrategy: latest`): Spark's default, `error`, fails the query, and with many
+    topics a quiet one would stop them all."""
+    if "startingTimestamp" in options or "startingOffsetsByTimestamp" in options:
+        options["startingOffsetsByTimestampStrategy"] = "latest"
+    return options
 
 
 def kafka_options(config: PipelineConfig, starting_offsets: str | None = None) -> dict[str, str]:
@@ -33,12 +37,11 @@ def kafka_options(config: PipelineConfig, starting_offsets: str | None = None) -
         options["startingOffsets"] = starting_offsets
     elif config.source.starting_timestamp is not None:
         options["startingTimestamp"] = str(config.source.starting_timestamp)
-        options["startingOffsetsByTimestampStrategy"] = BY_TIMESTAMP_STRATEGY
     elif config.source.starting_offsets_by_timestamp:
         options["startingOffsetsByTimestamp"] = config.source.starting_offsets_by_timestamp
-        options["startingOffsetsByTimestampStrategy"] = BY_TIMESTAMP_STRATEGY
     else:
         options["startingOffsets"] = config.source.starting_offsets
+    with_timestamp_strategy(options)
     options["failOnDataLoss"] = str(config.source.fail_on_data_loss).lower()
     options["includeHeaders"] = "true"
     if config.source.max_offsets_per_trigger:
