@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ingestion.errors import IngestionError
+from ingestion.errors import IngestionError, one_line
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -36,9 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # noqa: BLE001 - every failure ends in one line; the trace only with -v
-        text = str(exc).strip().splitlines()
-        return _failed(f"{type(exc).__name__}: {text[0] if text else 'no message'} (run with -v for the trace)",
-                       exc, args.verbose)
+        return _failed(f"{type(exc).__name__}: {one_line(exc)} (run with -v for the trace)", exc, args.verbose)
 
 
 def _logging(*, verbose: bool) -> None:
@@ -310,38 +308,36 @@ def _kafka_status(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ingestion.config import load_pipeline
     from ingestion.stream import metrics, pipeline
 
     if args.all == bool(args.pipeline):
         raise IngestionError("name one pipeline, or pass --all")
     if args.all:
-        configs = _all_valid()
-        for config in configs:
-            pipeline.check_can_start(config)
+        contexts = [pipeline.check_can_start(c) for c in _all_valid()]
         if args.available_now:
-            done = [c for c in configs if pipeline.caught_up(c) is not None]
-            for config in done:
-                print(f"{config.name}: caught up, nothing to do")
-            configs = [c for c in configs if c not in done]
-            if not configs:
+            done = [c for c in contexts if pipeline.caught_up(c) is not None]
+            for ctx in done:
+                print(f"{ctx.name}: caught up, nothing to do")
+            contexts = [c for c in contexts if c not in done]
+            if not contexts:
                 return 0
         metrics.open_store_early()  # while the JVM boots
+        configs = [c.config for c in contexts]
         spark = _session("ingest-all", configs, pools=[pipeline.pool_name(c) for c in configs])
-        outcome = pipeline.run_all(spark, configs, available_now=args.available_now)
-        for name, status in outcome.items():
-            print(f"{name}: {status}")
-        return 1 if any(s.startswith("FAILED") for s in outcome.values()) else 0
-    config = load_pipeline(args.pipeline)
-    pipeline.check_can_start(config)  # before anything is created or a JVM boots: Kafka, the topic, the lock
-    if args.available_now and (reached := pipeline.caught_up(config)) is not None:
+        outcome = pipeline.run_all(spark, contexts, available_now=args.available_now)
+        for name, ended in outcome.items():
+            print(f"{name}: {ended}")
+        return 1 if any(o.status is pipeline.RunStatus.FAILED for o in outcome.values()) else 0
+    config = _load(args.pipeline)
+    ctx = pipeline.check_can_start(config)  # before anything is created or a JVM boots: Kafka, the topics, the lock
+    if args.available_now and (reached := pipeline.caught_up(ctx)) is not None:
         where = ", ".join(f"{t}/{p}:{o}" for t, parts in sorted(reached.items()) for p, o in sorted(parts.items()))
         log.info("%s: caught up, nothing to do (the table holds every committed record before %s); no Spark "
                  "session started", config.name, where)
         return 0
     metrics.open_store_early()  # while the JVM boots
     spark = _session(f"ingest-{config.name}", [config])
-    running = pipeline.run(spark, config, available_now=args.available_now)
+    running = pipeline.run(spark, ctx, available_now=args.available_now)
     rows = sum(b.rows for b in running.batches if b.committed)
     how = "stopped on request" if running.stopped_on_request else "done"
     log.info("%s: %s, %d batches, %d rows written", config.name, how, len(running.batches), rows)
@@ -354,6 +350,8 @@ def _all_valid() -> list[PipelineConfig]:
     from ingestion.config import load_all
 
     configs, errors = load_all()
+    for config in configs:
+        _remember_secrets(config)
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
     if errors:
@@ -363,11 +361,24 @@ def _all_valid() -> list[PipelineConfig]:
     return configs
 
 
-def _history(args: argparse.Namespace) -> int:
+def _load(name: str | Path) -> PipelineConfig:
+    """The pipeline config by name or path, its secrets registered for masking before anything prints."""
     from ingestion.config import load_pipeline
+
+    return _remember_secrets(load_pipeline(name))
+
+
+def _remember_secrets(config: PipelineConfig) -> PipelineConfig:
+    from ingestion import security
+
+    security.remember(config.secret_values())
+    return config
+
+
+def _history(args: argparse.Namespace) -> int:
     from ingestion.ops import history
 
-    config = load_pipeline(args.pipeline)
+    config = _load(args.pipeline)
     if args.json:
         print(history.to_json(_read_only(args, lambda reader: history.history(reader, config), config)))
         return 0
@@ -407,26 +418,25 @@ def _session(app_name: str, configs: Sequence[PipelineConfig], pools: Sequence[s
 
 
 def _pipeline_session(name: str) -> tuple[PipelineConfig, SparkSession]:
-    from ingestion.config import load_pipeline
 
-    config = load_pipeline(name)
+    config = _load(name)
     return config, _session(f"ingest-{config.name}", [config])
 
 
 def _onboard(args: argparse.Namespace) -> int:
-    from ingestion.config import load_pipeline
     from ingestion.ops.onboard import check_kafka, onboard
     from ingestion.schema.registry import check_registry
 
     if args.all == bool(args.pipeline):
         raise IngestionError("name one pipeline, or pass --all")
-    configs = _all_valid() if args.all else [load_pipeline(args.pipeline)]
+    configs = _all_valid() if args.all else [_load(args.pipeline)]
+    contexts = []
     for config in configs:  # Kafka and the registry first: a refusal is told in seconds, before a JVM boots
-        check_kafka(config, create_topic=args.create_topic)
+        contexts.append(check_kafka(config, create_topic=args.create_topic))
         check_registry(config, subject_may_be_missing=args.register_schemas)
     spark = _session("ingest-onboard", configs)
-    for config in configs:
-        report = onboard(spark, config, dry_run=args.dry_run, create_topic=args.create_topic,
+    for ctx in contexts:
+        report = onboard(spark, ctx, dry_run=args.dry_run, create_topic=args.create_topic,
                          register_schemas=args.register_schemas)
         print("\n".join(report.lines))
     return 0
@@ -435,11 +445,11 @@ def _onboard(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from ingestion.config import load_pipeline
     from ingestion.ops import status
+    from ingestion.stream import context
 
-    configs = [load_pipeline(args.pipeline)] if args.pipeline else _all_valid()
-    found = [_read_only(args, functools.partial(_status_of, config=c), c) for c in configs]
+    configs = [_load(args.pipeline)] if args.pipeline else _all_valid()
+    found = [_read_only(args, functools.partial(_status_of, ctx=context.resolve(c)), c) for c in configs]
     if args.json:
         print(json.dumps([asdict(s) for s in found], indent=2))
     else:
@@ -447,30 +457,29 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _status_of(reader: Any, *, config: PipelineConfig) -> Any:
+def _status_of(reader: Any, *, ctx: Any) -> Any:
     from ingestion.ops import status
 
-    return status.pipeline_status(reader, config)
+    return status.pipeline_status(reader, ctx)
 
 
 def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ingestion.config import load_pipeline
     from ingestion.ops import report
     from ingestion.paths import state_dir
 
-    config = load_pipeline(args.pipeline)
+    config = _load(args.pipeline)
     output = Path(args.output) if args.output else state_dir() / "reports" / f"{config.name}.png"
     print(report.write_png(config, output, args.run))
     return 0
 
 
 def _sql(args: argparse.Namespace) -> int:
-    from ingestion.config import list_pipelines, load_pipeline
+    from ingestion.config import list_pipelines
     from ingestion.ops import catalog
 
-    configs = [load_pipeline(p) for p in list_pipelines()]
+    configs = [_load(p) for p in list_pipelines()]
     spark = _session("ingest-sql", configs, catalog=True)
     tables = catalog.register(spark, configs)
     log.debug("tables: %s", tables)
@@ -503,12 +512,11 @@ def _sql_result(result: Any, args: argparse.Namespace) -> int:
 
 
 def _maintain(args: argparse.Namespace) -> int:
-    from ingestion.config import load_pipeline
     from ingestion.ops.maintain import maintain
 
     if args.all == bool(args.pipeline):
         raise IngestionError("name one pipeline, or pass --all")
-    configs = _all_valid() if args.all else [load_pipeline(args.pipeline)]
+    configs = _all_valid() if args.all else [_load(args.pipeline)]
     both = not args.optimize and not args.vacuum
     spark = _session("ingest-maintain", configs)
     for config in configs:
@@ -567,13 +575,14 @@ def _metastore(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from ingestion.config import load_pipeline
     from ingestion.ops import replay
+    from ingestion.stream import context
 
-    config = load_pipeline(args.pipeline)
-    replay.check_positions(config, args.topic, args.start, args.end)  # a wrong topic or position: before a JVM
+    config = _load(args.pipeline)
+    ctx = context.resolve(config)
+    replay.check_positions(ctx, args.topic, args.start, args.end)  # a wrong topic or position: before a JVM
     spark = _session(f"ingest-{config.name}", [config])
-    r = replay.replay(spark, config, start=args.start, end=args.end, topic=args.topic)
+    r = replay.replay(spark, ctx, start=args.start, end=args.end, topic=args.topic)
     print(f"{r.read} records read, {r.already_present} already present, {r.written} written to bronze, "
           f"{r.quarantined} quarantined (bronze version {r.bronze_version})")
     return 0
@@ -593,30 +602,28 @@ def _rewind(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from ingestion.config import load_pipeline
     from ingestion.ops import verify
+    from ingestion.stream import context
 
-    config = load_pipeline(args.pipeline)
-    result = _read_only(args, lambda reader: verify.audit(reader, config), config)
+    ctx = context.resolve(_load(args.pipeline))
+    result = _read_only(args, lambda reader: verify.audit(reader, ctx), ctx.config)
     print(json.dumps(result.to_json(), indent=2) if args.json else verify.render(result))
     return 0 if result.ok else 1
 
 
 def _quarantine_list(args: argparse.Namespace) -> int:
-    from ingestion.config import load_pipeline
     from ingestion.ops import quarantine
 
-    config = load_pipeline(args.pipeline)
+    config = _load(args.pipeline)
     found = _read_only(args, lambda reader: quarantine.groups(reader, config), config)
     print(quarantine.render_groups(found, config.quarantine_path))
     return 0
 
 
 def _quarantine_show(args: argparse.Namespace) -> int:
-    from ingestion.config import load_pipeline
     from ingestion.ops import quarantine
 
-    config = load_pipeline(args.pipeline)
+    config = _load(args.pipeline)
     found = _read_only(args, lambda reader: quarantine.records(reader, config, limit=args.limit,
                                                                error_class=args.error_class), config)
     print(quarantine.render_records(found))
@@ -625,9 +632,11 @@ def _quarantine_show(args: argparse.Namespace) -> int:
 
 def _quarantine_reprocess(args: argparse.Namespace) -> int:
     from ingestion.ops import quarantine
+    from ingestion.stream import context
 
-    config, spark = _pipeline_session(args.pipeline)
-    r = quarantine.redecode(spark, config)
+    ctx = context.resolve(_load(args.pipeline))
+    spark = _session(f"ingest-{ctx.name}", [ctx.config])
+    r = quarantine.redecode(spark, ctx)
     print(f"{r.examined} examined: {r.redecoded} re-decoded into bronze (version {r.bronze_version}), "
           f"{r.already_in_bronze} were already there, {r.still_failing} still failing "
           f"({r.errors_changed} with a new error; quarantine version {r.quarantine_version})")
@@ -658,10 +667,10 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _package(args: argparse.Namespace) -> int:
-    from ingestion.config import load_all, load_pipeline
+    from ingestion.config import load_all
     from ingestion.ops import package
 
-    configs = [load_pipeline(name) for name in args.pipeline] if args.pipeline else load_all()[0]
+    configs = [_load(name) for name in args.pipeline] if args.pipeline else load_all()[0]
     bundle = package.build(Path(args.out), [location for c in configs for location in c.locations])
     print(f"{bundle.archive}: the ingestion package, for --py-files")
     print(f"{bundle.entry}: the main file for spark-submit; {len(bundle.jars)} jars in {bundle.jars[0].parent}")

@@ -7,6 +7,7 @@ replaced from the environment, so secrets stay out of files; `redacted()` hides 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import types
@@ -20,7 +21,10 @@ import yaml
 
 from ingestion import retention, security, storage
 from ingestion.errors import ConfigError
-from ingestion.paths import conf_dir, local_broker_address, state_dir
+from ingestion.paths import conf_dir, state_dir
+from ingestion.units import duration_seconds, size_bytes
+
+log = logging.getLogger(__name__)
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _SECRET = security.SECRET_KEY
@@ -43,6 +47,11 @@ class SourceOptions:
     min_partitions: int | None = field(default=None, metadata=_key("minPartitions"))
     # How long a command waits for the Kafka brokers to answer before it gives up (one line, exit 1).
     broker_timeout: str = field(default="15 seconds", metadata=_key("brokerTimeout"))
+    # Take over from a consumer group: a new checkpoint of a table that records no offsets yet starts each
+    # partition at this group's committed offset (partitions without one at startingOffsets).
+    start_from_group: str = field(default="", metadata=_key("startFromGroup"))
+    # Start from a group that still has members (another consumer still reading): refused unless true.
+    start_from_active_group: bool = field(default=False, metadata=_key("startFromActiveGroup"))
 
 
 @dataclass(frozen=True)
@@ -99,7 +108,7 @@ class SinkOptions:
     partition_by: tuple[str, ...] = field(default=(), metadata=_key("partitionBy"))
     table_properties: Mapping[str, str] = field(default_factory=dict, metadata=_key("tableProperties"))
     trigger: str = "10 seconds"
-    on_error: Literal["quarantine", "fail"] = "quarantine"
+    on_error: Literal["quarantine", "fail"] = field(default="quarantine", metadata=_key("onError"))
     # A new schema version that widens a column (int -> long, float -> double) widens bronze's column with Delta's
     # type widening (table feature typeWidening) and the stream goes on; false: such records are quarantined.
     type_widening: bool = field(default=True, metadata=_key("typeWidening"))
@@ -146,7 +155,7 @@ class MaintenanceOptions:
 
     @property
     def window_seconds(self) -> float:
-        return retention.seconds(self.vacuum_retention) or 0.0
+        return duration_seconds(self.vacuum_retention) or 0.0
 
 
 @dataclass(frozen=True)
@@ -204,7 +213,21 @@ class PipelineConfig:
 
     @property
     def quarantine_path(self) -> str:
-        return self.sink.quarantine_table or self._under_root("tables", f"{self.name}_quarantine")
+        """`sink.quarantineTable`, else beside bronze (`<sink.table>_quarantine`, on the same file system) when
+        `sink.table` is set, else under the root."""
+        if self.sink.quarantine_table:
+            return self.sink.quarantine_table
+        if self.sink.table:
+            return f"{self.sink.table.rstrip('/')}_quarantine"
+        return self._under_root("tables", f"{self.name}_quarantine")
+
+    @property
+    def former_quarantine_path(self) -> str | None:
+        """Where the quarantine table of a pipeline with `sink.table` (and no `sink.quarantineTable`) was kept
+        before it moved beside bronze; None when the default did not change."""
+        if self.sink.quarantine_table or not self.sink.table:
+            return None
+        return self._under_root("tables", f"{self.name}_quarantine")
 
     @property
     def catalog_names(self) -> tuple[str, str] | None:
@@ -235,32 +258,16 @@ class PipelineConfig:
     def experiment(self) -> str:
         return self.metrics.experiment or f"ingest/{self.name}"
 
-    def bootstrap_servers(self) -> str:
-        """From the config, else `$KAFKA_BOOTSTRAP_SERVERS`, else the local dev broker's address file."""
-        servers = self.kafka.get("bootstrap.servers") or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-        servers = servers or local_broker_address()
-        if not servers:
-            raise ConfigError(f"{self.file}: no 'kafka.bootstrap.servers', no $KAFKA_BOOTSTRAP_SERVERS and no "
-                              "local broker (start one with `ingest kafka start`)")
-        return servers
-
-    def kafka_client_settings(self) -> dict[str, Any]:
-        """The Kafka client settings for confluent-kafka clients, bootstrap resolved: the `kafka:` section without
-        the Java client's own settings, with what librdkafka can take from them (`security.librdkafka_settings`)."""
-        return {**security.librdkafka_settings(self.kafka), "bootstrap.servers": self.bootstrap_servers()}
-
-    def java_kafka_settings(self) -> dict[str, str]:
-        """The Kafka client settings for Spark's Kafka source (the Java client), without the `kafka.` prefix and
-        without bootstrap: the section in the Java client's spelling (`security.java_settings`)."""
-        try:
-            return security.java_settings(self.kafka)
-        except ConfigError as exc:
-            raise ConfigError(f"{self.file}: {exc}") from None
-
     @property
     def consumer_group(self) -> str:
         """The consumer group the processed offsets are committed to."""
         return self.metrics.consumer_group or f"ingest-{self.name}"
+
+    def secret_values(self) -> list[str]:
+        """The secret values this config holds (passwords, keys, JAAS lines, a registry URL's user info), for the
+        one who loads it to register with `security.remember` before anything prints: pure, no global state."""
+        return [v for settings in (self.kafka, self.spark, self.value.registry)
+                for v in security.secret_values(settings)]
 
     def redacted(self) -> dict[str, Any]:
         """The config as a dict with every secret-looking Kafka or Spark setting replaced by '***' (and a
@@ -310,6 +317,7 @@ def _with_defaults(data: dict[str, Any], path: Path, seen: tuple[Path, ...] = ()
     """The file's settings over those of the file it extends: `extends: <path>` (relative to the file), or, for a
     file in conf/pipelines/ without that key, conf/defaults.yaml when it exists (`extends: null` opts out).
     A defaults file is checked on its own first, so a bad key in it is reported with its file's name."""
+    data = _renamed(data, path)
     if "extends" in data:
         parent_name = data.pop("extends")
         if parent_name is None:
@@ -371,9 +379,29 @@ def load_all(paths: list[Path] | None = None) -> tuple[list[PipelineConfig], lis
     return [c for c in configs if c.file not in clashing], errors
 
 
+# Keys renamed to camelCase: (section, old spelling) -> new spelling; the old one is read with a warning.
+DEPRECATED_KEYS = {("sink", "on_error"): "onError"}
+
+
+def _renamed(data: dict[str, Any], file: Path) -> dict[str, Any]:
+    """`data` with deprecated spellings of keys replaced by the current ones, each with one warning line."""
+    out = dict(data)
+    for (section, old), new in DEPRECATED_KEYS.items():
+        given = out.get(section)
+        if not isinstance(given, dict) or old not in given:
+            continue
+        if new in given:
+            raise ConfigError(f"{file}: keys '{section}.{old}' and '{section}.{new}' are the same setting; keep "
+                              f"'{section}.{new}'")
+        log.warning("%s: key '%s.%s' is deprecated; write '%s.%s'", file, section, old, section, new)
+        out[section] = {(new if k == old else k): v for k, v in given.items()}
+    return out
+
+
 def parse_pipeline(data: object, file: Path) -> PipelineConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{file}: expected a mapping of settings at the top level, got {data!r}")
+    data = _renamed(data, file)
     config = _build(PipelineConfig, _interpolate(data, file, ""), file, "")
     config = dataclasses.replace(config, file=file, **_topics(config, file))
     if config.topic:
@@ -383,8 +411,6 @@ def parse_pipeline(data: object, file: Path) -> PipelineConfig:
         if config.key.format == "avro":
             config = dataclasses.replace(config, key=dataclasses.replace(
                 config.key, subject=config.key.subject_for(config.topic)))
-    for settings in (config.kafka, config.spark, config.value.registry):
-        security.remember_settings(settings)
     source = data.get("source")
     _check(config, set(source) if isinstance(source, dict) else set())
     return config
@@ -443,6 +469,10 @@ def _check(config: PipelineConfig, raw_source: set[str]) -> None:
     if len(given) > 1:
         raise ConfigError(f"{config.file}: give only one of source.startingOffsets, source.startingTimestamp and "
                           f"source.startingOffsetsByTimestamp, got {given}")
+    if config.source.start_from_group and starts:
+        raise ConfigError(f"{config.file}: key 'source.startFromGroup' starts partitions at offsets; the partitions "
+                          f"its group has not committed start at source.startingOffsets, not at a time: remove "
+                          f"{starts[0]!r}, got startFromGroup {config.source.start_from_group!r}")
     if config.value.registry and "url" not in config.value.registry:
         shown = config.redacted()["value"]["registry"]
         raise ConfigError(f"{config.file}: key 'value.registry' needs 'url', got {shown!r}")
@@ -455,6 +485,10 @@ def _check(config: PipelineConfig, raw_source: set[str]) -> None:
         raise ConfigError(f"{config.file}: key 'sink.quarantineCatalogTable' needs sink.catalogTable, got "
                           f"{config.sink.quarantine_catalog_table!r}")
     _check_subjects(config)
+    if storage.scheme(config.table_path) != storage.scheme(config.quarantine_path):
+        log.warning("%s: bronze (%s) and quarantine (%s) are on different file systems; a record and its "
+                    "quarantine entry are then kept in two places with separate lifetimes", config.file,
+                    config.table_path, config.quarantine_path)
     topic = config.topic_settings
     if topic.partitions <= 0 or topic.replication_factor <= 0:
         raise ConfigError(f"{config.file}: key 'topicSettings' needs positive partitions and replicationFactor, "
@@ -463,19 +497,15 @@ def _check(config: PipelineConfig, raw_source: set[str]) -> None:
         if key.startswith("kafka."):
             raise ConfigError(f"{config.file}: key 'kafka.{key}': write Kafka client settings without the "
                               f"'kafka.' prefix (it is added for Spark), got {key!r}")
+        why = security.unknown_setting(key)
+        if why is not None:
+            raise ConfigError(f"{config.file}: unknown key 'kafka.{key}' (value {_shown(key, config.kafka[key])}): "
+                              f"{why}")
     problem = security.check(config.kafka)
     if problem:
         raise ConfigError(f"{config.file}: {problem}")
     _check_values(config)
     _check_maintenance(config)
-
-
-def size_bytes(text: str) -> int | None:
-    """Bytes of a size such as '128mb', '256 KB', '1g' or '1048576'; None when it is not one."""
-    found = re.fullmatch(r"(\d+)\s*([kmgt]?)i?b?", text.strip(), re.IGNORECASE)
-    if found is None:
-        return None
-    return int(found[1]) * 1024 ** " kmgt".index(found[2].lower() or " ")
 
 
 def _check_maintenance(config: PipelineConfig) -> None:
@@ -511,22 +541,8 @@ def check_retention(config: PipelineConfig, properties: Mapping[str, str], where
         raise ConfigError(f"{where}: key {shown!r}: {reason}")
 
 
-_DURATION = re.compile(r"(?:interval\s+)?(\d+(?:\.\d+)?)\s*"
-                       r"(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?)", re.IGNORECASE)
-_SIZE = re.compile(r"\d+\s*(b|[kmgt]b?)?", re.IGNORECASE)
 _ISOLATION = ("read_committed", "read_uncommitted")
 _CATALOG_NAME = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*")
-
-
-def duration_seconds(text: str) -> float | None:
-    """Seconds of a Spark interval such as '10 seconds', '500 milliseconds', '1 minute'; None when it is not one."""
-    found = _DURATION.fullmatch(text.strip())
-    if found is None:
-        return None
-    unit = found[2].lower()
-    scale = 0.001 if unit.startswith("ms") or unit.startswith("milli") else 60.0 if unit.startswith("m") else \
-        3600.0 if unit.startswith("h") else 86400.0 if unit.startswith("d") else 1.0
-    return float(found[1]) * scale
 
 
 def _check_values(config: PipelineConfig) -> None:
@@ -555,7 +571,7 @@ def _check_values(config: PipelineConfig) -> None:
     if isolation is not None and isolation not in _ISOLATION:
         raise ConfigError(f"{file}: key 'kafka.isolation.level' must be one of {list(_ISOLATION)}, got {isolation!r}")
     for key in ("spark.driver.memory", "spark.executor.memory"):
-        if key in config.spark and not _SIZE.fullmatch(config.spark[key].strip()):
+        if key in config.spark and size_bytes(config.spark[key]) is None:
             raise ConfigError(f"{file}: key 'spark.{key}' must be a size such as 2g or 1536m, got "
                               f"{config.spark[key]!r}")
 

@@ -2,9 +2,36 @@
 
 from __future__ import annotations
 
+import re
+
+# A Java exception's line as py4j and Spark show it: `: java.lang.IllegalStateException: why`.
+_JAVA_EXCEPTION = re.compile(r":?\s*(?:[a-z][\w$]*\.)+[A-Z][\w$]*(?:Exception|Error)\b")
+
 
 class IngestionError(Exception):
     """Base class of every error this package raises on purpose."""
+
+
+def one_line(exc: BaseException) -> str:
+    """One line saying why `exc` happened, for a log line or an error message; never fails, whatever `exc` is: its
+    first non-empty line (for py4j's wrapper of a Java error, the Java exception's line); else its cause's line;
+    else the exception's type name (`TimeoutError()`, a bare `assert`)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        try:
+            text = str(current)
+        except Exception:  # noqa: BLE001 - a broken __str__ must not break the handler that reports it
+            text = ""
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        java = [line for line in lines if _JAVA_EXCEPTION.match(line)]
+        if java and lines[0].startswith("An error occurred while calling"):  # py4j's wrapper says nothing
+            return java[0].lstrip(": ")
+        if lines:
+            return lines[0]
+        current = current.__cause__ or current.__context__
+    return type(exc).__name__
 
 
 class ConfigError(IngestionError):
@@ -47,7 +74,20 @@ class KafkaAccessError(IngestionError):
 
 
 class TopicNotFoundError(IngestionError):
-    """The pipeline's topic does not exist (Kafka said so; a topic the client may not see is a KafkaAccessError)."""
+    """A topic does not exist (Kafka said so; a topic the client may not see is a KafkaAccessError). Carries the
+    topic, the brokers asked, Kafka's reason and the closest existing names, so callers word their own advice
+    (`hint`) without parsing the message."""
+
+    def __init__(self, topic: str, servers: str, *, reason: str = "", closest: tuple[str, ...] = (),
+                 hint: str = "create it, or run `ingest onboard <pipeline> --create-topic`") -> None:
+        said = f" ({reason})" if reason else ""
+        near = f"; closest: {', '.join(closest)}" if closest else ""
+        super().__init__(f"topic {topic!r} does not exist on {servers}{said}{near}; {hint}")
+        self.topic, self.servers, self.reason, self.closest = topic, servers, reason, closest
+
+    def with_hint(self, hint: str) -> TopicNotFoundError:
+        """The same error with other advice at its end."""
+        return TopicNotFoundError(self.topic, self.servers, reason=self.reason, closest=self.closest, hint=hint)
 
 
 class CatalogError(IngestionError):

@@ -22,31 +22,15 @@ Pure functions of the settings: no JVM, no table.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
+
+from ingestion.units import duration_seconds
 
 DELETED_FILE_RETENTION = "delta.deletedFileRetentionDuration"
 LOG_RETENTION = "delta.logRetentionDuration"
 SET_TRANSACTION_RETENTION = "delta.setTransactionRetentionDuration"
 DEFAULTS = {DELETED_FILE_RETENTION: "interval 1 week", LOG_RETENTION: "interval 30 days"}  # Delta's own
 MIN_WINDOW = 3600.0
-
-_INTERVAL = re.compile(r"(?:interval\s+)?(\d+(?:\.\d+)?)\s*"
-                       r"(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?|w|weeks?)",
-                       re.IGNORECASE)
-
-
-def seconds(text: str) -> float | None:
-    """Seconds of a Delta or Spark interval ('interval 7 days', '168 hours', '1 week'); None when it is not one."""
-    found = _INTERVAL.fullmatch(text.strip())
-    if found is None:
-        return None
-    unit = found[2].lower()
-    scale = 0.001 if unit.startswith("ms") or unit.startswith("milli") else 60.0 if unit.startswith("m") else \
-        3600.0 if unit.startswith("h") else 86400.0 if unit.startswith("d") else \
-        604800.0 if unit.startswith("w") else 1.0
-    return float(found[1]) * scale
-
 
 def as_interval(window_seconds: float) -> str:
     """A table property value for a number of seconds ('interval 168 hours', 'interval 90 seconds')."""
@@ -59,7 +43,7 @@ def problems(window: str, properties: Mapping[str, str], *, allow_short: bool = 
     """(key, reason) for each setting that breaks a promise with a vacuum retention of `window` and these table
     properties (absent ones take Delta's defaults); empty when the combination is safe."""
     found: list[tuple[str, str]] = []
-    span = seconds(window)
+    span = duration_seconds(window)
     if span is None or span <= 0:
         return [("maintenance.vacuumRetention", f"must be a duration such as '168 hours', got {window!r}")]
     if span < MIN_WINDOW and not allow_short:
@@ -76,7 +60,7 @@ def problems(window: str, properties: Mapping[str, str], *, allow_short: bool = 
                        "another Delta client (which uses it) would delete files"),
                       (LOG_RETENTION, "log cleanup would delete the commits")):
         value = properties.get(key) or DEFAULTS[key]
-        held = seconds(value)
+        held = duration_seconds(value)
         if held is None:
             found.append((key, f"must be an interval such as 'interval 7 days', got {value!r}"))
         elif held < span:

@@ -21,12 +21,15 @@ Secret values (passwords, keys, JAAS lines, basic-auth user info) are remembered
 
 from __future__ import annotations
 
+import difflib
+import functools
 import os
 import re
 from collections.abc import Iterable, Mapping
+from importlib import resources
 from pathlib import Path
 
-from ingestion.errors import ConfigError
+from ingestion.errors import ConfigError, one_line
 
 # Setting names whose values are secret (case-insensitive), in every section that holds client settings.
 SECRET_KEY = re.compile(r"password|secret|jaas|token|credentials|key\.pem|keystore\.key|ssl_key|private\.key|"
@@ -80,6 +83,25 @@ _JAAS_OPTION = re.compile(r'(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|(\S+?))(?=\s|;|$)
 _SECRETS: set[str] = set()
 
 
+@functools.cache
+def known_settings() -> frozenset[str]:
+    """Every setting name librdkafka (2.15's CONFIGURATION.md) or Kafka's Java clients (consumer, producer and
+    admin of kafka-clients 3.9 and 4.1: `ConsumerConfig.configNames()` and its siblings) accept."""
+    folder = resources.files("ingestion") / "data"
+    return frozenset(name for file in ("librdkafka-properties.txt", "java-client-properties.txt")
+                     for name in (folder / file).read_text().split())
+
+
+def unknown_setting(key: str) -> str | None:
+    """Why `key` of a `kafka:` section is no client's setting (with the closest names), or None when a client
+    knows it: found at load, instead of as librdkafka's 'No such configuration property' when a client is made."""
+    if key in known_settings():
+        return None
+    close = difflib.get_close_matches(key, sorted(known_settings()), n=3, cutoff=0.75)
+    return ("neither librdkafka nor Kafka's Java client has this setting" +
+            (f"; closest: {', '.join(close)}" if close else ""))
+
+
 def is_secret(key: str) -> bool:
     return bool(SECRET_KEY.search(key))
 
@@ -95,6 +117,11 @@ def remember(values: Iterable[str]) -> None:
 
 
 def remember_settings(settings: Mapping[str, str]) -> None:
+    """Mask the secret values of these settings from now on (`secret_values`)."""
+    remember(secret_values(settings))
+
+
+def secret_values(settings: Mapping[str, str]) -> list[str]:
     """The values of every secret-looking setting, and their parts (`user:password`, a JAAS line's password, the
     user info of a URL)."""
     found: list[str] = []
@@ -108,7 +135,7 @@ def remember_settings(settings: Mapping[str, str]) -> None:
             found.append(value.split(":", 1)[1])
         if key == "sasl.jaas.config":
             found += [v for k, v in jaas_options(value).items() if is_secret(k) or k == "clientSecret"]
-    remember(found)
+    return found
 
 
 def redact_url(url: str) -> str:
@@ -324,7 +351,7 @@ def pkcs8(key: str, password: str | None) -> str:
     try:
         loaded = serialization.load_pem_private_key(block[0].encode(), password.encode() if password else None)
     except (ValueError, TypeError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        reason = one_line(exc)
         raise ConfigError(f"the private key of kafka.ssl.key.location cannot be read ({reason}); is "
                           "kafka.ssl.key.password right?") from None
     text = loaded.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,

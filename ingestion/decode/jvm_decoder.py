@@ -34,7 +34,7 @@ from pyspark.sql.utils import AnalysisException
 from ingestion.decode.python_decoder import BatchDecoder
 from ingestion.decode.spec import DECODER_COLUMNS, PAYLOAD, UNVERIFIED, DecodeSpec, UnknownSchemaError
 from ingestion.decode.wire import HEADER_SIZE, encode
-from ingestion.errors import SchemaError
+from ingestion.errors import SchemaError, one_line
 from ingestion.runtime import helper, session_cache
 from ingestion.schema import avro_types
 
@@ -54,7 +54,7 @@ def unusable(spark: SparkSession, spec: DecodeSpec) -> str | None:
     try:
         jvm_type = _from_avro_type(spark, spec.reader_schema)
     except AnalysisException as exc:
-        return f"Spark's from_avro is not available (spark-avro jar): {str(exc).splitlines()[0]}"
+        return f"Spark's from_avro is not available (spark-avro jar): {one_line(exc)}"
     try:
         helper.body_check(spark, spec.reader_schema, HEADER_SIZE)
         helper.partition_summary(spark)

@@ -4,7 +4,7 @@ The reader schema is the subject's newest version, adopted while the table can f
 and (with `sink.typeWidening`, the default) by widening a column where both Avro's schema resolution and Delta's
 type widening allow it (int -> long, float -> double). A version that changes an existing column's type in any
 other way is not adopted, and its records either resolve to the current reader by Avro's rules or fail like any
-undecodable record (quarantine, `SchemaResolutionError`, or fail, per `on_error`).
+undecodable record (quarantine, `SchemaResolutionError`, or fail, per `sink.onError`).
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ class SchemaResolver:
     def __post_init__(self) -> None:
         self._topics = set(self.config.topics if self.topics is None else self.topics)
         self._unresolved: dict[int, float] = {}  # schema id -> when the subjects were last asked for it
+        self._unread: set[str] = set()  # topics followed whose subjects were not read yet
         versions = self._versions(strict=True)
         self.spec = self._build(versions, self._reader(versions, current=None))
 
@@ -108,12 +109,19 @@ class SchemaResolver:
             raise missing[0]
         return found
 
+    def follow(self, topics: set[str] | list[str]) -> None:
+        """Topics the pipeline reads since its start (Spark's listing found them, a batch held them): counted in
+        `subjects` from now on, their subjects read at the next refresh."""
+        fresh = set(topics) - self._topics
+        self._topics |= fresh
+        self._unread |= fresh
+
     def refresh(self, unknown_ids: set[int], topics: set[str] | frozenset[str] = frozenset()) -> bool:
         """Learn the given ids if they are versions of the subjects of the pipeline's topics (with `topics`, the
         topics the ids came from, which a pattern may have found since); True when the spec changed. Ids the
         spec holds already are not asked for (a registry that is away costs nothing for them)."""
         now = time.monotonic()
-        new_topics = set(topics) - self._topics
+        new_topics = (set(topics) - self._topics) | self._unread
         asked = {i for i, when in self._unresolved.items() if now - when < ASK_AGAIN_SECONDS}
         # Ids asked about a moment ago are not asked again (a topic without its subject would otherwise cost a
         # round of registry calls per batch), unless a topic came with them whose subject was never read.
@@ -121,6 +129,7 @@ class SchemaResolver:
             return False
         self._topics |= set(topics)
         versions = self._versions(strict=False)
+        self._unread.clear()
         learned = {i for i in unknown_ids if i in versions} - set(self.spec.writer_schemas)
         for schema_id in sorted(set(unknown_ids) - learned - set(self.spec.writer_schemas)):
             if schema_id not in self._unresolved:
@@ -156,7 +165,7 @@ class SchemaResolver:
                 return candidate
             log.warning("%s: schema id %d changes existing column types in a way the table cannot follow%s; "
                         "keeping the current reader schema (records resolve to it by Avro's rules, or fail per "
-                        "on_error)", self.config.name, schema_id, "" if widen else " (sink.typeWidening is off)")
+                        "sink.onError)", self.config.name, schema_id, "" if widen else " (sink.typeWidening is off)")
         if current is None:
             raise SchemaError(f"no version of subject(s) {', '.join(repr(x) for x in self.subjects)} matches the "
                               f"columns of {self.config.table_path}")
@@ -179,7 +188,7 @@ class SchemaResolver:
         if self.config.value.format == "avro":  # no header: the newest version wrote every value
             plain_id = next(i for i in sorted(writers, reverse=True) if writers[i] == reader)
         # Executors always flag failures instead of raising: the driver first learns schema ids it did not know,
-        # then applies on_error (see sink.BronzeWriter).
+        # then applies sink.onError (see sink.BronzeWriter).
         return DecodeSpec(writer_schemas=dict(writers), reader_schema=reader, max_bytes=self.config.value.max_bytes,
                           fail_fast=False, key_format=self.config.key.format, plain_schema_id=plain_id,
                           key_schemas=key_schemas, key_reader=key_reader)

@@ -38,6 +38,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from pyspark.sql import SparkSession
 
+from ingestion.errors import one_line
 from ingestion.runtime import delta_txn
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ class BackgroundCheckpoints:
             version = delta_txn.write_checkpoint(self.spark, self.path)
         except Exception as exc:  # noqa: BLE001 - readers replay the log instead; the next one is tried later
             log.warning("%s: Delta checkpoint of %s at version %d failed (tried again %d versions later): %s",
-                        self.name, self.path, version, self.every, str(exc).splitlines()[0])
+                        self.name, self.path, version, self.every, one_line(exc))
             self.last = version
             return
         self.last = self.checkpointed = version

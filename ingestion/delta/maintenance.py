@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 from ingestion.delta import ledger
 from ingestion.delta.append import commit_metadata
 from ingestion.delta.ledger import BatchKind, BatchRecord
+from ingestion.errors import one_line
 from ingestion.runtime import delta_txn, hadoop
 
 log = logging.getLogger(__name__)
@@ -120,7 +121,7 @@ def optimize(spark: SparkSession, path: str, record: BatchRecord, *, target: int
             if attempt == attempts:
                 raise
             log.info("OPTIMIZE of %s: a concurrent commit removed files it read (%s); running it again", path,
-                     str(exc).splitlines()[0][:120])
+                     one_line(exc)[:120])
             record = marker(spark, path, record.pipeline, record.kind, storage_options)
     return 0, 0  # pragma: no cover - the loop returns or raises
 

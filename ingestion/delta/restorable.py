@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingestion import retention
+from ingestion.units import duration_seconds
 
 # Operations that remove data files (the others, WRITE appends, CREATE, SET TBLPROPERTIES, VACUUM, remove none).
 REMOVING = ("OPTIMIZE", "RESTORE", "DELETE", "MERGE", "UPDATE", "REORG", "TRUNCATE", "REPLACE TABLE")
@@ -32,7 +33,7 @@ def oldest_restorable(commits: Sequence[Commit], properties: Mapping[str, str], 
     if not commits:
         return None
     ordered = sorted(commits, key=lambda c: c.version)
-    window = retention.seconds(properties.get(retention.DELETED_FILE_RETENTION)
+    window = duration_seconds(properties.get(retention.DELETED_FILE_RETENTION)
                                or retention.DEFAULTS[retention.DELETED_FILE_RETENTION]) or 0.0
     cutoff = now_millis - window * 1000
     oldest = next((c.version for c in ordered if c.millis >= cutoff), ordered[-1].version)

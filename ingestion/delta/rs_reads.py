@@ -9,11 +9,13 @@ equal to Spark's. Where it cannot read a table, `JvmFreeReadError` says why and 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ingestion.delta.ledger import BatchRecord
+from ingestion.config import PipelineConfig
+from ingestion.delta.ledger import BatchRecord, next_offsets
 from ingestion.delta.reader import (
     Bounds,
     HeldPartition,
@@ -23,6 +25,8 @@ from ingestion.delta.reader import (
     TableLayout,
 )
 from ingestion.delta.restorable import Commit, oldest_restorable
+
+log = logging.getLogger(__name__)
 
 TOPIC, PARTITION, OFFSET = "_kafka_topic", "_kafka_partition", "_kafka_offset"
 
@@ -252,4 +256,17 @@ def _commit_file_millis(path: str, version: object) -> int | None:
     try:
         return log.stat().st_mtime_ns // 1_000_000
     except OSError:
+        return None
+
+
+def recorded_offsets(config: PipelineConfig) -> dict[str, dict[str, int]] | None:
+    """The next offsets the table's ledger records per topic and partition, read with delta-rs (no JVM): {} when
+    the table does not exist or records none (only its creation), None when delta-rs cannot tell."""
+    reader = DeltaRsReader(config.storage_options() or None)
+    try:
+        if not reader.version(config.table_path):
+            return {}
+        return next_offsets(reader.history(config.table_path))
+    except JvmFreeReadError as exc:
+        log.debug("%s: cannot read the table's offsets without a JVM: %s", config.name, exc)
         return None

@@ -31,7 +31,7 @@ def run_demo(*, records: int = 10_000, partitions: int = 3, keep_broker: bool = 
     servers = broker.start()
     try:
         config = load_pipeline("orders")
-        settings = config.kafka_client_settings()
+        settings = kafka.resolve_settings(config).client
         if kafka.create_topic(settings, config.topic, partitions):
             log.info("created topic %s with %d partitions", config.topic, partitions)
         subject = load_subject(schemas_dir(), config.value.subject)
@@ -59,7 +59,7 @@ def _summary(spark: SparkSession, config: PipelineConfig, run_id: str | None, se
     rows = table.count() if table is not None else 0
     version = ledger.table_version(spark, path)
     ingested = ledger.next_offsets(ledger.history(spark, path)).get(config.topic, {})
-    ends = kafka.watermarks(config.kafka_client_settings(), config.topic)
+    ends = kafka.watermarks(kafka.resolve_settings(config).client, config.topic)
     print(f"\n=== demo summary ({seconds:.0f}s) ===")
     print(f"bronze table   {path}  ({rows} rows, version {version})")
     print(f"checkpoint     {config.checkpoint_path}")

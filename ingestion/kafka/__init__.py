@@ -1,39 +1,30 @@
-"""Kafka clients (confluent-kafka): admin, offsets, consumer groups, and Kafka's refusals as one line (`access`).
-Below `stream` and `ops`; imports only `config`, `security` and `errors`."""
+"""Kafka clients (confluent-kafka): topics, offsets, consumer groups, and Kafka's refusals as one line (`access`).
+Below `stream` and `ops`; imports only `config`, `security`, `units` and `errors`.
+
+A command resolves a pipeline's settings once (`resolve_settings`) and lists its topics once
+(`pipeline_partitions`); everything else takes those answers.
+"""
 
 from ingestion.kafka.clients import (
     ISOLATION,
     READ_COMMITTED,
     admin_client,
     check_access,
-    check_group,
-    check_reachable,
     commit_group_offsets,
     committed_offsets,
     consumer,
     create_topic,
-    describe_topic,
     first_unread,
-    for_admin,
-    for_consumer,
-    for_producer,
-    matching_topics,
     partitions,
     raise_refusal,
     watermarks,
     watermarks_of,
 )
-from ingestion.kafka.topics import (
-    audited_topics,
-    check_pipeline,
-    may_be_gone,
-    pipeline_topics,
-    topic_partitions,
-    topic_watermarks,
-)
+from ingestion.kafka.settings import KafkaSettings
+from ingestion.kafka.settings import resolve as resolve_settings
+from ingestion.kafka.topics import check_pipeline, pipeline_partitions
 
-__all__ = ["ISOLATION", "READ_COMMITTED", "admin_client", "audited_topics", "check_access", "check_group",
-           "check_pipeline", "check_reachable", "commit_group_offsets", "committed_offsets", "consumer",
-           "create_topic", "describe_topic", "first_unread", "for_admin", "for_consumer", "for_producer",
-           "matching_topics", "may_be_gone", "partitions", "pipeline_topics", "raise_refusal", "topic_partitions",
-           "topic_watermarks", "watermarks", "watermarks_of"]
+__all__ = ["ISOLATION", "READ_COMMITTED", "KafkaSettings", "admin_client", "check_access",
+           "check_pipeline", "commit_group_offsets", "committed_offsets", "consumer", "create_topic", "first_unread",
+           "partitions", "pipeline_partitions", "raise_refusal", "resolve_settings", "watermarks",
+           "watermarks_of"]

@@ -9,10 +9,12 @@ the Spark source does (see `stream.source`): records of aborted transactions nev
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import logging
+import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ingestion.errors import IngestionError, TopicNotFoundError
@@ -47,6 +49,26 @@ LIBRDKAFKA_LOG = logging.getLogger("ingestion.librdkafka")
 log = logging.getLogger(__name__)
 
 
+def refusals(settings: Mapping[str, Any], topic: str | None = None,
+             group: str | None = None) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, Kafka's refusal of a request (a KafkaException carrying an authorization, login or TLS
+    error) is raised as the KafkaAccessError that names it (`access.from_error`); other errors pass as they are."""
+    return _refusals(settings, topic, group)
+
+
+@contextlib.contextmanager
+def _refusals(settings: Mapping[str, Any], topic: str | None, group: str | None) -> Iterator[None]:
+    from confluent_kafka import KafkaException
+
+    try:
+        yield
+    except KafkaException as exc:
+        refused = access.from_error(exc.args[0], settings, topic, group) if exc.args else None
+        if refused is not None:
+            raise refused from None
+        raise
+
+
 def _logged(settings: dict[str, Any]) -> dict[str, Any]:
     return {"logger": LIBRDKAFKA_LOG, **settings}
 
@@ -66,7 +88,23 @@ def for_producer(settings: Mapping[str, Any]) -> dict[str, Any]:
     return _logged({k: v for k, v in settings.items() if k not in CONSUMER_ONLY})
 
 
-def describe_topic(settings: Mapping[str, Any], topic: str, timeout: float) -> list[int]:
+def admin_client(settings: Mapping[str, Any]) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(for_admin(settings))
+
+
+def consumer(settings: Mapping[str, Any], group: str, **overrides: Any) -> Any:
+    """A confluent-kafka Consumer in `group` that never commits offsets (the project commits explicitly) and
+    reads committed records unless the settings or `overrides` say otherwise. The project's consumers are assigned
+    partitions and never use their group; librdkafka still looks the group up, and a refusal of it arrives as an
+    error event that their loops ignore (`raise_refusal`)."""
+    from confluent_kafka import Consumer
+
+    return Consumer({**for_consumer(settings), "group.id": group, "enable.auto.commit": False, **overrides})
+
+
+def partitions(settings: Mapping[str, Any], topic: str, timeout: float = 30.0) -> list[int]:
     """The topic's partitions, asked of the brokers within `timeout` seconds. Raises KafkaAccessError when Kafka
     refuses the login, the TLS handshake or the topic, TopicNotFoundError when the topic does not exist, and
     IngestionError naming the address when no broker answers."""
@@ -77,10 +115,27 @@ def describe_topic(settings: Mapping[str, Any], topic: str, timeout: float) -> l
         # Not "does not exist": Kafka answers so for a topic the client may not describe, whether it exists or not.
         raise access.topic_denied(settings, topic)
     if found is None or found.error is not None:
-        reason = f" ({found.error.str()})" if found is not None and found.error is not None else ""
-        raise TopicNotFoundError(f"topic {topic!r} does not exist on {servers}{reason}{_closest_topics(admin, topic)}"
-                                 "; create it, or run `ingest onboard <pipeline> --create-topic`")
+        reason = found.error.str() if found is not None and found.error is not None else ""
+        raise TopicNotFoundError(topic, str(servers), reason=reason, closest=_closest_topics(admin, topic))
     return sorted(found.partitions)
+
+
+def list_topics(settings: Mapping[str, Any], timeout: float, *, names: Iterable[str] = (),
+                pattern: str | None = None) -> dict[str, list[int]]:
+    """Topic -> partitions from one metadata request: the `names` given (one missing from the answer is asked
+    alone, which raises the error `partitions` gives: not found with the closest names, or the refusal), and with
+    a `pattern` the topics it matches anywhere in the name, as Spark's subscribePattern finds them
+    (Regex.findFirstIn over the admin client's listTopics; anchor with ^...$ for whole names), sorted by name;
+    internal topics (`__...`) are left out, as listTopics leaves them out."""
+    _, meta = _metadata(settings, None, timeout)
+    listed = {t: sorted(m.partitions) for t, m in meta.topics.items() if m.error is None}
+    found: dict[str, list[int]] = {}
+    for name in names:
+        found[name] = listed[name] if name in listed else partitions(settings, name, timeout)
+    if pattern is not None:
+        matcher = re.compile(pattern)
+        found.update({t: listed[t] for t in sorted(listed) if not t.startswith("__") and matcher.search(t)})
+    return found
 
 
 def _metadata(settings: Mapping[str, Any], topic: str | None, timeout: float) -> tuple[Any, Any]:
@@ -89,19 +144,19 @@ def _metadata(settings: Mapping[str, Any], topic: str | None, timeout: float) ->
     from confluent_kafka import KafkaException
 
     servers = settings.get("bootstrap.servers")
-    refusals: list[Any] = []  # librdkafka reports a refused login or handshake to the error callback only
+    refused: list[Any] = []  # librdkafka reports a refused login or handshake to the error callback only
     admin = admin_client({**settings, "socket.connection.setup.timeout.ms": int(max(1.0, timeout) * 1000),
-                          "error_cb": refusals.append})
+                          "error_cb": refused.append})
     deadline = time.monotonic() + timeout
     while True:
         try:
             return admin, admin.list_topics(topic, timeout=max(0.1, min(1.0, deadline - time.monotonic())))
         except KafkaException as exc:
             admin.poll(0)  # serves the error callback
-            for error in refusals:
-                refused = access.from_error(error, settings, topic)
-                if refused is not None:
-                    raise refused from None
+            for error in refused:
+                denied = access.from_error(error, settings, topic)
+                if denied is not None:
+                    raise denied from None
             if time.monotonic() >= deadline:
                 error = exc.args[0] if exc.args else exc
                 reason = error.str() if hasattr(error, "str") else str(error)
@@ -109,52 +164,35 @@ def _metadata(settings: Mapping[str, Any], topic: str | None, timeout: float) ->
                                      "kafka.bootstrap.servers and that the brokers run") from None
 
 
-def matching_topics(settings: Mapping[str, Any], pattern: str, timeout: float = 30.0) -> dict[str, list[int]]:
-    """Topic -> partitions of the topics `pattern` matches anywhere in the name, as Spark's subscribePattern
-    finds them (Regex.findFirstIn over the admin client's listTopics; anchor with ^...$ for whole names), sorted by
-    name; internal topics (`__...`) are left out, as listTopics leaves them out."""
-    import re
-
-    _, meta = _metadata(settings, None, timeout)
-    return {t: sorted(meta.topics[t].partitions) for t in sorted(meta.topics)
-            if not t.startswith("__") and meta.topics[t].error is None and re.search(pattern, t)}
+def _closest_topics(admin: Any, topic: str) -> tuple[str, ...]:
+    """The existing topics nearest to a missing one (a courtesy: none when they cannot be listed)."""
+    try:
+        names = sorted(t for t in admin.list_topics(timeout=5.0).topics if not t.startswith("__"))
+    except Exception:  # noqa: BLE001 - the suggestion is a courtesy; the error is that the topic is missing
+        return ()
+    return tuple(difflib.get_close_matches(topic, names, n=3, cutoff=0.6))
 
 
-def check_reachable(settings: Mapping[str, Any], topic: str, timeout: float) -> list[int]:
-    """The topic's partitions; see `describe_topic`."""
-    return describe_topic(settings, topic, timeout)
-
-
-def check_access(settings: Mapping[str, Any], topic: str, timeout: float, group: str | None = None) -> list[int]:
-    """What a pipeline needs of Kafka, asked before anything is created: the brokers answer and accept the login,
-    the topic exists and may be read (a fetch at its end, as the ACL of a fetch is READ, not the DESCRIBE that
-    metadata needs), and, when `group` is given, offsets may be committed to the consumer group (READ on it). The
-    topic's partitions; KafkaAccessError naming what was refused otherwise."""
-    found = describe_topic(settings, topic, timeout)
+def check_access(settings: Mapping[str, Any], topic: str, found: list[int], timeout: float) -> None:
+    """The topic (with its partitions `found`) may be read: a fetch at the end of its first partition, as the ACL
+    of a fetch is READ, not the DESCRIBE that metadata needs. KafkaAccessError naming what to grant otherwise."""
     if found:
         _probe_read(settings, topic, found[0], timeout)
-    if group is not None:
-        check_group(settings, group, timeout)
-    return found
 
 
 def check_group(settings: Mapping[str, Any], group: str, timeout: float) -> None:
-    """Commit to `group` an offset of a topic that does not exist: Kafka checks READ on the group before anything
-    else and answers GROUP_AUTHORIZATION_FAILED, or refuses the partition (unknown topic, or a topic the client
-    may not read) and writes nothing, not even the group. Listing the group's offsets would check DESCRIBE only."""
+    """Offsets may be committed to `group` (READ on it): commit to it an offset of a topic that does not exist;
+    Kafka checks READ on the group before anything else and answers GROUP_AUTHORIZATION_FAILED, or refuses the
+    partition (unknown topic, or a topic the client may not read) and writes nothing, not even the group. Listing
+    the group's offsets would check DESCRIBE only."""
     import uuid
 
-    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
     probe = ConsumerGroupTopicPartitions(group, [TopicPartition(f"ingest-group-check-{uuid.uuid4().hex}", 0, 0)])
     admin = admin_client(settings)
-    try:
+    with refusals(settings, group=group):
         result = admin.alter_consumer_group_offsets([probe], request_timeout=timeout)[group].result(timeout)
-    except KafkaException as exc:
-        refused = access.from_error(exc.args[0], settings, group=group) if exc.args else None
-        if refused is not None:
-            raise refused from None
-        raise
     for partition in result.topic_partitions:
         if partition.error is not None and partition.error.code() == access.GROUP_AUTHORIZATION_FAILED:
             raise access.group_denied(settings, group)
@@ -195,12 +233,6 @@ def raise_refusal(error: Any, settings: Mapping[str, Any], topic: str) -> bool:
     return False
 
 
-def admin_client(settings: Mapping[str, Any]) -> Any:
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient(for_admin(settings))
-
-
 def create_topic(settings: Mapping[str, Any], topic: str, partitions: int, replication: int = 1) -> bool:
     """Create `topic`; False when it already exists."""
     from confluent_kafka import KafkaError, KafkaException
@@ -219,70 +251,25 @@ def create_topic(settings: Mapping[str, Any], topic: str, partitions: int, repli
         raise IngestionError(f"cannot create topic {topic!r}: {exc}") from None
 
 
-def _names(admin: Any, timeout: float) -> list[str]:
-    return sorted(t for t in admin.list_topics(timeout=timeout).topics if not t.startswith("__"))
-
-
-def _closest_topics(admin: Any, topic: str) -> str:
-    """`; closest: a, b` naming the existing topics nearest to a missing one, or nothing."""
-    try:
-        close = difflib.get_close_matches(topic, _names(admin, 5.0), n=3, cutoff=0.6)
-    except Exception:  # noqa: BLE001 - the suggestion is a courtesy; the error is that the topic is missing
-        return ""
-    return f"; closest: {', '.join(close)}" if close else ""
-
-
-def partitions(settings: Mapping[str, Any], topic: str, timeout: float = 30.0) -> list[int]:
-    """The topic's partitions; see `describe_topic`."""
-    return describe_topic(settings, topic, timeout)
-
-
-def consumer(settings: Mapping[str, Any], group: str, **overrides: Any) -> Any:
-    """A confluent-kafka Consumer in `group` that never commits offsets (the project commits explicitly) and
-    reads committed records unless the settings or `overrides` say otherwise. The project's consumers are assigned
-    partitions and never use their group; librdkafka still looks the group up, and a refusal of it arrives as an
-    error event that their loops ignore (`raise_refusal`)."""
-    from confluent_kafka import Consumer
-
-    return Consumer({**for_consumer(settings), "group.id": group, "enable.auto.commit": False, **overrides})
-
-
 def watermarks(settings: Mapping[str, Any], topic: str) -> dict[int, tuple[int, int]]:
-    """Per partition: (earliest offset, end offset), the end being the offset the next record will get."""
-    from confluent_kafka import KafkaException, TopicPartition
-
-    found = partitions(settings, topic)
-    client = consumer(settings, "ingest-watermarks")
-    try:
-        return {p: client.get_watermark_offsets(TopicPartition(topic, p), timeout=30) for p in found}
-    except KafkaException as exc:
-        refused = access.from_error(exc.args[0], settings, topic) if exc.args else None
-        if refused is not None:
-            raise refused from None
-        raise
-    finally:
-        client.close()
+    """Per partition of one topic: (earliest offset, end offset), the end being the offset the next record will
+    get; the topic's partitions are asked first (`partitions`)."""
+    return watermarks_of(settings, {topic: partitions(settings, topic)})[topic]
 
 
-def watermarks_of(settings: Mapping[str, Any], topics: list[str]) -> dict[str, dict[int, tuple[int, int]]]:
-    """`watermarks` of several topics from one metadata request and one consumer (a pipeline of forty topics
-    asks in one go). Topics that do not exist, or that this client may not describe, are left out: ask
-    `watermarks` of one of them for the error that names why."""
-    from confluent_kafka import KafkaException, TopicPartition
+def watermarks_of(settings: Mapping[str, Any],
+                  topics: Mapping[str, Iterable[int]]) -> dict[str, dict[int, tuple[int, int]]]:
+    """`watermarks` of the given partitions of several topics, from one consumer (no metadata request of ours: a
+    pipeline's partitions are known from its one listing)."""
+    from confluent_kafka import TopicPartition
 
     if not topics:
         return {}
-    _, meta = _metadata(settings, None, 30.0)
-    found = {t: sorted(meta.topics[t].partitions) for t in topics if t in meta.topics and meta.topics[t].error is None}
     client = consumer(settings, "ingest-watermarks")
     try:
-        return {t: {p: client.get_watermark_offsets(TopicPartition(t, p), timeout=30) for p in parts}
-                for t, parts in found.items()}
-    except KafkaException as exc:
-        refused = access.from_error(exc.args[0], settings, topics[0]) if exc.args else None
-        if refused is not None:
-            raise refused from None
-        raise
+        with refusals(settings, next(iter(topics))):
+            return {t: {p: client.get_watermark_offsets(TopicPartition(t, p), timeout=30) for p in parts}
+                    for t, parts in topics.items()}
     finally:
         client.close()
 
@@ -291,26 +278,20 @@ def commit_group_offsets(admin: Any, group: str, offsets: Mapping[str, Mapping[i
                          settings: Mapping[str, Any] | None = None) -> None:
     """Set `group`'s committed offsets (per topic, the next offset to read per partition), as a consumer commit
     would. KafkaAccessError when Kafka refuses the group or a topic (`settings` name the client in its message)."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
     request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, o) for t, parts in sorted(offsets.items())
                                                    for p, o in sorted(parts.items())])
-    topic = next(iter(sorted(offsets)), None)
-    try:
+    with refusals(settings or {}, next(iter(sorted(offsets)), None), group):
         for future in admin.alter_consumer_group_offsets([request], request_timeout=timeout).values():
             future.result(timeout)
-    except KafkaException as exc:
-        refused = access.from_error(exc.args[0], settings or {}, topic, group) if exc.args else None
-        if refused is not None:
-            raise refused from None
-        raise
 
 
 def committed_offsets(settings: Mapping[str, Any], group: str, topic: str, found: list[int] | None = None,
                       timeout: float = 30) -> dict[int, int]:
     """`group`'s committed offset per partition of `topic` (partitions without a commit are left out).
     KafkaAccessError when Kafka refuses to describe the group."""
-    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka import TopicPartition
 
     found = partitions(settings, topic) if found is None else found
     # A consumer's OffsetFetch, not the admin client's list_consumer_group_offsets, whose error paths have crashed
@@ -318,12 +299,8 @@ def committed_offsets(settings: Mapping[str, Any], group: str, topic: str, found
     # is never subscribed, so it does not join the group.
     client = consumer(settings, group)
     try:
-        result = client.committed([TopicPartition(topic, p) for p in found], timeout=timeout)
-    except KafkaException as exc:
-        refused = access.from_error(exc.args[0], settings, topic, group) if exc.args else None
-        if refused is not None:
-            raise refused from None
-        raise
+        with refusals(settings, topic, group):
+            result = client.committed([TopicPartition(topic, p) for p in found], timeout=timeout)
     finally:
         client.close()
     return {tp.partition: tp.offset for tp in result if tp.offset >= 0}

@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 
 from ingestion.config import PipelineConfig
 from ingestion.delta import catalog, ledger
-from ingestion.errors import IngestionError
+from ingestion.errors import IngestionError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def time_travel_failure(spark: SparkSession, tables: dict[str, str], query: str,
         layout = spark_layout(spark, tables[name])
         if layout is not None:
             oldest.append(f"{name}: version {layout.oldest_restorable}")
-    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    reason = one_line(exc)
     return IngestionError(f"that table version is no longer restorable (its files were vacuumed or are older than "
                           f"the table's retention); oldest version still restorable: {', '.join(oldest)} "
                           f"[{reason[:200]}]")

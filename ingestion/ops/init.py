@@ -39,8 +39,8 @@ def draft(topic: str, name: str | None = None) -> Draft:
     name = name or pipeline_name(topic)
     path = conf_dir() / "pipelines" / f"{name}.yaml"
     config = inherited({"name": name, "topic": topic}, path)
-    settings = config.kafka_client_settings()
-    partitions = kafka.describe_topic(settings, topic, timeout=15.0)  # a missing topic's error names the closest
+    settings = kafka.resolve_settings(config)
+    partitions = kafka.partitions(settings.client, topic, settings.timeout)  # a missing one's error names the closest
     source = source_for(config)
     subjects = source.subjects()
     value_subject = config.value.subject

@@ -7,35 +7,66 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from pyspark.sql import SparkSession
 
 from ingestion import kafka
-from ingestion.config import PipelineConfig, duration_seconds
+from ingestion.config import PipelineConfig
 from ingestion.decode.resolver import SchemaResolver
-from ingestion.delta import catalog, reads
+from ingestion.delta import catalog, reads, rs_reads
 from ingestion.errors import IngestionError, TopicNotFoundError
 from ingestion.paths import schemas_dir
 from ingestion.schema.registry import FolderSource, registry_client, registry_failure, source_for
-from ingestion.stream import setup
+from ingestion.stream import handover, setup
+from ingestion.stream.context import PipelineContext, resolve
+
+
+class State(StrEnum):
+    """What onboard found or did for one thing it checks."""
+
+    FOUND = "found"  # in place (or a fact reported), nothing to do
+    CHANGED = "changed"  # created or registered now
+    WOULD_CHANGE = "would change"  # a dry run's change, not made
+
+
+@dataclass(frozen=True)
+class Step:
+    """One thing onboard checked: what (`topic`, `table`, `catalog`, `schema`, `config`, `subject`), its name,
+    the state, and the line shown for it."""
+
+    what: str
+    name: str
+    state: State
+    line: str
 
 
 @dataclass
 class OnboardReport:
-    lines: list[str] = field(default_factory=list)
-    changes: int = 0
+    steps: list[Step] = field(default_factory=list)
 
-    def say(self, line: str, *, change: bool = False) -> None:
-        self.lines.append(line)
-        self.changes += int(change)
+    def say(self, what: str, name: str, line: str, state: State = State.FOUND) -> None:
+        self.steps.append(Step(what, name, state, line))
+
+    @property
+    def changes(self) -> int:
+        return sum(1 for s in self.steps if s.state is not State.FOUND)
+
+    @property
+    def lines(self) -> list[str]:
+        return [s.line for s in self.steps]
 
 
-def onboard(spark: SparkSession, config: PipelineConfig, *, dry_run: bool = False, create_topic: bool = False,
-            register_schemas: bool = False) -> OnboardReport:
+def onboard(spark: SparkSession, target: PipelineConfig | PipelineContext, *, dry_run: bool = False,
+            create_topic: bool = False, register_schemas: bool = False) -> OnboardReport:
+    ctx = target if isinstance(target, PipelineContext) else check_kafka(target, create_topic=create_topic)
+    config = ctx.config
     report = OnboardReport()
-    report.say(f"config {config.file}: valid (pipeline {config.name!r}, {config.reads})")
-    topics = _topics(config, report, dry_run=dry_run, create=create_topic)
-    source = source_for(config)
+    report.say("config", str(config.file), f"config {config.file}: valid (pipeline {config.name!r}, {config.reads})")
+    topics = _topics(ctx, report, dry_run=dry_run, create=create_topic)
+    if config.source.start_from_group:
+        _group_start(ctx, report)
+    source = ctx.schemas
     subjects = config.value_subjects(topics)
     if register_schemas:
         for subject in subjects:
@@ -48,89 +79,82 @@ def onboard(spark: SparkSession, config: PipelineConfig, *, dry_run: bool = Fals
     writers = schemas.spec.writer_schemas
     reader_id = max(i for i, text in writers.items() if text == schemas.spec.reader_schema)
     shown = ", ".join(repr(s) for s in subjects)
-    report.say(f"subject{'s' if len(subjects) > 1 else ''} {shown} at {where}: schema ids {sorted(writers)}; the "
-               f"table follows id {reader_id}")
+    report.say("subject", ", ".join(subjects), f"subject{'s' if len(subjects) > 1 else ''} {shown} at {where}: "
+               f"schema ids {sorted(writers)}; the table follows id {reader_id}")
     # Before the tables are created, which registers them too (setup.ensure_tables).
     named = [(name, path, catalog.check(spark, name, path, config.file).state)
              for name, path in catalog.pipeline_names(config)]
     for plan in setup.plans(spark, config, schemas.spec):
-        report.say(f"table {plan.path}:\n" + _indent(plan.schema.treeString()))
         extras = (f" partitioned by {list(plan.partition_by)}" if plan.partition_by else "") + (
             f" with properties {plan.properties}" if plan.properties else "")
+        shown = f"table {plan.path}:\n" + _indent(plan.schema.treeString())
         if plan.exists:
-            report.say(f"  exists, left as it is{extras}")
+            report.say("table", plan.path, f"{shown}\n  exists, left as it is{extras}")
         elif dry_run:
-            report.say(f"  would be created{extras}", change=True)
+            report.say("table", plan.path, f"{shown}\n  would be created{extras}", State.WOULD_CHANGE)
         else:
             setup.ensure_tables(spark, config, schemas.spec)
-            report.say(f"  created{extras}", change=True)
+            report.say("table", plan.path, f"{shown}\n  created{extras}", State.CHANGED)
     for name, path, state in named:
         if state == "exists":
-            report.say(f"catalog table {name}: registered for {path}, left as it is")
+            report.say("catalog", name, f"catalog table {name}: registered for {path}, left as it is")
         elif dry_run:
-            report.say(f"catalog table {name}: would be registered for {path}", change=True)
+            report.say("catalog", name, f"catalog table {name}: would be registered for {path}", State.WOULD_CHANGE)
         else:
             catalog.register(spark, name, path, config.file)
-            report.say(f"catalog table {name}: registered for {path}", change=True)
+            report.say("catalog", name, f"catalog table {name}: registered for {path}", State.CHANGED)
     if not report.changes:
-        report.say("everything is in place: nothing to change")
+        report.say("summary", config.name, "everything is in place: nothing to change")
     elif dry_run:
-        report.say(f"dry run: {report.changes} change(s) not made")
+        report.say("summary", config.name, f"dry run: {report.changes} change(s) not made")
     return report
 
 
-def check_kafka(config: PipelineConfig, *, create_topic: bool = False) -> None:
+def check_kafka(config: PipelineConfig, *, create_topic: bool = False) -> PipelineContext:
     """What onboarding needs of Kafka, asked before a Spark session starts: the brokers answer and accept the
     login, and the topics may be read and the consumer group used (`kafka.check_pipeline`); a missing topic is fine
-    when it is to be created. A KafkaAccessError names what Kafka refused and what to grant."""
-    group = config.consumer_group if config.metrics.commit_offsets else None
+    when it is to be created. A KafkaAccessError names what Kafka refused and what to grant. The context onboard
+    goes on with (one listing of the topics)."""
     try:
-        kafka.check_pipeline(config, group=group, missing_ok=create_topic)
+        return resolve(config, check=True, missing_ok=create_topic)
     except TopicNotFoundError as exc:
-        raise _missing(config, exc) from None
+        wanted = config.topic_settings
+        raise exc.with_hint(f"create it, or pass --create-topic ({wanted.partitions} partitions, replication "
+                            f"{wanted.replication_factor} from topicSettings)") from None
 
 
-def _missing(config: PipelineConfig, exc: TopicNotFoundError) -> TopicNotFoundError:
-    """Kafka's answer (with the closest existing topics) and how onboard would create the topic."""
-    wanted = config.topic_settings
-    said = str(exc).split("; create it")[0]
-    return TopicNotFoundError(f"{said}; create it, or pass --create-topic ({wanted.partitions} partitions, "
-                              f"replication {wanted.replication_factor} from topicSettings)")
-
-
-def _topics(config: PipelineConfig, report: OnboardReport, *, dry_run: bool, create: bool) -> list[str]:
+def _topics(ctx: PipelineContext, report: OnboardReport, *, dry_run: bool, create: bool) -> list[str]:
     """The topics the pipeline reads now, each reported, the missing named ones created with --create-topic."""
-    settings = config.kafka_client_settings()
+    config = ctx.config
     if config.topic_pattern:
-        found = kafka.matching_topics(settings, config.topic_pattern,
-                                      duration_seconds(config.source.broker_timeout) or 15.0)
-        shown = ", ".join(f"{t} ({len(p)} partitions)" for t, p in found.items()) or "none yet"
-        report.say(f"topics matching {config.topic_pattern!r}: {shown}; topics created later are read from their "
-                   "start" + ("; --create-topic creates nothing for a pattern" if create else ""))
-        return list(found)
+        shown = ", ".join(f"{t} ({len(p)} partitions)" for t, p in ctx.partitions.items()) or "none yet"
+        report.say("topic", config.topic_pattern, f"topics matching {config.topic_pattern!r}: {shown}; topics "
+                   "created later are read from their start" +
+                   ("; --create-topic creates nothing for a pattern" if create else ""))
+        return ctx.topics
+    wanted = config.topic_settings
+    how = f"{wanted.partitions} partitions, replication {wanted.replication_factor}"
     for topic in config.topics:
-        _topic(config, topic, report, dry_run=dry_run, create=create)
+        if topic in ctx.partitions:
+            report.say("topic", topic, f"topic {topic!r}: exists with {len(ctx.partitions[topic])} partitions")
+        elif dry_run:
+            report.say("topic", topic, f"topic {topic!r}: would be created with {how}", State.WOULD_CHANGE)
+        else:
+            kafka.create_topic(ctx.kafka.client, topic, wanted.partitions, wanted.replication_factor)
+            report.say("topic", topic, f"topic {topic!r}: created with {how}", State.CHANGED)
     return list(config.topics)
 
 
-def _topic(config: PipelineConfig, topic: str, report: OnboardReport, *, dry_run: bool, create: bool) -> None:
-    settings = config.kafka_client_settings()
-    try:
-        found = kafka.partitions(settings, topic)
-        report.say(f"topic {topic!r}: exists with {len(found)} partitions")
+def _group_start(ctx: PipelineContext, report: OnboardReport) -> None:
+    """Where a first run taking over from source.startFromGroup would start each partition, or that the table's
+    offsets win."""
+    group = ctx.config.source.start_from_group
+    recorded = rs_reads.recorded_offsets(ctx.config)
+    if recorded:
+        report.say("group", group, f"source.startFromGroup {group!r}: ignored, the table records offsets and the "
+                   "next run resumes from them")
         return
-    except TopicNotFoundError as exc:
-        missing = exc
-    wanted = config.topic_settings
-    if not create:
-        raise _missing(config, missing)
-    if dry_run:
-        report.say(f"topic {topic!r}: would be created with {wanted.partitions} partitions, replication "
-                   f"{wanted.replication_factor}", change=True)
-        return
-    kafka.create_topic(settings, topic, wanted.partitions, wanted.replication_factor)
-    report.say(f"topic {topic!r}: created with {wanted.partitions} partitions, replication "
-               f"{wanted.replication_factor}", change=True)
+    report.say("group", group, "\n".join(handover.plan(ctx, strict=False).lines()))
 
 
 def _register(config: PipelineConfig, subject: str, report: OnboardReport, *, dry_run: bool) -> None:
@@ -146,9 +170,10 @@ def _register(config: PipelineConfig, subject: str, report: OnboardReport, *, dr
     for file in sorted(folder.glob("*.avsc"), key=lambda f: int(f.stem)):
         text = json.dumps(json.loads(file.read_text()), sort_keys=True, separators=(",", ":"))
         if text in known:
-            report.say(f"schema {file}: already registered under {subject!r}")
+            report.say("schema", str(file), f"schema {file}: already registered under {subject!r}")
         elif dry_run:
-            report.say(f"schema {file}: would be registered under {subject!r}", change=True)
+            report.say("schema", str(file), f"schema {file}: would be registered under {subject!r}",
+                       State.WOULD_CHANGE)
         else:
             try:
                 schema_id = client.register_schema(subject, Schema(file.read_text(), "AVRO"))
@@ -157,7 +182,8 @@ def _register(config: PipelineConfig, subject: str, report: OnboardReport, *, dr
                 if failure is not None:
                     raise failure from None
                 raise
-            report.say(f"schema {file}: registered under {subject!r} as id {schema_id}", change=True)
+            report.say("schema", str(file), f"schema {file}: registered under {subject!r} as id {schema_id}",
+                       State.CHANGED)
 
 
 def _has_subject(client: object, config: PipelineConfig, subject: str) -> bool:

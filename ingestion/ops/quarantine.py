@@ -26,7 +26,8 @@ from ingestion.delta.append import commit_metadata
 from ingestion.delta.ledger import REDECODE_BATCH_ID, BatchKind, BatchRecord
 from ingestion.delta.reader import QuarantinedRecord, QuarantineGroup
 from ingestion.ops.readers import Source, as_reader
-from ingestion.stream import setup
+from ingestion.stream import context, setup
+from ingestion.stream.context import PipelineContext
 
 log = logging.getLogger(__name__)
 
@@ -90,15 +91,17 @@ def as_kafka_rows(quarantined: DataFrame) -> DataFrame:
     )
 
 
-def redecode(spark: SparkSession, config: PipelineConfig) -> RedecodeResult:
+def redecode(spark: SparkSession, target: PipelineConfig | PipelineContext) -> RedecodeResult:
     from delta.tables import DeltaTable
 
+    ctx = context.of(target)
+    config = ctx.config
     quarantined = read(spark, config)
     if quarantined is None:
         return RedecodeResult(0, 0, 0, 0, 0, ledger.table_version(spark, config.table_path), None)
     # The subjects of the topics the quarantined rows came from, matching now or not.
     topics = [r[0] for r in quarantined.select("_kafka_topic").distinct().collect()]
-    spec = setup.resolver(spark, config, also=topics).spec
+    spec = setup.resolver(spark, ctx, also=topics).spec
     decoded = decode_in_python(as_kafka_rows(quarantined), spec).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         renamed = decoded.withColumnsRenamed({"topic": KEYS[0], "partition": KEYS[1], "offset": KEYS[2]})

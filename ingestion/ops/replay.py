@@ -17,14 +17,15 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from ingestion import kafka
-from ingestion.config import PipelineConfig, duration_seconds
+from ingestion.config import PipelineConfig
 from ingestion.decode import bronze
 from ingestion.decode.python_decoder import decode_in_python
 from ingestion.delta import ledger, reads
 from ingestion.delta.ledger import REPLAY_BATCH_ID, BatchKind
 from ingestion.errors import IngestionError
 from ingestion.kafka import access
-from ingestion.stream import setup
+from ingestion.stream import context, setup
+from ingestion.stream.context import PipelineContext
 from ingestion.stream.source import kafka_options, with_timestamp_strategy
 
 log = logging.getLogger(__name__)
@@ -102,43 +103,46 @@ def parse_position(text: str, marks: dict[str, dict[int, tuple[int, int]]], *, e
     return f"{which}Timestamp", str(int(when.timestamp() * 1000))
 
 
-def replay_topics(config: PipelineConfig, topic: str | None, positions: tuple[str, ...]) -> list[str]:
+def replay_topics(ctx: PipelineContext, topic: str | None, positions: tuple[str, ...]) -> list[str]:
     """What a replay reads: `topic` (--topic), else the topics its JSON positions name, else every topic the
     pipeline reads now. A topic the pipeline does not read is refused, naming what it reads."""
+    config = ctx.config
     named = sorted({t for text in positions for t in (_json_position(text) or {})} | ({topic} if topic else set()))
     for name in named:
         if not config.reads_topic(name):
             raise IngestionError(f"pipeline {config.name!r} does not read topic {name!r}: it reads {config.reads}")
     if topic is not None and named != [topic]:
         raise IngestionError(f"--topic {topic} and the positions name different topics: {named}")
-    topics = named or kafka.pipeline_topics(config)
+    topics = named or ctx.topics
     if not topics:
         raise IngestionError(f"pipeline {config.name!r}: no topic to replay, none matches {config.reads}")
     return topics
 
 
-def check_positions(config: PipelineConfig, topic: str | None, start: str, end: str) -> list[str]:
+def check_positions(ctx: PipelineContext, topic: str | None, start: str, end: str) -> list[str]:
     """The topics a replay reads (`replay_topics`), with its positions checked as far as Kafka is not needed:
-    partition:offset pairs name one topic's partitions, JSON must be Spark's form. No JVM, no Kafka for named
-    topics."""
-    topics = replay_topics(config, topic, (start, end))
+    partition:offset pairs name one topic's partitions, JSON must be Spark's form. No JVM."""
+    topics = replay_topics(ctx, topic, (start, end))
     for text in (start, end):
         if _json_position(text) is None and _is_pairs(text) and len(topics) != 1:
             parse_position(text, {t: {} for t in topics}, ending=False)  # raises, naming what to write instead
     return topics
 
 
-def replay(spark: SparkSession, config: PipelineConfig, *, start: str, end: str = "latest",
+def replay(spark: SparkSession, target: PipelineConfig | PipelineContext, *, start: str, end: str = "latest",
            topic: str | None = None) -> ReplayResult:
     """Read the range again (of `topic` only, when given; else of every topic the pipeline reads now) and write
     what neither table holds. Kafka is asked first (login, the topics, a read), so a refusal is one
     KafkaAccessError before Spark reads; one that comes from Spark's client is named alike."""
-    settings = config.kafka_client_settings()
-    topics = replay_topics(config, topic, (start, end))
-    for name in topics:
-        kafka.check_access(settings, name, duration_seconds(config.source.broker_timeout) or 15.0)
+    ctx = context.of(target)
+    settings = ctx.kafka.client
+    topics = replay_topics(ctx, topic, (start, end))
+    found = {name: ctx.partitions[name] if name in ctx.partitions else
+             kafka.partitions(settings, name, ctx.kafka.timeout) for name in topics}
+    for name, parts in found.items():
+        kafka.check_access(settings, name, parts, ctx.kafka.timeout)
     try:
-        return _replay(spark, config, settings, topics, start=start, end=end)
+        return _replay(spark, ctx, found, start=start, end=end)
     except Exception as exc:
         refused = None if isinstance(exc, IngestionError) else access.from_java(str(exc), settings, topics[0])
         if refused is not None:
@@ -146,20 +150,22 @@ def replay(spark: SparkSession, config: PipelineConfig, *, start: str, end: str 
         raise
 
 
-def _replay(spark: SparkSession, config: PipelineConfig, settings: dict[str, Any], topics: list[str], *,
+def _replay(spark: SparkSession, ctx: PipelineContext, found: dict[str, list[int]], *,
             start: str, end: str) -> ReplayResult:
+    config, topics = ctx.config, list(found)
     # The range is the replay's own: the pipeline's starting position (offsets, time) and pacing do not apply.
     dropped = ("startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp", "maxOffsetsPerTrigger",
                "minPartitions", "subscribePattern")
-    options = {k: v for k, v in kafka_options(config).items() if k not in dropped}
+    options = {k: v for k, v in kafka_options(ctx).items() if k not in dropped}
     options["subscribe"] = ",".join(topics)
-    marks = kafka.watermarks_of(settings, topics)  # every topic exists: `replay` checked access to each
+    marks = kafka.watermarks_of(ctx.kafka.client, found)
     options.update([parse_position(start, marks, ending=False), parse_position(end, marks, ending=True)])
     with_timestamp_strategy(options)  # a partition with nothing after the time contributes nothing
     reader = spark.read.format("kafka")
     for key, value in options.items():
         reader = reader.option(key, value)
-    decoded = decode_in_python(reader.load(), setup.resolver(spark, config).spec).persist(StorageLevel.MEMORY_AND_DISK)
+    spec = setup.resolver(spark, ctx, also=topics).spec
+    decoded = decode_in_python(reader.load(), spec).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         present = reads.held_coordinates(spark, config)
         new = decoded if present is None else decoded.join(present, list(KEYS), "left_anti")

@@ -7,6 +7,7 @@ status` answers the same whether the pipeline runs or not.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -16,6 +17,9 @@ from ingestion.delta import ledger
 from ingestion.delta.ledger import BatchKind
 from ingestion.delta.reader import TableReader
 from ingestion.ops.readers import Source, as_reader
+from ingestion.stream import context, handover
+from ingestion.stream.context import PipelineContext
+from ingestion.stream.handover import GroupStart
 
 
 @dataclass(frozen=True)
@@ -45,27 +49,31 @@ class PipelineStatus:
     oldest_restorable: int | None = None  # the oldest version time travel and rewind still reach
     topics: list[str] = field(default_factory=list)  # the topics reported (`topic`: the config's topic or pattern)
     gone_topics: list[str] = field(default_factory=list)  # in the ledger, matched once, no longer on the brokers
+    # source.startFromGroup while the table records no offsets: where each partition would start (handover)
+    group_start: GroupStart | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def pipeline_status(source: Source, config: PipelineConfig, now: dt.datetime | None = None) -> PipelineStatus:
+def pipeline_status(source: Source, target: PipelineConfig | PipelineContext,
+                    now: dt.datetime | None = None) -> PipelineStatus:
     """Where the pipeline stands, from its tables (through `source`: a TableReader, or a SparkSession to read with
     Spark) and Kafka, per partition of each topic it reads."""
+    ctx = context.of(target)
+    config = ctx.config
     reader = as_reader(source)
     now = now or dt.datetime.now(dt.UTC)
-    settings = config.kafka_client_settings()
+    settings = ctx.kafka.client
     records = reader.history(config.table_path)
     recorded = ledger.next_offsets(records)
-    topics = kafka.audited_topics(config, recorded)
+    topics, gone = ctx.audited(recorded)
+    group_start = handover.plan(ctx, strict=False) if config.source.start_from_group and not recorded else None
     partitions: list[PartitionStatus] = []
-    marks = kafka.topic_watermarks(config, topics)
-    gone = [t for t in topics if t not in marks]
+    marks = kafka.watermarks_of(settings, {t: ctx.partitions[t] for t in topics})
     for topic in topics:
-        if topic in marks:
-            partitions.extend(_topic_status(reader, config, settings, topic, marks[topic], recorded.get(topic, {}),
-                                            now))
+        partitions.extend(_topic_status(reader, config, settings, topic, marks[topic], recorded.get(topic, {}),
+                                        now))
     stream = [r for r in records if r.kind == BatchKind.STREAM]
     last = stream[-1] if stream else None
     maintained = [r for r in records if r.kind in ledger.MAINTENANCE]
@@ -79,11 +87,11 @@ def pipeline_status(source: Source, config: PipelineConfig, now: dt.datetime | N
         layout.files if layout else None, layout.average_file_bytes if layout else None,
         _maintenance_text(maintained[-1]) if maintained else None,
         layout.oldest_restorable if layout else None,
-        [t for t in topics if t not in gone], gone,
+        topics, gone, group_start,
     )
 
 
-def _topic_status(reader: TableReader, config: PipelineConfig, settings: dict[str, Any], topic: str,
+def _topic_status(reader: TableReader, config: PipelineConfig, settings: Mapping[str, Any], topic: str,
                   marks: dict[int, tuple[int, int]], ingested: dict[str, int],
                   now: dt.datetime) -> list[PartitionStatus]:
     quarantined = reader.quarantined_per_partition(config.quarantine_path, topic)
@@ -115,6 +123,7 @@ def render(status: PipelineStatus) -> str:
              f"{status.last_maintenance or 'never'}; oldest restorable version {status.oldest_restorable}",
              *([f"  deleted from Kafka since the table read them: {', '.join(status.gone_topics)}"]
                if status.gone_topics else []),
+             *([f"  {line}" for line in status.group_start.lines()] if status.group_start else []),
              f"  {'partition':>{width}} {'latest':>10} {'ingested':>10} {'lag':>8} {'lag s':>8} {'quarantined':>11}"]
     for p in status.partitions:
         seconds = "-" if p.lag_seconds is None else f"{p.lag_seconds:.1f}"

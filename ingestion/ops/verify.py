@@ -11,7 +11,9 @@ hold but a read_committed consumer never returns (a record of an aborted transac
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -20,6 +22,8 @@ from ingestion.config import PipelineConfig
 from ingestion.delta import ledger
 from ingestion.delta.reader import HeldPartition, TableReader
 from ingestion.ops.readers import Source, as_reader
+from ingestion.stream import context
+from ingestion.stream.context import PipelineContext
 
 MAX_SHOWN = 100  # offsets or ranges listed per partition and kind
 MAX_GAP_READ = 1_000_000  # offsets read back from Kafka per partition to classify gaps
@@ -64,32 +68,41 @@ class Audit:
                 "partitions": [{**asdict(p), "ok": p.ok} for p in self.partitions]}
 
 
-def audit(source: Source, config: PipelineConfig) -> Audit:
+def audit(source: Source, target: PipelineConfig | PipelineContext) -> Audit:
     """Bronze and quarantine (read through `source`: a TableReader, or a SparkSession to read with Spark) against
-    Kafka, per partition of each topic the pipeline reads (now, or by its ledger)."""
+    Kafka, per partition of each topic the pipeline reads (now, or by its ledger). The steps, in order: what the
+    ledger and the tables hold; what Kafka returns over the recorded spans (one read for every partition); then,
+    per partition, pure findings from those inputs (gaps classified, records held that Kafka never committed)."""
+    ctx = context.of(target)
+    config = ctx.config
     reader = as_reader(source)
-    settings = config.kafka_client_settings()
+    settings = ctx.kafka.client
     coverage = ledger.coverage(reader.history(config.table_path))
-    topics = kafka.audited_topics(config, {r.topic for r in coverage})
-    result: list[PartitionAudit] = []
-    marks = kafka.topic_watermarks(config, topics)
-    gone = [t for t in topics if t not in marks]
+    topics, gone = ctx.audited({r.topic for r in coverage})
+    marks = kafka.watermarks_of(settings, {t: ctx.partitions[t] for t in topics})
     parts: list[tuple[PartitionAudit, HeldPartition | None]] = []
     for topic in topics:
-        if topic in marks:
-            spans = {r.partition: r for r in coverage if r.topic == topic}
-            parts.extend(_partitions(reader, config, topic, marks[topic], spans))
+        spans = {r.partition: r for r in coverage if r.topic == topic}
+        parts.extend(_partitions(reader, config, topic, marks[topic], spans))
     # What Kafka returns over every recorded span, read back by one consumer for all partitions of all topics.
     read = _offsets_in_kafka_many(settings, {(p.topic, p.partition): span for p, _ in parts
                                              if (span := _commit_span(p)) is not None})
     tables = (config.table_path, config.quarantine_path)
     for part, found in parts:
         committed = _committed(part, read)
-        _classify(settings, part, list(found.gaps) if found else [], committed)
-        if committed is not None:
-            _find_not_committed(reader, tables, part, committed)
-        result.append(part)
-    return Audit(config.name, config.subscription, result, [t for t in topics if t not in gone], gone)
+        part.commits_unchecked = _too_large_to_read(part)
+        gaps = classify_gaps(part, list(found.gaps) if found else [], committed,
+                             functools.partial(_offsets_in_kafka, settings, part.topic, part.partition))
+        part.lost, part.explained, part.unverified = gaps.lost, gaps.explained, gaps.unverified
+        group = config.source.start_from_group
+        if group and part.first is not None and part.first > part.kafka_low:
+            part.explained[f"before the start taken over from consumer group {group!r} (not ingested by design)"] = [
+                [part.kafka_low, part.first - 1]]
+        span = _kafka_span(part)
+        if committed is not None and span is not None and span[0] <= span[1]:
+            held = reader.held_between(tables, part.topic, part.partition, span[0], span[1])
+            part.not_committed = [list(run) for run in _runs(sorted(held - committed))][:MAX_SHOWN]
+    return Audit(config.name, config.subscription, [p for p, _ in parts], topics, gone)
 
 
 def _partitions(reader: TableReader, config: PipelineConfig, topic: str, marks: dict[int, tuple[int, int]],
@@ -123,62 +136,67 @@ def _commit_span(part: PartitionAudit) -> tuple[int, int] | None:
 
 
 def _committed(part: PartitionAudit, read: dict[tuple[str, int], set[int]]) -> set[int] | None:
-    """The offsets a read_committed consumer returns over the span the ledger records (what Kafka still has of
-    it), or None when the span is larger than MAX_GAP_READ (then noted in `commits_unchecked`)."""
+    """The offsets a read_committed consumer returned over the span the ledger records (what Kafka still has of
+    it), from `read`; None when the ledger records nothing of the partition or the span is too large to read."""
     span = _kafka_span(part)
-    if span is None:
+    if span is None or span[1] - span[0] + 1 > MAX_GAP_READ:
         return None
-    first, last = span
-    if last < first:
+    if span[1] < span[0]:
         return set()
-    if last - first + 1 > MAX_GAP_READ:
-        part.commits_unchecked.append([first, last])
-        return None
     return read.get((part.topic, part.partition), set())
 
 
-def _find_not_committed(reader: TableReader, tables: tuple[str, str], part: PartitionAudit,
-                        committed: set[int]) -> None:
-    """Offsets the tables hold within what Kafka still has, that Kafka does not return as committed."""
+def _too_large_to_read(part: PartitionAudit) -> list[list[int]]:
+    """The recorded span, when it is too large to read back for aborted records (`commits_unchecked`)."""
     span = _kafka_span(part)
-    if span is None or span[1] < span[0]:
-        return
-    first, last = span
-    extra = sorted(reader.held_between(tables, part.topic, part.partition, first, last) - committed)
-    part.not_committed = [list(run) for run in _runs(extra)][:MAX_SHOWN]
+    return [list(span)] if span is not None and span[1] - span[0] + 1 > MAX_GAP_READ else []
 
 
-def _classify(settings: dict[str, Any], part: PartitionAudit,
-              ranges: list[tuple[int, int]], committed: set[int] | None = None) -> None:
+@dataclass(frozen=True)
+class GapFindings:
+    """What the gaps of one partition are: lost (Kafka has them), explained (by reason), or too large to check."""
+
+    lost: list[list[int]]
+    explained: dict[str, list[list[int]]]
+    unverified: list[list[int]]
+
+
+def classify_gaps(part: PartitionAudit, ranges: list[tuple[int, int]], committed: set[int] | None,
+                  read_back: Callable[[int, int], set[int]]) -> GapFindings:
+    """The findings of the gaps `ranges` of a partition whose Kafka log starts at `part.kafka_low`: below it,
+    retention; within it, the offsets Kafka returns as committed (`committed`, else asked with `read_back(first,
+    last)` up to MAX_GAP_READ offsets) are lost, the others transaction markers, aborted or compacted records."""
+    lost: list[list[int]] = []
+    explained: dict[str, list[list[int]]] = {}
+    unverified: list[list[int]] = []
     budget = MAX_GAP_READ
     for a, b in ranges:
         if b < part.kafka_low:
-            part.explained.setdefault("retention", []).append([a, b])
+            explained.setdefault("retention", []).append([a, b])
             continue
         if a < part.kafka_low:
-            part.explained.setdefault("retention", []).append([a, part.kafka_low - 1])
+            explained.setdefault("retention", []).append([a, part.kafka_low - 1])
             a = part.kafka_low
         if b - a + 1 > budget:
-            part.unverified.append([a, b])
+            unverified.append([a, b])
             continue
         if committed is not None:
             in_kafka = {o for o in committed if a <= o <= b}
         else:
             budget -= b - a + 1
-            in_kafka = _offsets_in_kafka(settings, part.topic, part.partition, a, b)
-        for lo, hi in _runs(sorted(in_kafka)):
-            part.lost.append([lo, hi])
+            in_kafka = read_back(a, b)
+        lost.extend([lo, hi] for lo, hi in _runs(sorted(in_kafka)))
         for lo, hi in _runs(sorted(set(range(a, b + 1)) - in_kafka)):
-            part.explained.setdefault("not in Kafka (transaction marker, aborted or compacted)", []).append([lo, hi])
-    part.lost = part.lost[:MAX_SHOWN]
+            explained.setdefault("not in Kafka (transaction marker, aborted or compacted)", []).append([lo, hi])
+    return GapFindings(lost[:MAX_SHOWN], explained, unverified)
 
 
-def _offsets_in_kafka(settings: dict[str, Any], topic: str, partition: int, first: int, last: int) -> set[int]:
+def _offsets_in_kafka(settings: Mapping[str, Any], topic: str, partition: int, first: int, last: int) -> set[int]:
     """Offsets in [first, last] that a read_committed consumer with the pipeline's settings gets back from Kafka."""
     return _offsets_in_kafka_many(settings, {(topic, partition): (first, last)}).get((topic, partition), set())
 
 
-def _offsets_in_kafka_many(settings: dict[str, Any],
+def _offsets_in_kafka_many(settings: Mapping[str, Any],
                            spans: dict[tuple[str, int], tuple[int, int]]) -> dict[tuple[str, int], set[int]]:
     """Per (topic, partition), the offsets in its [first, last] that a read_committed consumer with the pipeline's
     settings gets back from Kafka; one consumer assigned every partition at once (one per partition cost 0.6 s

@@ -22,6 +22,7 @@ from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from ingestion.errors import one_line
 from ingestion.runtime import hadoop
 from ingestion.runtime.gateway import java, java_list
 
@@ -45,7 +46,7 @@ def probe(spark: SparkSession) -> str | None:
             java(jvm, "org.apache.spark.sql.delta.actions.SetTransaction")("probe", 0, _none(jvm))
             _PROBED[key] = None
         except Py4JError as exc:
-            _PROBED[key] = f"Delta's transaction API differs from delta-spark 4.4 ({str(exc).splitlines()[0]})"
+            _PROBED[key] = f"Delta's transaction API differs from delta-spark 4.4 ({one_line(exc)})"
     return _PROBED[key]
 
 

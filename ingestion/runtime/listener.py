@@ -17,6 +17,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.streaming.listener import QueryIdleEvent, QueryProgressEvent, StreamingQueryProgress
 
+from ingestion.errors import one_line
+
 log = logging.getLogger(__name__)
 
 _OFFSETS = ("startOffset", "endOffset", "latestOffset")
@@ -91,4 +93,4 @@ def wait_for_listener_events(spark: SparkSession, timeout_ms: int = 10_000) -> N
     try:
         spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(timeout_ms)  # type: ignore[union-attr]
     except Py4JError as exc:  # a timeout (another query keeps it busy) or another Spark's internals
-        log.debug("Spark's listener bus was not empty: %s", str(exc).splitlines()[0])
+        log.debug("Spark's listener bus was not empty: %s", one_line(exc))

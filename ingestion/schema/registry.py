@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from ingestion import security
 from ingestion.config import PipelineConfig
-from ingestion.errors import SchemaError, SubjectNotFoundError
+from ingestion.errors import SchemaError, SubjectNotFoundError, one_line
 from ingestion.paths import schemas_dir
 from ingestion.schema.files import canonical_json, load_subject
 from ingestion.security import redact_url
@@ -66,7 +66,7 @@ def registry_failure(exc: Exception, settings: Mapping[str, str], subject: str |
         return None
     # httpx's (or httpx2's, whichever the client uses) TransportError: no answer, refused, reset, TLS failures
     if any(c.__name__ == "TransportError" for c in type(exc).__mro__):
-        reason = security.mask(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        reason = security.mask(one_line(exc))
         if "CERTIFICATE_VERIFY_FAILED" in reason or "certificate verify failed" in reason:
             return SchemaError(f"schema registry at {url}: TLS certificate not trusted ({reason}); set "
                                "value.registry.ssl.ca.location to the CA that signed it")

@@ -32,7 +32,7 @@ from typing import IO
 
 from pyspark.sql import SparkSession
 
-from ingestion.errors import IngestionError
+from ingestion.errors import IngestionError, one_line
 from ingestion.runtime import hadoop
 
 log = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ class Lease:
                 self._write()
             except Exception as exc:  # noqa: BLE001 - a store hiccup: the next renewal tries again
                 log.warning("%s: could not renew the lease %s: %s", self.pipeline, self.location,
-                            str(exc).splitlines()[0] if str(exc) else repr(exc))
+                            one_line(exc))
 
     def release(self) -> None:
         self._stop.set()

@@ -21,6 +21,7 @@ from ingestion.config import PipelineConfig, duration_seconds
 from ingestion.delta import maintenance
 from ingestion.delta.ledger import BatchKind
 from ingestion.delta.maintenance import Files
+from ingestion.errors import one_line
 from ingestion.runtime.delta_txn import is_table, table_version
 from ingestion.stream.metrics import RunMetrics
 
@@ -129,7 +130,7 @@ class ScheduledMaintenance:
             self.runs.append(maintain_tables(self.spark, self.config, metrics=self.metrics, step=batch_id))
         except Exception as exc:  # noqa: BLE001 - the stream goes on; the next run is tried when due
             log.warning("%s: scheduled maintenance after batch %d failed (the stream goes on): %s",
-                        self.config.name, batch_id, str(exc).strip().splitlines()[0] if str(exc) else exc)
+                        self.config.name, batch_id, one_line(exc))
 
     def close(self, timeout: float = 600.0) -> None:
         """Wait for a run in progress (it commits or not as a whole), then stop the thread."""

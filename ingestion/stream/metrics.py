@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
+from ingestion.errors import one_line
 from ingestion.paths import state_dir
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ class RunMetrics:
                 self.client.log_batch(self.run_id, metrics=chunk)
             except Exception as exc:  # noqa: BLE001 - metrics are lost, the stream is not
                 log.warning("mlflow run %s: could not log %d metrics: %s", self.run_id, len(chunk),
-                            str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                            one_line(exc))
 
     def finish(self, status: str = "FINISHED", timeout: float = 60.0) -> None:
         """Write what is queued, then close the run with `status`."""

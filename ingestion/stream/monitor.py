@@ -16,12 +16,13 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from ingestion import kafka
 from ingestion.config import PipelineConfig
-from ingestion.errors import KafkaAccessError
+from ingestion.errors import KafkaAccessError, one_line
 from ingestion.runtime.listener import ProgressListener
 from ingestion.stream.batch import BatchResult
 from ingestion.stream.metrics import RunMetrics
@@ -112,8 +113,10 @@ class Progress:
 class PipelineMonitor(ProgressListener):
     """Listens to one pipeline's query; `on_batch` is the writer's callback for the same batches."""
 
-    def __init__(self, config: PipelineConfig, metrics: RunMetrics | None, progress: Progress | None = None) -> None:
+    def __init__(self, config: PipelineConfig, settings: Mapping[str, Any], metrics: RunMetrics | None,
+                 progress: Progress | None = None) -> None:
         self.config = config
+        self.settings = settings  # the Kafka client settings group commits use
         self.metrics = metrics
         self.progress = progress
         self.group = config.consumer_group
@@ -149,7 +152,7 @@ class PipelineMonitor(ProgressListener):
             self._observe(progress)
         except Exception as exc:
             log.warning("%s batch %s: could not report it: %s", self.config.name, progress.batchId,
-                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                        one_line(exc))
             log.debug("%s batch %s: report failure", self.config.name, progress.batchId, exc_info=True)
 
     def _observe(self, progress: Any) -> None:
@@ -183,7 +186,7 @@ class PipelineMonitor(ProgressListener):
             return
         self._pending = None
         try:
-            settings = self.config.kafka_client_settings()
+            settings = self.settings
             if self._admin is None:
                 self._admin = kafka.admin_client(settings)
             kafka.commit_group_offsets(self._admin, self.group,
@@ -197,7 +200,7 @@ class PipelineMonitor(ProgressListener):
             self._pending = (batch_id, end)
             log.warning("%s batch %d: offsets not committed to consumer group %r (%s); retried when the query is "
                         "idle or with the next batch", self.config.name, batch_id, self.group,
-                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                        one_line(exc))
 
 
 def _lag_text(lags: dict[str, dict[int, int]], shown: int = 12) -> str:

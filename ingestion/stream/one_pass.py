@@ -20,6 +20,7 @@ from ingestion.decode import bronze, jvm_decoder
 from ingestion.decode.spec import DecodeSpec
 from ingestion.delta import dictionaries
 from ingestion.delta.append import right_sized
+from ingestion.errors import one_line
 from ingestion.runtime import delta_txn, helper, session_cache
 from ingestion.stream.batch import BatchResult, Targets
 
@@ -102,7 +103,7 @@ class OnePassWrite:
             learnt = dictionaries.learn(txn.spark, self.targets.config.table_path, txn.properties(), paths)
         except Exception as exc:  # noqa: BLE001 - an optimization; the batch stands whatever happens here
             log.warning("%s batch %d: could not tune Parquet dictionaries: %s", name, batch_id,
-                        str(exc).splitlines()[0])
+                        one_line(exc))
             return
         if learnt:
             log.info("%s batch %d: Parquet wrote %d columns without their dictionary (%s); later batches do not "

@@ -10,8 +10,9 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from importlib import metadata
 from typing import Any
 
@@ -21,21 +22,21 @@ from pyspark.sql.streaming import StreamingQuery
 
 from ingestion import kafka
 from ingestion.config import PipelineConfig
-from ingestion.delta import ledger
+from ingestion.delta import ledger, rs_reads
 from ingestion.delta.log_checkpoints import BackgroundCheckpoints
-from ingestion.delta.reader import JvmFreeReadError
-from ingestion.delta.rs_reads import DeltaRsReader
-from ingestion.errors import IngestionError, KafkaAccessError
+from ingestion.errors import IngestionError, KafkaAccessError, one_line
 from ingestion.kafka import access
 from ingestion.runtime.listener import wait_for_listener_events
 from ingestion.schema import registry
-from ingestion.stream import checkpoint, setup, source
+from ingestion.stream import checkpoint, context, handover, setup, source
 from ingestion.stream.batch import BatchResult
+from ingestion.stream.context import PipelineContext
 from ingestion.stream.lock import WriterLock
 from ingestion.stream.maintenance import ScheduledMaintenance
 from ingestion.stream.metrics import RunMetrics
 from ingestion.stream.monitor import PipelineMonitor, Progress
 from ingestion.stream.writer import BronzeWriter
+from ingestion.units import spark_interval
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +44,28 @@ log = logging.getLogger(__name__)
 _OUR_ERROR = re.compile(r"^\s*ingestion\.errors\.\w+: (.*)$")
 
 
+class RunStatus(StrEnum):
+    """How a run ended, as MLflow names a run's end."""
+
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+    KILLED = "KILLED"
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How one pipeline of `run_all` ended, and why when it failed."""
+
+    status: RunStatus
+    reason: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.status}: {self.reason}" if self.reason else str(self.status)
+
+
 @dataclass
 class RunningPipeline:
-    config: PipelineConfig
+    context: PipelineContext
     query: StreamingQuery
     app_id: str
     metrics: RunMetrics | None
@@ -56,6 +76,10 @@ class RunningPipeline:
     stopped_on_request: bool = False
     writer: BronzeWriter | None = None
     maintenance: ScheduledMaintenance | None = None
+
+    @property
+    def config(self) -> PipelineConfig:
+        return self.context.config
 
     def stop_between_batches(self, timeout: float = 600.0) -> None:
         """Let the batch being written finish, make the next one end the query before it writes anything, and
@@ -68,16 +92,17 @@ class RunningPipeline:
             self.query.stop()
 
 
-def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = False,
+def start(spark: SparkSession, target: PipelineConfig | PipelineContext, *, available_now: bool = False,
           with_metrics: bool = True, pool: str | None = None) -> RunningPipeline:
     """Start the streaming query of one pipeline and return at once. Kafka is asked first (the brokers and the
-    topic), so a pipeline that cannot run creates nothing; then the writer lock is taken (a second writer of the
-    pipeline is refused at once). A failure after that releases the lock and closes the MLflow run as FAILED."""
-    check_kafka(config)
-    lock = WriterLock(config.name, config.checkpoint_path, spark)
+    topics, unless `target` is a context that was: `check_can_start`), so a pipeline that cannot run creates
+    nothing; then the writer lock is taken (a second writer of the pipeline is refused at once). A failure after
+    that releases the lock and closes the MLflow run as FAILED."""
+    ctx = context.of(target, check=True)
+    lock = WriterLock(ctx.name, ctx.config.checkpoint_path, spark)
     lock.acquire()
     try:
-        running = _start(spark, config, available_now=available_now, with_metrics=with_metrics, pool=pool)
+        running = _start(spark, ctx, available_now=available_now, with_metrics=with_metrics, pool=pool)
     except BaseException:
         lock.release()
         raise
@@ -85,50 +110,34 @@ def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = 
     return running
 
 
-def check_can_start(config: PipelineConfig) -> None:
-    """What `start` checks first, without a Spark session: Kafka answers, the topic exists, no other process runs
-    the pipeline, the schema registry (if any) answers and takes the credentials. A command calls it before it
-    boots a JVM, so these failures come in seconds."""
-    check_kafka(config)
+def check_can_start(config: PipelineConfig) -> PipelineContext:
+    """What `start` checks first, without a Spark session: Kafka answers, the topics exist and may be read, the
+    consumer group may be used, no other process runs the pipeline, the schema registry (if any) answers and takes
+    the credentials. A command calls it before it boots a JVM, so these failures come in seconds; the context it
+    returns (one listing of the topics) is what the run goes on with."""
+    ctx = context.resolve(config, check=True)
     WriterLock(config.name, config.checkpoint_path).probe()
     registry.check_registry(config)
+    return ctx
 
 
-def caught_up(config: PipelineConfig) -> dict[str, dict[int, int]] | None:
+def caught_up(ctx: PipelineContext) -> dict[str, dict[int, int]] | None:
     """Per topic and partition, the offset the table has reached, when it holds every committed record Kafka has
     now (an available-now run would have nothing to do); None otherwise, or when that cannot be told without a
     JVM (no ledger yet, a table delta-rs cannot read). Read with delta-rs and a Kafka consumer: no JVM."""
-    reader = DeltaRsReader(config.storage_options() or None)
-    try:
-        if not reader.version(config.table_path):  # no table, or only its creation: the first run has work to do
-            return None
-        recorded = ledger.next_offsets(reader.history(config.table_path))
-    except JvmFreeReadError as exc:
-        log.debug("%s: cannot tell whether it is caught up without a JVM: %s", config.name, exc)
-        return None
+    recorded = rs_reads.recorded_offsets(ctx.config)  # none yet (a new table), or unknown without a JVM
     if not recorded:
         return None
-    settings = config.kafka_client_settings()
     reached: dict[str, dict[int, int]] = {}
-    topics = kafka.pipeline_topics(config)
-    for topic, marks in kafka.topic_watermarks(config, topics).items():
+    for topic, marks in kafka.watermarks_of(ctx.kafka.client, ctx.partitions).items():
         done = recorded.get(topic, {})  # a topic the table never read: caught up only while it is empty
         position = {p: max(low, done.get(str(p), low)) for p, (low, _) in marks.items()}
         behind = {p: o for p, o in position.items() if o < marks[p][1]}
-        unread = kafka.first_unread(settings, topic, behind) if behind else {}
+        unread = kafka.first_unread(ctx.kafka.client, topic, behind) if behind else {}
         if len(unread) < len(behind) or any(first is not None for first in unread.values()):
             return None  # committed records to ingest (or a partition that did not answer)
         reached[topic] = position
     return reached or None
-
-
-def check_kafka(config: PipelineConfig) -> dict[str, list[int]]:
-    """Topic -> partitions of what the pipeline reads, or an IngestionError within `source.brokerTimeout` naming
-    what is wrong: no broker answers, the login or the TLS handshake is refused, a topic does not exist or may not
-    be read, the consumer group (when offsets are committed) may not be used (KafkaAccessError, naming what to
-    grant). A pattern that matches no topic yet is not an error: the stream reads them as they come."""
-    group = config.consumer_group if config.metrics.commit_offsets else None
-    return kafka.check_pipeline(config, group=group)
 
 
 def pool_name(config: PipelineConfig) -> str:
@@ -151,22 +160,25 @@ def _started_in_pool(spark: SparkSession, stream: Any, pool: str | None) -> Stre
         context.setLocalProperty("spark.scheduler.pool", previous)  # type: ignore[arg-type]
 
 
-def _start(spark: SparkSession, config: PipelineConfig, *, available_now: bool,
+def _start(spark: SparkSession, ctx: PipelineContext, *, available_now: bool,
            with_metrics: bool, pool: str | None = None) -> RunningPipeline:
-    schemas = setup.resolver(spark, config)
+    config = ctx.config
+    schemas = setup.resolver(spark, ctx)
     setup.ensure_tables(spark, config, schemas.spec)
     setup.widen_table(spark, config, schemas)
     location = config.checkpoint_path
     resumed = checkpoint.has_progress(spark, location)
     app_id = checkpoint.app_id(spark, location, config.name)
     recorded = _recorded_offsets(spark, config, needed=available_now or not resumed)
-    starting = None if resumed else _resume_from_table(config, recorded)
+    starting = None if resumed else _resume_from_table(ctx, recorded)
+    if config.source.start_from_group:
+        starting = _start_from_group(ctx, starting, resumed=resumed)
     log.info("%s: %s checkpoint %s, txnAppId %s%s", config.name, "resuming" if resumed else "new", location,
              app_id, f", starting from the table's offsets {starting}" if starting else "")
     metrics = _start_metrics(config, app_id, available_now, starting) if with_metrics else None
     try:
-        progress = Progress(_records_to_do(config, recorded)) if available_now else None
-        monitor = PipelineMonitor(config, metrics, progress)
+        progress = Progress(_records_to_do(ctx, recorded)) if available_now else None
+        monitor = PipelineMonitor(config, ctx.kafka.client, metrics, progress)
         batches: list[BatchResult] = []
         log_checkpoints = BackgroundCheckpoints.for_table(spark, config.table_path, name=config.name)
         if log_checkpoints is not None and not available_now:
@@ -181,76 +193,84 @@ def _start(spark: SparkSession, config: PipelineConfig, *, available_now: bool,
             if scheduled is not None and result.committed:
                 scheduled.committed(result.batch_id)
 
-        writer = BronzeWriter(config=config, app_id=app_id, resolver=schemas, on_batch=on_batch)
+        writer = BronzeWriter(config=config, app_id=app_id, resolver=schemas, on_batch=on_batch,
+                              on_topics=ctx.saw)
         writer.jvm_path(spark)  # decide (and log) how records are decoded; value.decoder jvm fails here if it cannot
         spark.streams.addListener(monitor)
-        stream = (source.read_stream(spark, config, starting).writeStream
+        stream = (source.read_stream(spark, ctx, starting).writeStream
                   .queryName(config.name).foreachBatch(writer).option("checkpointLocation", location))
         stream = (stream.trigger(availableNow=True) if available_now
-                  else stream.trigger(processingTime=config.sink.trigger))
+                  else stream.trigger(processingTime=spark_interval(config.sink.trigger)))
         query = _started_in_pool(spark, stream, pool)
     except BaseException:
         if metrics is not None:
-            metrics.finish("FAILED")
+            metrics.finish(RunStatus.FAILED)
         raise
-    return RunningPipeline(config, query, app_id, metrics, monitor, batches, log_checkpoints, writer=writer,
+    return RunningPipeline(ctx, query, app_id, metrics, monitor, batches, log_checkpoints, writer=writer,
                            maintenance=scheduled)
 
 
-def run(spark: SparkSession, config: PipelineConfig, *, available_now: bool = False) -> RunningPipeline:
+def run(spark: SparkSession, target: PipelineConfig | PipelineContext, *,
+        available_now: bool = False) -> RunningPipeline:
     """Run a pipeline until it stops: caught up (available-now), failed, or asked to stop (SIGINT, SIGTERM)."""
     with _stop_signals() as stop_requested:
-        running = start(spark, config, available_now=available_now)  # a signal meanwhile stops it at once
-        status = "FAILED"
+        running = start(spark, target, available_now=available_now)  # a signal meanwhile stops it at once
+        ctx = running.context
+        status = RunStatus.FAILED
         try:
             # Wait in slices: PySpark's own SIGINT handler would call into the JVM while the main thread is
             # inside awaitTermination, which py4j cannot do; ours only sets a flag that is checked here.
             while not running.query.awaitTermination(1):
                 if stop_requested.is_set():
-                    log.info("%s: stopping on request, after the batch being written", config.name)
+                    log.info("%s: stopping on request, after the batch being written", ctx.name)
                     running.stop_between_batches()
                     break
                 if running.monitor.refused is not None:
                     running.stop_between_batches()
-                    raise _failed(config, running.monitor.refused)
-            status = "KILLED" if stop_requested.is_set() else "FINISHED"
+                    raise _failed(ctx, running.monitor.refused)
+            status = RunStatus.KILLED if stop_requested.is_set() else RunStatus.FINISHED
         except StreamingQueryException as exc:
             if not stop_requested.is_set():
-                raise _failed(config, exc) from None
-            status = "KILLED"  # the query ended where the next batch would have started
+                raise _failed(ctx, exc) from None
+            status = RunStatus.KILLED  # the query ended where the next batch would have started
         finally:
             stop(spark, running, status)
     return running
 
 
-def run_all(spark: SparkSession, configs: list[PipelineConfig], *, available_now: bool = False) -> dict[str, str]:
+def run_all(spark: SparkSession, targets: Sequence[PipelineConfig | PipelineContext], *,
+            available_now: bool = False) -> dict[str, RunOutcome]:
     """Run several pipelines in one Spark application, a query each (own checkpoint, own txnAppId), each query's
     jobs in its own FAIR pool (`pool_name`; declare them with `get_session(pools=...)`). A pipeline that fails is
-    reported by name and stopped; the others go on. Returns pipeline name -> status or error."""
-    outcome: dict[str, str] = {}
+    reported by name and stopped; the others go on. Returns pipeline name -> how it ended."""
+    outcome: dict[str, RunOutcome] = {}
     running: list[RunningPipeline] = []
-    for config in configs:
+    for target in targets:
+        name = target.name
         try:
-            running.append(start(spark, config, available_now=available_now, pool=pool_name(config)))
+            ctx = context.of(target, check=True)
+            running.append(start(spark, ctx, available_now=available_now, pool=pool_name(ctx.config)))
         except IngestionError as exc:
-            outcome[config.name] = f"FAILED: {exc}"
-            log.error("%s: could not start: %s", config.name, exc)
+            outcome[name] = RunOutcome(RunStatus.FAILED, one_line(exc))
+            log.error("%s: could not start: %s", name, outcome[name].reason)
+
+    def ended(r: RunningPipeline, result: RunOutcome) -> None:
+        outcome[r.config.name] = result
+        stop(spark, r, result.status)
+        if result.status is RunStatus.FAILED:
+            log.error("%s failed (the other pipelines go on): %s", r.config.name, result.reason)
 
     def record_ended() -> None:
         """Report each query that has ended since the last look, by name."""
         for r in running:
             if r.config.name not in outcome and r.query.isActive and r.monitor.refused is not None:
                 r.stop_between_batches()
-                outcome[r.config.name] = f"FAILED: {r.monitor.refused}"
-                stop(spark, r, "FAILED")
-                log.error("%s failed (the other pipelines go on): %s", r.config.name, outcome[r.config.name])
+                ended(r, RunOutcome(RunStatus.FAILED, str(r.monitor.refused)))
             if r.config.name in outcome or r.query.isActive:
                 continue
             error = r.query.exception()
-            outcome[r.config.name] = (f"FAILED: {failure_reason(error, r.config)}" if error else "FINISHED")
-            stop(spark, r, "FAILED" if error else "FINISHED")
-            if error:
-                log.error("%s failed (the other pipelines go on): %s", r.config.name, outcome[r.config.name])
+            ended(r, RunOutcome(RunStatus.FAILED, failure_reason(error, r.context)) if error
+                  else RunOutcome(RunStatus.FINISHED))
 
     with _stop_signals() as stop_requested:
         said = time.monotonic()
@@ -260,27 +280,26 @@ def run_all(spark: SparkSession, configs: list[PipelineConfig], *, available_now
             record_ended()
             spark.streams.resetTerminated()
             if time.monotonic() - said >= COMBINED_EVERY:
-                log.info("%s", combined_progress(running, outcome, len(configs)))
+                log.info("%s", combined_progress(running, outcome, len(targets)))
                 said = time.monotonic()
         record_ended()  # a query that ended between the last look and the loop's condition
         for r in running:
             if r.config.name not in outcome:
                 r.stop_between_batches()
-                outcome[r.config.name] = "KILLED"
-                stop(spark, r, "KILLED")
+                ended(r, RunOutcome(RunStatus.KILLED))
     return outcome
 
 
 COMBINED_EVERY = 30.0  # seconds between the combined progress lines of `run --all`
 
 
-def combined_progress(running: list[RunningPipeline], outcome: dict[str, str], total: int) -> str:
+def combined_progress(running: list[RunningPipeline], outcome: dict[str, RunOutcome], total: int) -> str:
     """One line for all pipelines of `run --all`: how many run, batches and rows so far, total lag and the
     pipelines furthest behind (`run --all: 20 pipelines, 19 running, 1 failed; 340 batches, 52,000 rows;
     lag 1,200 records (orders 1,000, payments 200)`)."""
     lag = {r.config.name: sum(n for parts in r.monitor.last_lag.values() for n in parts.values()) for r in running}
     behind = sorted(((n, name) for name, n in lag.items() if n), reverse=True)[:3]
-    failed = sum(1 for s in outcome.values() if s.startswith("FAILED"))
+    failed = sum(1 for o in outcome.values() if o.status is RunStatus.FAILED)
     active = sum(1 for r in running if r.query.isActive)
     batches = sum(len(r.batches) for r in running)
     rows = sum(b.rows for r in running for b in r.batches if b.committed)
@@ -306,7 +325,7 @@ def _stop_signals() -> Iterator[threading.Event]:
             signal.signal(sig, handler)
 
 
-def stop(spark: SparkSession, running: RunningPipeline, status: str = "FINISHED") -> None:
+def stop(spark: SparkSession, running: RunningPipeline, status: RunStatus = RunStatus.FINISHED) -> None:
     """Stop the query (if it still runs), report its last batches, finish a Delta checkpoint being written and
     close the MLflow run."""
     if running.query.isActive:
@@ -337,58 +356,72 @@ def _recorded_offsets(spark: SparkSession, config: PipelineConfig, *, needed: bo
     return ledger.next_offsets(ledger.history(spark, config.table_path))
 
 
-def _records_to_do(config: PipelineConfig, recorded: dict[str, dict[str, int]]) -> int:
+def _records_to_do(ctx: PipelineContext, recorded: dict[str, dict[str, int]]) -> int:
     """Offsets between where the table stands (or the start of each topic) and the end of each topic."""
     total = 0
-    for topic, marks in kafka.topic_watermarks(config, kafka.pipeline_topics(config)).items():
+    for topic, marks in kafka.watermarks_of(ctx.kafka.client, ctx.partitions).items():
         done = recorded.get(topic, {})
         total += sum(max(0, high - max(low, done.get(str(p), low))) for p, (low, high) in marks.items())
     return total
 
 
-def failure_reason(exc: Exception, config: PipelineConfig | None = None) -> str:
+def failure_reason(exc: Exception, ctx: PipelineContext | None = None) -> str:
     """The line of a Spark failure that says why: one of ours (a DecodeError names topic, partition and offset),
     or Kafka's Java client refusing the pipeline (named as `kafka.access` names it), or Spark's first line."""
     text = str(exc)
-    lines = text.splitlines()
-    for line in lines:
+    for line in text.splitlines():
         found = _OUR_ERROR.search(line)
         if found:
             return found.group(1)
-    refused = _refusal(text, config)
+    refused = _refusal(text, ctx)
     if refused is not None:
         return str(refused)
-    return lines[0] if lines else repr(exc)
+    return one_line(exc)
 
 
-def _refusal(text: str, config: PipelineConfig | None) -> KafkaAccessError | None:
-    settings = config.kafka_client_settings() if config is not None else {}
-    return access.from_java(text, settings, (config.topics or (None,))[0] if config else None,
-                            config.consumer_group if config else None)
+def _refusal(text: str, ctx: PipelineContext | None) -> KafkaAccessError | None:
+    if ctx is None:
+        return access.from_java(text, {})
+    return access.from_java(text, ctx.kafka.client, next(iter(ctx.topics), None), ctx.config.consumer_group)
 
 
-def _failed(config: PipelineConfig, cause: Exception) -> IngestionError:
+def _failed(ctx: PipelineContext, cause: Exception) -> IngestionError:
     """The error `run` raises for a query that failed: a KafkaAccessError when Kafka refused the pipeline."""
     if isinstance(cause, KafkaAccessError):
-        return KafkaAccessError(f"pipeline {config.name!r} failed: {cause}", denied=cause.denied,
+        return KafkaAccessError(f"pipeline {ctx.name!r} failed: {cause}", denied=cause.denied,
                                 resource=cause.resource)
-    refused = None if _OUR_ERROR.search(str(cause)) else _refusal(str(cause), config)
+    refused = None if _OUR_ERROR.search(str(cause)) else _refusal(str(cause), ctx)
     if refused is not None:
-        return KafkaAccessError(f"pipeline {config.name!r} failed: {refused}", denied=refused.denied,
+        return KafkaAccessError(f"pipeline {ctx.name!r} failed: {refused}", denied=refused.denied,
                                 resource=refused.resource)
-    return IngestionError(f"pipeline {config.name!r} failed: {failure_reason(cause, config)}")
+    return IngestionError(f"pipeline {ctx.name!r} failed: {failure_reason(cause, ctx)}")
 
 
-def _resume_from_table(config: PipelineConfig, recorded: dict[str, dict[str, int]]) -> str | None:
+def _resume_from_table(ctx: PipelineContext, recorded: dict[str, dict[str, int]]) -> str | None:
     """With no checkpoint progress but offsets recorded in the table, resume after them, not at startingOffsets:
     a lost checkpoint must cause neither duplicates nor a gap."""
     if not recorded:
         return None
     # Spark wants every partition it reads named: partitions (and topics) the table has never seen start at the
-    # earliest offset (-2), as Spark's JSON form allows; topics no longer read are left out.
+    # earliest offset (-2), as Spark's JSON form allows; topics no longer read are left out. The partitions are
+    # the context's listing, the same one Spark's first batch assigns from.
     positions = {topic: {str(p): recorded.get(topic, {}).get(str(p), -2) for p in partitions}
-                 for topic, partitions in kafka.topic_partitions(config).items()}
+                 for topic, partitions in ctx.partitions.items()}
     return json.dumps(positions) if positions else None
+
+
+def _start_from_group(ctx: PipelineContext, starting: str | None, *, resumed: bool) -> str | None:
+    """With source.startFromGroup: the group's positions for a new checkpoint of a table that records no offsets
+    (`handover`), else the positions already decided, the key ignored with one line saying why."""
+    group = ctx.config.source.start_from_group
+    if resumed or starting is not None:
+        log.info("%s: source.startFromGroup %r ignored: %s", ctx.name, group,
+                 "the checkpoint goes on" if resumed else "the table records offsets, it resumes from them")
+        return starting
+    start = ctx.group_start or handover.plan(ctx)
+    log.info("%s: taking over from consumer group %r: %s", ctx.name, group,
+             "; ".join(p.describe() for p in start.partitions))
+    return start.positions()
 
 
 def _start_metrics(config: PipelineConfig, app_id: str, available_now: bool, starting: str | None) -> RunMetrics:

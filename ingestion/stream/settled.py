@@ -97,4 +97,4 @@ def _first_failure(decoded: DataFrame) -> DecodeError:
            .select("topic", "partition", "offset", "_error_class", "_error_message").first())
     assert bad is not None
     return DecodeError(f"cannot decode record {bad['topic']}/{bad['partition']}@{bad['offset']}: "
-                       f"{bad['_error_class']}: {bad['_error_message']} (on_error: fail)")
+                       f"{bad['_error_class']}: {bad['_error_message']} (sink.onError: fail)")

@@ -8,7 +8,6 @@ import logging
 
 from pyspark.sql import SparkSession
 
-from ingestion import kafka
 from ingestion.config import PipelineConfig
 from ingestion.decode import bronze
 from ingestion.decode.resolver import SchemaResolver
@@ -16,18 +15,18 @@ from ingestion.decode.spec import DecodeSpec
 from ingestion.delta import catalog, reads, tables
 from ingestion.delta.tables import TablePlan
 from ingestion.errors import SchemaError
-from ingestion.schema.registry import source_for
+from ingestion.stream.context import PipelineContext
 
 log = logging.getLogger(__name__)
 
 
-def resolver(spark: SparkSession, config: PipelineConfig, also: list[str] | None = None) -> SchemaResolver:
-    """The pipeline's schemas (registry or schemas/ folder) for the topics it reads now (and `also` these),
+def resolver(spark: SparkSession, ctx: PipelineContext, also: list[str] | None = None) -> SchemaResolver:
+    """The pipeline's schemas (registry or schemas/ folder) for the topics the context reads (and `also` these),
     checked against the table's current columns; a SchemaError names the pipeline file and the subject(s)."""
-    topics = tuple(sorted(set(kafka.pipeline_topics(config)) | set(also or ())))
+    config = ctx.config
+    topics = tuple(sorted(set(ctx.topics) | set(also or ())))
     try:
-        return SchemaResolver(config, source_for(config), table_payload=reads.payload_columns(spark, config),
-                              topics=topics)
+        return SchemaResolver(config, ctx.schemas, table_payload=reads.payload_columns(spark, config), topics=topics)
     except SchemaError as exc:
         subjects = config.value_subjects(topics)
         where = (f"key 'value.subject' ({subjects[0]!r})" if len(subjects) == 1 else

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
-from ingestion.config import PipelineConfig
 from ingestion.kafka.clients import ISOLATION, READ_COMMITTED
+from ingestion.stream.context import PipelineContext
 
 # Options the Spark Kafka source manages itself and refuses as `kafka.*` (see its integration guide).
 SPARK_MANAGED = ("group.id", "auto.offset.reset", "key.deserializer", "value.deserializer",
@@ -21,14 +21,13 @@ def with_timestamp_strategy(options: dict[str, str]) -> dict[str, str]:
     return options
 
 
-def kafka_options(config: PipelineConfig, starting_offsets: str | None = None) -> dict[str, str]:
-    """Options for `spark.readStream.format("kafka")`: the config's Kafka client settings as `kafka.*`, in the Java
-    client's spelling (SASL credentials as a JAAS line, PEM trust and key stores: `security.java_settings`)."""
-    options = {f"kafka.{key}": value for key, value in config.java_kafka_settings().items()
-               if key not in SPARK_MANAGED}
+def kafka_options(ctx: PipelineContext, starting_offsets: str | None = None) -> dict[str, str]:
+    """Options for `spark.readStream.format("kafka")`: the context's Java client settings as `kafka.*` (SASL
+    credentials as a JAAS line, PEM trust and key stores: `security.java_settings`, bootstrap resolved)."""
+    config = ctx.config
+    options = {f"kafka.{key}": value for key, value in ctx.kafka.java.items() if key not in SPARK_MANAGED}
     # Records of aborted transactions never land: Kafka's Java client reads uncommitted records by default.
     options.setdefault(f"kafka.{ISOLATION}", READ_COMMITTED)
-    options["kafka.bootstrap.servers"] = config.bootstrap_servers()
     if config.topic_pattern:  # topics created later that match are read from their start, at the next trigger
         options["subscribePattern"] = config.topic_pattern
     else:
@@ -51,8 +50,8 @@ def kafka_options(config: PipelineConfig, starting_offsets: str | None = None) -
     return options
 
 
-def read_stream(spark: SparkSession, config: PipelineConfig, starting_offsets: str | None = None) -> DataFrame:
+def read_stream(spark: SparkSession, ctx: PipelineContext, starting_offsets: str | None = None) -> DataFrame:
     reader = spark.readStream.format("kafka")
-    for key, value in kafka_options(config, starting_offsets).items():
+    for key, value in kafka_options(ctx, starting_offsets).items():
         reader = reader.option(key, value)
     return reader.load()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -43,11 +43,15 @@ class BronzeWriter:
     """`foreachBatch` function of one pipeline."""
 
     def __init__(self, *, config: PipelineConfig, app_id: str, resolver: SchemaResolver,
-                 on_batch: Callable[[BatchResult], None] | None = None) -> None:
+                 on_batch: Callable[[BatchResult], None] | None = None,
+                 on_topics: Callable[[Mapping[str, Iterable[int]]], list[str]] | None = None) -> None:
         self.config = config
         self.app_id = app_id
         self.resolver = resolver
         self.on_batch = on_batch
+        # The topics and partitions each batch held, to the run's context; it answers with the topics new to the
+        # run (a pattern's, found by Spark's listing), which the schema resolver follows from then on.
+        self.on_topics = on_topics
         self.targets = Targets(config, resolver, app_id)
         self.bronze = self.targets.bronze
         self.quarantine = self.targets.quarantine
@@ -83,6 +87,13 @@ class BronzeWriter:
         if result is None:
             return
         log_result(self.config.name, result)
+        if self.on_topics is not None:
+            held: dict[str, set[int]] = {}
+            for span in result.ranges:
+                held.setdefault(span.topic, set()).add(span.partition)
+            new = self.on_topics(held)
+            if new:
+                self.resolver.follow(new)
         if self.on_batch is not None:
             self.on_batch(result)
 

@@ -31,7 +31,8 @@ def _pipeline(path: Path, *, topic: str, servers: str, bucket: str, spark: dict[
         "name": "orders", "topic": topic, "kafka": {"bootstrap.servers": servers},
         "value": {"format": "confluent", "subject": "orders-value"}, "key": {"format": "string"},
         "source": {"maxOffsetsPerTrigger": 250},
-        "sink": {"table": f"s3a://{bucket}/tables/orders", "quarantineTable": f"s3a://{bucket}/tables/orders_q",
+        # No quarantineTable: it is kept beside bronze, in the bucket (s3a://<bucket>/tables/orders_quarantine).
+        "sink": {"table": f"s3a://{bucket}/tables/orders",
                  "checkpointLocation": f"s3a://{bucket}/checkpoints/orders", "trigger": "1 second"},
         "spark": spark,
     }
@@ -45,7 +46,7 @@ def _ingest(*args: str, cwd: Path, timeout: float = 600) -> subprocess.Completed
 
 def _held(bucket: str, s3: Any) -> collections.Counter[tuple[int, int]]:
     """(partition, offset) of every row of bronze and quarantine, read with delta-rs straight from the bucket."""
-    return s3.coordinates(f"s3a://{bucket}/tables/orders", f"s3a://{bucket}/tables/orders_q")
+    return s3.coordinates(f"s3a://{bucket}/tables/orders", f"s3a://{bucket}/tables/orders_quarantine")
 
 
 def _bronze_version(bucket: str, s3: Any) -> int:

@@ -180,9 +180,9 @@ def test_a_pipeline_on_a_secured_broker_end_to_end(spark: Any, secure_broker: An
 
     monkeypatch.setenv(PASSWORD_ENV, CANARY)
     config = load_pipeline(config_file)
-    ends = {p: high for p, (_, high) in kafka.watermarks(config.kafka_client_settings(), topic).items()}
+    ends = {p: high for p, (_, high) in kafka.watermarks(kafka.resolve_settings(config).client, topic).items()}
     assert sum(ends.values()) == 350
-    _wait(lambda: kafka.committed_offsets(config.kafka_client_settings(), f"ingest-{name}", topic) == ends)
+    _wait(lambda: kafka.committed_offsets(kafka.resolve_settings(config).client, f"ingest-{name}", topic) == ends)
 
     status = _ingest(outputs, "status", str(config_file), "--json")
     assert status.returncode == 0, status.stderr[-3000:]
@@ -277,6 +277,7 @@ def test_every_mechanism_and_protocol_reaches_both_clients(spark: Any, secure_br
     from ingestion import kafka
     from ingestion.config import load_pipeline
     from ingestion.dev.secure import PIPELINE_USER, grant
+    from ingestion.stream import context
     from ingestion.stream.source import kafka_options
 
     setup = secure_broker.security
@@ -305,9 +306,9 @@ def test_every_mechanism_and_protocol_reaches_both_clients(spark: Any, secure_br
         monkeypatch.setenv(PASSWORD_ENV, setup.password(PIPELINE_USER) if mechanism == "PLAIN" else CANARY)
     config = load_pipeline(_pipeline(tmp_path, "variant", topic, section))
 
-    ends = {p: high for p, (_, high) in kafka.watermarks(config.kafka_client_settings(), topic).items()}
+    ends = {p: high for p, (_, high) in kafka.watermarks(kafka.resolve_settings(config).client, topic).items()}
     assert ends == {0: sum(p.partition == 0 for p in produced), 1: sum(p.partition == 1 for p in produced)}
-    options = kafka_options(config, "earliest")
+    options = kafka_options(context.known(config), "earliest")
     rows = (spark.read.format("kafka").options(**{k: v for k, v in options.items() if k != "maxOffsetsPerTrigger"})
             .load().select("partition", "offset").collect())
     assert sorted((r[0], r[1]) for r in rows) == [(p.partition, p.offset) for p in produced]
@@ -318,7 +319,7 @@ def test_spark_reports_kafkas_refusals_in_one_line(spark: Any, secure_broker: An
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from ingestion.config import load_pipeline
     from ingestion.errors import KafkaAccessError
-    from ingestion.stream import pipeline
+    from ingestion.stream import context, pipeline
     from ingestion.stream.source import kafka_options
 
     topic = _topic(secure_broker)
@@ -327,14 +328,13 @@ def test_spark_reports_kafkas_refusals_in_one_line(spark: Any, secure_broker: An
     monkeypatch.setenv(PASSWORD_ENV, users.passwords[users.describer])
     config = load_pipeline(_pipeline(tmp_path, "describer", topic, _kafka_section(secure_broker, users.describer)))
     with pytest.raises(Exception) as caught:
-        spark.read.format("kafka").options(**kafka_options(config, "earliest")).load().count()
-    assert pipeline.failure_reason(caught.value, config).startswith(
+        spark.read.format("kafka").options(**kafka_options(context.known(config), "earliest")).load().count()
+    assert pipeline.failure_reason(caught.value, context.known(config)).startswith(
         f"Kafka at {servers} denied user '{users.describer}' access to topic '{topic}' "
         f"(TopicAuthorizationException): grant User:{users.describer} READ on topic '{topic}'")
     # The streaming query's own failure, past the checks `run` makes first (they would refuse before Spark):
-    monkeypatch.setattr(pipeline, "check_kafka", lambda config: [0, 1, 2])
-    with pytest.raises(KafkaAccessError) as failed:
-        pipeline.run(spark, config, available_now=True)
+    with pytest.raises(KafkaAccessError) as failed:  # a context listed without the checks
+        pipeline.run(spark, context.resolve(config), available_now=True)
     assert failed.value.denied == "topic"
     assert str(failed.value).startswith(f"pipeline 'describer' failed: Kafka at {servers} denied user "
                                         f"'{users.describer}' access to topic '{topic}'")
@@ -343,8 +343,8 @@ def test_spark_reports_kafkas_refusals_in_one_line(spark: Any, secure_broker: An
     monkeypatch.setenv(PASSWORD_ENV, f"wrong-{CANARY}")
     wrong = load_pipeline(_pipeline(tmp_path, "wrong", topic, _kafka_section(secure_broker, users.pipeline)))
     with pytest.raises(Exception) as caught:
-        spark.read.format("kafka").options(**kafka_options(wrong, "earliest")).load().count()
-    assert pipeline.failure_reason(caught.value, wrong).startswith(
+        spark.read.format("kafka").options(**kafka_options(context.known(wrong), "earliest")).load().count()
+    assert pipeline.failure_reason(caught.value, context.known(wrong)).startswith(
         f"Kafka at {servers} refused to authenticate user '{users.pipeline}' with SASL SCRAM-SHA-512: ")
 
 
@@ -399,9 +399,9 @@ def test_a_registry_over_https_with_basic_auth(spark: Any, secure_broker: Any, u
             assert len(registry.requests) == resolved
             _produce(secure_broker, topic, 5, orders_schema, first_seq=200, schema_id=2)  # an id never seen
             _wait(lambda: not running.query.isActive)
-            reason = pipeline.failure_reason(running.query.exception(), config)
+            reason = pipeline.failure_reason(running.query.exception(), running.context)
         finally:
-            pipeline.stop(spark, running, "FAILED")
+            pipeline.stop(spark, running, pipeline.RunStatus.FAILED)
         assert reason.startswith(f"schema registry at {url} did not answer after 2 attempts (ConnectError: "), reason
         assert _rows(spark, bronze) == sorted((p.partition, p.offset) for p in produced)  # nothing of id 2 landed
     finally:

@@ -17,7 +17,7 @@ from ingestion.delta import ledger
 from ingestion.dev.samples import avro_body, order, produce_orders
 from ingestion.errors import IngestionError
 from ingestion.runtime import helper
-from ingestion.stream import checkpoint, pipeline, setup
+from ingestion.stream import checkpoint, context, pipeline, setup
 from tests.conftest import pipeline_yaml
 from tests.helpers import assert_exactly_produced, py4j_commands
 
@@ -112,7 +112,7 @@ def test_the_ledger_is_read_at_start_only_when_the_start_needs_it(spark, kafka_s
     history = ledger.history
     monkeypatch.setattr(ledger, "history", lambda s, path: reads.append(path) or history(s, path))
 
-    setup.ensure_tables(spark, config, setup.resolver(spark, config).spec)
+    setup.ensure_tables(spark, config, setup.resolver(spark, context.known(config)).spec)
     assert pipeline._recorded_offsets(spark, config, needed=True) == {}  # version 0: the creation, no ledger
     assert reads == []
     pipeline.run(spark, config, available_now=True)
@@ -152,7 +152,7 @@ def test_undecodable_record_fails_batch_naming_it_and_commits_nothing(spark, kaf
     for value in (good, good, b"\x01not-avro", good):
         producer.produce(topic, value=value)
     producer.flush(30)
-    config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, sink="  on_error: fail\n"))
+    config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, sink="  onError: fail\n"))
 
     with pytest.raises(IngestionError, match=rf"{topic}/0@2: WireFormatError: magic byte is 1"):
         pipeline.run(spark, config, available_now=True)

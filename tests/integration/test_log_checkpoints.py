@@ -18,7 +18,7 @@ from ingestion.delta import log_checkpoints
 from ingestion.delta.log_checkpoints import BackgroundCheckpoints
 from ingestion.dev.samples import produce_orders
 from ingestion.runtime import delta_txn as commit
-from ingestion.stream import pipeline, setup
+from ingestion.stream import context, pipeline, setup
 from tests.conftest import pipeline_yaml
 
 pytestmark = pytest.mark.integration
@@ -135,7 +135,7 @@ def test_a_configured_interval_keeps_deltas_checkpoints(spark, kafka_servers, ma
 
     config = load_pipeline(pipeline_yaml(tmp_path, topic=make_topic(partitions=1), servers=kafka_servers,
                                          sink="  tableProperties:\n    delta.checkpointInterval: '10'\n"))
-    bronze_plan, _ = setup.plans(spark, config, setup.resolver(spark, config).spec)
+    bronze_plan, _ = setup.plans(spark, config, setup.resolver(spark, context.known(config)).spec)
     assert bronze_plan.properties[log_checkpoints.PROPERTY] == "10"
 
 

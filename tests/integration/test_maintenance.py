@@ -22,7 +22,7 @@ from ingestion.dev.samples import produce_orders
 from ingestion.errors import ConfigError, IngestionError
 from ingestion.ops import catalog, history, rewind, status, verify
 from ingestion.ops.maintain import maintain
-from ingestion.stream import pipeline, setup
+from ingestion.stream import context, pipeline, setup
 from tests.conftest import pipeline_yaml
 from tests.helpers import append_in_commits, assert_exactly_produced
 
@@ -47,7 +47,7 @@ def _small_commits(spark, kafka_servers, topic, orders_schema, tmp_path: Path, c
     stage = load_pipeline(pipeline_yaml(tmp_path / "stage", topic=topic, servers=kafka_servers, name="stage"))
     pipeline.run(spark, stage, available_now=True)
     config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, extra=maintenance))
-    setup.ensure_tables(spark, config, setup.resolver(spark, config).spec)
+    setup.ensure_tables(spark, config, setup.resolver(spark, context.known(config)).spec)
     version = append_in_commits(stage.table_path, config.table_path, commits, pipeline=config.name,
                                 app_id=f"{config.name}-test")
     return config, produced, version
@@ -225,7 +225,7 @@ def test_a_retention_that_allows_a_duplicate_is_refused_at_onboard_and_run(
 
     # A table changed behind the pipeline's back is refused when the pipeline starts.
     config = load_pipeline(pipeline_yaml(tmp_path / "table", topic=topic, servers=kafka_servers))
-    setup.ensure_tables(spark, config, setup.resolver(spark, config).spec)
+    setup.ensure_tables(spark, config, setup.resolver(spark, context.known(config)).spec)
     spark.sql(f"ALTER TABLE delta.`{config.table_path}` SET TBLPROPERTIES "
               "('delta.setTransactionRetentionDuration' = 'interval 7 days')")
     with pytest.raises(ConfigError, match=rf"table {config.table_path}: key 'delta.setTransactionRetentionDuration': "

@@ -163,12 +163,13 @@ def test_run_all_reports_a_failing_pipeline_by_name_and_the_other_completes(
     good = load_pipeline(pipeline_yaml(tmp_path / "a", topic=good_topic, servers=kafka_servers, name="good",
                                        extra="source:\n  maxOffsetsPerTrigger: 10\n"))
     bad = load_pipeline(pipeline_yaml(tmp_path / "b", topic=bad_topic, servers=kafka_servers, name="bad",
-                                      sink="  on_error: fail\n"))
+                                      sink="  onError: fail\n"))
 
     outcome = pipeline.run_all(spark, [good, bad], available_now=True)
 
-    assert outcome["good"] == "FINISHED"
-    assert outcome["bad"].startswith(f"FAILED: cannot decode record {bad_topic}/0@0: WireFormatError")
+    assert outcome["good"] == pipeline.RunOutcome(pipeline.RunStatus.FINISHED)
+    assert outcome["bad"].status is pipeline.RunStatus.FAILED
+    assert outcome["bad"].reason.startswith(f"cannot decode record {bad_topic}/0@0: WireFormatError")
     assert spark.read.format("delta").load(good.table_path).count() == 30
     assert len({r.app_id for r in ledger.history(spark, good.table_path)}) == 1
     assert spark.read.format("delta").load(bad.table_path).count() == 0

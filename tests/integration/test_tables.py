@@ -11,7 +11,7 @@ from delta.tables import DeltaTable
 from ingestion.config import load_pipeline
 from ingestion.delta import tables
 from ingestion.dev.samples import produce_orders
-from ingestion.stream import pipeline, setup
+from ingestion.stream import context, pipeline, setup
 from tests.conftest import pipeline_yaml
 
 pytestmark = pytest.mark.integration
@@ -53,7 +53,8 @@ def test_bronze_has_statistics_on_coordinates_times_and_whole_numbers(spark, kaf
 
 
 def test_partition_columns_and_configured_statistics_are_left_out(spark, kafka_servers, tmp_path: Path) -> None:
-    spec = setup.resolver(spark, load_pipeline(pipeline_yaml(tmp_path / "a", topic="t", servers=kafka_servers))).spec
+    spec = setup.resolver(spark, context.known(load_pipeline(pipeline_yaml(tmp_path / "a", topic="t",
+                                                                        servers=kafka_servers)))).spec
     partitioned = load_pipeline(pipeline_yaml(tmp_path / "b", topic="t", servers=kafka_servers,
                                               sink="  partitionBy: [_kafka_partition]\n"))
     bronze_plan = setup.plans(spark, partitioned, spec)[0]

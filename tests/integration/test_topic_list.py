@@ -20,7 +20,7 @@ from ingestion.dev.samples import produce_orders
 from ingestion.ops import status, verify
 from ingestion.ops.onboard import onboard
 from ingestion.schema.registry import registry_client
-from ingestion.stream import pipeline
+from ingestion.stream import context, pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -76,7 +76,7 @@ sink:
     assert {(p.topic, p.partition) for p in audit.partitions} == {(first, 0), (first, 1), (second, 0)}
     now = status.pipeline_status(spark, config)
     assert now.lag_records == 0 and [p.topic for p in now.partitions] == [first, first, second]
-    assert pipeline.caught_up(config) is not None
+    assert pipeline.caught_up(context.resolve(config)) is not None
 
     # The same topics by a pattern: onboard lists what matches now (a dry run creates nothing).
     pattern = tmp_path / "pattern.yaml"
@@ -86,7 +86,7 @@ sink:
     assert f"topics matching '^{first}': {first} (2 partitions), {second} (1 partitions)" in report.lines[1]
     assert "dry run:" in report.lines[-1] and not (tmp_path / "pattern").exists()
 
-    settings = config.kafka_client_settings()
+    settings = kafka.resolve_settings(config).client
     ends = {t: {p: high for p, (_, high) in kafka.watermarks(settings, t).items()} for t in produced}
     deadline = time.monotonic() + 60
     committed: dict[str, Any] = {}
@@ -130,3 +130,55 @@ def test_a_pattern_pipeline_that_lost_its_checkpoint_resumes_every_topic_from_th
     assert sorted(tuple(r) for r in rows) == sorted((t, p.partition, p.offset) for t, ps in produced.items()
                                                     for p in ps)
     assert verify.audit(spark, config).ok
+
+
+def test_one_run_lists_its_topics_once_and_follows_a_pattern_topic_created_mid_run(
+        spark, kafka_servers, make_topic, orders_schema, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    schemas = tmp_path / "schemas"
+    first = make_topic(partitions=1)
+    early, late = f"{first}.a", f"{first}.b"
+    kafka.create_topic({"bootstrap.servers": kafka_servers}, early, 2)
+    for topic in (early, late):
+        (schemas / f"{topic}-value").mkdir(parents=True)
+        (schemas / f"{topic}-value" / "1.avsc").write_text(json.dumps(orders_schema))
+    path = tmp_path / "p.yaml"
+    path.write_text(f'name: mid-{uuid.uuid4().hex[:6]}\ntopicPattern: "^{first}\\\\."\nkafka:\n'
+                    f'  bootstrap.servers: "{kafka_servers}"\nkey:\n  format: string\n'
+                    f'sink:\n  root: {tmp_path}\n  trigger: 500 milliseconds\n')
+    monkeypatch.setenv("INGEST_SCHEMAS_DIR", str(schemas))
+    config = load_pipeline(path)
+    produced = {early: produce_orders(kafka_servers, early, 10, schema_id=1, schema=orders_schema)}
+    listings: list[str | None] = []  # every metadata listing a client of ours asks the brokers for
+    listed = AdminClient.list_topics
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        listings.append(args[0] if args else kwargs.get("topic"))
+        return listed(self, *args, **kwargs)
+
+    monkeypatch.setattr(AdminClient, "list_topics", counted)
+    ctx = pipeline.check_can_start(config)
+    running = pipeline.start(spark, ctx)
+    try:
+        _wait_for(lambda: any(b.committed for b in running.batches), running)
+        assert listings == [None]  # one listing of the cluster's topics from the command's start to its first batch
+        kafka.create_topic({"bootstrap.servers": kafka_servers}, late, 1)
+        produced[late] = produce_orders(kafka_servers, late, 5, schema_id=1, schema=orders_schema)
+        _wait_for(lambda: spark.read.format("delta").load(config.table_path).count() == 15, running)
+        assert running.context.topics == [early, late]  # grown where Spark's listing found the new topic
+        assert running.context.partitions == {early: [0, 1], late: [0]}
+        assert running.writer is not None and running.writer.resolver.subjects == [f"{early}-value", f"{late}-value"]
+        recorded = {t: {str(p.partition): p.offset + 1 for p in ps} for t, ps in produced.items()}
+        assert sorted(json.loads(pipeline._resume_from_table(running.context, recorded) or "{}")) == [early, late]
+    finally:
+        pipeline.stop(spark, running)
+    assert status.pipeline_status(spark, config).topics == [early, late]
+
+
+def _wait_for(condition: Any, running: Any, seconds: float = 90.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert running.query.isActive, running.query.exception()
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.5)

@@ -38,7 +38,7 @@ BROKEN: dict[str, tuple[str, str]] = {
     "unknown decoder": (GOOD.replace("  subject: orders-value\n", "  subject: orders-value\n  decoder: rust\n"),
                         "value.decoder"),
     "value subject not a name": (GOOD.replace("  subject: orders-value\n", "  subject: [a, b]\n"), "value.subject"),
-    "unknown on_error": (GOOD + "sink:\n  on_error: skip\n", "sink.on_error"),
+    "unknown onError": (GOOD + "sink:\n  onError: skip\n", "sink.onError"),
     "typeWidening not a boolean": (GOOD + "sink:\n  typeWidening: maybe\n", "sink.typeWidening"),
     "isolation level misspelt": (GOOD.replace("kafka:\n", "kafka:\n  isolation.level: read-committed\n"),
                                  "kafka.isolation.level"),
@@ -50,6 +50,8 @@ BROKEN: dict[str, tuple[str, str]] = {
                              "value.registry"),
     "name with a space": (GOOD.replace("name: orders", "name: my orders"), "name"),
     "missing name": (GOOD.replace("name: orders\n", ""), "name"),
+    "typo in the kafka section": (GOOD.replace("kafka:\n", "kafka:\n  client.idd: ingest-orders\n"),
+                                  "kafka.client.idd"),
     "unset environment variable": (GOOD.replace('"127.0.0.1:9092"', '"${NO_SUCH_VARIABLE_HERE}"'),
                                    "kafka.bootstrap.servers"),
 }
@@ -66,6 +68,18 @@ def test_each_broken_file_is_one_line_naming_the_file_and_the_key(mistake: str, 
     assert "\n" not in message, message
     assert message.startswith(f"{path}: "), message
     assert repr(key) in message or f"'{key}" in message or f" {key} " in message, message
+
+
+def test_a_typo_in_the_kafka_section_names_the_closest_setting_of_either_client(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(GOOD.replace('  bootstrap.servers: "127.0.0.1:9092"\n', '  bootstrap.servers: "127.0.0.1:9092"\n'
+                                 "  client.idd: me\n  max.poll.records: 10\n  fetch.wait.max.ms: 50\n"))
+    with pytest.raises(ConfigError) as caught:
+        load_pipeline(path)
+    assert str(caught.value) == (f"{path}: unknown key 'kafka.client.idd' (value 'me'): neither librdkafka nor "
+                                 "Kafka's Java client has this setting; closest: client.id")
+    path.write_text(GOOD.replace("kafka:\n", "kafka:\n  max.poll.records: 10\n  fetch.wait.max.ms: 50\n"))
+    assert load_pipeline(path).kafka["max.poll.records"] == "10"
 
 
 def test_the_table_covers_at_least_fifteen_mistakes() -> None:

@@ -378,10 +378,10 @@ def test_a_bad_key_in_the_defaults_is_reported_with_the_defaults_file(conf: Path
     with pytest.raises(ConfigError) as info:
         load_pipeline("a")
     assert str(info.value).startswith(f"{defaults}: unknown key 'source.maxOffsetPerTrigger' (value 5000)")
-    write(conf, "sink:\n  trigger: 5\n  on_error: maybe\n", "defaults.yaml")
+    write(conf, "sink:\n  trigger: 5\n  onError: maybe\n", "defaults.yaml")
     with pytest.raises(ConfigError) as info:
         load_pipeline("a")
-    assert str(info.value) == f"{defaults}: key 'sink.on_error' must be one of ['quarantine', 'fail'], got 'maybe'"
+    assert str(info.value) == f"{defaults}: key 'sink.onError' must be one of ['quarantine', 'fail'], got 'maybe'"
     write(conf, "name: shared\n", "defaults.yaml")
     with pytest.raises(ConfigError) as info:
         load_pipeline("a")

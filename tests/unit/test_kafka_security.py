@@ -11,6 +11,8 @@ from ingestion import security
 from ingestion.config import parse_pipeline
 from ingestion.dev.secure import SecureSetup
 from ingestion.errors import ConfigError
+from ingestion.kafka import resolve_settings
+from ingestion.stream.context import known
 from ingestion.stream.source import kafka_options
 
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
@@ -32,10 +34,10 @@ def test_scram_over_tls_gives_each_client_its_spelling(tmp_path: Path) -> None:
     ca = _ca(tmp_path)
     config = _config({"security.protocol": "sasl_ssl", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice",
                       "sasl.password": "pa55", "ssl.ca.location": str(ca), "client.id": "me"})
-    assert config.kafka_client_settings() == {  # type: ignore[attr-defined]
+    assert resolve_settings(config).client == {  # type: ignore[attr-defined]
         "bootstrap.servers": "127.0.0.1:9", "security.protocol": "sasl_ssl", "sasl.mechanism": "SCRAM-SHA-512",
         "sasl.username": "alice", "sasl.password": "pa55", "ssl.ca.location": str(ca), "client.id": "me"}
-    options = kafka_options(config)  # type: ignore[arg-type]
+    options = kafka_options(known(config))  # type: ignore[arg-type]
     kafka = {k: v for k, v in options.items() if k.startswith("kafka.")}
     assert kafka == {
         "kafka.bootstrap.servers": "127.0.0.1:9", "kafka.security.protocol": "SASL_SSL",
@@ -197,4 +199,6 @@ def test_secrets_are_redacted_and_masked(monkeypatch: pytest.MonkeyPatch) -> Non
     assert shown["value"]["registry"] == {"url": "https://***@registry:8081", "basic.auth.user.info": "***"}
     text = ("secret canary-oidc-secret, key canary-key-text, url https://reg-user:canary-url-pw@registry:8081, "
             "basic canary-basic-pw, u:canary-basic-pw")
+    assert security.mask(text) == text  # parsing a config changes no global state: the loader registers secrets
+    security.remember(config.secret_values())  # type: ignore[attr-defined]
     assert security.mask(text) == "secret ***, key ***, url https://***@registry:8081, basic ***, ***"

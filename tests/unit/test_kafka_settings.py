@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ingestion.config import parse_pipeline
-from ingestion.kafka import for_admin, for_consumer, for_producer
+from ingestion.kafka.clients import for_admin, for_consumer, for_producer
+from ingestion.stream.context import known
 from ingestion.stream.source import kafka_options
 
 SETTINGS = {"bootstrap.servers": "127.0.0.1:9", "security.protocol": "SSL", "isolation.level": "read_uncommitted",
@@ -35,6 +36,6 @@ def _config(kafka: dict[str, str]) -> object:
 
 
 def test_spark_reads_committed_records_unless_the_pipeline_says_otherwise() -> None:
-    assert kafka_options(_config({}))["kafka.isolation.level"] == "read_committed"  # type: ignore[arg-type]
-    chosen = kafka_options(_config({"isolation.level": "read_uncommitted"}))  # type: ignore[arg-type]
+    assert kafka_options(known(_config({})))["kafka.isolation.level"] == "read_committed"  # type: ignore[arg-type]
+    chosen = kafka_options(known(_config({"isolation.level": "read_uncommitted"})))  # type: ignore[arg-type]
     assert chosen["kafka.isolation.level"] == "read_uncommitted"

@@ -93,7 +93,7 @@ def test_phases_list_sparks_durations_longest_first_after_the_total() -> None:
 
 
 def test_run_all_combined_progress_line_names_counts_and_the_furthest_behind() -> None:
-    from ingestion.stream.pipeline import combined_progress
+    from ingestion.stream.pipeline import RunOutcome, RunStatus, combined_progress
 
     def running(name: str, lag: dict[str, dict[int, int]], rows: list[int], active: bool = True) -> SimpleNamespace:
         batches = [SimpleNamespace(rows=n, committed=True) for n in rows]
@@ -103,6 +103,7 @@ def test_run_all_combined_progress_line_names_counts_and_the_furthest_behind() -
     pipelines = [running("orders", {"orders": {0: 900, 1: 100}}, [5000, 5000]),
                  running("refunds", {"refunds": {0: 0}}, [10]),
                  running("events", {"events.a": {0: 20}, "events.b": {0: 5}}, [7], active=False)]
-    line = combined_progress(pipelines, {"events": "FAILED: boom", "late": "FAILED: no topic"}, 4)  # type: ignore[arg-type]
+    failed = {"events": RunOutcome(RunStatus.FAILED, "boom"), "late": RunOutcome(RunStatus.FAILED, "no topic")}
+    line = combined_progress(pipelines, failed, 4)  # type: ignore[arg-type]
     assert line == ("run --all: 4 pipelines, 2 running, 2 failed; 4 batches, 10,017 rows; lag 1,025 records "
                     "(orders 1,000, events 25)")

@@ -11,6 +11,7 @@ import pytest
 from ingestion.config import load_pipeline
 from ingestion.decode.resolver import SchemaResolver
 from ingestion.errors import ConfigError, SubjectNotFoundError
+from ingestion.stream.context import known
 from ingestion.stream.source import kafka_options
 
 
@@ -31,8 +32,8 @@ def test_a_list_of_topics_reads_each_with_its_own_subject(tmp_path: Path) -> Non
     config = _load(tmp_path, "name: orders\ntopics: [orders.eu, orders.us, orders.eu]\n")
     assert config.topics == ("orders.eu", "orders.us") and config.topic == ""  # duplicates dropped
     assert config.value_subjects(config.topics) == ["orders.eu-value", "orders.us-value"]
-    assert kafka_options(config)["subscribe"] == "orders.eu,orders.us"
-    assert "subscribePattern" not in kafka_options(config)
+    assert kafka_options(known(config))["subscribe"] == "orders.eu,orders.us"
+    assert "subscribePattern" not in kafka_options(known(config))
     assert config.reads == "topics 'orders.eu', 'orders.us'"
 
 
@@ -43,7 +44,7 @@ def test_one_topic_in_a_list_is_a_single_topic_pipeline(tmp_path: Path) -> None:
 
 def test_a_pattern_subscribes_by_pattern_and_matches_as_spark_finds(tmp_path: Path) -> None:
     config = _load(tmp_path, 'name: events\ntopicPattern: "events\\\\..*"\n')
-    options = kafka_options(config)
+    options = kafka_options(known(config))
     assert options["subscribePattern"] == "events\\..*" and "subscribe" not in options
     # Spark 4.0's subscribePattern finds the pattern anywhere in a name (Regex.findFirstIn), as reads_topic does.
     assert config.reads_topic("events.acme") and config.reads_topic("old.events.acme")
@@ -180,7 +181,7 @@ def test_replay_reads_the_topics_named_and_refuses_others(tmp_path: Path) -> Non
     from ingestion.errors import IngestionError
     from ingestion.ops.replay import replay_topics
 
-    config = _load(tmp_path, "name: e\ntopics: [a, b]\n")
+    config = known(_load(tmp_path, "name: e\ntopics: [a, b]\n"))  # type: ignore[arg-type]
     assert replay_topics(config, None, ("earliest", "latest")) == ["a", "b"]
     assert replay_topics(config, "b", ("earliest", "latest")) == ["b"]
     assert replay_topics(config, None, ('{"b": {"0": 1}}', "latest")) == ["b"]
@@ -194,7 +195,7 @@ def test_replay_positions_are_checked_before_a_jvm_starts(tmp_path: Path) -> Non
     from ingestion.errors import IngestionError
     from ingestion.ops.replay import check_positions
 
-    config = _load(tmp_path, "name: e\ntopics: [a, b]\n")
+    config = known(_load(tmp_path, "name: e\ntopics: [a, b]\n"))  # type: ignore[arg-type]
     assert check_positions(config, None, '{"a": {"0": 1}}', "latest") == ["a"]
     assert check_positions(config, "b", "0:4", "latest") == ["b"]
     with pytest.raises(IngestionError, match="name it with --topic"):

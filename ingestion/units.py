@@ -1,0 +1,51 @@
+"""Durations and sizes as config files write them, parsed in one place for every key.
+
+A duration is Spark's and Delta's interval text ('10 seconds', '500 milliseconds', 'interval 7 days', '1 week',
+'90s', '2.5 h'); a size is '128mb', '256 KB', '1g' or a number of bytes. Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+
+_DURATION = re.compile(r"(?:interval\s+)?(\d+(?:\.\d+)?)\s*"
+                       r"(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?|w|weeks?)",
+                       re.IGNORECASE)
+_SIZE = re.compile(r"(\d+)\s*([kmgt]?)i?b?", re.IGNORECASE)
+
+
+def duration_seconds(text: str) -> float | None:
+    """Seconds of a duration such as '10 seconds', '500 milliseconds', 'interval 7 days' or '1 week'; None when the
+    text is not one."""
+    found = _DURATION.fullmatch(text.strip())
+    if found is None:
+        return None
+    unit = found[2].lower()
+    if unit.startswith("ms") or unit.startswith("milli"):
+        scale = 0.001
+    elif unit.startswith("m"):
+        scale = 60.0
+    elif unit.startswith("h"):
+        scale = 3600.0
+    elif unit.startswith("d"):
+        scale = 86400.0
+    elif unit.startswith("w"):
+        scale = 604800.0
+    else:
+        scale = 1.0
+    return float(found[1]) * scale
+
+
+def spark_interval(text: str) -> str:
+    """A duration in the form Spark's trigger takes whatever the config's spelling ('90s' -> '90000
+    milliseconds'); the text itself when it is not a duration (Spark then names it)."""
+    seconds = duration_seconds(text)
+    return text if seconds is None else f"{round(seconds * 1000)} milliseconds"
+
+
+def size_bytes(text: str) -> int | None:
+    """Bytes of a size such as '128mb', '256 KB', '1g' or '1048576'; None when the text is not one."""
+    found = _SIZE.fullmatch(text.strip())
+    if found is None:
+        return None
+    return int(found[1]) * 1024 ** " kmgt".index(found[2].lower() or " ")
