@@ -35,6 +35,7 @@ from ingestion.stream.lock import WriterLock
 from ingestion.stream.maintenance import ScheduledMaintenance
 from ingestion.stream.metrics import RunMetrics
 from ingestion.stream.monitor import PipelineMonitor, Progress
+from ingestion.stream.prometheus import Exporter, LagRefresher, PipelineState, watch
 from ingestion.stream.writer import BronzeWriter
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class RunningPipeline:
     stopped_on_request: bool = False
     writer: BronzeWriter | None = None
     maintenance: ScheduledMaintenance | None = None
+    prometheus: LagRefresher | None = None
 
     def stop_between_batches(self, timeout: float = 600.0) -> None:
         """Let the batch being written finish, make the next one end the query before it writes anything, and
@@ -69,19 +71,31 @@ class RunningPipeline:
 
 
 def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = False,
-          with_metrics: bool = True, pool: str | None = None) -> RunningPipeline:
+          with_metrics: bool = True, pool: str | None = None, exporter: Exporter | None = None) -> RunningPipeline:
     """Start the streaming query of one pipeline and return at once. Kafka is asked first (the brokers and the
     topic), so a pipeline that cannot run creates nothing; then the writer lock is taken (a second writer of the
-    pipeline is refused at once). A failure after that releases the lock and closes the MLflow run as FAILED."""
-    check_kafka(config)
-    lock = WriterLock(config.name, config.checkpoint_path, spark)
-    lock.acquire()
+    pipeline is refused at once). A failure after that releases the lock and closes the MLflow run as FAILED.
+    With an `exporter`, the pipeline's Prometheus series follow it from `starting`."""
+    prometheus = watch(exporter, config, available_now=available_now) if exporter is not None else None
     try:
-        running = _start(spark, config, available_now=available_now, with_metrics=with_metrics, pool=pool)
+        check_kafka(config)
+        lock = WriterLock(config.name, config.checkpoint_path, spark)
+        lock.acquire()
+        try:
+            running = _start(spark, config, available_now=available_now, with_metrics=with_metrics, pool=pool,
+                             prometheus=prometheus)
+        except BaseException:
+            lock.release()
+            raise
     except BaseException:
-        lock.release()
+        if prometheus is not None:
+            prometheus.metrics.set_state(PipelineState.FAILED)
         raise
     running.lock = lock
+    if prometheus is not None:
+        running.prometheus = prometheus
+        prometheus.metrics.set_state(PipelineState.RUNNING)
+        prometheus.start()
     return running
 
 
@@ -152,7 +166,7 @@ def _started_in_pool(spark: SparkSession, stream: Any, pool: str | None) -> Stre
 
 
 def _start(spark: SparkSession, config: PipelineConfig, *, available_now: bool,
-           with_metrics: bool, pool: str | None = None) -> RunningPipeline:
+           with_metrics: bool, pool: str | None = None, prometheus: LagRefresher | None = None) -> RunningPipeline:
     schemas = setup.resolver(spark, config)
     setup.ensure_tables(spark, config, schemas.spec)
     setup.widen_table(spark, config, schemas)
@@ -166,7 +180,7 @@ def _start(spark: SparkSession, config: PipelineConfig, *, available_now: bool,
     metrics = _start_metrics(config, app_id, available_now, starting) if with_metrics else None
     try:
         progress = Progress(_records_to_do(config, recorded)) if available_now else None
-        monitor = PipelineMonitor(config, metrics, progress)
+        monitor = PipelineMonitor(config, metrics, progress, prometheus)
         batches: list[BatchResult] = []
         log_checkpoints = BackgroundCheckpoints.for_table(spark, config.table_path, name=config.name)
         if log_checkpoints is not None and not available_now:
@@ -197,10 +211,12 @@ def _start(spark: SparkSession, config: PipelineConfig, *, available_now: bool,
                            maintenance=scheduled)
 
 
-def run(spark: SparkSession, config: PipelineConfig, *, available_now: bool = False) -> RunningPipeline:
+def run(spark: SparkSession, config: PipelineConfig, *, available_now: bool = False,
+        exporter: Exporter | None = None) -> RunningPipeline:
     """Run a pipeline until it stops: caught up (available-now), failed, or asked to stop (SIGINT, SIGTERM)."""
     with _stop_signals() as stop_requested:
-        running = start(spark, config, available_now=available_now)  # a signal meanwhile stops it at once
+        # a signal meanwhile stops it at once
+        running = start(spark, config, available_now=available_now, exporter=exporter)
         status = "FAILED"
         try:
             # Wait in slices: PySpark's own SIGINT handler would call into the JVM while the main thread is
@@ -223,7 +239,8 @@ def run(spark: SparkSession, config: PipelineConfig, *, available_now: bool = Fa
     return running
 
 
-def run_all(spark: SparkSession, configs: list[PipelineConfig], *, available_now: bool = False) -> dict[str, str]:
+def run_all(spark: SparkSession, configs: list[PipelineConfig], *, available_now: bool = False,
+            exporter: Exporter | None = None) -> dict[str, str]:
     """Run several pipelines in one Spark application, a query each (own checkpoint, own txnAppId), each query's
     jobs in its own FAIR pool (`pool_name`; declare them with `get_session(pools=...)`). A pipeline that fails is
     reported by name and stopped; the others go on. Returns pipeline name -> status or error."""
@@ -231,7 +248,8 @@ def run_all(spark: SparkSession, configs: list[PipelineConfig], *, available_now
     running: list[RunningPipeline] = []
     for config in configs:
         try:
-            running.append(start(spark, config, available_now=available_now, pool=pool_name(config)))
+            running.append(start(spark, config, available_now=available_now, pool=pool_name(config),
+                                 exporter=exporter))
         except IngestionError as exc:
             outcome[config.name] = f"FAILED: {exc}"
             log.error("%s: could not start: %s", config.name, exc)
@@ -323,6 +341,8 @@ def stop(spark: SparkSession, running: RunningPipeline, status: str = "FINISHED"
         running.monitor.progress.close()
     if running.metrics is not None:
         running.metrics.finish(status)
+    if running.prometheus is not None:
+        running.prometheus.stop(PipelineState.FAILED if status == "FAILED" else PipelineState.STOPPED)
     if running.lock is not None:
         running.lock.release()
 
