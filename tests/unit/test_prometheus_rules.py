@@ -37,3 +37,30 @@ def test_every_alert_has_a_passing_promtool_unit_test() -> None:
     done = _promtool("test", "rules", str(TESTS))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
+
+
+def _exported_names() -> set[str]:
+    """Every sample name the exporter serves (with the `_total`, `_bucket`, ... suffixes)."""
+    from ingestion.stream.batch import BatchResult
+    from ingestion.stream.prometheus import Exporter
+
+    exporter = Exporter()
+    pipeline = exporter.pipeline("p", 1.0)
+    pipeline.lag([("t", 0, 1, 1, 0, 0.0)])
+    pipeline.batch(BatchResult(batch_id=0, rows=1, quarantined=0, bytes=1, version=1, committed=True, ranges=(),
+                               max_timestamp=None, seconds=0.1))
+    return {s.name for family in exporter.registry.collect() for s in family.samples}
+
+
+def test_the_rules_and_the_dashboard_use_only_metrics_the_exporter_serves() -> None:
+    import json
+    import re
+
+    served = _exported_names()
+    dashboard = json.loads((RULES.parent / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    exprs += [r["expr"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+    used = {name for e in exprs for name in re.findall(r"\bingest_[a-z_]+\b", e)}
+    assert used - served == set()
+    assert {"ingest_lag_records", "ingest_lag_seconds", "ingest_rows_total", "ingest_quarantined_rows_total",
+            "ingest_last_commit_timestamp_seconds", "ingest_batch_duration_seconds_bucket"} <= used

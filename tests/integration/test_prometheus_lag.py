@@ -1,0 +1,76 @@
+"""The lag refresher against the real broker (no Spark): Kafka's end offsets against the table's position, the age
+of the first record not ingested, lag at zero once a batch covers it, and a refresh with no batch at all."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import Producer
+
+from ingestion.delta.ledger import PartitionRange
+from ingestion.stream.batch import BatchResult
+from ingestion.stream.prometheus import Exporter, LagRefresher
+
+pytestmark = pytest.mark.integration
+
+
+def _produce(servers: str, topic: str, partition: int, count: int) -> list[tuple[int, int]]:
+    """(offset, timestamp ms) of each record written to `partition`."""
+    landed: list[tuple[int, int]] = []
+    producer = Producer({"bootstrap.servers": servers})
+    for i in range(count):
+        producer.produce(topic, value=b"v%d" % i, partition=partition,
+                         on_delivery=lambda err, msg: landed.append((msg.offset(), msg.timestamp()[1])))
+    producer.flush(30)
+    return sorted(landed)
+
+
+def test_lag_is_read_from_kafka_per_partition_with_no_batch_and_drops_to_zero_after_one(
+        kafka_servers: str, make_topic: Callable[..., str]) -> None:
+    topic = make_topic(partitions=2)
+    landed = _produce(kafka_servers, topic, 0, 5)
+    exporter = Exporter()
+    refresher = LagRefresher(exporter.pipeline("p", 1.0), {"bootstrap.servers": kafka_servers}, lambda: [topic],
+                             lambda: {topic: {0: 2}}, interval=60.0)
+    now = landed[2][1] / 1000 + 30.0  # 30 s after the first record the table does not hold (offset 2)
+    refresher.refresh(now=now)
+
+    def value(name: str, partition: int) -> float | None:
+        return exporter.registry.get_sample_value(name, {"pipeline": "p", "topic": topic, "partition": str(partition)})
+
+    assert [value("ingest_lag_records", p) for p in (0, 1)] == [3.0, 0.0]
+    assert [value("ingest_lag_seconds", p) for p in (0, 1)] == pytest.approx([30.0, 0.0], abs=1e-6)
+    assert [value("ingest_kafka_end_offset", p) for p in (0, 1)] == [5.0, 0.0]
+    assert [value("ingest_table_offset", p) for p in (0, 1)] == [2.0, 0.0]
+
+    refresher.batch(BatchResult(batch_id=0, rows=3, quarantined=0, bytes=6, version=1, committed=True,
+                                ranges=(PartitionRange(topic, 0, 2, 4, 3),), max_timestamp=None, seconds=0.1))
+    refresher.refresh(now=now)
+    assert [value("ingest_lag_records", p) for p in (0, 1)] == [0.0, 0.0]  # reported at zero, not dropped
+    assert [value("ingest_lag_seconds", p) for p in (0, 1)] == [0.0, 0.0]
+    assert value("ingest_table_offset", 0) == 5.0
+    assert exporter.registry.get_sample_value("ingest_rows_total", {"pipeline": "p"}) == 3.0
+
+
+def test_a_refresh_that_kafka_does_not_answer_is_counted_and_the_thread_goes_on(
+        kafka_servers: str, make_topic: Callable[..., str]) -> None:
+    from ingestion.stream.prometheus import PipelineState
+
+    exporter = Exporter()
+    asked: list[int] = []
+
+    def topics() -> list[str]:
+        asked.append(1)
+        raise RuntimeError("broker gone")
+
+    refresher = LagRefresher(exporter.pipeline("p", 1.0), {"bootstrap.servers": kafka_servers}, topics, dict,
+                             interval=0.05)
+    refresher.start()
+    while len(asked) < 3:
+        refresher._stop.wait(0.05)
+    refresher.stop(PipelineState.STOPPED)
+    failures = exporter.registry.get_sample_value("ingest_lag_refresh_failures_total", {"pipeline": "p"})
+    assert failures == float(len(asked)) and failures >= 3
+    assert exporter.registry.get_sample_value("ingest_pipeline_state", {"pipeline": "p",
+                                                                        "ingest_pipeline_state": "stopped"}) == 1.0
