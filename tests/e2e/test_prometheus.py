@@ -1,7 +1,8 @@
 """A real Prometheus (Debian's package, started here on a free loopback port, stopped by its pid) scrapes a streaming
 `ingest run --metrics-port N` under a producer. While the pipeline's JVM is frozen (SIGSTOP) and Kafka fills, the
-per-partition lag Prometheus holds equals `ingest status --json` and the no-commit alert (the shipped rule, with a
-short `for:`) fires; once the JVM goes on, the lag drains to 0 and the series keep being reported at 0."""
+per-partition lag Prometheus holds equals `ingest status --json`; with the driver frozen too (its endpoint silent)
+the no-commit alert (the shipped rule, with a short `for:`) fires; once both go on, the lag drains to 0 and the
+series keep being reported at 0."""
 
 from __future__ import annotations
 
@@ -113,10 +114,15 @@ def prometheus(tmp_path: Path) -> Iterator[Callable[[int], _Prometheus]]:
 
 def _descendants(pid: int) -> list[int]:
     """The processes under `pid` (the Spark JVM the driver started), children first."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):  # a process that ended meanwhile
+            continue
     out: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            out += [int(child), *_descendants(int(child))]
+    for child in sorted(c for c, parent in parents.items() if parent == pid):
+        out += [child, *_descendants(child)]
     return out
 
 
@@ -140,6 +146,9 @@ def test_prometheus_sees_the_lag_of_a_frozen_pipeline_fires_the_no_commit_alert_
     config = pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, sink="  trigger: 1 second\n",
                            extra=f"metrics:\n  prometheus:\n    lagInterval: {LAG_INTERVAL * 1000:g} milliseconds\n")
     server = prometheus(metrics_port)
+    # Two bursts before the run starts (its first batch takes them while the JVM warms up).
+    produced = [*produce_orders(kafka_servers, topic, 150, schema_id=1, schema=orders_schema),
+                *produce_orders(kafka_servers, topic, 150, schema_id=1, schema=orders_schema, first_seq=150)]
     log = tmp_path / "run.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen([INGEST, "run", str(config), "--metrics-port", str(metrics_port)], stdout=out,
@@ -148,9 +157,6 @@ def test_prometheus_sees_the_lag_of_a_frozen_pipeline_fires_the_no_commit_alert_
     try:
         _wait(lambda: server.scalar('ingest_pipeline_state{pipeline="orders",ingest_pipeline_state="running"}')
               == 1.0, proc, log, "the pipeline running, as Prometheus scrapes it")
-        # Under a producer: two bursts, ingested.
-        produced = [*produce_orders(kafka_servers, topic, 150, schema_id=1, schema=orders_schema),
-                    *produce_orders(kafka_servers, topic, 150, schema_id=1, schema=orders_schema, first_seq=150)]
         _wait(lambda: server.scalar('ingest_rows_total{pipeline="orders"}') == 300.0, proc, log, "300 rows")
 
         # The pipeline's JVM stops (the driver, its endpoint and its lag refresher go on) while Kafka fills.
@@ -170,11 +176,16 @@ def test_prometheus_sees_the_lag_of_a_frozen_pipeline_fires_the_no_commit_alert_
         assert {p for p, s in seconds.items() if s > 0} == {p for p, n in expected.items() if n > 0}
         assert server.scalar('sum(ingest_kafka_end_offset{pipeline="orders"})') == len(produced) + len(more)
         assert server.scalar('sum(ingest_table_offset{pipeline="orders"})') == len(produced)
-        # No commit for 5 triggers while Kafka has data: the shipped rule fires.
+        # Now the driver stops too (its endpoint no longer answers): no commit for 5 triggers while Kafka had
+        # data when last scraped, so the shipped rule fires all the same; the endpoint is seen down.
+        os.kill(proc.pid, signal.SIGSTOP)
+        frozen.append(proc.pid)
+        _wait(lambda: server.scalar('up{job="ingest"}') == 0.0, proc, log, "the endpoint seen down", timeout=30)
+        time.sleep(2 * SCRAPE)  # rule evaluations over the stale series, not only the state from before
         _wait(lambda: server.alert_states("IngestNoCommit") == ["firing"], proc, log, "IngestNoCommit firing",
               timeout=60)
     finally:
-        for pid in frozen:
+        for pid in reversed(frozen):
             os.kill(pid, signal.SIGCONT)
     try:
         _wait(lambda: server.scalar('ingest_rows_total{pipeline="orders"}') == 420.0, proc, log, "420 rows")
