@@ -31,7 +31,7 @@ import bench_runs
 import datagen
 
 REPO = Path(__file__).resolve().parents[1]
-STAGES = ("limit", "baseline", "ours", "peer", "freshness", "memory", "admin", "maintain", "fairness")
+STAGES = ("limit", "baseline", "ours", "peer", "freshness", "memory", "admin", "maintain", "fairness", "prometheus")
 # Batches of the memory stage's smaller run (the larger has 10 times as many): enough for the JVM to reach the
 # heap it keeps for that batch size. With 2 or 3 batches the smaller run ends while the JVM is still warming up
 # (measured: 895 against 1,457 MiB at 3 against 21 batches; 1,370 against 1,346 MiB at 21 against 201).
@@ -232,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
 def _throughput(args: argparse.Namespace, stages: set[str], ctx: bench_runs.Context, topic: datagen.TopicData,
                 results: dict[str, Any]) -> None:
     kinds = [kind for kind, stage in bench_runs.KINDS.items() if stage in stages]
+    if "prometheus" in stages and "ours" not in kinds:  # with the endpoint against without it, interleaved
+        kinds.insert(0, "ours")
     if not kinds:
         return
     t0 = time.monotonic()

@@ -184,10 +184,7 @@ def test_prometheus_sees_the_lag_of_a_frozen_pipeline_fires_the_no_commit_alert_
         time.sleep(2 * SCRAPE)  # rule evaluations over the stale series, not only the state from before
         _wait(lambda: server.alert_states("IngestNoCommit") == ["firing"], proc, log, "IngestNoCommit firing",
               timeout=60)
-    finally:
-        for pid in reversed(frozen):
-            os.kill(pid, signal.SIGCONT)
-    try:
+        _resume(frozen)
         _wait(lambda: server.scalar('ingest_rows_total{pipeline="orders"}') == 420.0, proc, log, "420 rows")
         _wait(lambda: server.per_partition('ingest_lag_records{pipeline="orders"}') == {0: 0.0, 1: 0.0, 2: 0.0},
               proc, log, "lag 0 in every partition")
@@ -199,5 +196,22 @@ def test_prometheus_sees_the_lag_of_a_frozen_pipeline_fires_the_no_commit_alert_
         assert len(newest) == 3 and min(newest.values()) > caught_up + SCRAPE
         assert server.alert_states("IngestNoCommit") == []
     finally:
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(120) == 0, log.read_text()[-3000:]
+        _resume(frozen)
+        code = _stop(proc)
+    assert code == 0, log.read_text()[-3000:]
+
+
+def _resume(frozen: list[int]) -> None:
+    while frozen:
+        os.kill(frozen.pop(), signal.SIGCONT)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> int:
+    """SIGINT to the driver (it stops the query and closes its run); killed with its JVM if it does not end."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.wait(120)
+    except subprocess.TimeoutExpired:
+        for pid in [*_descendants(proc.pid), proc.pid]:
+            os.kill(pid, signal.SIGKILL)
+        return proc.wait(30)
