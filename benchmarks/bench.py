@@ -174,6 +174,13 @@ def main(argv: list[str] | None = None) -> int:
         results["topic"] = topic.__dict__ | {"avg_value_bytes": round(topic.avg_value_bytes, 1)}
         results["stages_s"]["broker_and_topic"] = round(time.monotonic() - t0, 1)
         _throughput(args, stages, ctx, topic, results)
+        if "prometheus" in stages:
+            import prometheus_cost
+
+            results["prometheus_cost"] = [prometheus_cost.endpoint_cost(pipelines=n, partitions=parts,
+                                                                        scrape_every=every)
+                                          for n, parts, every in ((1, 3, 1.0), (20, 12, 15.0))]
+            log(f"prometheus endpoint, in-process: {json.dumps(results['prometheus_cost'])}")
         _write(args.output, results, started)
         if "freshness" in stages:
             t0 = time.monotonic()
