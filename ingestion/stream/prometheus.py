@@ -186,7 +186,8 @@ class LagRefresher:
         self.topics = topics
         self.start_positions = start_positions
         self.interval = interval
-        self._positions: Positions | None = None
+        self._recorded: Positions | None = None  # the ledger's, read once by the first refresh
+        self._committed: Positions = {}  # past the batches this process committed
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -198,10 +199,8 @@ class LagRefresher:
         if not result.committed:
             return
         with self._lock:
-            if self._positions is None:
-                return  # the first refresh reads the ledger, which holds this batch
             for r in result.ranges:
-                parts = self._positions.setdefault(r.topic, {})
+                parts = self._committed.setdefault(r.topic, {})
                 parts[r.partition] = max(parts.get(r.partition, 0), r.last + 1)
 
     def start(self) -> None:
@@ -231,10 +230,14 @@ class LagRefresher:
 
     def refresh(self, now: float | None = None) -> None:
         """Read Kafka's end offsets once and set the lag series."""
+        if self._recorded is None:  # on this thread: a slow ledger read holds no batch back
+            self._recorded = self.start_positions()
         with self._lock:
-            if self._positions is None:
-                self._positions = {t: dict(parts) for t, parts in self.start_positions().items()}
-            positions = {t: dict(parts) for t, parts in self._positions.items()}
+            positions = {t: dict(recorded) for t, recorded in self._recorded.items()}
+            for t, committed in self._committed.items():
+                mine = positions.setdefault(t, {})
+                for p, o in committed.items():
+                    mine[p] = max(mine.get(p, 0), o)
         marks = kafka.watermarks_of(self.settings, self.topics())
         now = time.time() if now is None else now
         rows: list[tuple[str, int, int, int, int, float]] = []

@@ -115,12 +115,10 @@ def test_lag_series_follow_the_refreshes_and_partitions_no_longer_read_go(export
 def test_a_committed_batch_advances_the_table_position_the_lag_counts_from() -> None:
     exporter = Exporter()
     refresher = LagRefresher(exporter.pipeline("p", 1.0), {}, list, lambda: {"orders": {0: 3}}, interval=60.0)
-    refresher.batch(_batch(0, 7, 0))  # before the first refresh: the ledger read then holds it
-    with refresher._lock:
-        refresher._positions = {"orders": {0: 3}}
+    refresher.batch(_batch(0, 7, 0))  # offsets 0-9, perhaps also in the ledger the first refresh reads
     refresher.batch(_batch(1, 10, 0, last=19))
     refresher.batch(_batch(1, 10, 0, last=29, committed=False))  # skipped: the table did not move
-    assert refresher._positions == {"orders": {0: 20}}
+    assert refresher._committed == {"orders": {0: 20}}
 
 
 class _Receiver(http.server.BaseHTTPRequestHandler):
