@@ -1,9 +1,12 @@
-"""The lag refresher against the real broker (no Spark): Kafka's end offsets against the table's position, the age
-of the first record not ingested, lag at zero once a batch covers it, and a refresh with no batch at all."""
+"""The lag refresher against the real broker: Kafka's end offsets against the table's position, the age of the
+first record not ingested, lag at zero once a batch covers it, and a refresh with no batch at all (no Spark); then
+`run --all`'s pipelines in one registry, fed by their batches, from `starting` to `stopped` or `failed`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -74,3 +77,41 @@ def test_a_refresh_that_kafka_does_not_answer_is_counted_and_the_thread_goes_on(
     assert failures == float(len(asked)) and failures >= 3
     assert exporter.registry.get_sample_value("ingest_pipeline_state", {"pipeline": "p",
                                                                         "ingest_pipeline_state": "stopped"}) == 1.0
+
+
+def test_run_all_feeds_one_registry_labelled_by_pipeline_from_start_to_stop(
+        spark: Any, kafka_servers: str, make_topic: Callable[..., str], orders_schema: dict[str, Any],
+        tmp_path: Path) -> None:
+    from ingestion.config import load_pipeline
+    from ingestion.dev.samples import produce_orders
+    from ingestion.stream import pipeline
+    from tests.conftest import pipeline_yaml
+
+    configs = []
+    for name, count in (("orders", 40), ("payments", 25)):
+        topic = make_topic(partitions=2)
+        produce_orders(kafka_servers, topic, count, schema_id=1, schema=orders_schema)
+        configs.append(load_pipeline(pipeline_yaml(tmp_path / name, topic=topic, servers=kafka_servers, name=name)))
+    missing = load_pipeline(pipeline_yaml(tmp_path / "gone", topic="no-such-topic-41", servers=kafka_servers,
+                                          name="gone"))
+    exporter = Exporter()
+    outcome = pipeline.run_all(spark, [*configs, missing], available_now=True, exporter=exporter)
+    assert outcome["orders"] == outcome["payments"] == "FINISHED" and outcome["gone"].startswith("FAILED")
+
+    def sample(name: str, **labels: str) -> float | None:
+        return exporter.registry.get_sample_value(name, labels)
+
+    for config, count in zip(configs, (40, 25), strict=True):
+        assert sample("ingest_rows_total", pipeline=config.name) == count
+        assert sample("ingest_batches_total", pipeline=config.name) == 1.0
+        assert sample("ingest_table_version", pipeline=config.name) == 1.0
+        assert sample("ingest_pipeline_state", pipeline=config.name, ingest_pipeline_state="stopped") == 1.0
+        # The last refresh, at stop: every partition at lag 0, the table at Kafka's end.
+        for p in (0, 1):
+            labels = {"pipeline": config.name, "topic": config.topic, "partition": str(p)}
+            assert sample("ingest_lag_records", **labels) == 0.0
+            assert sample("ingest_table_offset", **labels) == sample("ingest_kafka_end_offset", **labels)
+        assert sum(sample("ingest_table_offset", pipeline=config.name, topic=config.topic, partition=str(p)) or 0
+                   for p in (0, 1)) == count
+    assert sample("ingest_pipeline_state", pipeline="gone", ingest_pipeline_state="failed") == 1.0
+    assert sample("ingest_rows_total", pipeline="gone") == 0.0
