@@ -180,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             results["prometheus_cost"] = [prometheus_cost.endpoint_cost(pipelines=n, partitions=parts,
                                                                         scrape_every=every)
                                           for n, parts, every in ((1, 3, 1.0), (20, 12, 15.0))]
+            results["prometheus_cost"].append(prometheus_cost.refresh_cost(servers, topic.topic))
             log(f"prometheus endpoint, in-process: {json.dumps(results['prometheus_cost'])}")
         _write(args.output, results, started)
         if "freshness" in stages:

@@ -37,6 +37,27 @@ def endpoint_cost(pipelines: int = 20, partitions: int = 12, scrapes: int = 200,
             "scrape_every_s": scrape_every, "core_share_pct": round(scrape_s / scrape_every * 100, 4)}
 
 
+def refresh_cost(servers: str, topic: str, refreshes: int = 20, interval: float = 15.0) -> dict[str, Any]:
+    """CPU of one lag refresh against a broker (this process's, librdkafka's threads included): end offsets of every
+    partition, and the first record past a table position halfway through each partition (lag in every one)."""
+    from ingestion import kafka
+    from ingestion.stream.prometheus import LagRefresher
+
+    settings = {"bootstrap.servers": servers}
+    marks = kafka.watermarks_of(settings, [topic])[topic]
+    halfway = {topic: {p: (low + high) // 2 for p, (low, high) in marks.items()}}
+    refresher = LagRefresher(Exporter().pipeline("bench", 10.0), settings, lambda: [topic], lambda: halfway,
+                             interval)
+    refresher.refresh()  # the first opens nothing more, but warms Python's imports
+    start, wall = time.process_time(), time.monotonic()
+    for _ in range(refreshes):
+        refresher.refresh()
+    cpu = (time.process_time() - start) / refreshes
+    return {"partitions": len(marks), "refresh_cpu_ms": round(cpu * 1000, 1),
+            "refresh_wall_ms": round((time.monotonic() - wall) / refreshes * 1000, 1), "interval_s": interval,
+            "core_share_pct": round(cpu / interval * 100, 3)}
+
+
 if __name__ == "__main__":
     import json
 
