@@ -148,9 +148,10 @@ class PipelineMetrics:
         if result.version is not None:
             e.version.labels(name).set(result.version)
 
-    def lag(self, partitions: Iterable[tuple[str, int, int, int, int, float]]) -> None:
+    def lag(self, partitions: Iterable[tuple[str, int, int, int, int, float | None]]) -> None:
         """(topic, partition, Kafka end offset, table offset, lag records, lag seconds) of every partition read;
-        the series of partitions no longer read (a topic a pattern matched once) are removed."""
+        seconds None: not known this time (the partition's first record did not come in time), the last value
+        stays. The series of partitions no longer read (a topic a pattern matched once) are removed."""
         e, name = self.exporter, self.name
         seen: set[tuple[str, str]] = set()
         with self._lock:
@@ -159,7 +160,8 @@ class PipelineMetrics:
                 e.kafka_end.labels(*labels).set(end)
                 e.table_offset.labels(*labels).set(position)
                 e.lag_records.labels(*labels).set(records)
-                e.lag_seconds.labels(*labels).set(seconds)
+                if seconds is not None:
+                    e.lag_seconds.labels(*labels).set(seconds)
                 seen.add((topic, str(p)))
             for gone_topic, gone_partition in self._partitions - seen:
                 for gauge in (e.kafka_end, e.table_offset, e.lag_records, e.lag_seconds):
@@ -240,15 +242,15 @@ class LagRefresher:
                     mine[p] = max(mine.get(p, 0), o)
         marks = kafka.watermarks_of(self.settings, self.topics())
         now = time.time() if now is None else now
-        rows: list[tuple[str, int, int, int, int, float]] = []
+        rows: list[tuple[str, int, int, int, int, float | None]] = []
         for topic, parts in sorted(marks.items()):
             at = {p: positions.get(topic, {}).get(p, low) for p, (low, _) in parts.items()}
             behind = {p: o for p, o in at.items() if o < parts[p][1]}
             unread = kafka.first_unread(self.settings, topic, behind) if behind else {}
             for p, (_, high) in sorted(parts.items()):
-                first = unread.get(p, (at[p], None)) if p in behind else None
+                first = unread.get(p, (at[p], None)) if p in behind else None  # not in unread: did not answer
                 records = 0 if first is None else high - first[0]
-                seconds = 0.0 if first is None or first[1] is None else max(0.0, now - first[1] / 1000)
+                seconds = 0.0 if first is None else None if first[1] is None else max(0.0, now - first[1] / 1000)
                 rows.append((topic, p, high, at[p], records, seconds))
         self.metrics.lag(rows)
 

@@ -106,8 +106,10 @@ def test_lag_series_follow_the_refreshes_and_partitions_no_longer_read_go(export
     assert found[("ingest_kafka_end_offset", labels("a", 0))] == 10.0
     assert found[("ingest_table_offset", labels("a", 0))] == 7.0
 
-    refresher.metrics.lag(rows[:2])  # topic b no longer matches the pattern
+    refresher.metrics.lag([("a", 0, 11, 7, 4, None), rows[1]])  # a/0's age unknown this time; b no longer read
     found = _scrape(exporter)
+    assert (found[("ingest_lag_records", labels("a", 0))], found[("ingest_lag_seconds", labels("a", 0))]) == (4.0,
+                                                                                                               12.5)
     assert sorted(k[1] for k in found if k[0] == "ingest_lag_records") == [labels("a", 0), labels("a", 1)]
     assert ("ingest_lag_seconds", labels("b", 0)) not in found
 
