@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: setup demo test test-unit lint bench clean kafka-stop servers-stop
+.PHONY: setup demo test test-unit lint bench clean kafka-stop servers-stop prometheus
 
 setup: $(STAMP) .ingest/jars/.ready
 
@@ -22,8 +22,17 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/ingest demo
 
-test: setup
+test: setup prometheus
 	$(BIN)/pytest tests
+
+# Debian's prometheus package: `promtool` checks and unit-tests the shipped alert rules, and the e2e test starts a
+# `prometheus` of its own (docs/operations.md#prometheus). Installed only when missing (as root in CI; a developer
+# without root runs the same apt-get with sudo). The package's service is not left running: its init script is
+# told to stop it, in case the machine started it on install (the test starts its own on a free port).
+prometheus:
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
+	  && { [ ! -x /etc/init.d/prometheus ] || /etc/init.d/prometheus stop >/dev/null 2>&1 || true; }; }
 
 test-unit: setup
 	$(BIN)/pytest tests/unit

@@ -31,7 +31,7 @@ import bench_runs
 import datagen
 
 REPO = Path(__file__).resolve().parents[1]
-STAGES = ("limit", "baseline", "ours", "peer", "freshness", "memory", "admin", "maintain", "fairness")
+STAGES = ("limit", "baseline", "ours", "peer", "freshness", "memory", "admin", "maintain", "fairness", "prometheus")
 # Batches of the memory stage's smaller run (the larger has 10 times as many): enough for the JVM to reach the
 # heap it keeps for that batch size. With 2 or 3 batches the smaller run ends while the JVM is still warming up
 # (measured: 895 against 1,457 MiB at 3 against 21 batches; 1,370 against 1,346 MiB at 21 against 201).
@@ -174,6 +174,14 @@ def main(argv: list[str] | None = None) -> int:
         results["topic"] = topic.__dict__ | {"avg_value_bytes": round(topic.avg_value_bytes, 1)}
         results["stages_s"]["broker_and_topic"] = round(time.monotonic() - t0, 1)
         _throughput(args, stages, ctx, topic, results)
+        if "prometheus" in stages:
+            import prometheus_cost
+
+            results["prometheus_cost"] = [prometheus_cost.endpoint_cost(pipelines=n, partitions=parts,
+                                                                        scrape_every=every)
+                                          for n, parts, every in ((1, 3, 1.0), (20, 12, 15.0))]
+            results["prometheus_cost"].append(prometheus_cost.refresh_cost(servers, topic.topic))
+            log(f"prometheus endpoint, in-process: {json.dumps(results['prometheus_cost'])}")
         _write(args.output, results, started)
         if "freshness" in stages:
             t0 = time.monotonic()
@@ -232,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
 def _throughput(args: argparse.Namespace, stages: set[str], ctx: bench_runs.Context, topic: datagen.TopicData,
                 results: dict[str, Any]) -> None:
     kinds = [kind for kind, stage in bench_runs.KINDS.items() if stage in stages]
+    if "prometheus" in stages and "ours" not in kinds:  # with the endpoint against without it, interleaved
+        kinds.insert(0, "ours")
     if not kinds:
         return
     t0 = time.monotonic()

@@ -18,6 +18,7 @@ LABELS = {
     "peer": "peer: confluent-kafka + fastavro + delta-rs, a process per core",
     "ours_1core": "ours on one core (`local[1]`)",
     "peer_1core": "peer in one process",
+    "ours_metrics": "ours with its Prometheus endpoint scraped every second (`--metrics-port`)",
 }
 MEDIAN_KEYS = ("records_per_s", "mb_per_s", "steady_records_per_s", "wall_records_per_s", "processing_s", "wall_s",
                "peak_jvm_rss_mb", "peak_workers_rss_mb", "peak_workers_pss_mb", "peak_driver_rss_mb",
@@ -89,7 +90,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 COMPARISONS = (("ours", "baseline"), ("ours", "limit_spark"), ("ours", "limit_consumer"), ("ours", "peer"),
-               ("ours_1core", "peer_1core"), ("peer", "peer_1core"), ("ours", "ours_1core"))
+               ("ours_1core", "peer_1core"), ("peer", "peer_1core"), ("ours", "ours_1core"), ("ours_metrics", "ours"))
 
 
 def ratios(summary: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]]:

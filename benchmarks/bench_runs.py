@@ -7,10 +7,13 @@ import os
 import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +32,10 @@ DEBUG_DECODED = re.compile(r"batch (?P<id>\d+): decoded and summarized in (?P<s>
 DEBUG_WRITTEN = re.compile(r"batch (?P<id>\d+): written in (?P<s>[\d.]+)s")
 # Each measured kind and the stage (--only) that runs it. `_1core`: Spark on local[1], the peer in one process.
 KINDS = {"limit_consumer": "limit", "limit_spark": "limit", "baseline": "baseline", "ours": "ours", "peer": "peer",
-         "ours_1core": "peer", "peer_1core": "peer"}
+         "ours_1core": "peer", "peer_1core": "peer", "ours_metrics": "prometheus"}
+# Seconds between the prometheus stage's scrapes of `ingest run`'s endpoint (Prometheus's default is 60 s, 15 s is
+# common: every second is a harsh case).
+SCRAPE_EVERY = 1.0
 
 
 @dataclass
@@ -167,7 +173,7 @@ def parse_batches(lines: list[Line]) -> list[tuple[float, float, int]]:
 
 def run_ours(ctx: Context, topic: datagen.TopicData, rep: int, *, max_offsets: int | None = None,
              label: str = "ours", gc_log: bool = False, spark: dict[str, str] | None = None,
-             master: str | None = None) -> dict[str, Any]:
+             master: str | None = None, metrics_port: int | None = None) -> dict[str, Any]:
     work = _fresh_dir(ctx.home / "runs" / f"{label}-{rep}")
     yaml_path = write_pipeline(ctx, work, topic.topic, max_offsets or ctx.max_offsets, spark=spark)
     load = _loadavg()
@@ -179,9 +185,14 @@ def run_ours(ctx: Context, topic: datagen.TopicData, rep: int, *, max_offsets: i
         shutil.rmtree(gc_logs, ignore_errors=True)
         gc_logs.mkdir(parents=True)
         env["JAVA_TOOL_OPTIONS"] = f"{env.get('JAVA_TOOL_OPTIONS', '')} -Xlog:gc:file={gc_logs}/gc-%p.log".strip()
-    proc = Measured([ctx.ingest, *verbose, "run", str(yaml_path), "--available-now"], env=env, cwd=work,
+    serve = ["--metrics-port", str(metrics_port)] if metrics_port else []
+    proc = Measured([ctx.ingest, *verbose, "run", str(yaml_path), "--available-now", *serve], env=env, cwd=work,
                     log_file=ctx.home / "logs" / f"{label}-{rep}.log")
-    code = proc.wait(ctx.timeout)
+    scraper = _Scraper(metrics_port) if metrics_port else None
+    try:
+        code = proc.wait(ctx.timeout)
+    finally:
+        scrapes = scraper.stop() if scraper is not None else None
     batches = parse_batches(proc.lines)
     processing_s = (max(s + d for s, d, _ in batches) - min(s for s, _, _ in batches)) if batches else 0.0
     rows = deltastats.row_count(work / "table")
@@ -195,10 +206,42 @@ def run_ours(ctx: Context, topic: datagen.TopicData, rep: int, *, max_offsets: i
                             "median_batch_s": round(statistics.median(seconds), 2) if seconds else None,
                             "first_batch_s": round(seconds[0], 2) if seconds else None,
                             "startup_s": round(min(s for s, _, _ in batches) - proc.started, 2) if batches else None,
+                            **({"scrapes": scrapes} if scrapes is not None else {}),
                             **_breakdown(proc.lines), **_growth(proc, batches),
                             **(gclog.summary(sorted(gc_logs.glob("gc-*.log"))) if gc_log else {})})
     shutil.rmtree(work, ignore_errors=True)
     return result
+
+
+class _Scraper:
+    """Scrapes http://127.0.0.1:<port>/metrics every SCRAPE_EVERY seconds on a thread, as Prometheus would."""
+
+    def __init__(self, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        self.done = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(SCRAPE_EVERY):
+            try:
+                with urllib.request.urlopen(self.url, timeout=5) as answer:
+                    answer.read()
+                self.done += 1
+            except OSError:  # not listening yet, or gone
+                continue
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(10)
+        return self.done
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _growth(proc: Measured, batches: list[tuple[float, float, int]]) -> dict[str, Any]:
@@ -258,6 +301,8 @@ def run_kind(ctx: Context, kind: str, topic: datagen.TopicData, rep: int) -> dic
         return run_peer(ctx, topic, rep, 1, kind)
     if kind == "ours_1core":
         return run_ours(ctx, topic, rep, label=kind, master="local[1]")
+    if kind == "ours_metrics":
+        return run_ours(ctx, topic, rep, label=kind, metrics_port=free_port())
     return run_ours(ctx, topic, rep)
 
 

@@ -116,6 +116,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--available-now", action="store_true",
                      help="process everything up to the latest offsets, in batches of maxOffsetsPerTrigger, "
                           "then exit 0")
+    run.add_argument("--metrics-port", type=int, metavar="N",
+                     help="serve Prometheus metrics on port N (over metrics.prometheus.port; 0: off)")
     run.set_defaults(func=_run)
 
     history = commands.add_parser("history", help="table versions with the Kafka offsets each one holds")
@@ -308,12 +310,30 @@ def _kafka_status(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ingestion.stream import metrics, pipeline
+    from ingestion.stream import prometheus
 
     if args.all == bool(args.pipeline):
         raise IngestionError("name one pipeline, or pass --all")
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+        raise IngestionError(f"--metrics-port must be a TCP port (0: off), got {args.metrics_port}")
+    configs = _all_valid() if args.all else [_load(args.pipeline)]
+    exporter = prometheus.exporter_for(configs, port=args.metrics_port, available_now=args.available_now)
+    try:
+        code = _run_pipelines(args, configs, exporter)
+        gateway = configs[0].metrics.prometheus.pushgateway
+        if exporter is not None and args.available_now and gateway:
+            exporter.push(gateway, prometheus.push_instance(configs))
+        return code
+    finally:
+        if exporter is not None:
+            exporter.close()
+
+
+def _run_pipelines(args: argparse.Namespace, configs: list[PipelineConfig], exporter: Any) -> int:
+    from ingestion.stream import metrics, pipeline
+
     if args.all:
-        contexts = [pipeline.check_can_start(c) for c in _all_valid()]
+        contexts = [pipeline.check_can_start(c) for c in configs]
         if args.available_now:
             done = [c for c in contexts if pipeline.caught_up(c) is not None]
             for ctx in done:
@@ -324,11 +344,11 @@ def _run(args: argparse.Namespace) -> int:
         metrics.open_store_early()  # while the JVM boots
         configs = [c.config for c in contexts]
         spark = _session("ingest-all", configs, pools=[pipeline.pool_name(c) for c in configs])
-        outcome = pipeline.run_all(spark, contexts, available_now=args.available_now)
+        outcome = pipeline.run_all(spark, contexts, available_now=args.available_now, exporter=exporter)
         for name, ended in outcome.items():
             print(f"{name}: {ended}")
         return 1 if any(o.status is pipeline.RunStatus.FAILED for o in outcome.values()) else 0
-    config = _load(args.pipeline)
+    (config,) = configs
     ctx = pipeline.check_can_start(config)  # before anything is created or a JVM boots: Kafka, the topics, the lock
     if args.available_now and (reached := pipeline.caught_up(ctx)) is not None:
         where = ", ".join(f"{t}/{p}:{o}" for t, parts in sorted(reached.items()) for p, o in sorted(parts.items()))
@@ -337,7 +357,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     metrics.open_store_early()  # while the JVM boots
     spark = _session(f"ingest-{config.name}", [config])
-    running = pipeline.run(spark, ctx, available_now=args.available_now)
+    running = pipeline.run(spark, ctx, available_now=args.available_now, exporter=exporter)
     rows = sum(b.rows for b in running.batches if b.committed)
     how = "stopped on request" if running.stopped_on_request else "done"
     log.info("%s: %s, %d batches, %d rows written", config.name, how, len(running.batches), rows)

@@ -127,10 +127,23 @@ class TopicOptions:
 
 
 @dataclass(frozen=True)
+class PrometheusOptions:
+    """`ingest run`'s Prometheus endpoint (docs/operations.md#prometheus): off while `port` is 0."""
+
+    port: int = 0
+    host: str = "127.0.0.1"
+    # How often the lag gauges are refreshed from Kafka's end offsets, batches or not.
+    lag_interval: str = field(default="15 seconds", metadata=_key("lagInterval"))
+    # A Pushgateway's URL: an `--available-now` run pushes its metrics there when it ends (empty: no push).
+    pushgateway: str = ""
+
+
+@dataclass(frozen=True)
 class MetricsOptions:
     experiment: str = ""
     consumer_group: str = field(default="", metadata=_key("consumerGroup"))
     commit_offsets: bool = field(default=True, metadata=_key("commitOffsets"))
+    prometheus: PrometheusOptions = field(default_factory=PrometheusOptions)
 
 
 @dataclass(frozen=True)
@@ -164,7 +177,7 @@ class PipelineConfig:
 
     After loading, `topics` holds the named topics (`topic: x` is `topics: [x]`) and `topic` the one topic of a
     pipeline that reads exactly one named topic, else "". A `topicPattern` pipeline's topics are those on the
-    brokers matching it now (`kafka.pipeline_topics`), as Spark's `subscribePattern` reads them.
+    brokers matching it now (`kafka.pipeline_partitions`), as Spark's `subscribePattern` reads them.
     """
 
     name: str
@@ -506,6 +519,21 @@ def _check(config: PipelineConfig, raw_source: set[str]) -> None:
         raise ConfigError(f"{config.file}: {problem}")
     _check_values(config)
     _check_maintenance(config)
+    _check_prometheus(config)
+
+
+def _check_prometheus(config: PipelineConfig) -> None:
+    options = config.metrics.prometheus
+    if not 0 <= options.port <= 65535:
+        raise ConfigError(f"{config.file}: key 'metrics.prometheus.port' must be a TCP port (0 turns the endpoint "
+                          f"off), got {options.port!r}")
+    interval = duration_seconds(options.lag_interval)
+    if interval is None or interval <= 0:
+        raise ConfigError(f"{config.file}: key 'metrics.prometheus.lagInterval' must be a positive interval such as "
+                          f"'15 seconds', got {options.lag_interval!r}")
+    if options.pushgateway and not re.match(r"https?://", options.pushgateway):
+        raise ConfigError(f"{config.file}: key 'metrics.prometheus.pushgateway' must be an http(s) URL, got "
+                          f"{security.redact_url(options.pushgateway)!r}")
 
 
 def _check_maintenance(config: PipelineConfig) -> None:

@@ -26,6 +26,7 @@ from ingestion.errors import KafkaAccessError, one_line
 from ingestion.runtime.listener import ProgressListener
 from ingestion.stream.batch import BatchResult
 from ingestion.stream.metrics import RunMetrics
+from ingestion.stream.prometheus import LagRefresher
 
 log = logging.getLogger(__name__)
 
@@ -114,11 +115,12 @@ class PipelineMonitor(ProgressListener):
     """Listens to one pipeline's query; `on_batch` is the writer's callback for the same batches."""
 
     def __init__(self, config: PipelineConfig, settings: Mapping[str, Any], metrics: RunMetrics | None,
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, prometheus: LagRefresher | None = None) -> None:
         self.config = config
         self.settings = settings  # the Kafka client settings group commits use
         self.metrics = metrics
         self.progress = progress
+        self.prometheus = prometheus
         self.group = config.consumer_group
         self.last_lag: dict[str, dict[int, int]] = {}  # per topic and partition
         self._results: dict[int, BatchResult] = {}
@@ -130,7 +132,9 @@ class PipelineMonitor(ProgressListener):
 
     def on_batch(self, result: BatchResult) -> None:
         with self._lock:
-            self._results[result.batch_id] = result
+            self._results[result.batch_id] = result  # for MLflow, with Spark's progress of the same batch
+        if self.prometheus is not None:
+            self.prometheus.batch(result)
         if self.progress is not None:
             self.progress.advance(sum(r.count for r in result.ranges))
 

@@ -35,6 +35,7 @@ from ingestion.stream.lock import WriterLock
 from ingestion.stream.maintenance import ScheduledMaintenance
 from ingestion.stream.metrics import RunMetrics
 from ingestion.stream.monitor import PipelineMonitor, Progress
+from ingestion.stream.prometheus import Exporter, LagRefresher, PipelineState, watch
 from ingestion.stream.writer import BronzeWriter
 from ingestion.units import spark_interval
 
@@ -76,6 +77,7 @@ class RunningPipeline:
     stopped_on_request: bool = False
     writer: BronzeWriter | None = None
     maintenance: ScheduledMaintenance | None = None
+    prometheus: LagRefresher | None = None
 
     @property
     def config(self) -> PipelineConfig:
@@ -93,20 +95,34 @@ class RunningPipeline:
 
 
 def start(spark: SparkSession, target: PipelineConfig | PipelineContext, *, available_now: bool = False,
-          with_metrics: bool = True, pool: str | None = None) -> RunningPipeline:
+          with_metrics: bool = True, pool: str | None = None, exporter: Exporter | None = None) -> RunningPipeline:
     """Start the streaming query of one pipeline and return at once. Kafka is asked first (the brokers and the
     topics, unless `target` is a context that was: `check_can_start`), so a pipeline that cannot run creates
     nothing; then the writer lock is taken (a second writer of the pipeline is refused at once). A failure after
-    that releases the lock and closes the MLflow run as FAILED."""
-    ctx = context.of(target, check=True)
-    lock = WriterLock(ctx.name, ctx.config.checkpoint_path, spark)
-    lock.acquire()
+    that releases the lock and closes the MLflow run as FAILED. With an `exporter`, the pipeline's Prometheus
+    series follow it from `starting`."""
+    prometheus = None
     try:
-        running = _start(spark, ctx, available_now=available_now, with_metrics=with_metrics, pool=pool)
+        ctx = context.of(target, check=True)
+        prometheus = watch(exporter, ctx, available_now=available_now) if exporter is not None else None
+        lock = WriterLock(ctx.name, ctx.config.checkpoint_path, spark)
+        lock.acquire()
+        try:
+            running = _start(spark, ctx, available_now=available_now, with_metrics=with_metrics, pool=pool,
+                             prometheus=prometheus)
+        except BaseException:
+            lock.release()
+            raise
     except BaseException:
-        lock.release()
+        if exporter is not None:  # a pipeline that cannot start is shown failed, whatever stopped it
+            failed = prometheus.metrics if prometheus is not None else exporter.pipeline(target.name, None)
+            failed.set_state(PipelineState.FAILED)
         raise
     running.lock = lock
+    if prometheus is not None:
+        running.prometheus = prometheus
+        prometheus.metrics.set_state(PipelineState.RUNNING)
+        prometheus.start()
     return running
 
 
@@ -161,7 +177,7 @@ def _started_in_pool(spark: SparkSession, stream: Any, pool: str | None) -> Stre
 
 
 def _start(spark: SparkSession, ctx: PipelineContext, *, available_now: bool,
-           with_metrics: bool, pool: str | None = None) -> RunningPipeline:
+           with_metrics: bool, pool: str | None = None, prometheus: LagRefresher | None = None) -> RunningPipeline:
     config = ctx.config
     schemas = setup.resolver(spark, ctx)
     setup.ensure_tables(spark, config, schemas.spec)
@@ -178,7 +194,7 @@ def _start(spark: SparkSession, ctx: PipelineContext, *, available_now: bool,
     metrics = _start_metrics(config, app_id, available_now, starting) if with_metrics else None
     try:
         progress = Progress(_records_to_do(ctx, recorded)) if available_now else None
-        monitor = PipelineMonitor(config, ctx.kafka.client, metrics, progress)
+        monitor = PipelineMonitor(config, ctx.kafka.client, metrics, progress, prometheus)
         batches: list[BatchResult] = []
         log_checkpoints = BackgroundCheckpoints.for_table(spark, config.table_path, name=config.name)
         if log_checkpoints is not None and not available_now:
@@ -210,11 +226,12 @@ def _start(spark: SparkSession, ctx: PipelineContext, *, available_now: bool,
                            maintenance=scheduled)
 
 
-def run(spark: SparkSession, target: PipelineConfig | PipelineContext, *,
-        available_now: bool = False) -> RunningPipeline:
+def run(spark: SparkSession, target: PipelineConfig | PipelineContext, *, available_now: bool = False,
+        exporter: Exporter | None = None) -> RunningPipeline:
     """Run a pipeline until it stops: caught up (available-now), failed, or asked to stop (SIGINT, SIGTERM)."""
     with _stop_signals() as stop_requested:
-        running = start(spark, target, available_now=available_now)  # a signal meanwhile stops it at once
+        # a signal meanwhile stops it at once
+        running = start(spark, target, available_now=available_now, exporter=exporter)
         ctx = running.context
         status = RunStatus.FAILED
         try:
@@ -239,7 +256,7 @@ def run(spark: SparkSession, target: PipelineConfig | PipelineContext, *,
 
 
 def run_all(spark: SparkSession, targets: Sequence[PipelineConfig | PipelineContext], *,
-            available_now: bool = False) -> dict[str, RunOutcome]:
+            available_now: bool = False, exporter: Exporter | None = None) -> dict[str, RunOutcome]:
     """Run several pipelines in one Spark application, a query each (own checkpoint, own txnAppId), each query's
     jobs in its own FAIR pool (`pool_name`; declare them with `get_session(pools=...)`). A pipeline that fails is
     reported by name and stopped; the others go on. Returns pipeline name -> how it ended."""
@@ -249,7 +266,8 @@ def run_all(spark: SparkSession, targets: Sequence[PipelineConfig | PipelineCont
         name = target.name
         try:
             ctx = context.of(target, check=True)
-            running.append(start(spark, ctx, available_now=available_now, pool=pool_name(ctx.config)))
+            running.append(start(spark, ctx, available_now=available_now, pool=pool_name(ctx.config),
+                                 exporter=exporter))
         except IngestionError as exc:
             outcome[name] = RunOutcome(RunStatus.FAILED, one_line(exc))
             log.error("%s: could not start: %s", name, outcome[name].reason)
@@ -342,6 +360,8 @@ def stop(spark: SparkSession, running: RunningPipeline, status: RunStatus = RunS
         running.monitor.progress.close()
     if running.metrics is not None:
         running.metrics.finish(status)
+    if running.prometheus is not None:
+        running.prometheus.stop(PipelineState.FAILED if status is RunStatus.FAILED else PipelineState.STOPPED)
     if running.lock is not None:
         running.lock.release()
 

@@ -135,8 +135,8 @@ def test_unknown_nested_key_typo(tmp_path: Path) -> None:
     path = write(tmp_path, MINIMAL + "source:\n  startingOffset: latest\n")
     message = config_error(path)
     assert message == (f"{path}: unknown key 'source.startingOffset' (value 'latest'); known keys here: "
-                       "brokerTimeout, failOnDataLoss, maxOffsetsPerTrigger, minPartitions, startingOffsets, "
-                       "startingOffsetsByTimestamp, startingTimestamp")
+                       "brokerTimeout, failOnDataLoss, maxOffsetsPerTrigger, minPartitions, startFromActiveGroup, "
+                       "startFromGroup, startingOffsets, startingOffsetsByTimestamp, startingTimestamp")
 
 
 def test_python_field_name_is_not_a_key(tmp_path: Path) -> None:
