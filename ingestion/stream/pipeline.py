@@ -156,7 +156,7 @@ def caught_up(ctx: PipelineContext) -> dict[str, dict[int, int]] | None:
     return reached or None
 
 
-def pool_name(config: PipelineConfig) -> str:
+def pool_name(config: PipelineConfig | PipelineContext) -> str:
     """The FAIR scheduler pool of a pipeline's jobs under `run --all` (declared by the session, `get_session`'s
     `pools`), so that a busy pipeline's batches do not queue the others' behind them."""
     return f"pipeline-{config.name}"
@@ -265,8 +265,7 @@ def run_all(spark: SparkSession, targets: Sequence[PipelineConfig | PipelineCont
     for target in targets:
         name = target.name
         try:
-            ctx = context.of(target, check=True)
-            running.append(start(spark, ctx, available_now=available_now, pool=pool_name(ctx.config),
+            running.append(start(spark, target, available_now=available_now, pool=pool_name(target),
                                  exporter=exporter))
         except IngestionError as exc:
             outcome[name] = RunOutcome(RunStatus.FAILED, one_line(exc))
