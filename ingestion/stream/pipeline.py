@@ -33,7 +33,7 @@ from ingestion.stream import checkpoint, setup, source
 from ingestion.stream.batch import BatchResult
 from ingestion.stream.lock import WriterLock
 from ingestion.stream.maintenance import ScheduledMaintenance
-from ingestion.stream.metrics import RunMetrics
+from ingestion.stream.metrics import RunMetrics, end_abandoned
 from ingestion.stream.monitor import PipelineMonitor, Progress
 from ingestion.stream.writer import BronzeWriter
 
@@ -76,12 +76,16 @@ def start(spark: SparkSession, config: PipelineConfig, *, available_now: bool = 
     check_kafka(config)
     lock = WriterLock(config.name, config.checkpoint_path, spark)
     lock.acquire()
+    if lock.taken_from is not None:  # the last writer died holding the lock: close its MLflow run
+        end_abandoned(lock.taken_from)
     try:
         running = _start(spark, config, available_now=available_now, with_metrics=with_metrics, pool=pool)
     except BaseException:
         lock.release()
         raise
     running.lock = lock
+    if running.metrics is not None:  # for the next writer, should this one die
+        lock.note_run(running.metrics.run_id, running.metrics.uri)
     return running
 
 
