@@ -233,11 +233,11 @@ def _parser() -> argparse.ArgumentParser:
                                "works in any folder (without conf/pipelines/orders.yaml, the pipeline and schema "
                                "come with the package)")
     demo.add_argument("--records", type=int, default=10_000, help="sample records to produce (default 10000)")
-    demo.add_argument("--keep-servers", "--keep-broker", dest="keep_broker", action="store_true",
+    demo.add_argument("--keep-servers", "--keep-broker", dest="keep_servers", action="store_true",
                       help="leave the servers it started (the broker, the catalog's Derby server) running afterwards; "
                       "by default it stops them and leaves running only what it found running")
     demo.set_defaults(func=lambda a: _lazy("ingestion.dev.demo", "run_demo")(records=a.records,
-                                                                           keep_broker=a.keep_broker))
+                                                                           keep_servers=a.keep_servers))
 
     jars = commands.add_parser("jars", help="resolve the JVM jars (Delta, Spark Kafka source, broker) via Maven; "
                           "build the helper jar")

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def run_demo(*, records: int = 10_000, partitions: int = 3, keep_broker: bool = False) -> int:
+def run_demo(*, records: int = 10_000, partitions: int = 3, keep_servers: bool = False) -> int:
     from ingestion.runtime import metastore
     from ingestion.runtime.session import get_session
     from ingestion.stream import metrics, pipeline
@@ -57,9 +57,9 @@ def run_demo(*, records: int = 10_000, partitions: int = 3, keep_broker: bool = 
         _summary(spark, config, running.metrics.run_id if running.metrics else None, time.monotonic() - started)
         spark.stop()
     finally:
-        if not (keep_broker or catalog_was_running) and metastore.stop() is not None:
+        if not (keep_servers or catalog_was_running) and metastore.stop() is not None:
             log.info("stopped the catalog's Derby server the demo started")
-        if not (keep_broker or was_running):
+        if not (keep_servers or was_running):
             broker.stop()
     return 0
 
