@@ -243,9 +243,10 @@ def _parser() -> argparse.ArgumentParser:
                           "build the helper jar")
     jars.set_defaults(func=_jars)
 
-    new = commands.add_parser(
-        "new", help="lay out a new project folder: conf/defaults.yaml (shared settings), conf/pipelines/, schemas/ "
-        "and a .gitignore for the state folder .ingest/; an existing file is never overwritten")
+    laid_out = ("lay out a new project folder: conf/defaults.yaml (shared settings), conf/pipelines/, schemas/ and "
+                "a .gitignore for the state folder .ingest/; an existing file is never overwritten")
+    new = commands.add_parser("new", help=laid_out, description=laid_out + ". Then: ingest init <topic> writes "
+                              "conf/pipelines/<name>.yaml (docs/operations.md#a-new-project).")
     new.add_argument("folder", nargs="?", default=".", help="the project folder, made if missing (default: here)")
     new.set_defaults(func=_new)
 
