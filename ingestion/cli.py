@@ -229,15 +229,26 @@ def _parser() -> argparse.ArgumentParser:
     q_redo.add_argument("pipeline")
     q_redo.set_defaults(func=_quarantine_reprocess)
 
-    demo = commands.add_parser("demo", help="broker + sample topic + sample records + one ingestion + summary")
+    demo = commands.add_parser("demo", help="broker + sample topic + sample records + one ingestion + summary; "
+                               "works in any folder (without conf/pipelines/orders.yaml, the pipeline and schema "
+                               "come with the package)")
     demo.add_argument("--records", type=int, default=10_000, help="sample records to produce (default 10000)")
-    demo.add_argument("--keep-broker", action="store_true", help="leave the broker running afterwards")
+    demo.add_argument("--keep-servers", "--keep-broker", dest="keep_servers", action="store_true",
+                      help="leave the servers it started (the broker, the catalog's Derby server) running afterwards; "
+                      "by default it stops them and leaves running only what it found running")
     demo.set_defaults(func=lambda a: _lazy("ingestion.dev.demo", "run_demo")(records=a.records,
-                                                                           keep_broker=a.keep_broker))
+                                                                           keep_servers=a.keep_servers))
 
     jars = commands.add_parser("jars", help="resolve the JVM jars (Delta, Spark Kafka source, broker) via Maven; "
                           "build the helper jar")
     jars.set_defaults(func=_jars)
+
+    laid_out = ("lay out a new project folder: conf/defaults.yaml (shared settings), conf/pipelines/, schemas/ and "
+                "a .gitignore for the state folder .ingest/; an existing file is never overwritten")
+    new = commands.add_parser("new", help=laid_out, description=laid_out + ". Then: ingest init <topic> writes "
+                              "conf/pipelines/<name>.yaml (docs/operations.md#a-new-project).")
+    new.add_argument("folder", nargs="?", default=".", help="the project folder, made if missing (default: here)")
+    new.set_defaults(func=_new)
 
     init = commands.add_parser(
         "init", help="write conf/pipelines/<name>.yaml for each topic from what the broker and the registry (or "
@@ -660,6 +671,19 @@ def _quarantine_reprocess(args: argparse.Namespace) -> int:
     print(f"{r.examined} examined: {r.redecoded} re-decoded into bronze (version {r.bronze_version}), "
           f"{r.already_in_bronze} were already there, {r.still_failing} still failing "
           f"({r.errors_changed} with a new error; quarantine version {r.quarantine_version})")
+    return 0
+
+
+def _new(args: argparse.Namespace) -> int:
+    from ingestion.ops import project
+
+    folder = Path(args.folder)
+    for placed in project.lay_out(folder):
+        state = "made" if placed.made else "exists, left as it is"
+        print(f"{placed.path}{'/' if placed.path.is_dir() else ''}: {state}")
+    where = "" if folder.resolve() == Path.cwd() else f"cd {folder}; "
+    print(f"next: {where}ingest kafka start (or set KAFKA_BOOTSTRAP_SERVERS in conf/defaults.yaml), then "
+          "ingest init <topic> for each topic")
     return 0
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -152,3 +154,30 @@ def group_offsets(settings: dict[str, Any], group: str, topic: str) -> dict[int,
     if done.returncode != 0:
         raise RuntimeError(f"committed_offsets exited with {done.returncode}: {done.stderr[-500:]}")
     return {int(p): o for p, o in json.loads(done.stdout).items()}
+
+
+def processes_of(folder: Path) -> dict[int, str]:
+    """pid -> command line of every process (but this one) that names `folder` on its command line or works in it:
+    the servers the project starts name their state folder, a command's JVM inherits its working folder."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(entry / "cwd")
+            if "\nState:\tZ" in (entry / "status").read_text():
+                continue  # ended, not yet reaped by its parent
+        except OSError:
+            continue
+        if str(folder) in cmdline or Path(cwd).is_relative_to(folder):
+            found[int(entry.name)] = cmdline
+    return found
+
+
+def processes_left(folder: Path, timeout: float = 60.0) -> dict[int, str]:
+    """`processes_of(folder)` once they had up to `timeout` seconds to end."""
+    deadline = time.monotonic() + timeout
+    while (found := processes_of(folder)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return found

@@ -1,9 +1,17 @@
-"""`ingest demo`: a local broker, a sample topic, sample records, one caught-up ingestion, a summary."""
+"""`ingest demo`: a local broker, a sample topic, sample records, one caught-up ingestion, a summary.
+
+The demo's pipeline (`orders`) and its schema are the project's `conf/pipelines/orders.yaml` and `schemas/` when
+they are there (a clone); anywhere else (a folder after `pip install`) the copies it brings as package data
+(`dev/demo_project/`). The servers it starts (the broker, the catalog's Derby server) it stops at the end; those it
+found running it leaves running.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import time
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,7 +20,7 @@ from ingestion.config import PipelineConfig, load_pipeline
 from ingestion.delta import ledger, reads
 from ingestion.dev.broker import Broker
 from ingestion.dev.samples import produce_orders
-from ingestion.paths import schemas_dir
+from ingestion.paths import conf_dir, schemas_dir
 from ingestion.schema.files import load_subject
 
 if TYPE_CHECKING:
@@ -21,13 +29,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def run_demo(*, records: int = 10_000, partitions: int = 3, keep_broker: bool = False) -> int:
+def run_demo(*, records: int = 10_000, partitions: int = 3, keep_servers: bool = False) -> int:
+    from ingestion.runtime import metastore
     from ingestion.runtime.session import get_session
     from ingestion.stream import metrics, pipeline
 
     started = time.monotonic()
+    _use_packaged_files()
     broker = Broker.default()
     was_running = broker.pid() is not None
+    catalog_was_running = metastore.running() is not None
     servers = broker.start()
     try:
         config = load_pipeline("orders")
@@ -46,9 +57,23 @@ def run_demo(*, records: int = 10_000, partitions: int = 3, keep_broker: bool = 
         _summary(spark, config, running.metrics.run_id if running.metrics else None, time.monotonic() - started)
         spark.stop()
     finally:
-        if not (keep_broker or was_running):
+        if not (keep_servers or catalog_was_running) and metastore.stop() is not None:
+            log.info("stopped the catalog's Derby server the demo started")
+        if not (keep_servers or was_running):
             broker.stop()
     return 0
+
+
+def _use_packaged_files() -> None:
+    """Read the demo's pipeline and schema from the package when the working folder does not have them; a folder
+    of the caller's (INGEST_CONF_DIR, INGEST_SCHEMAS_DIR) holding them wins."""
+    packaged = Path(str(resources.files("ingestion.dev") / "demo_project"))
+    own = conf_dir() / "pipelines" / "orders.yaml"
+    if not own.is_file():
+        os.environ["INGEST_CONF_DIR"] = str(packaged / "conf")
+        log.info("demo: no %s, so the pipeline orders comes from the package (%s)", own, packaged / "conf")
+    if not (schemas_dir() / "orders-value").is_dir():
+        os.environ["INGEST_SCHEMAS_DIR"] = str(packaged / "schemas")
 
 
 def _summary(spark: SparkSession, config: PipelineConfig, run_id: str | None, seconds: float) -> None:

@@ -33,7 +33,7 @@ def path(name: str) -> Path:
     target = jar_cache() / "data" / hashlib.sha1(content).hexdigest()[:12] / name
     if not target.is_file():
         target.parent.mkdir(parents=True, exist_ok=True)
-        staging = target.with_name(f".{name}.{os.getpid()}")
+        staging = target.with_name(f".{target.name}.{os.getpid()}")
         staging.write_bytes(content)
         os.replace(staging, target)  # whole or absent for a process reading it meanwhile
     return target

@@ -3,13 +3,16 @@ served by a Derby network server on 127.0.0.1 that the project starts (and stops
 
 Why a server: embedded Derby admits one JVM at a time, so an `ingest run` holding the metastore would lock out an
 analyst's `ingest sql`, a notebook and `ingest sql-server`. Every Spark session is a client of the one server
-instead, and any number of them can use the catalog at once. It starts on the first session that needs it and
-keeps running (`ingest metastore stop|status`); it listens on loopback only and has no users or passwords, so it
-is for one machine's local state. On a cluster, point `spark.hadoop.hive.metastore.uris` at the cluster's metastore
-instead (docs/catalog.md): then no Derby server starts.
+instead, and any number of them can use the catalog at once. It starts on the first session that needs it; each
+session's process registers its pid under `clients/`, and a server started that way ends itself once no registered
+process is alive and no connection is open for `INGEST_METASTORE_IDLE_SECONDS` (default 600; 0: never). One
+started by `ingest metastore start` runs until `ingest metastore stop`. Either ends at once when its folder is
+deleted (`data/derby/MetastoreServer.java`), so no server outlives the state it serves. It listens on loopback
+only and has no users or passwords, so it is for one machine's local state. On a cluster, point
+`spark.hadoop.hive.metastore.uris` at the cluster's metastore instead (docs/catalog.md): then no Derby server starts.
 
-Its folder (`<state>/metastore/`) holds `derby.pid`, `port`, `derby.log` and `db/metastore_db`; Spark's managed
-tables and databases (`spark.sql.warehouse.dir`) go to `<state>/warehouse/`.
+Its folder (`<state>/metastore/`) holds `derby.pid`, `port`, `clients/`, `derby.log` and `db/metastore_db`; Spark's
+managed tables and databases (`spark.sql.warehouse.dir`) go to `<state>/warehouse/`.
 """
 
 from __future__ import annotations
@@ -23,15 +26,19 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from ingestion.errors import IngestionError
 from ingestion.paths import state_dir
 from ingestion.processes import PidFile, free_port, port_open, wait_for_port
-from ingestion.runtime import jars
+from ingestion.runtime import data_files, jars
 
 log = logging.getLogger(__name__)
 
 DERBY_CLIENT_DRIVER = "org.apache.derby.jdbc.ClientDriver"
 CATALOG_IMPLEMENTATION = "spark.sql.catalogImplementation"
 # Settings that say a session has its own metastore (a cluster's): then the local server is not used.
+SERVER_SOURCE = "derby/MetastoreServer.java"  # run by `java` as a single source file: no build step
+IDLE_SECONDS_ENV = "INGEST_METASTORE_IDLE_SECONDS"
+IDLE_SECONDS = 600
 EXTERNAL_METASTORE_KEYS = ("spark.hadoop.hive.metastore.uris", "spark.hive.metastore.uris",
                            "spark.hadoop.javax.jdo.option.ConnectionURL", "spark.sql.hive.metastore.jars")
 
@@ -52,10 +59,12 @@ def running(folder: Path | None = None) -> tuple[int, int] | None:
     """(pid, port) of the local metastore's server when it runs, else None."""
     folder = folder or home()
     pid = _pid_file(folder).pid()
-    port_file = folder / "port"
-    if pid is None or not port_file.is_file():
+    if pid is None:
         return None
-    return pid, int(port_file.read_text().strip())
+    try:  # an idle server deletes it as it decides to end
+        return pid, int((folder / "port").read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 @contextmanager
@@ -70,10 +79,28 @@ def _start_lock(folder: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def start(port: int | None = None, timeout: float = 60.0, folder: Path | None = None) -> int:
-    """Start the Derby network server (or find it running); its port once it accepts connections."""
+def idle_seconds() -> int:
+    """How long an auto-started server waits without a client before it ends (`INGEST_METASTORE_IDLE_SECONDS`)."""
+    text = os.environ.get(IDLE_SECONDS_ENV, "").strip()
+    if not text:
+        return IDLE_SECONDS
+    try:
+        return max(0, int(text))
+    except ValueError:
+        raise IngestionError(f"environment variable {IDLE_SECONDS_ENV}: expected whole seconds (0: never), got "
+                             f"{text!r}") from None
+
+
+def start(port: int | None = None, timeout: float = 60.0, folder: Path | None = None, *, idle: int = 0,
+          client: int | None = None) -> int:
+    """Start the Derby network server (or find it running); its port once it accepts connections. `client`: the
+    pid of a process that uses it (registered first: the server does not end while it lives); `idle`: seconds
+    without a client after which a server started here ends itself (0: it runs until stopped)."""
     folder = folder or home()
     with _start_lock(folder):
+        if client is not None:
+            (folder / "clients").mkdir(exist_ok=True)
+            (folder / "clients" / str(client)).touch()
         found = running(folder)
         if found is not None and port_open(found[1]):
             return found[1]
@@ -81,10 +108,10 @@ def start(port: int | None = None, timeout: float = 60.0, folder: Path | None = 
         classpath = [*jars.resolve(jars.DERBY_JARS), *jars.pyspark_jars("derby-*.jar", "derbyshared-*.jar",
                                                                        "derbytools-*.jar")]
         logfile = folder / "derby.log"
-        command = ["java", "-Xmx256m", f"-Dderby.system.home={folder / 'db'}", f"-Dderby.stream.error.file={logfile}",
-                   "-Dderby.drda.host=127.0.0.1", "-cp", os.pathsep.join(map(str, classpath)),
-                   "org.apache.derby.drda.NetworkServerControl", "start", "-h", "127.0.0.1", "-p", str(port),
-                   "-noSecurityManager"]
+        command = ["java", "-Xmx256m", "-XX:+UseSerialGC", f"-Dderby.system.home={folder / 'db'}",
+                   f"-Dderby.stream.error.file={logfile}", "-Dderby.drda.host=127.0.0.1",
+                   "-cp", os.pathsep.join(map(str, classpath)), str(data_files.path(SERVER_SOURCE)),
+                   str(folder / "db"), str(port), str(idle), str(folder / "clients"), str(folder / "port")]
         (folder / "db").mkdir(parents=True, exist_ok=True)
         with open(folder / "server.out", "ab") as out:
             process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -96,8 +123,9 @@ def start(port: int | None = None, timeout: float = 60.0, folder: Path | None = 
         except Exception:
             _pid_file(folder).stop()
             raise
-        log.info("metastore: Derby network server started (pid %d) on 127.0.0.1:%d, database in %s", process.pid,
-                 port, folder / "db")
+        log.info("metastore: Derby network server started (pid %d) on 127.0.0.1:%d, database in %s, %s",
+                 process.pid, port, folder / "db", f"ends after {idle}s without a client" if idle else
+                 "runs until `ingest metastore stop`")
         return port
 
 
@@ -125,7 +153,7 @@ def session_settings(conf: Mapping[str, str]) -> dict[str, str]:
         return {}
     if uses_external(conf):
         return {CATALOG_IMPLEMENTATION: "hive"}
-    port = start()
+    port = start(idle=idle_seconds(), client=os.getpid())
     return {
         CATALOG_IMPLEMENTATION: "hive",
         "spark.sql.warehouse.dir": str(warehouse()),

@@ -2,18 +2,22 @@
 
 The lock is an operating-system lock (`flock`) on `<checkpoint>/_ingest_writer.lock`, so a process that dies (even
 by SIGKILL) releases it at once: there is no stale lock to clean up. The file also says who holds it (host, pid,
-start time), for the error a second writer gets. It works where the checkpoint is a local or shared POSIX file
-system (NFS with working locks included).
+start time), for the error a second writer gets, and the MLflow run it reports to (`note_run`): a holder that
+releases the lock clears the file, so a record found by the next holder is one of a writer that died (SIGKILL, the
+OOM killer, a lost node) and left its MLflow run RUNNING; `taken_from` hands it to the next holder, which ends that
+run as KILLED (`metrics.end_abandoned`). It works where the checkpoint is a local or shared POSIX file system (NFS
+with working locks included).
 
 Object storage (`s3a://`, `abfss://`, `gs://`) has no file locks. There the lock is a lease: an object
 `<checkpoint>/_ingest_writer.lease` naming its holder and when it expires, written through Hadoop's file system
 (so every store Spark reaches works alike), renewed by a thread every third of `LEASE_SECONDS`, deleted on release.
 A writer takes a lease that is absent, expired, its own, or held by a process of its own host that no longer
 exists (a restart after a kill does not wait); it then reads the lease back after `SETTLE_SECONDS` and proceeds
-only if its own token is still there, so of two writers racing for it, one wins. A second writer is refused in
-seconds, once its JVM has started. What the lease cannot rule out (a holder paused longer than the lease, clocks
-apart by more than it), Delta itself catches: the two writers' batches share the checkpoint's txnAppId, and Delta
-commits each (txnAppId, txnVersion) once (docs/cluster.md#one-writer-on-object-storage).
+only if its own token is still there, so of two writers racing for it, one wins. A lease found expired or of a
+dead process is, like a lock file's record, a holder that did not release (`taken_from`). A second writer is
+refused in seconds, once its JVM has started. What the lease cannot rule out (a holder paused longer than the
+lease, clocks apart by more than it), Delta itself catches: the two writers' batches share the checkpoint's
+txnAppId, and Delta commits each (txnAppId, txnVersion) once (docs/cluster.md#one-writer-on-object-storage).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import socket
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -47,6 +52,29 @@ class PipelineRunning(IngestionError):
     """Another process writes this pipeline now."""
 
 
+@dataclass(frozen=True)
+class Holder:
+    """A writer that held the lock and ended without releasing it, as its record says."""
+
+    pid: int
+    host: str
+    started: str
+    mlflow_run: str | None  # the MLflow run it reported to, which nobody closed
+    mlflow_uri: str | None
+    reason: str  # why it counts as ended, for the run's tag: `writer lock taken from dead pid 4242`
+
+    @classmethod
+    def parse(cls, text: str, reason: str) -> Holder | None:
+        try:
+            found = json.loads(text)
+            pid = int(found["pid"])
+        except (ValueError, KeyError, TypeError):
+            return None  # empty (released) or not ours
+        run, uri = found.get("mlflowRun"), found.get("mlflowUri")
+        return cls(pid, str(found.get("host")), str(found.get("started")), str(run) if run else None,
+                   str(uri) if uri else None, reason.format(pid=pid, host=found.get("host")))
+
+
 def local_folder(location: str) -> Path | None:
     """The local folder of a checkpoint location, or None for a remote store."""
     if location.startswith("file:"):
@@ -63,6 +91,8 @@ class WriterLock:
         self.spark = spark  # reaches object storage; without it (a check before the JVM starts) only local locks
         self._file: IO[str] | None = None
         self._lease: Lease | None = None
+        self._record: dict[str, object] = {}
+        self.taken_from: Holder | None = None  # set by `acquire` when the previous holder died holding the lock
 
     def acquire(self) -> None:
         folder = local_folder(self.checkpoint)
@@ -70,7 +100,18 @@ class WriterLock:
             if self.spark is not None:
                 self._lease = Lease(self.spark, self.pipeline, self.checkpoint.rstrip("/") + "/" + LEASE_FILE)
                 self._lease.acquire()
+                self.taken_from = self._lease.taken_from
             return
+        handle = self._locked(folder)
+        handle.seek(0)
+        self.taken_from = Holder.parse(handle.read(), "writer lock taken from dead pid {pid}")
+        self._file = handle
+        self._record = {"pipeline": self.pipeline, "host": socket.gethostname(), "pid": os.getpid(),
+                        "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+        self._write(self._record)
+
+    def _locked(self, folder: Path) -> IO[str]:
+        """The lock file, open and locked by this process; PipelineRunning naming the holder when another has it."""
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / LOCK_FILE
         handle = open(path, "a+")  # held open for the life of the lock
@@ -82,24 +123,39 @@ class WriterLock:
             handle.close()
             raise PipelineRunning(f"pipeline {self.pipeline!r} is already running ({holder}; lock {path}); stop "
                                   "it first, or run this one elsewhere with its own checkpoint") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(json.dumps({"pipeline": self.pipeline, "host": socket.gethostname(), "pid": os.getpid(),
-                                 "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}))
-        handle.flush()
-        self._file = handle
+        return handle
+
+    def _write(self, record: dict[str, object] | None) -> None:
+        """Replace the lock file's record (None: empty it, the mark of a lock released)."""
+        if self._file is not None:
+            self._file.seek(0)
+            self._file.truncate()
+            self._file.write(json.dumps(record) if record is not None else "")
+            self._file.flush()
+
+    def note_run(self, run_id: str, uri: str) -> None:
+        """Record the MLflow run this holder reports to, so that the next holder can end it should this one die."""
+        self._record.update(mlflowRun=run_id, mlflowUri=_without_password(uri))
+        self._write(self._record)
+        if self._lease is not None:
+            self._lease.note(mlflowRun=run_id, mlflowUri=_without_password(uri))
 
     def probe(self) -> None:
-        """Raise PipelineRunning now if another process holds the lock (without keeping it): a command refuses
-        at once, before it starts a JVM; `acquire` then takes it for real."""
-        self.acquire()
-        self.release()
+        """Raise PipelineRunning now if another process holds the lock (without keeping it or touching its record,
+        which `acquire` reads): a command refuses at once, before it starts a JVM; `acquire` then takes it."""
+        folder = local_folder(self.checkpoint)
+        if folder is None:
+            return  # a lease needs the JVM's file system: `acquire` checks it
+        handle = self._locked(folder)
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        handle.close()
 
     def release(self) -> None:
         if self._lease is not None:
             self._lease.release()
             self._lease = None
         if self._file is not None:
+            self._write(None)
             fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
             self._file.close()
             self._file = None
@@ -114,6 +170,8 @@ class Lease:
         self.location = location
         self.seconds = seconds
         self.token = uuid.uuid4().hex
+        self.taken_from: Holder | None = None  # an earlier holder that did not release: expired, or its pid gone
+        self._noted: dict[str, str] = {}
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
 
@@ -130,8 +188,13 @@ class Lease:
         now = time.time()
         hadoop.create_text(self.spark, self.location, json.dumps({
             "pipeline": self.pipeline, "token": self.token, "host": socket.gethostname(), "pid": os.getpid(),
-            "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "expires": now + self.seconds}),
-            overwrite=True)
+            "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "expires": now + self.seconds,
+            **self._noted}), overwrite=True)
+
+    def note(self, **values: str) -> None:
+        """Add `values` to the lease's record (the MLflow run of its holder), written now and with each renewal."""
+        self._noted.update(values)
+        self._write()
 
     def _refuse(self, holder: dict[str, object]) -> PipelineRunning:
         left = float(str(holder.get("expires", 0))) - time.time()
@@ -144,6 +207,9 @@ class Lease:
         holder = self._holder()
         if holder is not None and holder.get("token") != self.token and _alive(holder):
             raise self._refuse(holder)
+        if holder is not None and holder.get("token") != self.token:
+            self.taken_from = Holder.parse(json.dumps(holder), "writer lease taken from pid {pid} on {host}, "
+                                           "expired or ended")
         self._write()
         time.sleep(SETTLE_SECONDS)
         holder = self._holder()
@@ -193,6 +259,15 @@ def _alive(holder: dict[str, object]) -> bool:
         except PermissionError:
             return True
     return True
+
+
+def _without_password(uri: str) -> str:
+    """A tracking URI fit to write beside the checkpoint: a password in it is left out."""
+    scheme, sep, rest = uri.partition("://")
+    userinfo, at, host = rest.partition("@")
+    if not sep or not at or "/" in userinfo or ":" not in userinfo:
+        return uri
+    return f"{scheme}://{userinfo.split(':', 1)[0]}@{host}"
 
 
 def _describe(text: str) -> str:

@@ -26,9 +26,12 @@ from ingestion.paths import state_dir
 if TYPE_CHECKING:
     from mlflow.entities import Metric, Param
 
+    from ingestion.stream.lock import Holder
+
 log = logging.getLogger(__name__)
 
 MAX_METRICS_PER_CALL = 1000  # MLflow's limit for one log_batch call
+ENDED_BY_TAG = "ingest.ended_by"  # on a run ended by another process: why (`writer lock taken from dead pid 4242`)
 _stores: dict[str, Future[Any]] = {}  # tracking URI -> MlflowClient (being) opened
 _stores_lock = threading.Lock()
 
@@ -130,6 +133,28 @@ class RunMetrics:
             log.warning("mlflow run %s: metrics still being written after %.0fs; closing the run", self.run_id,
                         timeout)
         self.client.set_terminated(self.run_id, status=status)
+
+
+def end_abandoned(holder: Holder) -> None:
+    """End the MLflow run of a writer that died holding the pipeline's lock (`WriterLock.taken_from`): KILLED, ended
+    now, tagged `ingest.ended_by` with why. Without it the run stays RUNNING for ever. A run already closed (the
+    writer died between closing it and releasing the lock) is left as it is; a store that cannot be reached costs a
+    warning, not the run."""
+    if holder.mlflow_run is None:
+        return
+    uri = holder.mlflow_uri or tracking_uri()
+    try:
+        client = _store(uri).result()
+        if client.get_run(holder.mlflow_run).info.status != "RUNNING":
+            return
+        client.set_tag(holder.mlflow_run, ENDED_BY_TAG, holder.reason)
+        client.set_terminated(holder.mlflow_run, status="KILLED")
+    except Exception as exc:  # noqa: BLE001 - the new run goes on; the old one stays RUNNING, as it was
+        log.warning("mlflow run %s of pid %d (ended without closing it) could not be ended as KILLED in %s: %s",
+                    holder.mlflow_run, holder.pid, uri, one_line(exc))
+        return
+    log.info("mlflow run %s ended as KILLED: %s (on %s since %s)", holder.mlflow_run, holder.reason, holder.host,
+             holder.started)
 
 
 def _param(key: str, value: str) -> Param:

@@ -33,7 +33,7 @@ from ingestion.stream.batch import BatchResult
 from ingestion.stream.context import PipelineContext
 from ingestion.stream.lock import WriterLock
 from ingestion.stream.maintenance import ScheduledMaintenance
-from ingestion.stream.metrics import RunMetrics
+from ingestion.stream.metrics import RunMetrics, end_abandoned
 from ingestion.stream.monitor import PipelineMonitor, Progress
 from ingestion.stream.prometheus import Exporter, LagRefresher, PipelineState, watch
 from ingestion.stream.writer import BronzeWriter
@@ -107,6 +107,8 @@ def start(spark: SparkSession, target: PipelineConfig | PipelineContext, *, avai
         prometheus = watch(exporter, ctx, available_now=available_now) if exporter is not None else None
         lock = WriterLock(ctx.name, ctx.config.checkpoint_path, spark)
         lock.acquire()
+        if lock.taken_from is not None:  # the last writer died holding the lock: close its MLflow run
+            end_abandoned(lock.taken_from)
         try:
             running = _start(spark, ctx, available_now=available_now, with_metrics=with_metrics, pool=pool,
                              prometheus=prometheus)
@@ -123,6 +125,8 @@ def start(spark: SparkSession, target: PipelineConfig | PipelineContext, *, avai
         running.prometheus = prometheus
         prometheus.metrics.set_state(PipelineState.RUNNING)
         prometheus.start()
+    if running.metrics is not None:  # for the next writer, should this one die
+        lock.note_run(running.metrics.run_id, running.metrics.uri)
     return running
 
 

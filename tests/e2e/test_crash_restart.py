@@ -1,4 +1,5 @@
-"""`ingest run` killed with SIGKILL at several moments and restarted: no duplicate, no gap.
+"""`ingest run` killed with SIGKILL at several moments and restarted: no duplicate, no gap, and no MLflow run of a
+killed writer left RUNNING.
 
 The process group (Python driver and its Spark JVM) is killed at once, as a crashed machine would be. Fault
 points (INGEST_TEST_FAULT) hold the writer right after a Delta commit and right before one, so the kill lands
@@ -74,8 +75,9 @@ def test_sigkill_at_several_moments_then_restart_loses_and_duplicates_nothing(
         spark, kafka_servers, make_topic, orders_schema, tmp_path: Path) -> None:
     topic = make_topic(partitions=3)
     produced = produce_orders(kafka_servers, topic, 600, schema_id=1, schema=orders_schema)
+    experiment = f"ingest/crash-{topic}"
     config = pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers,
-                           extra="source:\n  maxOffsetsPerTrigger: 100\n")
+                           extra=f"source:\n  maxOffsetsPerTrigger: 100\nmetrics:\n  experiment: {experiment}\n")
     table = tmp_path / "tables" / "orders"
     commits = tmp_path / "checkpoints" / "orders" / "commits"
 
@@ -120,3 +122,18 @@ def test_sigkill_at_several_moments_then_restart_loses_and_duplicates_nothing(
     assert len(app_ids) == 1
     assert versions == sorted(set(versions)), f"a txn version was committed twice: {versions}"
     assert set(versions) == {r["_batch_id"] for r in rows}
+
+    # Each killed run's MLflow run was ended by the next run, which took the writer lock from its dead pid.
+    from mlflow.tracking import MlflowClient
+
+    from ingestion.stream.metrics import ENDED_BY_TAG, tracking_uri
+
+    client = MlflowClient(tracking_uri())
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id], order_by=["start_time ASC"])
+    assert [(r.info.status, r.data.tags.get(ENDED_BY_TAG)) for r in runs] == [
+        ("KILLED", f"writer lock taken from dead pid {run1.proc.pid}"),
+        ("KILLED", f"writer lock taken from dead pid {run2.proc.pid}"),
+        ("KILLED", f"writer lock taken from dead pid {run3.proc.pid}"),
+        ("FINISHED", None)]
+    assert all(r.info.end_time is not None and r.info.end_time >= r.info.start_time for r in runs)
+    assert (tmp_path / "checkpoints" / "orders" / "_ingest_writer.lock").read_text() == ""  # released cleanly
