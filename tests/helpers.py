@@ -181,3 +181,17 @@ def processes_left(folder: Path, timeout: float = 60.0) -> dict[int, str]:
     while (found := processes_of(folder)) and time.monotonic() < deadline:
         time.sleep(0.5)
     return found
+
+
+def wait_while_running(predicate: Callable[[], object], proc: subprocess.Popen[bytes], log: Path, what: str,
+                       timeout: float = 120) -> None:
+    """Wait until `predicate()` holds; fail with the end of `log` when the `ingest` process `proc` exits first or
+    `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"ingest exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; log:\n{log.read_text()[-3000:]}")

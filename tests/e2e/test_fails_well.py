@@ -16,7 +16,7 @@ import pytest
 
 from ingestion.dev.samples import produce_orders
 from tests.conftest import pipeline_yaml
-from tests.helpers import group_offsets
+from tests.helpers import group_offsets, wait_while_running
 
 pytestmark = pytest.mark.e2e
 
@@ -30,14 +30,7 @@ def _start(config: Path, log: Path, *extra: str, env: dict[str, str] | None = No
 
 
 def _wait_for(log: Path, text: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if text in log.read_text():
-            return
-        if proc.poll() is not None:
-            raise AssertionError(f"ingest exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        time.sleep(0.3)
-    raise AssertionError(f"{text!r} not in the log after {timeout}s:\n{log.read_text()[-3000:]}")
+    wait_while_running(lambda: text in log.read_text(), proc, log, repr(text), timeout)
 
 
 def test_a_second_writer_is_refused_at_once_and_a_killed_ones_lock_is_gone(

@@ -27,6 +27,7 @@ import yaml
 
 from ingestion.dev.samples import produce_orders
 from tests.conftest import pipeline_yaml
+from tests.helpers import wait_while_running as _wait
 
 pytestmark = pytest.mark.e2e
 
@@ -124,18 +125,6 @@ def _descendants(pid: int) -> list[int]:
     for child in sorted(c for c, parent in parents.items() if parent == pid):
         out += [child, *_descendants(child)]
     return out
-
-
-def _wait(predicate: Callable[[], object], proc: subprocess.Popen[bytes], log: Path, what: str,
-          timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        if proc.poll() is not None:
-            raise AssertionError(f"ingest exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}; log:\n{log.read_text()[-3000:]}")
 
 
 def test_prometheus_sees_the_lag_of_a_frozen_pipeline_fires_the_no_commit_alert_and_sees_it_drain(
