@@ -33,6 +33,10 @@ class RewindResult:
     quarantine_version: int | None
     resume_from: dict[str, dict[str, int]]  # where the next run starts
     checkpoint_moved_to: str | None
+    # Quarantine reprocesses the restore undid (their bronze versions) and the rows they had moved, which are back in
+    # quarantine: the next run does not redo a reprocess (`ingest quarantine reprocess` does).
+    undone_reprocesses: tuple[int, ...] = ()
+    requarantined: int = 0
 
 
 def rewind(spark: SparkSession, config: PipelineConfig, *, to_version: int | None = None,
@@ -54,6 +58,7 @@ def rewind(spark: SparkSession, config: PipelineConfig, *, to_version: int | Non
     kept = [r for r in records if r.version is not None and r.version <= version]
     marker = BatchRecord(pipeline=config.name, app_id="rewind", batch_id=version, kind=BatchKind.REWIND,
                          rows=0, schema_ids=(), ranges=ledger.coverage(kept))
+    undone = undone_reprocesses(records, version)
     _restore(spark, config.table_path, version, marker)
     q_version = None
     if ledger.is_table(spark, config.quarantine_path):
@@ -69,7 +74,23 @@ def rewind(spark: SparkSession, config: PipelineConfig, *, to_version: int | Non
     resume = ledger.next_offsets(ledger.history(spark, config.table_path))
     log.info("%s: rewound bronze to version %d and quarantine to %s; checkpoint moved to %s; the next run "
              "resumes from %s", config.name, version, q_version, moved, resume)
-    return RewindResult(version, q_version, resume, moved)
+    if undone:
+        log.warning("%s: the rewind undid quarantine reprocess(es) at bronze version(s) %s: %d rows are back in "
+                    "quarantine; `ingest quarantine reprocess %s` moves them to bronze again", config.name,
+                    ", ".join(str(r.version) for r in undone), sum(r.rows for r in undone), config.name)
+    return RewindResult(version, q_version, resume, moved,
+                        tuple(r.version for r in undone if r.version is not None), sum(r.rows for r in undone))
+
+
+def undone_reprocesses(records: list[BatchRecord], version: int) -> list[BatchRecord]:
+    """The reprocess commits still in effect (not undone by an earlier rewind) that a restore to `version` undoes."""
+    live: list[BatchRecord] = []
+    for r in sorted(records, key=lambda r: r.version if r.version is not None else -1):
+        if r.kind == BatchKind.REWIND:  # its batch id is the version it restored
+            live = [x for x in live if (x.version or 0) <= r.batch_id]
+        elif r.kind == BatchKind.REDECODE and r.rows:
+            live.append(r)
+    return [r for r in live if (r.version or 0) > version]
 
 
 def _version_at(times: dict[int, dt.datetime], when: dt.datetime | None, allow_none: bool = False) -> int | None:
