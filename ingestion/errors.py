@@ -7,6 +7,10 @@ class IngestionError(Exception):
     """Base class of every error this package raises on purpose."""
 
 
+class UsageError(IngestionError):
+    """The command line is wrong (arguments that contradict or are missing): exit 2, as argparse's own errors."""
+
+
 class ConfigError(IngestionError):
     """A pipeline config file is wrong; the message names the file, the key and the value."""
 
