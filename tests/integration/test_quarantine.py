@@ -219,7 +219,7 @@ def test_reprocess_into_an_additive_version_no_run_has_seen_evolves_bronze_and_a
 
     assert (result.examined, result.redecoded, result.already_in_bronze, result.still_failing) == (3, 3, 0, 0)
     bronze = spark.read.format("delta").load(config.table_path)
-    assert "channel" in bronze.columns
+    assert bronze.columns[-2:] == ["_ingested_at", "channel"]  # where docs/columns.md says an added field goes
     assert sorted((r["order_id"], r["channel"], r["_kafka_offset"]) for r in bronze.collect()) == [
         ("o-00000000", None, 0), ("o-00000001", None, 1), ("o-00000002", None, 2),
         ("o-00000003", "web-3", 3), ("o-00000004", "web-4", 4), ("o-00000005", "web-5", 5)]
