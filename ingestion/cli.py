@@ -609,13 +609,7 @@ def _rewind(args: argparse.Namespace) -> int:
     config, spark = _pipeline_session(args.pipeline)
     when = dt.datetime.fromisoformat(args.to_timestamp) if args.to_timestamp else None
     r = rewind.rewind(spark, config, to_version=args.to_version, to_timestamp=when)
-    print(f"bronze restored to version {r.bronze_version}, quarantine to {r.quarantine_version}; "
-          f"old checkpoint kept at {r.checkpoint_moved_to}; the next run resumes from {json.dumps(r.resume_from)}")
-    if r.undone_reprocesses:
-        print(f"the rewind undid the quarantine reprocess at bronze version(s) "
-              f"{', '.join(map(str, r.undone_reprocesses))}: {r.requarantined} rows are back in quarantine, and "
-              f"the next run does not redo it; run `ingest quarantine reprocess {args.pipeline}` to move them to "
-              "bronze again")
+    print(rewind.render(r, args.pipeline))
     return 0
 
 
@@ -661,9 +655,7 @@ def _quarantine_reprocess(args: argparse.Namespace) -> int:
 
     config, spark = _pipeline_session(args.pipeline)
     r = quarantine.redecode(spark, config)
-    print(f"{r.examined} examined: {r.redecoded} re-decoded into bronze (version {r.bronze_version}), "
-          f"{r.already_in_bronze} were already there, {r.still_failing} still failing "
-          f"({r.errors_changed} with a new error; quarantine version {r.quarantine_version})")
+    print(quarantine.render_redecode(r))
     return 0
 
 

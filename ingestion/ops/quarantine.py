@@ -80,6 +80,13 @@ def render_records(found: list[QuarantinedRecord]) -> str:
     return "\n".join(lines) if lines else "no quarantined records"
 
 
+def render_redecode(r: RedecodeResult) -> str:
+    bronze = "bronze unchanged" if not r.redecoded else f"bronze version {r.bronze_version}"
+    quarantine = "no quarantine table" if r.quarantine_version is None else f"quarantine version {r.quarantine_version}"
+    return (f"{r.examined} examined: {r.redecoded} re-decoded into bronze, {r.already_in_bronze} were already there, "
+            f"{r.still_failing} still failing ({r.errors_changed} with a new error); {bronze}, {quarantine}")
+
+
 def as_kafka_rows(quarantined: DataFrame) -> DataFrame:
     """Quarantine rows in the Kafka source's shape, so the stream's decoder reads them unchanged."""
     return quarantined.select(

@@ -9,6 +9,7 @@ table's offsets, so it re-reads exactly what the rewind undid.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import shutil
 from dataclasses import dataclass
@@ -80,6 +81,22 @@ def rewind(spark: SparkSession, config: PipelineConfig, *, to_version: int | Non
                     ", ".join(str(r.version) for r in undone), sum(r.rows for r in undone), config.name)
     return RewindResult(version, q_version, resume, moved,
                         tuple(r.version for r in undone if r.version is not None), sum(r.rows for r in undone))
+
+
+def render(r: RewindResult, pipeline: str) -> str:
+    """What a rewind did, in lines, and the reprocesses it undid with the command that redoes them."""
+    quarantine = ("quarantine emptied (it did not exist yet then)" if r.quarantine_version is None
+                  else f"quarantine to version {r.quarantine_version}")
+    kept = (f"old checkpoint kept at {r.checkpoint_moved_to}" if r.checkpoint_moved_to is not None
+            else "no checkpoint to move aside")
+    lines = [f"bronze restored to version {r.bronze_version}, {quarantine}; {kept}; the next run resumes from "
+             f"{json.dumps(r.resume_from)}"]
+    if r.undone_reprocesses:
+        lines.append(f"the rewind undid the quarantine reprocess at bronze version(s) "
+                     f"{', '.join(map(str, r.undone_reprocesses))}: {r.requarantined} rows are back in quarantine, "
+                     f"and the next run does not redo it; run `ingest quarantine reprocess {pipeline}` to move them "
+                     "to bronze again")
+    return "\n".join(lines)
 
 
 def undone_reprocesses(records: list[BatchRecord], version: int) -> list[BatchRecord]:

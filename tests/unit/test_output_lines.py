@@ -67,3 +67,21 @@ def test_show_with_an_error_class_that_has_no_records_names_those_that_do(
     assert cli._quarantine_show(args) == 0
     assert capsys.readouterr().out == ("orders/0@3  2026-01-01 00:00:00  no schema id  WireFormatError: short\n"
                                        "    value 1 bytes 07\n")
+
+
+def test_rewind_and_reprocess_lines_name_what_happened_without_none() -> None:
+    from ingestion.ops import rewind
+
+    undid = rewind.RewindResult(3, None, {"orders": {"0": 12}}, None, (9,), 3)
+    assert rewind.render(undid, "orders").splitlines() == [
+        'bronze restored to version 3, quarantine emptied (it did not exist yet then); no checkpoint to move aside; '
+        'the next run resumes from {"orders": {"0": 12}}',
+        "the rewind undid the quarantine reprocess at bronze version(s) 9: 3 rows are back in quarantine, and the "
+        "next run does not redo it; run `ingest quarantine reprocess orders` to move them to bronze again"]
+    plain = rewind.RewindResult(3, 2, {}, "/c.rewound-x", (), 0)
+    assert rewind.render(plain, "orders") == ("bronze restored to version 3, quarantine to version 2; old checkpoint "
+                                              "kept at /c.rewound-x; the next run resumes from {}")
+    nothing = quarantine.RedecodeResult(0, 0, 0, 0, 0, 4, None)
+    assert quarantine.render_redecode(nothing) == ("0 examined: 0 re-decoded into bronze, 0 were already there, 0 "
+                                                   "still failing (0 with a new error); bronze unchanged, no "
+                                                   "quarantine table")
