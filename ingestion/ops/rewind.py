@@ -85,7 +85,7 @@ def rewind(spark: SparkSession, config: PipelineConfig, *, to_version: int | Non
 
 def render(r: RewindResult, pipeline: str) -> str:
     """What a rewind did, in lines, and the reprocesses it undid with the command that redoes them."""
-    quarantine = ("quarantine emptied (it did not exist yet then)" if r.quarantine_version is None
+    quarantine = ("quarantine had no version then (emptied, if the table exists)" if r.quarantine_version is None
                   else f"quarantine to version {r.quarantine_version}")
     kept = (f"old checkpoint kept at {r.checkpoint_moved_to}" if r.checkpoint_moved_to is not None
             else "no checkpoint to move aside")

@@ -74,8 +74,8 @@ def test_rewind_and_reprocess_lines_name_what_happened_without_none() -> None:
 
     undid = rewind.RewindResult(3, None, {"orders": {"0": 12}}, None, (9,), 3)
     assert rewind.render(undid, "orders").splitlines() == [
-        'bronze restored to version 3, quarantine emptied (it did not exist yet then); no checkpoint to move aside; '
-        'the next run resumes from {"orders": {"0": 12}}',
+        "bronze restored to version 3, quarantine had no version then (emptied, if the table exists); no checkpoint "
+        'to move aside; the next run resumes from {"orders": {"0": 12}}',
         "the rewind undid the quarantine reprocess at bronze version(s) 9: 3 rows are back in quarantine, and the "
         "next run does not redo it; run `ingest quarantine reprocess orders` to move them to bronze again"]
     plain = rewind.RewindResult(3, 2, {}, "/c.rewound-x", (), 0)
