@@ -21,7 +21,6 @@ from ingestion.columns import COORDINATES
 from ingestion.config import PipelineConfig
 from ingestion.decode import bronze
 from ingestion.decode.python_decoder import decode_in_python
-from ingestion.decode.resolver import SchemaResolver
 from ingestion.delta import ledger, reads
 from ingestion.delta.append import commit_metadata
 from ingestion.delta.ledger import REDECODE_BATCH_ID, BatchKind, BatchRecord
@@ -108,6 +107,11 @@ def redecode(spark: SparkSession, config: PipelineConfig) -> RedecodeResult:
     # The subjects of the topics the quarantined rows came from, matching now or not.
     topics = [r[0] for r in quarantined.select("_kafka_topic").distinct().collect()]
     schemas = setup.resolver(spark, config, also=topics)
+    # Bronze follows the reader schema as at a stream's start: widened columns first (Delta's type widening), before
+    # any DataFrame reads bronze (a read analyzed before the widening fails Delta's schema check later); added
+    # columns come with the append's schema merge. A version no run has seen yet (every record of it quarantined)
+    # evolves the table here.
+    setup.widen_table(spark, config, schemas)
     spec = schemas.spec
     decoded = decode_in_python(as_kafka_rows(quarantined), spec).persist(StorageLevel.MEMORY_AND_DISK)
     try:
@@ -126,7 +130,7 @@ def redecode(spark: SparkSession, config: PipelineConfig) -> RedecodeResult:
         ).first()
         assert counts is not None  # a global aggregate always has one row
         examined, decodable, changed = (int(counts[k] or 0) for k in ("examined", "decodable", "changed"))
-        appended = _append_to_bronze(spark, config, new, schemas)
+        appended = _append_to_bronze(spark, config, new)
         quarantine_version = ledger.table_version(spark, config.quarantine_path)
         if decodable or changed:
             source = renamed.select(*KEYS, "_error_class", "_error_message", "_schema_id")
@@ -151,17 +155,12 @@ def redecode(spark: SparkSession, config: PipelineConfig) -> RedecodeResult:
     return result
 
 
-def _append_to_bronze(spark: SparkSession, config: PipelineConfig, new: DataFrame,
-                      schemas: SchemaResolver) -> int:
+def _append_to_bronze(spark: SparkSession, config: PipelineConfig, new: DataFrame) -> int:
     stats = bronze.batch_stats(new)
     record, _ = ledger.batch_records(stats, pipeline=config.name, batch_id=REDECODE_BATCH_ID, kind=BatchKind.REDECODE,
                                      app_id="redecode", quarantine_app_id="redecode")
     if not record.rows:
         return 0
-    # Bronze follows the reader schema as the stream's writer makes it: widened columns first (Delta's type
-    # widening), then added columns by the append's schema merge. A version no run has seen yet (every record of
-    # it quarantined) evolves the table here.
-    setup.widen_table(spark, config, schemas)
     rows_df = bronze.bronze_rows(new, batch_id=F.col("_orig_batch_id"), ingested_at=dt.datetime.now(dt.UTC))
     (rows_df.write.format("delta").mode("append").option("userMetadata", record.to_user_metadata())
      .option("mergeSchema", "true").save(config.table_path))

@@ -236,3 +236,39 @@ def test_reprocess_into_an_additive_version_no_run_has_seen_evolves_bronze_and_a
     assert sorted(offsets) == [0, 1, 2, 3, 4, 5]
     # A second rewind to the same version undoes the reprocess made after the first one, not the first one again.
     assert rewind.rewind(spark, config, to_version=before).undone_reprocesses == (redone.bronze_version,)
+
+
+def test_reprocess_into_a_widening_version_widens_bronze_as_the_stream_would(
+        spark, kafka_servers, make_topic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Version 2 widens an int to a long and adds a field; every record of it is quarantined until its schema is
+    there; the reprocess widens the column (Delta type widening) and adds the other, each record once."""
+    import json
+
+    from confluent_kafka import Producer
+
+    from ingestion.ops import quarantine
+
+    v1 = {"type": "record", "name": "Reading", "fields": [{"name": "id", "type": "string"},
+                                                          {"name": "n", "type": "int"}]}
+    v2 = {**v1, "fields": [{"name": "id", "type": "string"}, {"name": "n", "type": "long"},
+                           {"name": "unit", "type": ["null", "string"], "default": None}]}
+    (tmp_path / "schemas" / "readings-value").mkdir(parents=True)
+    (tmp_path / "schemas" / "readings-value" / "1.avsc").write_text(json.dumps(v1))
+    monkeypatch.setenv("INGEST_SCHEMAS_DIR", str(tmp_path / "schemas"))
+    topic = make_topic(partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_servers})
+    producer.produce(topic, value=encode(1, avro_body(v1, {"id": "a", "n": 1})))
+    producer.produce(topic, value=encode(2, avro_body(v2, {"id": "b", "n": 2**40, "unit": "kg"})))
+    producer.flush(30)
+    config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers,
+                                         extra="value:\n  format: confluent\n  subject: readings-value\n"))
+    pipeline.run(spark, config, available_now=True)
+    assert spark.read.format("delta").load(config.quarantine_path).count() == 1
+
+    (tmp_path / "schemas" / "readings-value" / "2.avsc").write_text(json.dumps(v2))
+    result = quarantine.redecode(spark, config)
+
+    assert (result.examined, result.redecoded, result.still_failing) == (1, 1, 0)
+    bronze = spark.read.format("delta").load(config.table_path)
+    assert bronze.schema["n"].dataType.simpleString() == "bigint"
+    assert sorted((r["id"], r["n"], r["unit"]) for r in bronze.collect()) == [("a", 1, None), ("b", 2**40, "kg")]
