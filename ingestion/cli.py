@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ingestion.errors import IngestionError, one_line
+from ingestion.errors import IngestionError, UsageError, one_line
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -31,6 +31,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     _logging(verbose=args.verbose)
     try:
         return int(args.func(args) or 0)
+    except UsageError as exc:
+        _failed(str(exc), exc, args.verbose)
+        return 2
     except IngestionError as exc:
         return _failed(str(exc), exc, args.verbose)
     except KeyboardInterrupt:
@@ -151,10 +154,16 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--output", help="PNG path (default: .ingest/reports/<pipeline>.png)")
     report.set_defaults(func=_report)
 
-    sql = commands.add_parser("sql", help="Spark SQL with every pipeline's tables registered by name "
-                              "(<name>, <name>_quarantine); VERSION AS OF / TIMESTAMP AS OF work")
+    sql = commands.add_parser(
+        "sql", help="SQL over every pipeline's tables by name (sink.catalogTable, else <name>, <name>_quarantine); "
+        "a SELECT / WITH query on them (VERSION AS OF n included) is answered by DuckDB without a JVM, in about a "
+        "second; Spark SQL answers the rest (TIMESTAMP AS OF, other statements and tables, what DuckDB refuses)")
     sql.add_argument("query")
-    sql.add_argument("--output", help="write the result to a .csv or .parquet file instead of printing it")
+    sql.add_argument("--engine", choices=("auto", "duckdb", "spark"), default="auto",
+                     help="auto (default): DuckDB where it can answer, else Spark; spark: Spark SQL's dialect and "
+                          "semantics for every query; duckdb: fail rather than start a JVM")
+    sql.add_argument("--output", help="write the result to a .parquet file (nested types intact) or a .csv file "
+                                      "(nested values as JSON text) instead of printing it")
     sql.add_argument("--limit", type=int, default=100, help="rows to print (default 100)")
     sql.set_defaults(func=_sql)
 
@@ -324,7 +333,7 @@ def _run(args: argparse.Namespace) -> int:
     from ingestion.stream import prometheus
 
     if args.all == bool(args.pipeline):
-        raise IngestionError("name one pipeline, or pass --all")
+        raise UsageError("name one pipeline, or pass --all")
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         raise IngestionError(f"--metrics-port must be a TCP port (0: off), got {args.metrics_port}")
     configs = _all_valid() if args.all else [_load(args.pipeline)]
@@ -456,20 +465,27 @@ def _pipeline_session(name: str) -> tuple[PipelineConfig, SparkSession]:
 
 def _onboard(args: argparse.Namespace) -> int:
     from ingestion.ops.onboard import check_kafka, onboard
+    from ingestion.runtime import metastore
     from ingestion.schema.registry import check_registry
 
     if args.all == bool(args.pipeline):
-        raise IngestionError("name one pipeline, or pass --all")
+        raise UsageError("name one pipeline, or pass --all")
     configs = _all_valid() if args.all else [_load(args.pipeline)]
     contexts = []
     for config in configs:  # Kafka and the registry first: a refusal is told in seconds, before a JVM boots
         contexts.append(check_kafka(config, create_topic=args.create_topic))
         check_registry(config, subject_may_be_missing=args.register_schemas)
-    spark = _session("ingest-onboard", configs)
+    # A dry run starts nothing: without the local catalog's Derby server running, catalog names are not checked.
+    unchecked = args.dry_run and any(c.catalog_names is not None and not metastore.uses_external(c.spark)
+                                     for c in configs) and metastore.running() is None
+    spark = _session("ingest-onboard", configs, catalog=False if unchecked else None)
     for ctx in contexts:
         report = onboard(spark, ctx, dry_run=args.dry_run, create_topic=args.create_topic,
                          register_schemas=args.register_schemas)
         print("\n".join(report.lines))
+    if unchecked:
+        print("catalog names not checked against the local catalog: its Derby server is not running, and a dry run "
+              "starts nothing (`ingest metastore start` first to have them checked)")
     return 0
 
 
@@ -508,14 +524,26 @@ def _report(args: argparse.Namespace) -> int:
 
 def _sql(args: argparse.Namespace) -> int:
     from ingestion.config import list_pipelines
-    from ingestion.ops import catalog
+    from ingestion.ops import sql_query
 
+    if args.output and Path(args.output).suffix not in (".csv", ".parquet"):
+        raise UsageError(f"--output must end in .csv or .parquet, got {args.output!r}")
     configs = [_load(p) for p in list_pipelines()]
+    if args.engine != "spark":
+        try:
+            return _sql_result(sql_query.duckdb_answer(args.query, configs), args)
+        except sql_query.NotForDuckDB as why:
+            if args.engine == "duckdb":
+                raise IngestionError(f"DuckDB cannot answer this query ({why}); --engine spark or auto does") from None
+            log.info("Spark SQL answers: %s", why)
+    from ingestion.ops import catalog  # Spark's side: imported only when Spark answers
+
     spark = _session("ingest-sql", configs, catalog=True)
     tables = catalog.register(spark, configs)
     log.debug("tables: %s", tables)
     try:
-        return _sql_result(spark.sql(args.query), args)
+        result = spark.sql(args.query)
+        return _sql_result(result.toArrow() if args.output else result.limit(args.limit).toArrow(), args)
     except Exception as exc:
         gone = catalog.time_travel_failure(spark, tables, args.query, exc)
         if gone is not None:
@@ -524,21 +552,15 @@ def _sql(args: argparse.Namespace) -> int:
 
 
 def _sql_result(result: Any, args: argparse.Namespace) -> int:
-    from pathlib import Path
+    """Print or write a pyarrow table."""
+    from ingestion.ops import sql_query
 
     if args.output:
         out = Path(args.output)
-        frame: Any = result.toPandas()
-        if out.suffix == ".parquet":
-            frame.to_parquet(out, index=False)
-        elif out.suffix == ".csv":
-            frame.to_csv(out, index=False)
-        else:
-            raise IngestionError(f"--output must end in .csv or .parquet, got {args.output!r}")
-        print(f"{len(frame)} rows written to {out}")
+        sql_query.write(result, out)
+        print(f"{result.num_rows} rows written to {out}")
         return 0
-    shown: Any = result.limit(args.limit).toPandas()
-    print(shown.to_string(index=False, max_colwidth=60) if len(shown.columns) else "(no columns)")
+    print(sql_query.render(result.slice(0, args.limit)))
     return 0
 
 
@@ -546,7 +568,7 @@ def _maintain(args: argparse.Namespace) -> int:
     from ingestion.ops.maintain import maintain
 
     if args.all == bool(args.pipeline):
-        raise IngestionError("name one pipeline, or pass --all")
+        raise UsageError("name one pipeline, or pass --all")
     configs = _all_valid() if args.all else [_load(args.pipeline)]
     both = not args.optimize and not args.vacuum
     spark = _session("ingest-maintain", configs)
@@ -627,8 +649,7 @@ def _rewind(args: argparse.Namespace) -> int:
     config, spark = _pipeline_session(args.pipeline)
     when = dt.datetime.fromisoformat(args.to_timestamp) if args.to_timestamp else None
     r = rewind.rewind(spark, config, to_version=args.to_version, to_timestamp=when)
-    print(f"bronze restored to version {r.bronze_version}, quarantine to {r.quarantine_version}; "
-          f"old checkpoint kept at {r.checkpoint_moved_to}; the next run resumes from {json.dumps(r.resume_from)}")
+    print(rewind.render(r, args.pipeline))
     return 0
 
 
@@ -655,8 +676,14 @@ def _quarantine_show(args: argparse.Namespace) -> int:
     from ingestion.ops import quarantine
 
     config = _load(args.pipeline)
-    found = _read_only(args, lambda reader: quarantine.records(reader, config, limit=args.limit,
-                                                               error_class=args.error_class), config)
+    found, present = _read_only(args, lambda reader: (
+        quarantine.records(reader, config, limit=args.limit, error_class=args.error_class),
+        quarantine.groups(reader, config) if args.error_class else []), config)
+    if args.error_class and not found:
+        classes = sorted({g.error_class for g in present})
+        print(f"no quarantined records of error class {args.error_class!r}; "
+              + (f"the classes quarantined now: {', '.join(classes)}" if classes else "the quarantine is empty"))
+        return 1 if classes else 0
     print(quarantine.render_records(found))
     return 0
 
@@ -668,9 +695,7 @@ def _quarantine_reprocess(args: argparse.Namespace) -> int:
     ctx = context.resolve(_load(args.pipeline))
     spark = _session(f"ingest-{ctx.name}", [ctx.config])
     r = quarantine.redecode(spark, ctx)
-    print(f"{r.examined} examined: {r.redecoded} re-decoded into bronze (version {r.bronze_version}), "
-          f"{r.already_in_bronze} were already there, {r.still_failing} still failing "
-          f"({r.errors_changed} with a new error; quarantine version {r.quarantine_version})")
+    print(quarantine.render_redecode(r))
     return 0
 
 

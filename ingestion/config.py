@@ -675,7 +675,8 @@ def _build(cls: type[Any], data: Mapping[str, Any], file: Path, prefix: str, *, 
         kwargs[f.name] = _coerce(hints[f.name], remaining.pop(key), file, prefix + key, partial=partial)
     if remaining:
         key, value = next(iter(remaining.items()))
-        known = sorted(f.metadata.get("key", f.name) for f in dataclasses.fields(cls) if not f.metadata.get("internal"))
+        known = sorted([*(f.metadata.get("key", f.name) for f in dataclasses.fields(cls)
+                          if not f.metadata.get("internal")), *([] if prefix else ["extends"])])  # read before
         raise ConfigError(f"{file}: unknown key {prefix + str(key)!r} (value {_shown(str(key), value)}); "
                           f"known keys here: {', '.join(known)}")
     return None if partial else cls(**kwargs)

@@ -12,6 +12,10 @@ class IngestionError(Exception):
     """Base class of every error this package raises on purpose."""
 
 
+class UsageError(IngestionError):
+    """The command line is wrong (arguments that contradict or are missing): exit 2, as argparse's own errors."""
+
+
 def one_line(exc: BaseException) -> str:
     """One line saying why `exc` happened, for a log line or an error message; never fails, whatever `exc` is: its
     first non-empty line (for py4j's wrapper of a Java error, the Java exception's line); else its cause's line;

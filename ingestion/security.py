@@ -116,11 +116,6 @@ def remember(values: Iterable[str]) -> None:
                 _SECRETS.add(form.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n"))
 
 
-def remember_settings(settings: Mapping[str, str]) -> None:
-    """Mask the secret values of these settings from now on (`secret_values`)."""
-    remember(secret_values(settings))
-
-
 def secret_values(settings: Mapping[str, str]) -> list[str]:
     """The values of every secret-looking setting, and their parts (`user:password`, a JAAS line's password, the
     user info of a URL)."""

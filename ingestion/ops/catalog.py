@@ -12,13 +12,11 @@ from pyspark.sql import SparkSession
 from ingestion.config import PipelineConfig
 from ingestion.delta import catalog, ledger
 from ingestion.errors import IngestionError, one_line
+from ingestion.ops.names import table_name
+
+__all__ = ["register", "table_name", "time_travel_failure"]
 
 log = logging.getLogger(__name__)
-
-
-def table_name(config: PipelineConfig, suffix: str = "") -> str:
-    """The SQL name of a pipeline's table: its name with anything but letters, digits and _ turned into _."""
-    return re.sub(r"\W", "_", config.name) + suffix
 
 
 def register(spark: SparkSession, configs: list[PipelineConfig]) -> dict[str, str]:

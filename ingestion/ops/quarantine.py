@@ -74,9 +74,17 @@ def render_records(found: list[QuarantinedRecord]) -> str:
     lines = []
     for r in found:
         shown = "null" if r.value is None else f"{len(r.value)} bytes {r.value[:16].hex(' ')}"
-        lines.append(f"{r.topic}/{r.partition}@{r.offset}  {r.timestamp}  schema id {r.schema_id}  "
+        schema = "no schema id" if r.schema_id is None else f"schema id {r.schema_id}"
+        lines.append(f"{r.topic}/{r.partition}@{r.offset}  {r.timestamp}  {schema}  "
                      f"{r.error_class}: {r.error_message}\n    value {shown}")
     return "\n".join(lines) if lines else "no quarantined records"
+
+
+def render_redecode(r: RedecodeResult) -> str:
+    bronze = "bronze unchanged" if not r.redecoded else f"bronze version {r.bronze_version}"
+    quarantine = "no quarantine table" if r.quarantine_version is None else f"quarantine version {r.quarantine_version}"
+    return (f"{r.examined} examined: {r.redecoded} re-decoded into bronze, {r.already_in_bronze} were already there, "
+            f"{r.still_failing} still failing ({r.errors_changed} with a new error); {bronze}, {quarantine}")
 
 
 def as_kafka_rows(quarantined: DataFrame) -> DataFrame:
@@ -101,7 +109,13 @@ def redecode(spark: SparkSession, target: PipelineConfig | PipelineContext) -> R
         return RedecodeResult(0, 0, 0, 0, 0, ledger.table_version(spark, config.table_path), None)
     # The subjects of the topics the quarantined rows came from, matching now or not.
     topics = [r[0] for r in quarantined.select("_kafka_topic").distinct().collect()]
-    spec = setup.resolver(spark, ctx, also=topics).spec
+    schemas = setup.resolver(spark, ctx, also=topics)
+    # Bronze follows the reader schema as at a stream's start: widened columns first (Delta's type widening), before
+    # any DataFrame reads bronze (a read analyzed before the widening fails Delta's schema check later); added
+    # columns come with the append's schema merge. A version no run has seen yet (every record of it quarantined)
+    # evolves the table here.
+    setup.widen_table(spark, config, schemas)
+    spec = schemas.spec
     decoded = decode_in_python(as_kafka_rows(quarantined), spec).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         renamed = decoded.withColumnsRenamed({"topic": KEYS[0], "partition": KEYS[1], "offset": KEYS[2]})
@@ -152,7 +166,7 @@ def _append_to_bronze(spark: SparkSession, config: PipelineConfig, new: DataFram
         return 0
     rows_df = bronze.bronze_rows(new, batch_id=F.col("_orig_batch_id"), ingested_at=dt.datetime.now(dt.UTC))
     (rows_df.write.format("delta").mode("append").option("userMetadata", record.to_user_metadata())
-     .save(config.table_path))
+     .option("mergeSchema", "true").save(config.table_path))
     return record.rows
 
 

@@ -9,6 +9,7 @@ table's offsets, so it re-reads exactly what the rewind undid.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import shutil
 from dataclasses import dataclass
@@ -33,6 +34,10 @@ class RewindResult:
     quarantine_version: int | None
     resume_from: dict[str, dict[str, int]]  # where the next run starts
     checkpoint_moved_to: str | None
+    # Quarantine reprocesses the restore undid (their bronze versions) and the rows they had moved, which are back in
+    # quarantine: the next run does not redo a reprocess (`ingest quarantine reprocess` does).
+    undone_reprocesses: tuple[int, ...] = ()
+    requarantined: int = 0
 
 
 def rewind(spark: SparkSession, config: PipelineConfig, *, to_version: int | None = None,
@@ -54,6 +59,7 @@ def rewind(spark: SparkSession, config: PipelineConfig, *, to_version: int | Non
     kept = [r for r in records if r.version is not None and r.version <= version]
     marker = BatchRecord(pipeline=config.name, app_id="rewind", batch_id=version, kind=BatchKind.REWIND,
                          rows=0, schema_ids=(), ranges=ledger.coverage(kept))
+    undone = undone_reprocesses(records, version)
     _restore(spark, config.table_path, version, marker)
     q_version = None
     if ledger.is_table(spark, config.quarantine_path):
@@ -69,7 +75,39 @@ def rewind(spark: SparkSession, config: PipelineConfig, *, to_version: int | Non
     resume = ledger.next_offsets(ledger.history(spark, config.table_path))
     log.info("%s: rewound bronze to version %d and quarantine to %s; checkpoint moved to %s; the next run "
              "resumes from %s", config.name, version, q_version, moved, resume)
-    return RewindResult(version, q_version, resume, moved)
+    if undone:
+        log.warning("%s: the rewind undid quarantine reprocess(es) at bronze version(s) %s: %d rows are back in "
+                    "quarantine; `ingest quarantine reprocess %s` moves them to bronze again", config.name,
+                    ", ".join(str(r.version) for r in undone), sum(r.rows for r in undone), config.name)
+    return RewindResult(version, q_version, resume, moved,
+                        tuple(r.version for r in undone if r.version is not None), sum(r.rows for r in undone))
+
+
+def render(r: RewindResult, pipeline: str) -> str:
+    """What a rewind did, in lines, and the reprocesses it undid with the command that redoes them."""
+    quarantine = ("quarantine had no version then (emptied, if the table exists)" if r.quarantine_version is None
+                  else f"quarantine to version {r.quarantine_version}")
+    kept = (f"old checkpoint kept at {r.checkpoint_moved_to}" if r.checkpoint_moved_to is not None
+            else "no checkpoint to move aside")
+    lines = [f"bronze restored to version {r.bronze_version}, {quarantine}; {kept}; the next run resumes from "
+             f"{json.dumps(r.resume_from)}"]
+    if r.undone_reprocesses:
+        lines.append(f"the rewind undid the quarantine reprocess at bronze version(s) "
+                     f"{', '.join(map(str, r.undone_reprocesses))}: {r.requarantined} rows are back in quarantine, "
+                     f"and the next run does not redo it; run `ingest quarantine reprocess {pipeline}` to move them "
+                     "to bronze again")
+    return "\n".join(lines)
+
+
+def undone_reprocesses(records: list[BatchRecord], version: int) -> list[BatchRecord]:
+    """The reprocess commits still in effect (not undone by an earlier rewind) that a restore to `version` undoes."""
+    live: list[BatchRecord] = []
+    for r in sorted(records, key=lambda r: r.version if r.version is not None else -1):
+        if r.kind == BatchKind.REWIND:  # its batch id is the version it restored
+            live = [x for x in live if (x.version or 0) <= r.batch_id]
+        elif r.kind == BatchKind.REDECODE and r.rows:
+            live.append(r)
+    return [r for r in live if (r.version or 0) > version]
 
 
 def _version_at(times: dict[int, dt.datetime], when: dt.datetime | None, allow_none: bool = False) -> int | None:

@@ -88,9 +88,10 @@ def serve(configs: list[PipelineConfig], port: int) -> None:
     stopping = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.set())
+    locations = [location for c in configs for location in c.locations]
     conf = {k: v for c in configs for k, v in c.spark.items()} | thriftserver.settings(port)
-    spark = get_session("ingest-sql-server", conf=conf,
-                        locations=[location for c in configs for location in c.locations], catalog=True)
+    conf = conf | thriftserver.classpath(locations, conf)
+    spark = get_session("ingest-sql-server", conf=conf, locations=locations, catalog=True)
     names = catalog.register(spark, configs)
     server = thriftserver.start(spark)
     log.info("SQL server on 127.0.0.1:%d over the catalog (%d pipeline tables: %s)", port, len(names),

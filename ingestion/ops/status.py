@@ -117,10 +117,15 @@ def render(status: PipelineStatus) -> str:
     several = len(status.topics) > 1 or status.topics != [status.topic]
     what = f"topics {status.topic} ({len(status.topics)})" if several else f"topic {status.topic}"
     width = max([9, *(len(f"{p.topic}/{p.partition}") for p in status.partitions)]) if several else 9
-    lines = [f"{status.pipeline}: {what}, table version {status.table_version}, "
-             f"last batch {status.last_batch_id} at {status.last_batch_at}, lag {status.lag_records} records",
-             f"  {status.files} files, average {(status.average_file_bytes or 0) / 1024:.1f} KiB; last maintenance: "
-             f"{status.last_maintenance or 'never'}; oldest restorable version {status.oldest_restorable}",
+    version = "no table yet" if status.table_version is None else f"table version {status.table_version}"
+    last = ("no batch yet" if status.last_batch_id is None else
+            f"last batch {status.last_batch_id}" + (f" at {status.last_batch_at}" if status.last_batch_at else ""))
+    lines = [f"{status.pipeline}: {what}, {version}, {last}, lag {status.lag_records} records",
+             (f"  {status.files} files, average {(status.average_file_bytes or 0) / 1024:.1f} KiB"
+              if status.files is not None else "  no data files yet") +
+             f"; last maintenance: {status.last_maintenance or 'never'}; " +
+             (f"oldest restorable version {status.oldest_restorable}" if status.oldest_restorable is not None
+              else "no restorable version yet"),
              *([f"  deleted from Kafka since the table read them: {', '.join(status.gone_topics)}"]
                if status.gone_topics else []),
              *([f"  {line}" for line in status.group_start.lines()] if status.group_start else []),

@@ -269,8 +269,12 @@ def render(result: Audit) -> str:
     if result.gone_topics:
         lines.append(f"  not audited, deleted from Kafka since: {', '.join(result.gone_topics)}")
     for p in result.partitions:
-        lines.append(f"  {p.topic}/{p.partition}: offsets {p.first}-{p.last} recorded, {p.rows} held, Kafka "
-                     f"{p.kafka_low}-{p.kafka_high}: {'ok' if p.ok else 'VIOLATION'}")
+        # Every range inclusive: Kafka's high watermark is the offset after its last record.
+        recorded = "no offsets recorded" if p.first is None else f"offsets {p.first}-{p.last} recorded"
+        kafka = (f"Kafka {p.kafka_low}-{p.kafka_high - 1}" if p.kafka_high > p.kafka_low
+                 else f"Kafka holds none (next offset {p.kafka_high})")
+        lines.append(f"  {p.topic}/{p.partition}: {recorded}, {p.rows} held, {kafka}: "
+                     f"{'ok' if p.ok else 'VIOLATION'}")
         if p.duplicates:
             lines.append(f"    duplicated offsets: {p.duplicates}")
         if p.lost:

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 from ingestion.errors import JvmError
 from ingestion.limits import AVRO_JAVA_LIMITS
 from ingestion.paths import jar_cache
-from ingestion.runtime import data_files, jars, metastore
+from ingestion.runtime import data_files, jars, jvm_output, metastore
 
 NO_FORK_FS_CLASS = "ingest.NoForkLocalFileSystem"  # data/NoForkLocalFileSystem.java, in the helper jar
 LOG4J_CONFIG = data_files.path("log4j2.properties")
@@ -178,7 +178,10 @@ def get_session(app_name: str = "ingest", master: str | None = None, conf: Mappi
                 locations: Iterable[str] = (), pools: Iterable[str] = (),
                 catalog: bool = False) -> SparkSession:
     with _jvm_keeps_out_of_signals():
-        spark = builder(app_name, master, conf, locations, pools, catalog).getOrCreate()
+        session_builder = builder(app_name, master, conf, locations, pools, catalog)
+        if not submitted():  # spark-submit's JVM runs already, with its own output
+            jvm_output.launch_gateway(dict(session_builder._options))
+        spark = session_builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     if submitted():
         _check_submitted_classpath(spark)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pyspark.sql import SparkSession
+
+from ingestion.runtime import jars
 
 THRIFT_PORT = "spark.hadoop.hive.server2.thrift.port"
 THRIFT_BIND_HOST = "spark.hadoop.hive.server2.thrift.bind.host"
@@ -16,6 +20,17 @@ def settings(port: int, host: str = "127.0.0.1") -> dict[str, str]:
     return {THRIFT_PORT: str(port), THRIFT_BIND_HOST: host,
             "spark.hadoop.hive.server2.transport.mode": "binary",
             "spark.hadoop.hive.server2.authentication": "NONE"}
+
+
+def classpath(locations: Iterable[str], conf: Mapping[str, str]) -> dict[str, str]:
+    """The session's jars (Delta, the Kafka source, the helper, object stores) also on the driver's own classpath.
+    The server runs each client's statements on threads of its own, whose class loader is the JVM's, not the one
+    `spark.jars` adds to the driver: there Delta's catalog was not found (`ClassNotFoundException: ...DeltaCatalog`
+    when beeline opened a session) and Spark's closure cleaner could not read Delta's classes (`capturingClassReader
+    is null` when a second client ran `VERSION AS OF`)."""
+    ours = os.pathsep.join(str(jar) for jar in jars.spark_jars(locations))
+    theirs = conf.get("spark.driver.extraClassPath")
+    return {"spark.driver.extraClassPath": os.pathsep.join(filter(None, [ours, theirs]))}
 
 
 def start(spark: SparkSession) -> Any:

@@ -58,8 +58,31 @@ def spark_schema(schema: AvroSchema) -> T.StructType:
     return result
 
 
+class _FieldError(SchemaError):
+    """A SchemaError inside a record, with the path of fields it is under (outermost first)."""
+
+    def __init__(self, path: list[str], reason: str) -> None:
+        super().__init__(reason)
+        self.path = path
+        self.reason = reason
+
+
 def spark_type(schema: AvroSchema) -> T.DataType:
-    return _to_spark(schema, _Names(), None)
+    """The Spark type of an Avro schema; a SchemaError naming the field (dotted path) when one is wrong."""
+    try:
+        return _to_spark(schema, _Names(), None)
+    except _FieldError as exc:
+        raise SchemaError(f"field {'.'.join(exc.path)!r}: {exc.reason}") from None
+
+
+def _field_type(field: dict[str, Any], names: _Names, namespace: str | None) -> T.DataType:
+    name = str(field.get("name", "?"))
+    try:
+        return _to_spark(field["type"], names, namespace)
+    except _FieldError as exc:
+        raise _FieldError([name, *exc.path], exc.reason) from None
+    except SchemaError as exc:
+        raise _FieldError([name], str(exc)) from None
 
 
 def _to_spark(schema: AvroSchema, names: _Names, namespace: str | None) -> T.DataType:
@@ -82,7 +105,7 @@ def _to_spark(schema: AvroSchema, names: _Names, namespace: str | None) -> T.Dat
         names.defined[full] = schema
         names.open.append(full)
         ns = full.rsplit(".", 1)[0] if "." in full else None
-        fields = [T.StructField(f["name"], _to_spark(f["type"], names, ns), True) for f in schema["fields"]]
+        fields = [T.StructField(f["name"], _field_type(f, names, ns), True) for f in schema["fields"]]
         names.open.pop()
         return T.StructType(fields)
     if kind in ("enum", "fixed"):

@@ -47,9 +47,20 @@ def load_subject(folder: Path, subject: str) -> Subject:
             parsed = json.loads(file.read_text())
         except json.JSONDecodeError as exc:
             raise SchemaError(f"{file}: not valid JSON: {exc}") from None
+        _check_types(file, parsed)
         versions[int(file.stem)] = canonical_json(parsed)
     _check_global_ids(folder, subject, versions)
     return Subject(subject, dict(sorted(versions.items())))
+
+
+def _check_types(file: Path, schema: AvroSchema) -> None:
+    """Every type of the schema is one Spark can hold: a SchemaError naming the file and the field otherwise."""
+    from ingestion.schema import avro_types  # it builds on this module's types
+
+    try:
+        avro_types.spark_type(schema)
+    except SchemaError as exc:
+        raise SchemaError(f"{file}: {exc}") from None
 
 
 def _check_global_ids(folder: Path, subject: str, versions: dict[int, str]) -> None:

@@ -162,19 +162,45 @@ def source_for(config: PipelineConfig) -> SchemaSource:
 
 
 def check_registry(config: PipelineConfig, *, subject_may_be_missing: bool = False) -> None:
-    """The registry answers and takes the credentials, asked before a JVM starts: a SchemaError naming the cause
-    otherwise. Nothing to ask for the schemas/ folder."""
-    if not config.value.registry:
-        return
-    from confluent_kafka.schema_registry.error import SchemaRegistryError
+    """The registry answers and takes the credentials, and the subjects of the named topics exist (in the registry
+    or the schemas/ folder), asked before a JVM starts: a SchemaError naming the pipeline file and the cause (a
+    missing subject with the closest existing ones) otherwise."""
+    if config.value.registry:
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-    client = registry_client(config.value.registry)
-    subjects = config.value_subjects(config.topics)  # a pattern's topics are not known here: any answer will do
-    try:
-        client.get_versions(subjects[0]) if subjects else client.get_subjects()
-    except Exception as exc:
-        failure = registry_failure(exc, config.value.registry, subjects[0] if subjects else None)
-        if failure is not None:
-            raise SchemaError(f"{config.file}: {failure}") from None
-        if not (subject_may_be_missing and isinstance(exc, SchemaRegistryError) and exc.http_status_code == 404):
-            raise
+        client = registry_client(config.value.registry)
+        subjects = config.value_subjects(config.topics)  # a pattern's topics are not known here: any answer will do
+        try:
+            client.get_versions(subjects[0]) if subjects else client.get_subjects()
+        except Exception as exc:
+            failure = registry_failure(exc, config.value.registry, subjects[0] if subjects else None)
+            if failure is not None:
+                raise SchemaError(f"{config.file}: {failure}") from None
+            if not (isinstance(exc, SchemaRegistryError) and exc.http_status_code == 404):
+                raise
+    if not subject_may_be_missing:
+        check_subjects(config)
+
+
+def check_subjects(config: PipelineConfig) -> None:
+    """Every value subject a stream of the pipeline must find (its named topics', or `value.subject`) exists, with
+    the schemas in it readable; a SchemaError naming the file, the key and the closest subjects otherwise."""
+    import difflib
+
+    if config.value.format not in ("confluent", "avro"):
+        return
+    if config.topic_pattern:  # the topics a pattern matches are not known here
+        subjects = [config.value.subject] if config.value.subject else []
+    else:
+        subjects = config.value_subjects(config.topics)
+    key = "value.subject" if config.value.subject else "value.subjectNameStrategy"
+    source = source_for(config)
+    for subject in subjects:
+        try:
+            source.versions(subject)
+        except SubjectNotFoundError as exc:
+            known = source.subjects()
+            close = difflib.get_close_matches(subject, known, n=3, cutoff=0.5)
+            hint = f"; closest: {', '.join(close)}" if close else f"; known subjects: {', '.join(known[:10])}"
+            raise SubjectNotFoundError(f"{config.file}: key '{key}' ({subject!r}): {exc}"
+                                       f"{hint if known else ''}") from None

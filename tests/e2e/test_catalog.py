@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, QueryBuilder
 
@@ -114,10 +117,12 @@ def test_a_new_process_and_ingest_sql_find_the_tables_by_name_while_the_sql_serv
     folder, env = lakehouse.folder, lakehouse.env
     session = subprocess.Popen([sys.executable, "-c", NEW_SESSION], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, cwd=folder, env=env)
-    query = ("SELECT count(*) AS n, count(DISTINCT _kafka_offset, _kafka_partition) AS d "
-             "FROM bronze.orders VERSION AS OF 1")
-    sql = subprocess.Popen([INGEST, "sql", query, "--output", str(folder / "v1.csv")], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, cwd=folder, env=env)
+    query = ("SELECT count(*) AS n, count(DISTINCT _kafka_partition * 1000000 + _kafka_offset) AS d "
+             "FROM bronze.orders VERSION AS OF 1")  # SQL both engines read alike
+    sql = subprocess.Popen([INGEST, "sql", "--engine", "duckdb", query, "--output", str(folder / "v1.csv")],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=folder, env=env)
+    by_spark = subprocess.Popen([INGEST, "sql", "--engine", "spark", query, "--output", str(folder / "v1.parquet")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=folder, env=env)
     out, err = session.communicate(timeout=600)
     assert session.returncode == 0, err
     found = json.loads(out.strip().splitlines()[-1])
@@ -133,6 +138,11 @@ def test_a_new_process_and_ingest_sql_find_the_tables_by_name_while_the_sql_serv
     first = _rows(folder / "tables" / "orders", version=1)
     assert 0 < first < 120
     assert (folder / "v1.csv").read_text().split() == ["n,d", f"{first},{first}"]
+    assert err == ""  # DuckDB answered (--engine duckdb fails rather than start a JVM): nothing on stderr
+    out, err = by_spark.communicate(timeout=600)
+    assert by_spark.returncode == 0, err
+    assert pq.read_table(folder / "v1.parquet").to_pylist() == [{"n": first, "d": first}]
+    assert "incubator" not in err and "WARNING" not in err, err  # the JVM's noise stays off the screen
 
 
 def test_the_sql_server_answers_a_thrift_client_as_spark_does_and_stops_by_its_pid(lakehouse: Lakehouse) -> None:
@@ -163,7 +173,62 @@ def test_the_sql_server_answers_a_thrift_client_as_spark_does_and_stops_by_its_p
     finally:
         connection.close()
 
+    # Five clients at once, as a BI tool opens them: the documented PyHive snippet in three threads and the
+    # documented beeline command (Hive's JDBC driver) in two processes, each a new session running VERSION AS OF.
+    expected = _rows(folder / "tables" / "orders", version=1)
+    assert _concurrent_sessions(port, env, pyhive=3, beeline=2) == [expected] * 5
+
     stopped = _ingest(folder, env, "sql-server", "stop")
     assert stopped.stdout.strip() == f"stopped (pid {pid})"
     assert not alive(pid)
     assert _ingest(folder, env, "sql-server", "status", check=False).returncode == 1
+
+
+CATALOG_PAGE = REPO / "docs" / "catalog.md"
+
+
+def _documented(language: str, marker: str) -> str:
+    """The code block of docs/catalog.md in `language` that contains `marker`."""
+    blocks = re.findall(rf"^```{language}\n(.*?)^```", CATALOG_PAGE.read_text(), re.M | re.S)
+    return next(block for block in blocks if marker in block)
+
+
+def _concurrent_sessions(port: int, env: dict[str, str], *, pyhive: int, beeline: int) -> list[int]:
+    """Sessions of the documented clients started together, each counting bronze.orders VERSION AS OF 1; the
+    counts, PyHive's first."""
+    query = "SELECT count(*) FROM bronze.orders VERSION AS OF 1"
+    python = _documented("python", "from pyhive import hive").replace("port=10000", f"port={port}")
+    assert f'cursor.execute("{query}")' in python
+    shell = _documented("bash", "BeeLine").replace("127.0.0.1:10000", f"127.0.0.1:{port}")
+    assert f"-e '{query}'" in shell
+    path = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # `python` is this environment's
+    clients = [subprocess.Popen(["bash", "-c", shell], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**env, "PATH": path}) for _ in range(beeline)]
+    answers: dict[int, Any] = {}
+
+    def run(i: int) -> None:
+        printed: list[Any] = []
+        namespace: dict[str, Any] = {"print": printed.append}  # what the snippet prints, per thread
+        try:
+            exec(compile(python, str(CATALOG_PAGE), "exec"), namespace)  # the documented snippet, as written
+            answers[i] = printed
+        except Exception as exc:  # noqa: BLE001 - the test reports which session failed and how
+            answers[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(pyhive)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=600)
+    counts = []
+    for i in range(pyhive):
+        assert isinstance(answers.get(i), list), f"PyHive session {i}: {answers.get(i)!r}"
+        assert len(answers[i]) == 1, answers[i]
+        counts.append(answers[i][0][0][0])
+    for client in clients:
+        out, err = client.communicate(timeout=600)
+        assert client.returncode == 0, f"beeline: {out}\n{err}"
+        found = re.findall(r"^\|\s*(\d+)\s*\|$", out, re.M)
+        assert len(found) == 1, f"beeline: {out}\n{err}"
+        counts.append(int(found[0]))
+    return counts

@@ -60,6 +60,7 @@ def test_silver_reads_bronze_from_a_version_or_an_offset_and_redoes_what_a_rewin
 
     # Rewind bronze to version 1: the silver stream stops at the RESTORE instead of reading past it.
     rewind.rewind(spark, config, to_version=1)
+    assert recipe["version_holding"](config.table_path, second.partition, second.last) is None  # undone
     with pytest.raises(Exception, match="DELTA_SOURCE_IGNORE_DELETE"):
         recipe["silver_stream"](spark, name, 2, str(tmp_path / "silver_cp"), silver)
     # The redo: drop what bronze took back, re-ingest, restart silver after the RESTORE: each record once.
@@ -67,6 +68,9 @@ def test_silver_reads_bronze_from_a_version_or_an_offset_and_redoes_what_a_rewin
     pipeline.run(spark, config, available_now=True)
     restored = recipe["restore_version"](config.table_path)
     assert restored == last + 1
+    again = next(r.version for r in ledger.history(spark, config.table_path) if (r.version or 0) > restored and any(
+        x.partition == second.partition and x.first <= second.last <= x.last for x in r.ranges))
+    assert recipe["version_holding"](config.table_path, second.partition, second.last) == again
     recipe["silver_stream"](spark, name, restored + 1, str(tmp_path / "silver_cp2"), silver)
     # Silver started at version 2: it holds again exactly what versions 2..last held, once; bronze holds every
     # record.

@@ -351,3 +351,43 @@ def test_plain_avro_values_with_avro_keys_or_no_keys(spark, kafka_servers, make_
     pipeline.run(spark, unkeyed, available_now=True)
     rows = spark.read.format("delta").load(unkeyed.table_path).collect()
     assert len(rows) == 4 and {r["_kafka_key"] for r in rows} == {None}
+
+
+def test_onboard_dry_run_of_a_catalog_table_starts_no_derby_server(
+        spark, kafka_servers, make_topic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from ingestion import cli
+    from ingestion.runtime import metastore
+
+    monkeypatch.setenv("INGEST_HOME", str(tmp_path / ".ingest"))
+    topic = make_topic(partitions=1)
+    file = pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, sink="  catalogTable: bronze.dry\n")
+    assert cli._onboard(cli._parser().parse_args(["onboard", str(file), "--dry-run"])) == 0
+    out = capsys.readouterr().out
+    assert f"catalog table bronze.dry: would be registered for {tmp_path / 'tables' / 'orders'}" in out
+    assert out.strip().splitlines()[-1].startswith("catalog names not checked against the local catalog")
+    assert metastore.running() is None and not (tmp_path / ".ingest" / "metastore").exists()
+    assert not ledger.is_table(spark, str(tmp_path / "tables" / "orders"))
+
+
+def test_the_documented_test_record_snippet_lands_in_bronze(spark, kafka_servers, make_topic,
+                                                            tmp_path: Path) -> None:
+    """docs/operations.md's "produce a test record" snippet, run as written (the topic and servers swapped), writes
+    a Confluent-framed record that the pipeline decodes into bronze."""
+    import re
+
+    from tests.conftest import REPO
+
+    page = (REPO / "docs" / "operations.md").read_text()
+    snippet = next(block for block in re.findall(r"^```python\n(.*?)^```", page, re.M | re.S)
+                   if "schemaless_writer" in block)
+    topic = make_topic(partitions=1)
+    code = (snippet.replace('"127.0.0.1:9092"', repr(kafka_servers)).replace('produce("orders"', f'produce({topic!r}')
+            .replace('open("schemas/', f'open("{REPO}/schemas/'))
+    exec(compile(code, "docs/operations.md", "exec"), {})  # the documented snippet, as written
+    config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers))
+    pipeline.run(spark, config, available_now=True)
+    rows = spark.read.format("delta").load(config.table_path).collect()
+    assert [(r["order_id"], r["customer_id"], str(r["amount"]), r["items"][0]["sku"], r["_schema_id"])
+            for r in rows] == [("o-1", 42, "12.34", "SKU-1", 1)]
+    assert spark.read.format("delta").load(config.quarantine_path).count() == 0

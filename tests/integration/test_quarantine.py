@@ -179,3 +179,96 @@ def test_reprocess_moves_what_now_decodes_exactly_once_and_twice_changes_nothing
     assert (again.redecoded, again.still_failing, again.errors_changed) == (0, 1, 0)
     assert (ledger.table_version(spark, config.table_path),
             ledger.table_version(spark, config.quarantine_path)) == versions
+
+
+def test_reprocess_into_an_additive_version_no_run_has_seen_evolves_bronze_and_a_rewind_says_it_undid_it(
+        spark, kafka_servers, make_topic, orders_schema, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every record of version 2 (one new nullable field) is quarantined until its schema is added; the reprocess
+    then adds the column as the stream would, moves each record to bronze once, and a rewind that undoes it says so
+    (reprocessing again moves them once more)."""
+    import json
+    import shutil
+
+    from confluent_kafka import Producer
+
+    from ingestion.ops import quarantine, rewind
+    from tests.conftest import REPO
+
+    schemas = tmp_path / "schemas"
+    shutil.copytree(REPO / "schemas", schemas)
+    monkeypatch.setenv("INGEST_SCHEMAS_DIR", str(schemas))
+    v2 = {**orders_schema, "fields": [*orders_schema["fields"],
+                                      {"name": "channel", "type": ["null", "string"], "default": None}]}
+    topic = make_topic(partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_servers})
+    for seq in range(6):
+        if seq < 3:
+            value = encode(1, avro_body(orders_schema, order(seq, random.Random(seq))))
+        else:
+            value = encode(2, avro_body(v2, {**order(seq, random.Random(seq)), "channel": f"web-{seq}"}))
+        producer.produce(topic, key=b"k", value=value, partition=0)
+    producer.flush(30)
+    config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers))
+    pipeline.run(spark, config, available_now=True)
+    assert spark.read.format("delta").load(config.quarantine_path).count() == 3
+    before = ledger.table_version(spark, config.table_path)
+    assert before is not None
+
+    (schemas / "orders-value" / "2.avsc").write_text(json.dumps(v2))
+    result = quarantine.redecode(spark, config)
+
+    assert (result.examined, result.redecoded, result.already_in_bronze, result.still_failing) == (3, 3, 0, 0)
+    bronze = spark.read.format("delta").load(config.table_path)
+    assert bronze.columns[-2:] == ["_ingested_at", "channel"]  # where docs/columns.md says an added field goes
+    assert sorted((r["order_id"], r["channel"], r["_kafka_offset"]) for r in bronze.collect()) == [
+        ("o-00000000", None, 0), ("o-00000001", None, 1), ("o-00000002", None, 2),
+        ("o-00000003", "web-3", 3), ("o-00000004", "web-4", 4), ("o-00000005", "web-5", 5)]
+    assert spark.read.format("delta").load(config.quarantine_path).count() == 0
+    again = quarantine.redecode(spark, config)
+    assert (again.examined, again.redecoded) == (0, 0)
+
+    undone = rewind.rewind(spark, config, to_version=before)
+    assert (undone.undone_reprocesses, undone.requarantined) == ((result.bronze_version,), 3)
+    assert spark.read.format("delta").load(config.quarantine_path).count() == 3
+    redone = quarantine.redecode(spark, config)
+    assert (redone.redecoded, redone.already_in_bronze) == (3, 0)
+    offsets = [r["_kafka_offset"] for r in spark.read.format("delta").load(config.table_path).collect()]
+    assert sorted(offsets) == [0, 1, 2, 3, 4, 5]
+    # A second rewind to the same version undoes the reprocess made after the first one, not the first one again.
+    assert rewind.rewind(spark, config, to_version=before).undone_reprocesses == (redone.bronze_version,)
+
+
+def test_reprocess_into_a_widening_version_widens_bronze_as_the_stream_would(
+        spark, kafka_servers, make_topic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Version 2 widens an int to a long and adds a field; every record of it is quarantined until its schema is
+    there; the reprocess widens the column (Delta type widening) and adds the other, each record once."""
+    import json
+
+    from confluent_kafka import Producer
+
+    from ingestion.ops import quarantine
+
+    v1 = {"type": "record", "name": "Reading", "fields": [{"name": "id", "type": "string"},
+                                                          {"name": "n", "type": "int"}]}
+    v2 = {**v1, "fields": [{"name": "id", "type": "string"}, {"name": "n", "type": "long"},
+                           {"name": "unit", "type": ["null", "string"], "default": None}]}
+    (tmp_path / "schemas" / "readings-value").mkdir(parents=True)
+    (tmp_path / "schemas" / "readings-value" / "1.avsc").write_text(json.dumps(v1))
+    monkeypatch.setenv("INGEST_SCHEMAS_DIR", str(tmp_path / "schemas"))
+    topic = make_topic(partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_servers})
+    producer.produce(topic, value=encode(1, avro_body(v1, {"id": "a", "n": 1})))
+    producer.produce(topic, value=encode(2, avro_body(v2, {"id": "b", "n": 2**40, "unit": "kg"})))
+    producer.flush(30)
+    config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers,
+                                         extra="value:\n  format: confluent\n  subject: readings-value\n"))
+    pipeline.run(spark, config, available_now=True)
+    assert spark.read.format("delta").load(config.quarantine_path).count() == 1
+
+    (tmp_path / "schemas" / "readings-value" / "2.avsc").write_text(json.dumps(v2))
+    result = quarantine.redecode(spark, config)
+
+    assert (result.examined, result.redecoded, result.still_failing) == (1, 1, 0)
+    bronze = spark.read.format("delta").load(config.table_path)
+    assert bronze.schema["n"].dataType.simpleString() == "bigint"
+    assert sorted((r["id"], r["n"], r["unit"]) for r in bronze.collect()) == [("a", 1, None), ("b", 2**40, "kg")]

@@ -260,3 +260,63 @@ def test_docs_links_in_the_code_lead_to_pages_and_headings_that_exist() -> None:
             if problem:
                 broken.append(problem)
     assert broken == []
+
+
+def test_the_documented_unknown_key_messages_are_the_real_ones(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every `unknown key` line README.md and docs/configuration.md show is what loading such a file prints, with
+    the whole list of known keys."""
+    from ingestion.config import load_pipeline
+    from ingestion.errors import ConfigError
+
+    documented = re.compile(r"^error: (conf/pipelines/orders\.yaml): unknown key '([\w.]+)' \(value '(\w+)'\).*$",
+                            re.M)
+    shown = [m for page in (README_PATH, DOCS / "configuration.md") for m in documented.finditer(page.read_text())]
+    assert {m.group(2) for m in shown} == {"source.startingOffset", "topc"}
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("INGEST_CONF_DIR", str(tmp_path / "conf"))
+    for m in shown:
+        file = tmp_path / m.group(1)
+        file.parent.mkdir(parents=True, exist_ok=True)
+        section, _, key = m.group(2).rpartition(".")
+        typo = f"{section}:\n  {key}: {m.group(3)}\n" if section else f"{key}: {m.group(3)}\n"
+        file.write_text(f"name: orders\n{'topic: orders' + chr(10) if key != 'topc' else ''}"
+                        f"kafka:\n  bootstrap.servers: 127.0.0.1:9092\n{typo}")
+        with pytest.raises(ConfigError) as caught:
+            load_pipeline(file)
+        assert f"error: {str(caught.value).replace(f'{tmp_path}/', '')}" == m.group(0)
+
+
+def test_the_second_writer_statement_of_exactly_once_md_is_what_a_second_writer_gets(tmp_path: Path) -> None:
+    """docs/exactly-once.md says a second `ingest run` is refused before its JVM boots, and quotes the error:
+    the lock's probe (what `ingest run` asks before a JVM) refuses while another holder has it."""
+    from ingestion.stream.lock import PipelineRunning, WriterLock
+
+    page = " ".join((DOCS / "exactly-once.md").read_text().split())
+    quoted = re.search(r"`(error: pipeline 'orders' is already running \(pid 4242 on host-a since \S+; lock "
+                       r"<checkpoint>/_ingest_writer\.lock\); stop it first, [^`]+)`", page)
+    assert quoted is not None
+    first = WriterLock("orders", str(tmp_path / "checkpoint"))
+    first.acquire()
+    try:
+        with pytest.raises(PipelineRunning) as caught:
+            WriterLock("orders", str(tmp_path / "checkpoint")).probe()
+    finally:
+        first.release()
+    shown = re.sub(r"\(pid \d+ on \S+ since \S+; lock \S+\)", "(pid 4242 on host-a since 2026-11-25T18:00:00+00:00; "
+                   "lock <checkpoint>/_ingest_writer.lock)", f"error: {caught.value}")
+    assert shown == quoted.group(1)
+    WriterLock("orders", str(tmp_path / "checkpoint")).probe()  # released: the next run starts
+
+
+@pytest.mark.parametrize("argv", [["run"], ["onboard"], ["maintain"], ["sql", "SELECT 1", "--output", "out.txt"],
+                                  ["run", "--pipeline-that-is-no-option"]])
+def test_bad_usage_exits_2_as_the_readme_says(argv: list[str], tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    assert "Exit codes: 0 success, 1 a failure explained on stderr (`error: ...`), 2 bad usage." in README
+    done = subprocess.run([sys.executable, "-m", "ingestion.cli", *argv], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith(("error: ", "ingest: error: ", "ingest run: error: "))

@@ -99,3 +99,36 @@ def test_invalid_twin_under_another_subject_raises_schema_error(tmp_path: Path) 
     twin = put(tmp_path, "b-value", "1.avsc", "{oops")
     with pytest.raises(SchemaError, match=str(twin)):
         load_subject(tmp_path, "a-value")
+
+
+def test_an_unknown_avro_type_names_the_file_and_the_field(tmp_path: Path) -> None:
+    bad = {"type": "record", "name": "R", "fields": [
+        {"name": "id", "type": "string"},
+        {"name": "lines", "type": {"type": "array", "items": {"type": "record", "name": "Line", "fields": [
+            {"name": "qty", "type": "integr"}]}}}]}
+    file = put(tmp_path, "orders-value", "1.avsc", bad)
+    with pytest.raises(SchemaError) as caught:
+        load_subject(tmp_path, "orders-value")
+    assert str(caught.value) == f"{file}: field 'lines.qty': unknown Avro type 'integr'"
+
+
+def test_a_missing_subject_is_named_with_the_closest_before_a_jvm_starts(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from ingestion.config import load_pipeline
+    from ingestion.errors import SubjectNotFoundError
+    from ingestion.schema.registry import check_registry
+
+    put(tmp_path / "schemas", "orders-value", "1.avsc", schema("a"))
+    put(tmp_path / "schemas", "customers-key", "1.avsc", schema("a"))
+    monkeypatch.setenv("INGEST_SCHEMAS_DIR", str(tmp_path / "schemas"))
+    file = tmp_path / "orders.yaml"
+    file.write_text("name: orders\ntopic: orders\nkafka:\n  bootstrap.servers: 127.0.0.1:9\n"
+                    "value:\n  subject: order-value\n")
+    with pytest.raises(SubjectNotFoundError) as caught:
+        check_registry(load_pipeline(file))
+    assert str(caught.value) == (
+        f"{file}: key 'value.subject' ('order-value'): no schemas for subject 'order-value': expected files like "
+        f"{tmp_path / 'schemas' / 'order-value' / '1.avsc'}; closest: orders-value")
+    check_registry(load_pipeline(file), subject_may_be_missing=True)  # onboard --register-schemas makes it
+    file.write_text("name: orders\ntopic: orders\nkafka:\n  bootstrap.servers: 127.0.0.1:9\n")
+    check_registry(load_pipeline(file))  # orders-value, by the topic's name: there

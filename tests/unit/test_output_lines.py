@@ -1,0 +1,87 @@
+"""What read-only commands print: no Python `None` in a line, one range convention (inclusive) in verify's line,
+and `quarantine show --error-class` with a class that has no records naming the classes that do."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from ingestion.ops import quarantine, status, verify
+
+
+def test_status_of_a_pipeline_without_batches_says_so() -> None:
+    empty = status.PipelineStatus("orders", "orders", "/t/orders", None, None, None, 0, [], topics=["orders"])
+    assert status.render(empty).splitlines()[:2] == [
+        "orders: topic orders, no table yet, no batch yet, lag 0 records",
+        "  no data files yet; last maintenance: never; no restorable version yet"]
+    ran = status.PipelineStatus("orders", "orders", "/t/orders", 4, 3, "2026-11-25T18:00:00", 0, [], files=2,
+                                average_file_bytes=2048, oldest_restorable=0, topics=["orders"])
+    assert status.render(ran).splitlines()[:2] == [
+        "orders: topic orders, table version 4, last batch 3 at 2026-11-25T18:00:00, lag 0 records",
+        "  2 files, average 2.0 KiB; last maintenance: never; oldest restorable version 0"]
+    assert "None" not in status.render(empty) + status.render(ran)
+
+
+def test_verify_ranges_are_inclusive_on_both_sides() -> None:
+    audit = verify.Audit("orders", "orders", [verify.PartitionAudit("orders", 0, 0, 683, 0, 682, rows=683),
+                                              verify.PartitionAudit("orders", 1, 5, 5, None, None)],
+                         topics=["orders"])
+    assert verify.render(audit).splitlines() == [
+        "orders: topic orders: OK",
+        "  orders/0: offsets 0-682 recorded, 683 held, Kafka 0-682: ok",
+        "  orders/1: no offsets recorded, 0 held, Kafka holds none (next offset 5): ok"]
+
+
+def test_a_record_without_schema_id_says_so() -> None:
+    from ingestion.delta.reader import QuarantinedRecord
+
+    record = QuarantinedRecord("orders", 0, 7, dt.datetime(2026, 1, 1), None, "WireFormatError", "short", b"\x07")
+    assert "  no schema id  WireFormatError: short" in quarantine.render_records([record])
+
+
+def test_show_with_an_error_class_that_has_no_records_names_those_that_do(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from deltalake import write_deltalake
+
+    from ingestion import cli
+
+    table = tmp_path / "orders_quarantine"
+    write_deltalake(str(table), pa.table({
+        "_kafka_topic": ["orders"] * 3, "_kafka_partition": pa.array([0, 0, 1], pa.int32()),
+        "_kafka_offset": pa.array([3, 4, 9], pa.int64()),
+        "_kafka_timestamp": pa.array([dt.datetime(2026, 1, 1)] * 3, pa.timestamp("us", tz="UTC")),
+        "_schema_id": pa.array([None, 7, 7], pa.int32()),
+        "_error_class": ["WireFormatError", "UnknownSchemaError", "UnknownSchemaError"],
+        "_error_message": ["short", "id 7", "id 7"], "_kafka_value": [b"\x07", b"\x00", b"\x00"]}))
+    file = tmp_path / "orders.yaml"
+    file.write_text(f"name: orders\ntopic: orders\nkafka:\n  bootstrap.servers: 127.0.0.1:9\n"
+                    f"sink:\n  table: {tmp_path / 'orders'}\n  quarantineTable: {table}\n")
+    args = cli._parser().parse_args(["quarantine", "show", str(file), "--error-class", "NoSuchClass"])
+    assert cli._quarantine_show(args) == 1
+    assert capsys.readouterr().out == ("no quarantined records of error class 'NoSuchClass'; the classes "
+                                       "quarantined now: UnknownSchemaError, WireFormatError\n")
+    args = cli._parser().parse_args(["quarantine", "show", str(file), "--error-class", "WireFormatError"])
+    assert cli._quarantine_show(args) == 0
+    assert capsys.readouterr().out == ("orders/0@3  2026-01-01 00:00:00  no schema id  WireFormatError: short\n"
+                                       "    value 1 bytes 07\n")
+
+
+def test_rewind_and_reprocess_lines_name_what_happened_without_none() -> None:
+    from ingestion.ops import rewind
+
+    undid = rewind.RewindResult(3, None, {"orders": {"0": 12}}, None, (9,), 3)
+    assert rewind.render(undid, "orders").splitlines() == [
+        "bronze restored to version 3, quarantine had no version then (emptied, if the table exists); no checkpoint "
+        'to move aside; the next run resumes from {"orders": {"0": 12}}',
+        "the rewind undid the quarantine reprocess at bronze version(s) 9: 3 rows are back in quarantine, and the "
+        "next run does not redo it; run `ingest quarantine reprocess orders` to move them to bronze again"]
+    plain = rewind.RewindResult(3, 2, {}, "/c.rewound-x", (), 0)
+    assert rewind.render(plain, "orders") == ("bronze restored to version 3, quarantine to version 2; old checkpoint "
+                                              "kept at /c.rewound-x; the next run resumes from {}")
+    nothing = quarantine.RedecodeResult(0, 0, 0, 0, 0, 4, None)
+    assert quarantine.render_redecode(nothing) == ("0 examined: 0 re-decoded into bronze, 0 were already there, 0 "
+                                                   "still failing (0 with a new error); bronze unchanged, no "
+                                                   "quarantine table")
