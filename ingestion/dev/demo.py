@@ -1,15 +1,15 @@
 """`ingest demo`: a local broker, a sample topic, sample records, one caught-up ingestion, a summary.
 
 The demo's pipeline (`orders`) and its schema are the project's `conf/pipelines/orders.yaml` and `schemas/` when
-they are there (a clone); anywhere else (a folder after `pip install`) the copies it brings as package data
-(`dev/demo_project/`). The servers it starts (the broker, the catalog's Derby server) it stops at the end; those it
-found running it leaves running.
+they are there (a clone); anywhere else (a folder after `pip install`) the demo writes them there from the copies it
+brings as package data (`dev/demo_project/`), so the commands that follow find them. The servers it starts (the
+broker, the catalog's Derby server) it stops at the end; those it found running it leaves running.
 """
 
 from __future__ import annotations
 
 import logging
-import os
+import shutil
 import time
 from importlib import resources
 from pathlib import Path
@@ -65,15 +65,19 @@ def run_demo(*, records: int = 10_000, partitions: int = 3, keep_servers: bool =
 
 
 def _use_packaged_files() -> None:
-    """Read the demo's pipeline and schema from the package when the working folder does not have them; a folder
-    of the caller's (INGEST_CONF_DIR, INGEST_SCHEMAS_DIR) holding them wins."""
+    """Where the working folder lacks the demo's pipeline or schema (a folder after `pip install`), copy them there
+    from the package (never over a file of the caller's), so that `ingest status orders`, `ingest sql` and the
+    other commands the summary names find the pipeline afterwards, as in a clone."""
     packaged = Path(str(resources.files("ingestion.dev") / "demo_project"))
     own = conf_dir() / "pipelines" / "orders.yaml"
     if not own.is_file():
-        os.environ["INGEST_CONF_DIR"] = str(packaged / "conf")
-        log.info("demo: no %s, so the pipeline orders comes from the package (%s)", own, packaged / "conf")
-    if not (schemas_dir() / "orders-value").is_dir():
-        os.environ["INGEST_SCHEMAS_DIR"] = str(packaged / "schemas")
+        own.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(packaged / "conf" / "pipelines" / "orders.yaml", own)
+        log.info("demo: wrote %s, the demo's pipeline (from the package)", own)
+    schema = schemas_dir() / "orders-value"
+    if not schema.is_dir():
+        shutil.copytree(packaged / "schemas" / "orders-value", schema)
+        log.info("demo: wrote %s, the demo's schema (from the package)", schema)
 
 
 def _summary(spark: SparkSession, config: PipelineConfig, run_id: str | None, seconds: float) -> None:

@@ -76,6 +76,13 @@ def test_the_wheel_lays_out_a_project_and_runs_the_demo_in_an_empty_folder_leavi
         assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
         assert f"bronze table   {empty / '.ingest' / 'tables' / 'orders'}  (300 rows" in demo.stdout, demo.stdout
         assert "total          300 records in Kafka, 300 rows in bronze" in demo.stdout, demo.stdout
+        # The demo left its pipeline and schema in the folder: what its summary says to run next finds the table
+        # (ingest sql answers from the table's files with DuckDB: no broker, no JVM).
+        assert (empty / "conf" / "pipelines" / "orders.yaml").is_file()
+        assert (empty / "schemas" / "orders-value").is_dir()
+        counted = subprocess.run([bin_dir / "ingest", "sql", "SELECT count(*) AS n FROM bronze.orders"],
+                                 capture_output=True, text=True, cwd=empty, env=env, timeout=120)
+        assert counted.returncode == 0 and counted.stdout.split() == ["n", "300"], counted.stdout + counted.stderr
         # The broker and the catalog's Derby server it started (both name the state folder) are gone.
         assert processes_left(empty) == {}
     finally:
