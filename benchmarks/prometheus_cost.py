@@ -44,9 +44,10 @@ def refresh_cost(servers: str, topic: str, refreshes: int = 20, interval: float 
     from ingestion.stream.prometheus import LagRefresher
 
     settings = {"bootstrap.servers": servers}
-    marks = kafka.watermarks_of(settings, [topic])[topic]
+    marks = kafka.watermarks(settings, topic)
     halfway = {topic: {p: (low + high) // 2 for p, (low, high) in marks.items()}}
-    refresher = LagRefresher(Exporter().pipeline("bench", 10.0), settings, lambda: [topic], lambda: halfway,
+    partitions = {topic: sorted(marks)}
+    refresher = LagRefresher(Exporter().pipeline("bench", 10.0), settings, lambda: partitions, lambda: halfway,
                              interval)
     refresher.refresh()  # the first opens nothing more, but warms Python's imports
     start, wall = time.process_time(), time.monotonic()
