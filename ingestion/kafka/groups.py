@@ -16,7 +16,6 @@ class GroupState:
     group: str
     committed: dict[str, dict[int, int]]
     members: tuple[str, ...]
-    state: str
 
     @property
     def active(self) -> bool:
@@ -45,4 +44,4 @@ def group_state(settings: Mapping[str, object], group: str, partitions: Mapping[
     with refusals(settings, group=group):
         described = admin.describe_consumer_groups([group], request_timeout=timeout)[group].result(timeout)
     members = tuple(sorted(f"{m.client_id}@{m.host}" for m in described.members))
-    return GroupState(group, committed, members, str(getattr(described.state, "name", described.state)))
+    return GroupState(group, committed, members)

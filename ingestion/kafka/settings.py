@@ -30,10 +30,6 @@ class KafkaSettings:
     java: Mapping[str, str] = field(default_factory=dict)  # Spark's source (Java client), no `kafka.` prefix
     timeout: float = DEFAULT_TIMEOUT  # seconds a command waits for the brokers (source.brokerTimeout)
 
-    @property
-    def servers(self) -> str:
-        return str(self.client.get("bootstrap.servers", ""))
-
 
 def bootstrap_servers(config: PipelineConfig) -> str:
     """From the config, else `$KAFKA_BOOTSTRAP_SERVERS`, else the local dev broker's address file."""
