@@ -172,6 +172,24 @@ class MaintenanceOptions:
 
 
 @dataclass(frozen=True)
+class SilverOptions:
+    """A current-state table kept from bronze (docs/cdc.md): one row per key (`upsert`) or per change (`history`)."""
+
+    # Fields that identify a row: of the row itself (of `after`/`before` with the debezium envelope), dotted for
+    # nested fields, or of the decoded Kafka key (`_kafka_key.id`). A tombstone's key comes from the Kafka key.
+    key: tuple[str, ...] = ()
+    mode: Literal["upsert", "history"] = "upsert"
+    envelope: Literal["none", "debezium"] = "none"
+    # `kafka`: Kafka order (offsets within a partition); or a field, e.g. source.lsn, ts_ms, updated_at.
+    sequence_by: str = field(default="kafka", metadata=_key("sequenceBy"))
+    # A SQL condition on the bronze row that makes a change a delete (besides tombstones and debezium's `d`).
+    delete_when: str = field(default="", metadata=_key("deleteWhen"))
+    table: str = ""  # default: beside bronze, <sink.table>_silver
+    catalog_table: str = field(default="", metadata=_key("catalogTable"))
+    trigger: str = ""  # how often a streaming run merges what bronze committed since; default: sink.trigger
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     """One pipeline: the topics it reads (exactly one of `topic`, `topics`, `topicPattern`) into one bronze table.
 
@@ -193,6 +211,7 @@ class PipelineConfig:
     topic_settings: TopicOptions = field(default_factory=TopicOptions, metadata=_key("topicSettings"))
     spark: Mapping[str, str] = field(default_factory=dict)
     maintenance: MaintenanceOptions = field(default_factory=MaintenanceOptions)
+    silver: SilverOptions | None = None
     file: Path = field(default=Path("<memory>"), metadata={"internal": True})
 
     @property
@@ -241,6 +260,13 @@ class PipelineConfig:
         if self.sink.quarantine_table or not self.sink.table:
             return None
         return self._under_root("tables", f"{self.name}_quarantine")
+
+    @property
+    def silver_path(self) -> str | None:
+        """The current-state table: `silver.table`, else beside bronze (`<bronze>_silver`); None without `silver`."""
+        if self.silver is None:
+            return None
+        return self.silver.table or f"{self.table_path.rstrip('/')}_silver"
 
     @property
     def catalog_names(self) -> tuple[str, str] | None:
@@ -415,6 +441,9 @@ def parse_pipeline(data: object, file: Path) -> PipelineConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{file}: expected a mapping of settings at the top level, got {data!r}")
     data = _renamed(data, file)
+    silver = data.get("silver")
+    if isinstance(silver, dict) and isinstance(silver.get("key"), str):  # `key: id` for `key: [id]`
+        data = {**data, "silver": {**silver, "key": [silver["key"]]}}
     config = _build(PipelineConfig, _interpolate(data, file, ""), file, "")
     config = dataclasses.replace(config, file=file, **_topics(config, file))
     if config.topic:
@@ -520,6 +549,32 @@ def _check(config: PipelineConfig, raw_source: set[str]) -> None:
     _check_values(config)
     _check_maintenance(config)
     _check_prometheus(config)
+    _check_silver(config)
+
+
+def _check_silver(config: PipelineConfig) -> None:
+    silver, file = config.silver, config.file
+    if silver is None:
+        return
+    if not silver.key:
+        raise ConfigError(f"{file}: key 'silver.key' must name the fields that identify a row, such as [id], got []")
+    for name in silver.key:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", name):
+            raise ConfigError(f"{file}: key 'silver.key' names fields (dotted for nested ones), got {name!r}")
+    if silver.sequence_by != "kafka" and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*",
+                                                            silver.sequence_by):
+        raise ConfigError(f"{file}: key 'silver.sequenceBy' is 'kafka' or a field (dotted for nested ones), got "
+                          f"{silver.sequence_by!r}")
+    if silver.catalog_table and not _CATALOG_NAME.fullmatch(silver.catalog_table):
+        raise ConfigError(f"{file}: key 'silver.catalogTable' must be a table name like silver.orders (letters, "
+                          f"digits and '_', at most one '.' before the table), got {silver.catalog_table!r}")
+    if silver.trigger and not duration_seconds(silver.trigger):
+        raise ConfigError(f"{file}: key 'silver.trigger' must be a duration such as '10 seconds', got "
+                          f"{silver.trigger!r}")
+    taken = {config.table_path.rstrip("/"), config.quarantine_path.rstrip("/")}
+    if (config.silver_path or "").rstrip("/") in taken:
+        raise ConfigError(f"{file}: key 'silver.table' must differ from bronze's and quarantine's tables, got "
+                          f"{silver.table!r}")
 
 
 def _check_prometheus(config: PipelineConfig) -> None:

@@ -19,6 +19,7 @@ from ingestion.errors import ConfigError
 from ingestion.runtime.delta_txn import is_table, table_property
 
 AUTO_COMPACT = "delta.autoOptimize.autoCompact"
+CHANGE_FEED = "delta.enableChangeDataFeed"
 
 # Delta collects min/max/null-count statistics per data file, by default on a table's first 32 columns: on bronze,
 # nearly every payload field. Readers skip files by them, and in a stream's files only some columns differ from
@@ -63,6 +64,8 @@ def plans(spark: SparkSession, config: PipelineConfig, bronze_schema: T.StructTy
     # Bronze's Delta checkpoints are written beside the batches (log_checkpoints), unless the config sets the
     # interval, which keeps Delta's checkpoints inside its commits.
     bronze_props = {log_checkpoints.PROPERTY: log_checkpoints.INLINE_INTERVAL} | props
+    if config.silver is not None:  # silver reads what each bronze version added from Delta's change feed
+        bronze_props.setdefault(CHANGE_FEED, "true")
     if not any(key in props for key in STATS_PROPERTIES):
         bronze_props[STATS_PROPERTY] = ",".join(stats_columns(bronze_schema, config.sink.partition_by))
     found = [

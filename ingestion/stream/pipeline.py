@@ -28,6 +28,8 @@ from ingestion.errors import IngestionError, KafkaAccessError, one_line
 from ingestion.kafka import access
 from ingestion.runtime.listener import wait_for_listener_events
 from ingestion.schema import registry
+from ingestion.silver.follower import Lag, SilverFollower
+from ingestion.silver.ledger import SilverRecord
 from ingestion.stream import checkpoint, context, handover, setup, source
 from ingestion.stream.batch import BatchResult
 from ingestion.stream.context import PipelineContext
@@ -78,6 +80,8 @@ class RunningPipeline:
     writer: BronzeWriter | None = None
     maintenance: ScheduledMaintenance | None = None
     prometheus: LagRefresher | None = None
+    silver: SilverFollower | None = None
+    available_now: bool = False
 
     @property
     def config(self) -> PipelineConfig:
@@ -204,10 +208,13 @@ def _start(spark: SparkSession, ctx: PipelineContext, *, available_now: bool,
         if log_checkpoints is not None and not available_now:
             log_checkpoints.warm_up()  # the JVM's first checkpoint is slow: at start, not beside the steady stream
         scheduled = ScheduledMaintenance.for_pipeline(spark, config, metrics)
+        silver = _silver(spark, config, pool, metrics)
 
         def on_batch(result: BatchResult) -> None:
             batches.append(result)
             monitor.on_batch(result)
+            if silver is not None and result.committed:
+                silver.notify()
             if log_checkpoints is not None and result.committed and result.version is not None:
                 log_checkpoints.committed(result.version)
             if scheduled is not None and result.committed:
@@ -222,12 +229,34 @@ def _start(spark: SparkSession, ctx: PipelineContext, *, available_now: bool,
         stream = (stream.trigger(availableNow=True) if available_now
                   else stream.trigger(processingTime=spark_interval(config.sink.trigger)))
         query = _started_in_pool(spark, stream, pool)
+        if silver is not None and not available_now:
+            silver.start()
     except BaseException:
         if metrics is not None:
             metrics.finish(RunStatus.FAILED)
         raise
     return RunningPipeline(ctx, query, app_id, metrics, monitor, batches, log_checkpoints, writer=writer,
-                           maintenance=scheduled)
+                           maintenance=scheduled, silver=silver, available_now=available_now)
+
+
+def _silver(spark: SparkSession, config: PipelineConfig, pool: str | None,
+            metrics: RunMetrics | None) -> SilverFollower | None:
+    """The pipeline's silver follower, its bronze's change feed turned on before bronze's query writes."""
+    if config.silver is None:
+        return None
+
+    def on_step(record: SilverRecord, lag: Lag) -> None:
+        if metrics is not None:
+            metrics.log(follower.steps, {
+                "silver_changes": record.changes, "silver_inserted": record.inserted,
+                "silver_updated": record.updated, "silver_deleted": record.deleted,
+                "silver_cross_partition_keys": record.cross_partition_keys,
+                "silver_lag_versions": lag.versions, "silver_lag_seconds": lag.seconds,
+                "silver_bronze_version": record.bronze_version})
+
+    follower = SilverFollower(spark, config, pool=pool, on_step=on_step)
+    follower.prepare()
+    return follower
 
 
 def run(spark: SparkSession, target: PipelineConfig | PipelineContext, *, available_now: bool = False,
@@ -249,6 +278,9 @@ def run(spark: SparkSession, target: PipelineConfig | PipelineContext, *, availa
                 if running.monitor.refused is not None:
                     running.stop_between_batches()
                     raise _failed(ctx, running.monitor.refused)
+                if running.silver is not None and running.silver.error is not None:
+                    running.stop_between_batches()
+                    raise IngestionError(f"pipeline {ctx.name!r} failed: silver: {one_line(running.silver.error)}")
             status = RunStatus.KILLED if stop_requested.is_set() else RunStatus.FINISHED
         except StreamingQueryException as exc:
             if not stop_requested.is_set():
@@ -256,6 +288,9 @@ def run(spark: SparkSession, target: PipelineConfig | PipelineContext, *, availa
             status = RunStatus.KILLED  # the query ended where the next batch would have started
         finally:
             stop(spark, running, status)
+        if running.silver is not None and running.silver.error is not None:
+            raise IngestionError(f"pipeline {ctx.name!r}: bronze is done, silver failed: "
+                                 f"{one_line(running.silver.error)}")
     return running
 
 
@@ -278,6 +313,8 @@ def run_all(spark: SparkSession, targets: Sequence[PipelineConfig | PipelineCont
     def ended(r: RunningPipeline, result: RunOutcome) -> None:
         outcome[r.config.name] = result
         stop(spark, r, result.status)
+        if result.status is RunStatus.FINISHED and r.silver is not None and r.silver.error is not None:
+            result = outcome[r.config.name] = RunOutcome(RunStatus.FAILED, f"silver: {one_line(r.silver.error)}")
         if result.status is RunStatus.FAILED:
             log.error("%s failed (the other pipelines go on): %s", r.config.name, result.reason)
 
@@ -287,6 +324,9 @@ def run_all(spark: SparkSession, targets: Sequence[PipelineConfig | PipelineCont
             if r.config.name not in outcome and r.query.isActive and r.monitor.refused is not None:
                 r.stop_between_batches()
                 ended(r, RunOutcome(RunStatus.FAILED, str(r.monitor.refused)))
+            if r.config.name not in outcome and r.silver is not None and r.silver.error is not None:
+                r.stop_between_batches()
+                ended(r, RunOutcome(RunStatus.FAILED, f"silver: {one_line(r.silver.error)}"))
             if r.config.name in outcome or r.query.isActive:
                 continue
             error = r.query.exception()
@@ -351,6 +391,8 @@ def stop(spark: SparkSession, running: RunningPipeline, status: RunStatus = RunS
     close the MLflow run."""
     if running.query.isActive:
         running.query.stop()
+    if running.silver is not None:
+        _stop_silver(running, status)
     if running.log_checkpoints is not None:
         running.log_checkpoints.close()
     if running.maintenance is not None:
@@ -367,6 +409,20 @@ def stop(spark: SparkSession, running: RunningPipeline, status: RunStatus = RunS
         running.prometheus.stop(PipelineState.FAILED if status is RunStatus.FAILED else PipelineState.STOPPED)
     if running.lock is not None:
         running.lock.release()
+
+
+def _stop_silver(running: RunningPipeline, status: RunStatus) -> None:
+    """End the silver follower; an available-now run that finished drains it first (silver holds every bronze
+    version the run committed)."""
+    silver = running.silver
+    assert silver is not None
+    silver.stop()
+    if status is RunStatus.FINISHED and running.available_now and silver.error is None:
+        try:
+            silver.drain()
+        except Exception as exc:  # noqa: BLE001 (the run reports it: bronze is done, silver failed)
+            silver.error = exc
+            log.error("%s: silver failed: %s", running.config.name, one_line(exc))
 
 
 def _recorded_offsets(spark: SparkSession, config: PipelineConfig, *, needed: bool) -> dict[str, dict[str, int]]:

@@ -1,0 +1,212 @@
+"""Bronze rows as changes, and their fold by key and sequence: pure DataFrame functions, shared by the merge of
+each step, the rebuild and the audit, so all three mean the same state.
+
+A change row holds the row's own fields (the Debezium envelope's `after`, its `before` for a delete), then silver's
+metadata columns (`spec.py`), and `_delete`. Ordering (`order`): with `sequenceBy` a field, by that field (null
+lowest), ties by offset; with Kafka order, by offset when all of a key's changes are in one partition, else by
+Kafka timestamp (a key in two partitions has no order Kafka promises: `cross_partition` counts such keys).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window, WindowSpec
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from ingestion.silver.spec import DELETE, KAFKA_COLUMNS, KAFKA_KEY, SEQUENCE, SilverSpec, field_type
+
+
+
+def _partition() -> Column:
+    return F.struct("_kafka_topic", "_kafka_partition")
+
+
+def changes(bronze: DataFrame, spec: SilverSpec) -> DataFrame:
+    """One change per bronze row that carries one: Debezium's tombstones (which follow its deletes) and operations
+    other than c, u, r, d (truncate, message) carry none; rows without a key are left out (`keyless` counts them)."""
+    schema = bronze.schema
+    row_type = spec.row_type(schema)
+    if spec.envelope == "debezium":
+        op = F.col("op")
+        rows = bronze.where(op.isin("c", "u", "r", "d") & ~F.col("_kafka_tombstone"))
+        delete = op == "d"
+        image = F.when(delete, F.col("before")).otherwise(F.col("after"))
+        payload = [image.getField(f.name).alias(f.name) for f in row_type.fields]
+        source = F.col("source") if "source" in schema.fieldNames() else F.lit(None).cast("string")
+        ts_ms = F.col("ts_ms") if "ts_ms" in schema.fieldNames() else F.lit(None).cast("long")
+        extra = [op.alias("_op"), source.alias("_source"), ts_ms.alias("_ts_ms")]
+    else:
+        rows = bronze
+        delete = F.col("_kafka_tombstone")
+        payload = [_filled(f, spec, schema) for f in row_type.fields]
+        extra = []
+    if spec.delete_when:
+        delete = delete | F.coalesce(F.expr(spec.delete_when), F.lit(False))
+    if spec.sequence_by:
+        extra.append(_sequence(spec, schema).alias(SEQUENCE))
+    history = [valid_from(spec, schema).alias("_valid_from")] if spec.history else []
+    return rows.select(*payload, *extra, *[F.col(c) for c in KAFKA_COLUMNS], delete.alias(DELETE), *history)
+
+
+def keyed(rows: DataFrame, spec: SilverSpec) -> DataFrame:
+    """The change rows whose key fields are all known."""
+    known = F.lit(True)
+    for path in spec.key:
+        known = known & F.col(path).isNotNull()
+    return rows.where(known)
+
+
+def key_condition(spec: SilverSpec, left: str, right: str) -> str:
+    return " AND ".join(f"{left}.{p} = {right}.{p}" for p in spec.key)
+
+
+def _by_key(spec: SilverSpec) -> WindowSpec:
+    return Window.partitionBy(*[F.col(p) for p in spec.key])
+
+
+def _positioned(rows: DataFrame, spec: SilverSpec) -> DataFrame:
+    """`rows` with `_partitions` (in how many Kafka partitions the key's changes are) and `_position`, the first
+    ordering column (see the module's doc)."""
+    rows = rows.withColumn("_partitions", F.size(F.collect_set(_partition()).over(_by_key(spec))))
+    if spec.sequence_by:
+        return rows.withColumn("_position", F.col(SEQUENCE))
+    return rows.withColumn("_position", F.when(F.col("_partitions") == 1, F.col("_kafka_offset"))
+                           .otherwise(F.unix_micros("_kafka_timestamp")))
+
+
+def _order(*, descending: bool) -> list[Column]:
+    position, offset = F.col("_position"), F.col("_kafka_offset")
+    if descending:
+        return [position.desc_nulls_last(), offset.desc()]
+    return [position.asc_nulls_first(), offset.asc()]
+
+
+def latest(rows: DataFrame, spec: SilverSpec) -> DataFrame:
+    """The newest change of each key (deletes included), with `_partitions`: in how many Kafka partitions the
+    key's changes were."""
+    ranked = _positioned(keyed(rows, spec), spec).withColumn(
+        "_rank", F.row_number().over(_by_key(spec).orderBy(*_order(descending=True))))
+    return ranked.where(F.col("_rank") == 1).drop("_rank", "_position")
+
+
+def intervals(rows: DataFrame, spec: SilverSpec) -> DataFrame:
+    """History rows: each change valid from its time to the next change's (`_valid_to` null while current); a
+    delete is a row valid for no time (`_valid_to = _valid_from`), and closes the row before it."""
+    by_key = _by_key(spec).orderBy(*_order(descending=False))
+    following = F.lead("_valid_from").over(by_key)
+    deleted = F.col("_deleted")
+    return (_positioned(rows, spec)
+            .withColumn("_valid_to", F.when(deleted, F.col("_valid_from")).otherwise(following))
+            .withColumn("_is_current", ~deleted & F.lead(F.lit(1)).over(by_key).isNull())
+            .drop("_position", "_partitions"))
+
+
+def as_history(change_rows: DataFrame) -> DataFrame:
+    """Change rows in history's shape, before their intervals are known."""
+    return change_rows.withColumnRenamed(DELETE, "_deleted")
+
+
+def fold(bronze: DataFrame, spec: SilverSpec) -> tuple[DataFrame, DataFrame | None]:
+    """What silver holds for these bronze rows, from nothing: upsert, each live key's newest change (and the keys
+    whose newest change is a delete, the markers); history, every change with its interval."""
+    rows = keyed(changes(bronze, spec), spec)
+    if spec.history:
+        return intervals(as_history(rows), spec), None
+    newest = latest(rows, spec)
+    return (newest.where(~F.col(DELETE)).drop(DELETE, "_partitions"),
+            markers(newest.where(F.col(DELETE)), spec))
+
+
+def markers(deletes: DataFrame, spec: SilverSpec) -> DataFrame:
+    """Delete markers: the key's fields as `_key0..`, and the delete's ordering columns."""
+    kept = [SEQUENCE] if spec.sequence_by else []
+    return deletes.select(*[F.col(p).alias(spec.marker_column(i)) for i, p in enumerate(spec.key)],
+                          *kept, "_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp")
+
+
+def newer(spec: SilverSpec, new: str, old: str) -> str:
+    """SQL: the change `new` comes after the row (or marker) `old` of the same key. Kafka order compares offsets
+    within one partition; a key's change from another partition counts as newer (it arrived later)."""
+    other_partition = (f"({new}._kafka_topic <> {old}._kafka_topic OR "
+                       f"{new}._kafka_partition <> {old}._kafka_partition)")
+    later = f"({other_partition} OR {new}._kafka_offset > {old}._kafka_offset)"
+    if not spec.sequence_by:
+        return later
+    seq_new, seq_old = f"{new}.{SEQUENCE}", f"{old}.{SEQUENCE}"
+    return (f"({seq_new} > {seq_old} OR ({seq_old} IS NULL AND {seq_new} IS NOT NULL) OR "
+            f"({seq_new} <=> {seq_old} AND {later}))")
+
+
+def valid_from(spec: SilverSpec, schema: T.StructType) -> Column:
+    """When a change took effect: the Debezium source's `ts_ms` (the database's commit time), else the envelope's
+    `ts_ms`; the `sequenceBy` field when it is a time; else the Kafka timestamp."""
+    if spec.envelope == "debezium":
+        times = []
+        source = field_type(schema, "source")
+        if isinstance(source, T.StructType) and "ts_ms" in source.fieldNames():
+            times.append(F.timestamp_millis(F.col("source.ts_ms").cast("long")))
+        if "ts_ms" in schema.fieldNames():
+            times.append(F.timestamp_millis(F.col("ts_ms").cast("long")))
+        return F.coalesce(*times, F.col("_kafka_timestamp"))
+    if spec.sequence_by and isinstance(_sequence_type(spec, schema), (T.TimestampType, T.TimestampNTZType,
+                                                                       T.DateType)):
+        return F.coalesce(_sequence(spec, schema).cast("timestamp"), F.col("_kafka_timestamp"))
+    return F.col("_kafka_timestamp")
+
+
+def _sequence_type(spec: SilverSpec, schema: T.StructType) -> T.DataType | None:
+    assert spec.sequence_by
+    found = field_type(schema, spec.sequence_by)
+    if found is None and spec.envelope == "debezium":
+        found = field_type(spec.row_type(schema), spec.sequence_by)
+    return found
+
+
+def _sequence(spec: SilverSpec, schema: T.StructType) -> Column:
+    """The `sequenceBy` field: of the bronze row (an envelope field such as source.lsn), else of the row's image."""
+    assert spec.sequence_by
+    if field_type(schema, spec.sequence_by) is not None:
+        return F.col(spec.sequence_by)
+    image = F.when(F.col("op") == "d", F.col("before")).otherwise(F.col("after"))
+    for part in spec.sequence_by.split("."):
+        image = image.getField(part)
+    return image
+
+
+def _filled(field: T.StructField, spec: SilverSpec, schema: T.StructType) -> Column:
+    """A top-level field of the row; a tombstone has none, so its key fields are taken from the Kafka key (a
+    record's field of the same path, or the whole key when it is not a record and the key is one field)."""
+    keys = [p for p in spec.key if p.split(".")[0] == field.name]
+    column = F.col(field.name)
+    if not keys:
+        return column.alias(field.name)
+    for path in keys:
+        fallback = _from_kafka_key(path, spec, schema)
+        if fallback is None:
+            continue
+        column = _with_path(column, field.dataType, path.split(".")[1:], fallback)
+    return F.when(F.col("_kafka_tombstone"), column).otherwise(F.col(field.name)).alias(field.name)
+
+
+def _from_kafka_key(path: str, spec: SilverSpec, schema: T.StructType) -> Column | None:
+    target = field_type(spec.row_type(schema), path)
+    key_type = schema[KAFKA_KEY].dataType
+    if isinstance(key_type, T.StructType):
+        found = field_type(key_type, path)
+        return None if found is None or target is None else F.col(f"{KAFKA_KEY}.{path}").cast(target)
+    if len(spec.key) == 1 and target is not None and not isinstance(target, T.StructType):
+        return F.col(KAFKA_KEY).cast(T.StringType()).cast(target) if isinstance(key_type, T.BinaryType) \
+            else F.col(KAFKA_KEY).cast(target)
+    return None
+
+
+def _with_path(column: Column, kind: T.DataType, rest: list[str], value: Column) -> Column:
+    """`column` (of type `kind`) with the nested field at `rest` set to `value` where it is null, building the
+    records on the way where they are null themselves."""
+    if not rest:
+        return F.coalesce(column, value)
+    assert isinstance(kind, T.StructType)
+    return F.struct(*[
+        (_with_path(column.getField(f.name), f.dataType, rest[1:], value) if f.name == rest[0]
+         else column.getField(f.name)).alias(f.name)
+        for f in kind.fields])

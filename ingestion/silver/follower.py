@@ -1,0 +1,222 @@
+"""Keeping a silver table current: each step reads what bronze committed after the version silver records (Delta's
+change feed of bronze) and merges it (`table.SilverTable`). Inside `ingest run` a thread steps after each bronze
+commit (and at `silver.trigger`); `--available-now` drains it once bronze is done; `ingest silver run` does the same
+alone.
+
+A bronze version that did more than append (a `rewind`'s RESTORE, a DELETE, an overwrite) cannot be followed
+change by change: silver is rebuilt from bronze as it now is, in a new epoch. So is a first step (no silver yet),
+and a step whose versions the change feed no longer has (vacuumed, or from before the feed was on).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from ingestion.config import PipelineConfig
+from ingestion.delta import catalog
+from ingestion.delta.tables import CHANGE_FEED
+from ingestion.errors import IngestionError, one_line
+from ingestion.runtime.delta_txn import is_table, table_property, table_version
+from ingestion.silver import changes
+from ingestion.silver import ledger as silver_ledger
+from ingestion.silver.ledger import SilverRecord, StepKind
+from ingestion.silver.spec import SilverSpec
+from ingestion.silver.table import SilverTable
+from ingestion.units import duration_seconds
+
+log = logging.getLogger(__name__)
+
+# Bronze operations that only add rows (or none): anything else makes silver rebuild.
+APPENDS = {"WRITE", "STREAMING UPDATE", "CREATE TABLE", "CREATE OR REPLACE TABLE", "OPTIMIZE", "VACUUM START",
+           "VACUUM END", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "ADD COLUMNS", "CHANGE COLUMN",
+           "CHANGE COLUMNS", "UPGRADE PROTOCOL", "CONVERT", "ADD CONSTRAINT", "DROP CONSTRAINT", "COMPUTE STATS",
+           "CREATE TABLE AS SELECT", "MANUAL UPDATE", "REPLACE COLUMNS"}
+
+
+@dataclass(frozen=True)
+class Lag:
+    versions: int  # bronze versions silver has not merged
+    seconds: float  # how long ago the oldest of them was committed (0 when none)
+
+
+class SilverFollower:
+    """The silver table of one pipeline, kept from its bronze."""
+
+    def __init__(self, spark: SparkSession, config: PipelineConfig, *, pool: str | None = None,
+                 on_step: Callable[[SilverRecord, Lag], None] | None = None) -> None:
+        self.config = config
+        self.spec = SilverSpec.of(config)
+        # Its own SQL settings: the txn settings of its MERGEs reach no other writer's commit.
+        self.session = spark.newSession()
+        self.table = SilverTable(self.session, self.spec)
+        self.pool = pool
+        self.on_step = on_step
+        self.position: SilverRecord | None = None
+        self.steps = 0
+        self.error: BaseException | None = None
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- before bronze's query starts ------------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Turn on bronze's change feed if it is off (a metadata commit, so before bronze's query writes)."""
+        path = self.spec.bronze_path
+        if is_table(self.session, path) and (table_property(self.session, path, CHANGE_FEED) or "").lower() != "true":
+            self.session.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('{CHANGE_FEED}' = 'true')")
+            log.info("%s: turned on bronze's change feed (%s) for silver", self.spec.pipeline, CHANGE_FEED)
+
+    # -- steps -------------------------------------------------------------------------------------------------
+
+    def current(self) -> SilverRecord | None:
+        if self.position is None:
+            self.position = silver_ledger.position(self.session, self.spec.path)
+        return self.position
+
+    def lag(self) -> Lag:
+        bronze = table_version(self.session, self.spec.bronze_path)
+        at = self.current()
+        behind = (bronze or 0) - (at.bronze_version if at else -1)
+        if bronze is None or behind <= 0:
+            return Lag(0, 0.0)
+        oldest = _committed_at(self.session, self.spec.bronze_path, bronze - behind + 1, behind)
+        return Lag(behind, max(0.0, time.time() - oldest))
+
+    def step(self) -> SilverRecord | None:
+        """Merge what bronze committed since silver's version; None when there was nothing to merge."""
+        bronze = table_version(self.session, self.spec.bronze_path)
+        if bronze is None:
+            return None
+        at = self.current()
+        if at is not None and bronze <= at.bronze_version:
+            return None
+        started = time.monotonic()
+        if at is None:
+            record = self.rebuild(bronze, reason="no silver table yet")
+        else:
+            why = self._not_appends(at.bronze_version, bronze)
+            record = self.rebuild(bronze, reason=why, epoch=at.epoch + 1) if why else self._merge(at, bronze)
+        self.position = record
+        self.steps += 1
+        lag = self.lag()
+        log.info("%s silver step %d: bronze versions %d-%d, %d changes on %d keys: %d inserted, %d updated, %d "
+                 "deleted%s in %.2fs, silver lag %d versions", self.spec.pipeline, self.steps, record.bronze_from + 1,
+                 record.bronze_version, record.changes, record.keys, record.inserted, record.updated, record.deleted,
+                 f"; {record.cross_partition_keys} keys in two or more Kafka partitions (no order between them)"
+                 if record.cross_partition_keys else "", time.monotonic() - started, lag.versions)
+        if self.on_step is not None:
+            self.on_step(record, lag)
+        return record
+
+    def drain(self) -> int:
+        """Step until silver holds every bronze version committed by now; the steps taken."""
+        taken = 0
+        while self.step() is not None:
+            taken += 1
+        return taken
+
+    def rebuild(self, bronze_version: int | None = None, *, reason: str = "asked for",
+                epoch: int | None = None) -> SilverRecord:
+        """Recompute silver from bronze as of `bronze_version` (the latest by default), in a new epoch."""
+        version = table_version(self.session, self.spec.bronze_path) if bronze_version is None else bronze_version
+        if version is None:
+            raise IngestionError(f"{self.spec.file}: pipeline {self.spec.pipeline!r} has no bronze table at "
+                                 f"{self.spec.bronze_path} yet: run it first")
+        at = self.current()
+        if epoch is None:
+            epoch = at.epoch + 1 if at is not None else 0
+        log.info("%s: rebuilding silver %s from bronze version %d (%s)", self.spec.pipeline, self.spec.path,
+                 version, reason)
+        bronze = self.session.read.format("delta").option("versionAsOf", version).load(self.spec.bronze_path)
+        record = SilverRecord(pipeline=self.spec.pipeline, kind=StepKind.REBUILD, epoch=epoch,
+                              bronze_version=version, changes=bronze.count())
+        record = self.table.rebuild(bronze, record)
+        self.position = record
+        self._register()
+        return record
+
+    def _merge(self, at: SilverRecord, bronze: int) -> SilverRecord:
+        try:
+            feed = self._changes(at.bronze_version + 1, bronze)
+        except AnalysisException as exc:
+            return self.rebuild(bronze, reason=f"bronze's change feed cannot serve versions {at.bronze_version + 1}"
+                                f"-{bronze}: {one_line(exc)}", epoch=at.epoch + 1)
+        rows = changes.changes(feed, self.spec)
+        record = SilverRecord(pipeline=self.spec.pipeline, kind=StepKind.MERGE, epoch=at.epoch,
+                              bronze_version=bronze, bronze_from=at.bronze_version)
+        return self.table.merge(rows, record)
+
+    def _changes(self, first: int, last: int) -> DataFrame:
+        """The rows bronze versions first..last added, as bronze rows."""
+        feed = (self.session.read.format("delta").option("readChangeFeed", "true")
+                .option("startingVersion", first).option("endingVersion", last).load(self.spec.bronze_path))
+        return feed.where(F.col("_change_type") == "insert").drop("_change_type", "_commit_version",
+                                                                  "_commit_timestamp")
+
+    def _not_appends(self, after: int, upto: int) -> str | None:
+        """Why bronze versions after..upto cannot be merged change by change (one did more than append), or None."""
+        from delta.tables import DeltaTable
+
+        rows = (DeltaTable.forPath(self.session, self.spec.bronze_path).history(upto - after)
+                .select("version", "operation", "operationParameters").collect())
+        for row in sorted(rows, key=lambda r: r["version"]):
+            if row["version"] <= after:
+                continue
+            operation, mode = row["operation"], (row["operationParameters"] or {}).get("mode", "")
+            if operation not in APPENDS or mode.strip('"') == "Overwrite":
+                return f"bronze version {row['version']} is a {operation}{f' ({mode})' if mode else ''}"
+        return None
+
+    def _register(self) -> None:
+        if self.spec.catalog_table:
+            catalog.register(self.session, self.spec.catalog_table, self.spec.path, self.spec.file)
+
+    # -- inside `ingest run` -----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Step in a thread: after each bronze commit (`notify`) and at least every `silver.trigger`."""
+        self._thread = threading.Thread(target=self._loop, name=f"silver-{self.spec.pipeline}", daemon=True)
+        self._thread.start()
+
+    def notify(self) -> None:
+        self._wake.set()
+
+    def _loop(self) -> None:
+        every = duration_seconds(self.spec.trigger) or 10.0
+        if self.pool is not None:
+            self.session.sparkContext.setLocalProperty("spark.scheduler.pool", self.pool)
+        while not self._stopping.is_set():
+            try:
+                self.step()
+            except Exception as exc:  # noqa: BLE001 (reported by the run, which stops the pipeline)
+                self.error = exc
+                log.error("%s: silver failed: %s", self.spec.pipeline, one_line(exc))
+                return
+            self._wake.wait(every)
+            self._wake.clear()
+
+    def stop(self, timeout: float = 600.0) -> None:
+        """Let the step being merged finish, then end the thread."""
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+
+def _committed_at(spark: SparkSession, path: str, version: int, newest: int) -> float:
+    """When bronze committed `version`, one of its `newest` versions (seconds since the epoch)."""
+    from delta.tables import DeltaTable
+
+    rows = (DeltaTable.forPath(spark, path).history(newest).where(F.col("version") == version)
+            .select("timestamp").collect())
+    return rows[0]["timestamp"].timestamp() if rows else time.time()

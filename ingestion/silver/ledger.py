@@ -1,0 +1,69 @@
+"""Silver's ledger: each commit to a silver table (and to its delete markers) records, in its `userMetadata`, the
+bronze version the table's state is the fold of. That is silver's checkpoint: a run resumes after it, `verify`
+recomputes the state at it, and nothing else has to survive a crash."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from ingestion.runtime import delta_txn
+
+METADATA_KEY = "ingest_silver"
+
+
+class StepKind(StrEnum):
+    MERGE = "merge"  # the changes of bronze versions (bronze_from, bronze_version] merged
+    REBUILD = "rebuild"  # the state recomputed from bronze as of bronze_version
+    EVOLVE = "evolve"  # columns added or widened; the state is unchanged
+
+
+@dataclass(frozen=True)
+class SilverRecord:
+    pipeline: str
+    kind: StepKind
+    epoch: int  # a rebuild starts a new one (and new txnAppIds)
+    bronze_version: int  # the table's state is the fold of bronze up to this version
+    bronze_from: int = -1  # the version the step started after (-1: from nothing)
+    changes: int = 0  # changes read from bronze
+    keys: int = 0  # distinct keys they touched
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    cross_partition_keys: int = 0  # keys whose changes came from two or more Kafka partitions (Kafka order only)
+    keyless: int = 0  # changes without a key, left out
+
+    def to_user_metadata(self) -> str:
+        return json.dumps({METADATA_KEY: asdict(self)}, separators=(",", ":"))
+
+    @classmethod
+    def from_user_metadata(cls, text: str | None) -> SilverRecord | None:
+        if not text:
+            return None
+        try:
+            body: dict[str, Any] = json.loads(text)[METADATA_KEY]
+            return cls(**{**body, "kind": StepKind(body["kind"])})
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+def records(spark: SparkSession, path: str, limit: int | None = None) -> list[tuple[int, SilverRecord]]:
+    """(table version, record) of the table's silver commits, newest first (the newest `limit` commits only)."""
+    from delta.tables import DeltaTable
+
+    if not delta_txn.is_table(spark, path):
+        return []
+    table = DeltaTable.forPath(spark, path)
+    rows = (table.history(limit) if limit else table.history()).select("version", "userMetadata").collect()
+    found = [(int(r["version"]), SilverRecord.from_user_metadata(r["userMetadata"])) for r in rows]
+    return sorted(((v, r) for v, r in found if r is not None), key=lambda x: -x[0])
+
+
+def position(spark: SparkSession, path: str) -> SilverRecord | None:
+    """The newest record of the table: the bronze version its state stands at; None for no table (or none yet)."""
+    found = records(spark, path, limit=20) or records(spark, path)
+    return found[0][1] if found else None

@@ -1,0 +1,110 @@
+"""What a pipeline's `silver:` section asks for, resolved once against bronze's columns: key paths, ordering,
+envelope, the table's locations and transaction ids."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import types as T
+
+from ingestion.columns import METADATA_COLUMNS
+from ingestion.config import PipelineConfig
+from ingestion.errors import ConfigError
+
+# The columns silver adds after the row's own fields, by what they hold.
+DEBEZIUM_COLUMNS = ("_op", "_source", "_ts_ms")  # the envelope's operation, source block and processing time
+SEQUENCE = "_sequence"  # the `sequenceBy` field's value, when ordering is by a field
+KAFKA_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_key")
+HISTORY_COLUMNS = ("_deleted", "_valid_from", "_valid_to", "_is_current")
+DELETE = "_delete"  # a change row's own flag (not a column of the table): the change removes its key
+KAFKA_KEY = "_kafka_key"
+
+
+@dataclass(frozen=True)
+class SilverSpec:
+    pipeline: str
+    file: str
+    key: tuple[str, ...]
+    mode: str  # upsert | history
+    envelope: str  # none | debezium
+    sequence_by: str | None  # None: Kafka order
+    delete_when: str
+    bronze_path: str
+    path: str
+    catalog_table: str
+    trigger: str
+
+    @classmethod
+    def of(cls, config: PipelineConfig) -> SilverSpec:
+        silver = config.silver
+        if silver is None or config.silver_path is None:
+            raise ConfigError(f"{config.file}: pipeline {config.name!r} has no 'silver' section")
+        return cls(pipeline=config.name, file=str(config.file), key=silver.key, mode=silver.mode,
+                   envelope=silver.envelope,
+                   sequence_by=None if silver.sequence_by == "kafka" else silver.sequence_by,
+                   delete_when=silver.delete_when, bronze_path=config.table_path, path=config.silver_path,
+                   catalog_table=silver.catalog_table, trigger=silver.trigger or config.sink.trigger)
+
+    @property
+    def markers_path(self) -> str:
+        """Upsert mode's delete markers (key and sequence of each deleted key), outside the rows analysts read: a
+        change older than a key's delete must not bring the key back."""
+        return f"{self.path.rstrip('/')}_deletes"
+
+    @property
+    def app_id(self) -> str:
+        return f"ingest-silver-{self.pipeline}"
+
+    def txn_app_id(self, epoch: int, table: str = "") -> str:
+        """The Delta txnAppId of silver's commits (and of its markers', `table="deletes"`) in one epoch: a rebuild
+        starts a new epoch, so its commits are never mistaken for ones made before it."""
+        return f"{self.app_id}.{epoch}" + (f".{table}" if table else "")
+
+    @property
+    def history(self) -> bool:
+        return self.mode == "history"
+
+    def marker_column(self, i: int) -> str:
+        return f"_key{i}"
+
+    def check(self, bronze: T.StructType) -> None:
+        """Refuse, in one line naming the key, a silver section bronze's columns cannot serve."""
+        names = set(bronze.fieldNames())
+        if self.envelope == "debezium":
+            missing = [c for c in ("op", "before", "after") if c not in names]
+            if missing:
+                raise ConfigError(f"{self.file}: key 'silver.envelope' is debezium, but bronze has no column(s) "
+                                  f"{missing} (a Debezium envelope has op, before, after, source, ts_ms)")
+        row = self.row_type(bronze)
+        for path in self.key:
+            where = bronze if path.split(".")[0] == KAFKA_KEY else row
+            if field_type(where, path) is None:
+                raise ConfigError(f"{self.file}: key 'silver.key' names {path!r}, which is not a field of the "
+                                  f"{'Kafka key' if where is bronze else 'row'} (fields: {row.fieldNames()})")
+        if self.sequence_by and field_type(bronze, self.sequence_by) is None and (
+                self.envelope != "debezium" or field_type(row, self.sequence_by) is None):
+            raise ConfigError(f"{self.file}: key 'silver.sequenceBy' names {self.sequence_by!r}, which is not a "
+                              f"field of bronze's rows (columns: {[c for c in names if c not in METADATA_COLUMNS]})")
+        clash = sorted(set(row.fieldNames()) & {*DEBEZIUM_COLUMNS, SEQUENCE, *KAFKA_COLUMNS, *HISTORY_COLUMNS})
+        if clash:
+            raise ConfigError(f"{self.file}: the rows' fields {clash} clash with silver's own columns")
+
+    def row_type(self, bronze: T.StructType) -> T.StructType:
+        """The row's own fields: bronze's payload columns, or the Debezium envelope's `after` record."""
+        if self.envelope == "debezium":
+            after = bronze["after"].dataType
+            if not isinstance(after, T.StructType):
+                raise ConfigError(f"{self.file}: key 'silver.envelope' is debezium, but bronze's 'after' column is "
+                                  f"{after.simpleString()}, not a record")
+            return after
+        return T.StructType([f for f in bronze.fields if f.name not in METADATA_COLUMNS])
+
+
+def field_type(schema: T.StructType, path: str) -> T.DataType | None:
+    """The type of a dotted field path in `schema`, or None when there is no such field."""
+    kind: T.DataType = schema
+    for part in path.split("."):
+        if not isinstance(kind, T.StructType) or part not in kind.fieldNames():
+            return None
+        kind = kind[part].dataType
+    return kind

@@ -1,0 +1,258 @@
+"""Writing a silver table: one step merges the changes of some bronze versions, a rebuild writes the fold of bronze
+as of a version. Every commit carries the bronze version it reached (`ledger`) and a Delta transaction id
+(txnAppId `spec.txn_app_id(epoch)`, txnVersion = that bronze version): a step redone after a crash is skipped by
+Delta, and MERGE takes the id from Delta's SQL settings (`spark.databricks.delta.write.txnAppId`/`txnVersion`),
+set only in the follower's own session (`spark.newSession()`), so no other writer's commit carries them.
+
+Upsert mode keeps one row per key; a delete removes the row and leaves a marker (key and order of the delete) in a
+table of its own, `<silver>_deletes`, so a change older than the delete that arrives later is not applied. A
+marker is dropped when a newer change of its key is merged: markers live exactly as long as they are needed.
+History mode keeps every change; a step recomputes the intervals of the keys it touches.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from ingestion.runtime.delta_txn import DeltaTxn, is_table
+from ingestion.silver import changes
+from ingestion.silver.changes import key_condition, newer
+from ingestion.silver.ledger import SilverRecord, StepKind
+from ingestion.silver.spec import DELETE, SEQUENCE, SilverSpec
+
+log = logging.getLogger(__name__)
+
+TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+CREATED_WITH = {"delta.enableTypeWidening": "true"}  # bronze's widened columns widen silver's too
+
+
+@contextmanager
+def _committing(session: SparkSession, app_id: str, version: int, record: SilverRecord) -> Iterator[None]:
+    """Delta DML inside the block commits with this transaction id and the record as its userMetadata."""
+    settings = {TXN_APP_ID: app_id, TXN_VERSION: str(version), USER_METADATA: record.to_user_metadata()}
+    for key, value in settings.items():
+        session.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key in settings:
+            session.conf.unset(key)
+
+
+class SilverTable:
+    """The silver table (and its markers) of one pipeline, written in the session given (its own)."""
+
+    def __init__(self, session: SparkSession, spec: SilverSpec) -> None:
+        self.session = session
+        self.spec = spec
+        self.markers_in_use: bool | None = None  # whether the markers table may hold rows (None: not looked yet)
+
+    def exists(self) -> bool:
+        return is_table(self.session, self.spec.path)
+
+    def read(self) -> DataFrame:
+        return self.session.read.format("delta").load(self.spec.path)
+
+    # -- rebuild ---------------------------------------------------------------------------------------------
+
+    def rebuild(self, bronze: DataFrame, record: SilverRecord) -> SilverRecord:
+        """Replace the table's contents with the fold of `bronze` (bronze as of `record.bronze_version`)."""
+        rows, deletes = changes.fold(bronze, self.spec)
+        rows = rows.cache()
+        try:
+            count = rows.count()
+            record = replace(record, inserted=count)
+            if deletes is not None:
+                self._overwrite(self.spec.markers_path, deletes, record, "deletes")
+                self.markers_in_use = True
+            self._overwrite(self.spec.path, rows, record)
+        finally:
+            rows.unpersist()
+        return record
+
+    def _overwrite(self, path: str, rows: DataFrame, record: SilverRecord, table: str = "") -> None:
+        writer = (rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+                  .option("txnAppId", self.spec.txn_app_id(record.epoch, table))
+                  .option("txnVersion", record.bronze_version)
+                  .option("userMetadata", record.to_user_metadata()))
+        if not is_table(self.session, path):
+            for key, value in CREATED_WITH.items():
+                writer = writer.option(key, value)
+        writer.save(path)
+
+    # -- one step ---------------------------------------------------------------------------------------------
+
+    def merge(self, change_rows: DataFrame, record: SilverRecord) -> SilverRecord:
+        """Merge the changes of bronze versions (record.bronze_from, record.bronze_version]."""
+        if self.spec.history:
+            return self._merge_history(change_rows, record)
+        return self._merge_upsert(change_rows, record)
+
+    def record_only(self, record: SilverRecord) -> SilverRecord:
+        """A commit with no rows that moves the table's recorded bronze version (the versions held no change)."""
+        txn = DeltaTxn(self.session, self.spec.path)
+        app_id = self.spec.txn_app_id(record.epoch)
+        if txn.committed_version(app_id) < record.bronze_version:
+            txn.commit([], app_id=app_id, txn_version=record.bronze_version,
+                       user_metadata=record.to_user_metadata())
+        return record
+
+    def _merge_upsert(self, change_rows: DataFrame, record: SilverRecord) -> SilverRecord:
+        spec = self.spec
+        latest = changes.latest(change_rows, spec).cache()
+        try:
+            counts = latest.agg(F.count(F.lit(1)).alias("keys"),
+                                F.sum(F.col(DELETE).cast("int")).alias("deletes"),
+                                F.sum((F.col("_partitions") > 1).cast("int")).alias("cross")).first()
+            assert counts is not None
+            keys, deletes = int(counts["keys"]), int(counts["deletes"] or 0)
+            record = replace(record, keys=keys, cross_partition_keys=int(counts["cross"] or 0))
+            if keys == 0:
+                return self.record_only(record)
+            self._evolve(latest.drop(DELETE, "_partitions").schema, record)
+            if deletes or self._markers_in_use():
+                self._merge_markers(latest, record)
+            return self._merge_rows(latest, record)
+        finally:
+            latest.unpersist()
+
+    def _markers_in_use(self) -> bool:
+        if self.markers_in_use is None:
+            path = self.spec.markers_path
+            self.markers_in_use = is_table(self.session, path) and bool(
+                self.session.read.format("delta").load(path).limit(1).count())
+        return self.markers_in_use
+
+    def _merge_markers(self, latest: DataFrame, record: SilverRecord) -> None:
+        """Markers for the deletes that apply (newer than the key's row, if any); markers older than a key's
+        upsert removed. Committed before the rows, under the same bronze version (see the module's doc)."""
+        from delta.tables import DeltaTable
+
+        spec = self.spec
+        path = spec.markers_path
+        if not is_table(self.session, path):
+            changes.markers(latest.where(F.lit(False)), spec).write.format("delta").save(path)
+        silver = self.read().alias("t")
+        deletes = (latest.where(F.col(DELETE)).alias("s")
+                   .join(silver, F.expr(key_condition(spec, "s", "t")), "left")
+                   .where(F.expr(f"t._kafka_offset IS NULL OR {newer(spec, 's', 't')}")).select("s.*"))
+        source = deletes.unionByName(latest.where(~F.col(DELETE)))
+        on = " AND ".join(f"m.{spec.marker_column(i)} = s.{p}" for i, p in enumerate(spec.key))
+        ordering = [c for c in (SEQUENCE if spec.sequence_by else None,
+                                "_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp") if c]
+        values: dict[str, Any] = {spec.marker_column(i): f"s.{p}" for i, p in enumerate(spec.key)}
+        values |= {c: f"s.{c}" for c in ordering}
+        is_newer = newer(spec, "s", "m")
+        with _committing(self.session, spec.txn_app_id(record.epoch, "deletes"), record.bronze_version, record):
+            (DeltaTable.forPath(self.session, path).alias("m").merge(source.alias("s"), on)
+             .whenMatchedUpdate(condition=f"s.{DELETE} AND {is_newer}", set=dict(values))
+             .whenMatchedDelete(condition=f"NOT s.{DELETE} AND {is_newer}")
+             .whenNotMatchedInsert(condition=f"s.{DELETE}", values=values)
+             .execute())
+        self.markers_in_use = True
+
+    def _merge_rows(self, latest: DataFrame, record: SilverRecord) -> SilverRecord:
+        from delta.tables import DeltaTable
+
+        spec = self.spec
+        source = latest.alias("s")
+        if self.markers_in_use:
+            marks = self.session.read.format("delta").load(spec.markers_path).alias("m")
+            on = " AND ".join(f"m.{spec.marker_column(i)} = s.{p}" for i, p in enumerate(spec.key))
+            source = source.join(marks, F.expr(on), "left").select(
+                "s.*", F.col("m._kafka_offset").isNotNull().alias("_marked"))
+        else:
+            source = source.withColumn("_marked", F.lit(False))
+        columns = self.read().columns
+        assign: dict[str, Any] = {c: f"s.`{c}`" for c in columns}
+        is_newer = newer(spec, "s", "t")
+        with _committing(self.session, spec.txn_app_id(record.epoch), record.bronze_version, record):
+            (DeltaTable.forPath(self.session, spec.path).alias("t")
+             .merge(source.alias("s"), key_condition(spec, "t", "s"))
+             .whenMatchedDelete(condition=f"s.{DELETE} AND {is_newer}")
+             .whenMatchedUpdate(condition=f"NOT s.{DELETE} AND {is_newer}", set=assign)
+             .whenNotMatchedInsert(condition=f"NOT s.{DELETE} AND NOT s._marked", values=assign)
+             .execute())
+        return self._with_outcome(record)
+
+    def _merge_history(self, change_rows: DataFrame, record: SilverRecord) -> SilverRecord:
+        from delta.tables import DeltaTable
+
+        spec = self.spec
+        new = changes.as_history(changes.keyed(change_rows, spec)).cache()
+        try:
+            count = new.count()
+            if count == 0:
+                return self.record_only(record)
+            self._evolve(new.schema, record)
+            silver = self.read()
+            coordinates = ["_kafka_topic", "_kafka_partition", "_kafka_offset"]
+            keys = new.select(*[F.col(p).alias(f"_k{i}") for i, p in enumerate(spec.key)]).distinct()
+            touched = silver.join(keys, F.expr(" AND ".join(f"{p} = _k{i}" for i, p in enumerate(spec.key))),
+                                  "leftsemi")
+            fresh = new.join(touched.select(*coordinates), coordinates, "left_anti")
+            rows = changes.intervals(touched.unionByName(fresh, allowMissingColumns=True), spec)
+            on = key_condition(spec, "t", "s") + "".join(f" AND t.{c} = s.{c}" for c in coordinates)
+            assign: dict[str, Any] = {c: f"s.`{c}`" for c in silver.columns}
+            with _committing(self.session, spec.txn_app_id(record.epoch), record.bronze_version, record):
+                (DeltaTable.forPath(self.session, spec.path).alias("t").merge(rows.alias("s"), on)
+                 .whenMatchedUpdate(condition="NOT (t._valid_to <=> s._valid_to AND t._is_current <=> s._is_current)",
+                                    set=_assigned("_valid_to", "_is_current"))
+                 .whenNotMatchedInsert(values=assign)
+                 .execute())
+            return self._with_outcome(replace(record, keys=keys.count()))
+        finally:
+            new.unpersist()
+
+    def _with_outcome(self, record: SilverRecord) -> SilverRecord:
+        """The record with what the MERGE did, from its commit's operation metrics."""
+        from delta.tables import DeltaTable
+
+        rows = DeltaTable.forPath(self.session, self.spec.path).history(1).select("operationMetrics").collect()
+        metrics = rows[0]["operationMetrics"] or {} if rows else {}
+        return replace(record, inserted=int(metrics.get("numTargetRowsInserted", 0)),
+                       updated=int(metrics.get("numTargetRowsUpdated", 0)),
+                       deleted=int(metrics.get("numTargetRowsDeleted", 0)))
+
+    def _evolve(self, schema: T.StructType, record: SilverRecord) -> None:
+        """Add the columns (and nested fields) the changes have and the table lacks, and widen the ones bronze
+        widened, in a commit of their own that keeps the recorded bronze version of the state before it."""
+        table = self.read().schema
+        if _covers(table, schema):
+            return
+        before = replace(record, kind=StepKind.EVOLVE, bronze_version=record.bronze_from, changes=0, keys=0)
+        wanted = T.StructType([schema[name] for name in schema.fieldNames() if name not in table.fieldNames()])
+        log.info("%s: silver gains or widens columns for bronze version %d: %s", self.spec.pipeline,
+                 record.bronze_version, ", ".join(f.name for f in wanted.fields) or "nested fields")
+        empty = self.session.createDataFrame([], schema)
+        (empty.write.format("delta").mode("append").option("mergeSchema", "true")
+         .option("userMetadata", before.to_user_metadata()).save(self.spec.path))
+
+
+def _assigned(*columns: str) -> dict[str, Any]:
+    return {c: f"s.{c}" for c in columns}
+
+
+def _covers(table: T.DataType, rows: T.DataType) -> bool:
+    """Whether a table of type `table` takes values of type `rows` as they are (same or more fields)."""
+    if isinstance(rows, T.StructType):
+        if not isinstance(table, T.StructType):
+            return False
+        names = set(table.fieldNames())
+        return all(f.name in names and _covers(table[f.name].dataType, f.dataType) for f in rows.fields)
+    if isinstance(rows, T.ArrayType):
+        return isinstance(table, T.ArrayType) and _covers(table.elementType, rows.elementType)
+    if isinstance(rows, T.MapType):
+        return (isinstance(table, T.MapType) and _covers(table.keyType, rows.keyType)
+                and _covers(table.valueType, rows.valueType))
+    return table == rows or isinstance(rows, T.NullType)
