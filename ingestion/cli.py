@@ -215,11 +215,30 @@ def _parser() -> argparse.ArgumentParser:
     maintain.set_defaults(func=_maintain)
 
     verify = commands.add_parser("verify", help="audit bronze + quarantine against Kafka: duplicates, gaps, and "
-                                 "which gaps Kafka explains; exit 1 on a real violation")
+                                 "which gaps Kafka explains; silver (if any) against bronze's fold, key by key; "
+                                 "exit 1 on a real violation")
     verify.add_argument("pipeline")
     verify.add_argument("--json", action="store_true", help="one JSON document for scripts")
     _reader_option(verify)
     verify.set_defaults(func=_verify)
+
+    silver = commands.add_parser("silver", help="the current-state table kept from bronze (the pipeline's silver: "
+                                 "section): merge what bronze holds, rebuild it, show where it stands")
+    s_cmds = silver.add_subparsers(dest="action", required=True, metavar="ACTION")
+    s_run = s_cmds.add_parser("run", help="merge every bronze version silver does not hold yet, then exit (ingest "
+                              "run does this itself; this runs silver alone)")
+    s_run.add_argument("pipeline")
+    s_run.set_defaults(func=_silver_run)
+    s_rebuild = s_cmds.add_parser("rebuild", help="recompute silver from bronze's rows (whole), or put back its "
+                                  "state at a bronze version and merge what bronze committed after it")
+    s_rebuild.add_argument("pipeline")
+    s_rebuild.add_argument("--from-version", type=int, metavar="N", help="start from silver's state at bronze "
+                           "version N (its newest commit at or before N) instead of from nothing")
+    s_rebuild.set_defaults(func=_silver_rebuild)
+    s_status = s_cmds.add_parser("status", help="silver's bronze version, lag, rows and its last steps")
+    s_status.add_argument("pipeline")
+    s_status.add_argument("--json", action="store_true", help="one JSON document for scripts")
+    s_status.set_defaults(func=_silver_status)
 
     quarantine = commands.add_parser("quarantine", help="records that could not be decoded: list, show, re-decode")
     q_cmds = quarantine.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -451,7 +470,8 @@ def _session(app_name: str, configs: Sequence[PipelineConfig], pools: Sequence[s
     from ingestion.runtime.session import get_session
 
     if catalog is None:
-        catalog = any(c.catalog_names is not None for c in configs)
+        catalog = any(c.catalog_names is not None or (c.silver is not None and c.silver.catalog_table)
+                      for c in configs)
     return get_session(app_name, conf={k: v for c in configs for k, v in c.spark.items()},
                        locations=[location for c in configs for location in c.locations], pools=pools,
                        catalog=catalog)
@@ -659,8 +679,99 @@ def _verify(args: argparse.Namespace) -> int:
 
     ctx = context.resolve(_load(args.pipeline))
     result = _read_only(args, lambda reader: verify.audit(reader, ctx), ctx.config)
-    print(json.dumps(result.to_json(), indent=2) if args.json else verify.render(result))
-    return 0 if result.ok else 1
+    if ctx.config.silver is None:
+        print(json.dumps(result.to_json(), indent=2) if args.json else verify.render(result))
+        return 0 if result.ok else 1
+    from ingestion.silver import audit
+
+    found = audit.audit(_session(f"ingest-{ctx.name}", [ctx.config]), ctx.config)
+    if args.json:
+        print(json.dumps({**result.to_json(), "silver": found.to_json()}, indent=2))
+    else:
+        print(verify.render(result))
+        print(audit.render(found))
+    return 0 if result.ok and found.ok else 1
+
+
+def _silver(args: argparse.Namespace) -> Any:
+    """The pipeline's silver follower, under the pipeline's writer lock (no run of it may write meanwhile)."""
+    from ingestion.errors import ConfigError
+    from ingestion.silver.follower import SilverFollower
+
+    config, spark = _pipeline_session(args.pipeline)
+    if config.silver is None:
+        raise ConfigError(f"{config.file}: pipeline {config.name!r} has no 'silver' section (docs/cdc.md)")
+    return SilverFollower(spark, config)
+
+
+def _locked(follower: Any, work: Callable[[], Any]) -> Any:
+    from ingestion.stream.lock import WriterLock
+
+    lock = WriterLock(follower.config.name, follower.config.checkpoint_path, follower.session)
+    lock.acquire()
+    try:
+        return work()
+    finally:
+        lock.release()
+
+
+def _silver_run(args: argparse.Namespace) -> int:
+    follower = _silver(args)
+    follower.prepare()
+    steps = _locked(follower, follower.drain)
+    at = follower.current()
+    print(f"silver {follower.spec.path}: {steps} step(s), at bronze version "
+          f"{at.bronze_version if at else 'none (bronze has no table yet)'}")
+    return 0
+
+
+def _silver_rebuild(args: argparse.Namespace) -> int:
+    follower = _silver(args)
+    follower.prepare()
+
+    def rebuild() -> Any:
+        if args.from_version is not None:
+            follower.restore(args.from_version)
+        else:
+            follower.rebuild(reason="ingest silver rebuild")
+        follower.drain()
+        return follower.current()
+
+    at = _locked(follower, rebuild)
+    print(f"silver {follower.spec.path}: rebuilt, at bronze version {at.bronze_version} (epoch {at.epoch})")
+    return 0
+
+
+def _silver_status(args: argparse.Namespace) -> int:
+    from ingestion.silver import ledger
+
+    follower = _silver(args)
+    found = ledger.records(follower.session, follower.spec.path, limit=50)
+    at = follower.current()
+    lag = follower.lag()
+    rows = follower.table.read().count() if follower.table.exists() else 0
+    cross = sum(r.cross_partition_keys for _, r in found)
+    out = {"pipeline": follower.spec.pipeline, "table": follower.spec.path, "mode": follower.spec.mode,
+           "bronze_version": at.bronze_version if at else None, "epoch": at.epoch if at else None, "rows": rows,
+           "lag_versions": lag.versions, "lag_seconds": round(lag.seconds, 1),
+           "cross_partition_keys": cross,
+           "steps": [{"version": v, **{k: str(x) if k == "kind" else x for k, x in vars(r).items()}}
+                     for v, r in found[:10]]}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    if at is None:
+        print(f"silver {follower.spec.path}: no table yet (ingest run {follower.spec.pipeline})")
+        return 0
+    print(f"silver {follower.spec.path} ({follower.spec.mode}): {rows:,} rows at bronze version {at.bronze_version} "
+          f"(epoch {at.epoch}), lag {lag.versions} bronze versions ({lag.seconds:.0f}s)")
+    if cross:
+        print(f"  {cross} keys had changes in two or more Kafka partitions in the last steps: Kafka orders none of "
+              f"them (set silver.sequenceBy to a field that does)")
+    for version, r in found[:10]:
+        print(f"  version {version}: {r.kind} bronze {r.bronze_from + 1}-{r.bronze_version}, {r.changes:,} changes, "
+              f"{r.inserted:,} inserted, {r.updated:,} updated, {r.deleted:,} deleted")
+    return 0
 
 
 def _quarantine_list(args: argparse.Namespace) -> int:

@@ -16,7 +16,6 @@ from pyspark.sql import types as T
 from ingestion.silver.spec import DELETE, KAFKA_COLUMNS, KAFKA_KEY, SEQUENCE, SilverSpec, field_type
 
 
-
 def _partition() -> Column:
     return F.struct("_kafka_topic", "_kafka_partition")
 
@@ -82,10 +81,11 @@ def _order(*, descending: bool) -> list[Column]:
 
 
 def latest(rows: DataFrame, spec: SilverSpec) -> DataFrame:
-    """The newest change of each key (deletes included), with `_partitions`: in how many Kafka partitions the
-    key's changes were."""
-    ranked = _positioned(keyed(rows, spec), spec).withColumn(
-        "_rank", F.row_number().over(_by_key(spec).orderBy(*_order(descending=True))))
+    """The newest change of each key (deletes included), with `_partitions` (in how many Kafka partitions the
+    key's changes were) and `_changes` (how many there were)."""
+    ranked = (_positioned(keyed(rows, spec), spec)
+              .withColumn("_changes", F.count(F.lit(1)).over(_by_key(spec)))
+              .withColumn("_rank", F.row_number().over(_by_key(spec).orderBy(*_order(descending=True)))))
     return ranked.where(F.col("_rank") == 1).drop("_rank", "_position")
 
 
@@ -113,7 +113,7 @@ def fold(bronze: DataFrame, spec: SilverSpec) -> tuple[DataFrame, DataFrame | No
     if spec.history:
         return intervals(as_history(rows), spec), None
     newest = latest(rows, spec)
-    return (newest.where(~F.col(DELETE)).drop(DELETE, "_partitions"),
+    return (newest.where(~F.col(DELETE)).drop(DELETE, "_partitions", "_changes"),
             markers(newest.where(F.col(DELETE)), spec))
 
 

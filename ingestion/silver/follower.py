@@ -144,6 +144,31 @@ class SilverFollower:
         self._register()
         return record
 
+    def restore(self, bronze_version: int) -> SilverRecord:
+        """Put back silver's own state as of bronze version `bronze_version` (its newest commit at or before it, as
+        its ledger records), in a new epoch; `drain` then merges what bronze committed after it."""
+        found = [(v, r) for v, r in silver_ledger.records(self.session, self.spec.path)
+                 if r.bronze_version <= bronze_version and r.kind is not StepKind.EVOLVE]
+        at = self.current()
+        if not found or at is None:
+            raise IngestionError(f"silver {self.spec.path} records no state at or before bronze version "
+                                 f"{bronze_version}: rebuild it whole (ingest silver rebuild {self.spec.pipeline})")
+        version, record = found[0]
+        restored = SilverRecord(pipeline=self.spec.pipeline, kind=StepKind.REBUILD, epoch=at.epoch + 1,
+                                bronze_version=record.bronze_version, bronze_from=record.bronze_version)
+        marks = [(v, r) for v, r in silver_ledger.records(self.session, self.spec.markers_path)
+                 if r.bronze_version <= record.bronze_version]
+        if marks:
+            old = self.session.read.format("delta").option("versionAsOf", marks[0][0]).load(self.spec.markers_path)
+            self.table.overwrite(self.spec.markers_path, old.localCheckpoint(), restored, "deletes")
+        rows = self.session.read.format("delta").option("versionAsOf", version).load(self.spec.path)
+        self.table.overwrite(self.spec.path, rows.localCheckpoint(), restored)
+        self.table.markers_in_use = None
+        self.position = restored
+        log.info("%s: silver put back to its state at bronze version %d (its version %d)", self.spec.pipeline,
+                 record.bronze_version, version)
+        return restored
+
     def _merge(self, at: SilverRecord, bronze: int) -> SilverRecord:
         try:
             feed = self._changes(at.bronze_version + 1, bronze)

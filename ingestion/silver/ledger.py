@@ -5,7 +5,7 @@ recomputes the state at it, and nothing else has to survive a crash."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -31,6 +31,7 @@ class SilverRecord:
     bronze_from: int = -1  # the version the step started after (-1: from nothing)
     changes: int = 0  # changes read from bronze
     keys: int = 0  # distinct keys they touched
+    # What the step did to the table's rows: a MERGE's from its commit's operation metrics (`records`).
     inserted: int = 0
     updated: int = 0
     deleted: int = 0
@@ -58,9 +59,21 @@ def records(spark: SparkSession, path: str, limit: int | None = None) -> list[tu
     if not delta_txn.is_table(spark, path):
         return []
     table = DeltaTable.forPath(spark, path)
-    rows = (table.history(limit) if limit else table.history()).select("version", "userMetadata").collect()
-    found = [(int(r["version"]), SilverRecord.from_user_metadata(r["userMetadata"])) for r in rows]
+    rows = (table.history(limit) if limit else table.history()).select(
+        "version", "userMetadata", "operationMetrics").collect()
+    found = [(int(r["version"]), _with_outcome(SilverRecord.from_user_metadata(r["userMetadata"]),
+                                               r["operationMetrics"] or {})) for r in rows]
     return sorted(((v, r) for v, r in found if r is not None), key=lambda x: -x[0])
+
+
+def _with_outcome(record: SilverRecord | None, metrics: dict[str, str]) -> SilverRecord | None:
+    """A MERGE's record with what it did, from its commit's operation metrics (the record itself is written
+    before the MERGE runs)."""
+    if record is None or record.kind is not StepKind.MERGE or "numTargetRowsInserted" not in metrics:
+        return record
+    return replace(record, inserted=int(metrics.get("numTargetRowsInserted", 0)),
+                   updated=int(metrics.get("numTargetRowsUpdated", 0)),
+                   deleted=int(metrics.get("numTargetRowsDeleted", 0)))
 
 
 def position(spark: SparkSession, path: str) -> SilverRecord | None:

@@ -73,14 +73,14 @@ class SilverTable:
             count = rows.count()
             record = replace(record, inserted=count)
             if deletes is not None:
-                self._overwrite(self.spec.markers_path, deletes, record, "deletes")
+                self.overwrite(self.spec.markers_path, deletes, record, "deletes")
                 self.markers_in_use = True
-            self._overwrite(self.spec.path, rows, record)
+            self.overwrite(self.spec.path, rows, record)
         finally:
             rows.unpersist()
         return record
 
-    def _overwrite(self, path: str, rows: DataFrame, record: SilverRecord, table: str = "") -> None:
+    def overwrite(self, path: str, rows: DataFrame, record: SilverRecord, table: str = "") -> None:
         writer = (rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
                   .option("txnAppId", self.spec.txn_app_id(record.epoch, table))
                   .option("txnVersion", record.bronze_version)
@@ -111,15 +111,16 @@ class SilverTable:
         spec = self.spec
         latest = changes.latest(change_rows, spec).cache()
         try:
-            counts = latest.agg(F.count(F.lit(1)).alias("keys"),
+            counts = latest.agg(F.count(F.lit(1)).alias("keys"), F.sum("_changes").alias("changes"),
                                 F.sum(F.col(DELETE).cast("int")).alias("deletes"),
                                 F.sum((F.col("_partitions") > 1).cast("int")).alias("cross")).first()
             assert counts is not None
             keys, deletes = int(counts["keys"]), int(counts["deletes"] or 0)
-            record = replace(record, keys=keys, cross_partition_keys=int(counts["cross"] or 0))
+            record = replace(record, keys=keys, changes=int(counts["changes"] or 0),
+                             cross_partition_keys=int(counts["cross"] or 0))
             if keys == 0:
                 return self.record_only(record)
-            self._evolve(latest.drop(DELETE, "_partitions").schema, record)
+            self._evolve(latest.drop(DELETE, "_partitions", "_changes").schema, record)
             if deletes or self._markers_in_use():
                 self._merge_markers(latest, record)
             return self._merge_rows(latest, record)
@@ -210,7 +211,7 @@ class SilverTable:
                                     set=_assigned("_valid_to", "_is_current"))
                  .whenNotMatchedInsert(values=assign)
                  .execute())
-            return self._with_outcome(replace(record, keys=keys.count()))
+            return self._with_outcome(replace(record, keys=keys.count(), changes=count))
         finally:
             new.unpersist()
 

@@ -1,16 +1,21 @@
 """Current-state tables from a Debezium topic: silver equals the fold of the changes Kafka carried, in upsert and
-history mode, across incremental steps, a late change, a rewind of bronze and a rebuild."""
+history mode, across incremental steps, late changes under a field's order, a row altered behind silver's back
+(verify), a rewind of bronze and a rebuild."""
 
 from __future__ import annotations
 
+import random
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from delta.tables import DeltaTable
 
-from ingestion.config import load_pipeline
+from ingestion.config import PipelineConfig, load_pipeline
 from ingestion.dev import cdc
+from ingestion.ops import rewind
+from ingestion.silver import audit, ledger
 from ingestion.silver.follower import SilverFollower
 from ingestion.stream import pipeline
 
@@ -27,6 +32,7 @@ def _rows(spark: Any, path: str) -> dict[int, dict[str, Any]]:
 
 
 def _assert_state(spark: Any, path: str, model: cdc.History) -> None:
+    """Silver holds each live key's newest change, in every column, and no deleted key."""
     expected = model.state()
     found = _rows(spark, path)
     assert sorted(found) == sorted(expected)
@@ -38,27 +44,12 @@ def _assert_state(spark: Any, path: str, model: cdc.History) -> None:
         assert got["_ts_ms"] == newest[key].ts_ms + 7 and got["_kafka_key"] == {"id": key}
 
 
-def test_debezium_changes_fold_into_upsert_and_history_tables(spark, kafka_servers, make_topic,
-                                                            tmp_path: Path) -> None:
-    topic = make_topic(partitions=3)
-    model = cdc.history(1200, 150, seed=5)
-    cdc.produce(kafka_servers, topic, model.changes)
-    name = f"cdc-{uuid.uuid4().hex[:6]}"
-    config = load_pipeline(cdc.pipeline_yaml(tmp_path / "p.yaml", name=name, topic=topic, servers=kafka_servers,
-                                             root=tmp_path, silver="  key: [id]\n  envelope: debezium\n"))
-    pipeline.run(spark, config, available_now=True)
-    assert config.silver_path is not None
-    _assert_state(spark, config.silver_path, model)
-
-    # History mode over the same bronze, run alone: one row per change, intervals from the database's times.
-    history_config = load_pipeline(cdc.pipeline_yaml(
-        tmp_path / "h.yaml", name=name, topic=topic, servers=kafka_servers, root=tmp_path,
-        silver=f"  key: [id]\n  envelope: debezium\n  mode: history\n  table: {tmp_path / 'history'}\n"))
-    SilverFollower(spark, history_config).drain()
-    rows = spark.read.format("delta").load(str(tmp_path / "history")).collect()
+def _assert_history(spark: Any, path: str, model: cdc.History) -> None:
+    """One row per change, valid from the database's commit time to the next change's; one current row per live
+    key; a delete is a row valid for no time that closes the one before it."""
+    rows = spark.read.format("delta").load(path).collect()
     assert len(rows) == len(model.changes)
-    by_key = model.by_key()
-    for key, changes in by_key.items():
+    for key, changes in model.by_key().items():
         mine = sorted((r for r in rows if r["id"] == key), key=lambda r: r["_source"]["lsn"])
         assert [r["_op"] for r in mine] == [c.op for c in changes]
         for i, (row, change) in enumerate(zip(mine, changes, strict=True)):
@@ -67,5 +58,85 @@ def test_debezium_changes_fold_into_upsert_and_history_tables(spark, kafka_serve
             valid_to = None if row["_valid_to"] is None else int(row["_valid_to"].timestamp() * 1000)
             assert valid_to == (change.ts_ms if change.op == "d" else following), (key, i)
             assert row["_is_current"] == (following is None and change.op != "d")
-    current = {r["id"] for r in rows if r["_is_current"]}
-    assert current == set(model.state())
+    assert {r["id"] for r in rows if r["_is_current"]} == set(model.state())
+
+
+def _config(tmp_path: Path, name: str, topic: str, servers: str, silver: str, file: str = "p.yaml") -> PipelineConfig:
+    return load_pipeline(cdc.pipeline_yaml(tmp_path / file, name=name, topic=topic, servers=servers, root=tmp_path,
+                                           silver=silver))
+
+
+def test_debezium_changes_fold_into_upsert_and_history_tables(spark, kafka_servers, make_topic,
+                                                            tmp_path: Path) -> None:
+    topic = make_topic(partitions=3)
+    model = cdc.history(1500, 150, seed=5)
+    first = cdc.History(model.changes[:1000])
+    cdc.produce(kafka_servers, topic, first.changes)
+    name = f"cdc-{uuid.uuid4().hex[:6]}"
+    config = _config(tmp_path, name, topic, kafka_servers, "  key: [id]\n  envelope: debezium\n")
+    assert config.silver_path is not None
+    pipeline.run(spark, config, available_now=True)
+    _assert_state(spark, config.silver_path, first)
+
+    # The rest arrives: merged change by change (bronze's change feed), the same state as a fold from nothing.
+    cdc.produce(kafka_servers, topic, model.changes[1000:])
+    pipeline.run(spark, config, available_now=True)
+    _assert_state(spark, config.silver_path, model)
+    steps = [r for _, r in ledger.records(spark, config.silver_path)]
+    assert steps[0].kind == ledger.StepKind.MERGE and steps[0].deleted > 0 and steps[0].updated > 0
+    assert steps[0].bronze_version == DeltaTable.forPath(spark, config.table_path).history(1).first()["version"]
+
+    # History mode over the same bronze, run alone (ingest silver run), then one more incremental step.
+    history = _config(tmp_path, name, topic, kafka_servers, "  key: [id]\n  envelope: debezium\n  mode: history\n"
+                      f"  table: {tmp_path / 'history'}\n", "h.yaml")
+    SilverFollower(spark, history).drain()
+    _assert_history(spark, str(tmp_path / "history"), model)
+
+    # verify: equal to bronze's fold, then a row changed behind silver's back is named by its key.
+    assert audit.audit(spark, config).ok
+    victim = sorted(model.state())[3]
+    DeltaTable.forPath(spark, config.silver_path).update(f"id = {victim}", {"tier": "'platinum'"})
+    found = audit.audit(spark, config)
+    assert not found.ok and found.missing == [f"id={victim}"] and found.unexpected == [f"id={victim}"]
+
+    # Rewind bronze to before the second half: silver follows (rebuilt from bronze as restored) on the next run,
+    # which reads the second half again from Kafka; a full rebuild gives the same table.
+    first_bronze = steps[-1].bronze_version  # silver's first step: bronze as the first run left it
+    rewind.rewind(spark, config, to_version=first_bronze)
+    after_rewind = SilverFollower(spark, config)
+    after_rewind.drain()
+    _assert_state(spark, config.silver_path, first)
+    assert ledger.position(spark, config.silver_path).kind == ledger.StepKind.REBUILD
+    pipeline.run(spark, config, available_now=True)
+    _assert_state(spark, config.silver_path, model)
+    rebuilt = SilverFollower(spark, config)
+    rebuilt.rebuild(reason="test")
+    _assert_state(spark, config.silver_path, model)
+    assert audit.audit(spark, config).ok
+
+
+def test_a_field_orders_changes_that_arrive_out_of_order_across_partitions(spark, kafka_servers, make_topic,
+                                                                         tmp_path: Path) -> None:
+    """With sequenceBy source.lsn, changes spread over partitions in any order: the newest wins, and a delete
+    stays deleted when an older update of its key arrives after it, in a later step."""
+    topic = make_topic(partitions=3)
+    model = cdc.history(900, 80, seed=9)
+    rng = random.Random(3)
+    shuffled = model.changes[:]
+    rng.shuffle(shuffled)
+    early, late = shuffled[:450], shuffled[450:]
+    revived = [c for c in late if c.op in "cu" and any(d.key == c.key and d.op == "d" and d.lsn > c.lsn
+                                                      and d.lsn == max(x.lsn for x in model.changes if x.key == c.key)
+                                                      for d in early)]
+    assert revived, "the shuffle has a key whose final delete arrives before an older update"
+    spread = lambda i, key: rng.randrange(3)  # noqa: E731
+    cdc.produce(kafka_servers, topic, early, partition=spread)
+    config = _config(tmp_path, f"lsn-{uuid.uuid4().hex[:6]}", topic, kafka_servers,
+                     "  key: [id]\n  envelope: debezium\n  sequenceBy: source.lsn\n")
+    assert config.silver_path is not None
+    pipeline.run(spark, config, available_now=True)
+    cdc.produce(kafka_servers, topic, late, partition=spread)
+    pipeline.run(spark, config, available_now=True)
+    _assert_state(spark, config.silver_path, model)
+    assert all(r.key not in _rows(spark, config.silver_path) for r in revived)
+    assert audit.audit(spark, config).ok
