@@ -3,7 +3,8 @@
 `INGEST_TEST_FAULT="<point>:<batch id>"` makes the process write the file named by `INGEST_TEST_FAULT_FILE` when it
 reaches that point of that batch, then hang there, so a test can SIGKILL it exactly there. Points:
 `before_commit` (the batch's files may be written, nothing committed) and `after_commit` (Delta has committed,
-Spark's checkpoint has not).
+Spark's checkpoint has not); `silver_between_commits` (a silver step has committed its delete markers, not its rows;
+the id is the bronze version the step merges up to). `<point>:*` stops at the point's first occurrence.
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ FAULT_FILE_ENV = "INGEST_TEST_FAULT_FILE"
 class FaultPoint(StrEnum):
     BEFORE_COMMIT = "before_commit"
     AFTER_COMMIT = "after_commit"
+    SILVER_BETWEEN_COMMITS = "silver_between_commits"
 
 
 def reached(point: FaultPoint, batch_id: int) -> None:
     """Hang here when a test asked for this point of this batch; return at once otherwise."""
-    if os.environ.get(FAULT_ENV) != f"{point}:{batch_id}":
+    if os.environ.get(FAULT_ENV) not in (f"{point}:{batch_id}", f"{point}:*"):
         return
     marker = os.environ.get(FAULT_FILE_ENV)
     if marker:

@@ -51,9 +51,37 @@ class PipelineStatus:
     gone_topics: list[str] = field(default_factory=list)  # in the ledger, matched once, no longer on the brokers
     # source.startFromGroup while the table records no offsets: where each partition would start (handover)
     group_start: GroupStart | None = None
+    silver: SilverStatus | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass
+class SilverStatus:
+    table: str
+    mode: str
+    bronze_version: int | None  # the bronze version silver's state stands at (None: no silver table yet)
+    lag_versions: int  # bronze versions silver has not merged
+    epoch: int | None = None
+    last_step_at_version: int | None = None  # silver's table version of its newest step
+    cross_partition_keys: int = 0  # over its last steps: keys whose changes came from two or more partitions
+
+
+def silver_status(config: PipelineConfig, bronze_version: int | None) -> SilverStatus | None:
+    """Where the pipeline's silver table stands against bronze, from silver's ledger (delta-rs, no JVM)."""
+    from ingestion.silver import ledger as silver_ledger
+
+    path = config.silver_path
+    if config.silver is None or path is None:
+        return None
+    found = silver_ledger.rs_records(path, config.storage_options() or None)
+    if not found:
+        return SilverStatus(path, config.silver.mode, None, (bronze_version or 0) + 1 if bronze_version else 0)
+    version, newest = found[0]
+    return SilverStatus(path, config.silver.mode, newest.bronze_version,
+                        max(0, (bronze_version or 0) - newest.bronze_version), newest.epoch, version,
+                        sum(r.cross_partition_keys for _, r in found))
 
 
 def pipeline_status(source: Source, target: PipelineConfig | PipelineContext,
@@ -87,7 +115,7 @@ def pipeline_status(source: Source, target: PipelineConfig | PipelineContext,
         layout.files if layout else None, layout.average_file_bytes if layout else None,
         _maintenance_text(maintained[-1]) if maintained else None,
         layout.oldest_restorable if layout else None,
-        topics, gone, group_start,
+        topics, gone, group_start, silver_status(config, reader.version(config.table_path)),
     )
 
 
@@ -113,6 +141,15 @@ def _maintenance_text(record: ledger.BatchRecord) -> str:
     return f"{record.kind} at version {record.version}, {when}"
 
 
+def _silver_line(s: SilverStatus) -> str:
+    if s.bronze_version is None:
+        return f"  silver ({s.mode}) {s.table}: no table yet"
+    cross = (f"; {s.cross_partition_keys} keys seen in two or more Kafka partitions (unordered under Kafka order)"
+             if s.cross_partition_keys else "")
+    return (f"  silver ({s.mode}) {s.table}: at bronze version {s.bronze_version}, lag {s.lag_versions} bronze "
+            f"versions{cross}")
+
+
 def render(status: PipelineStatus) -> str:
     several = len(status.topics) > 1 or status.topics != [status.topic]
     what = f"topics {status.topic} ({len(status.topics)})" if several else f"topic {status.topic}"
@@ -129,6 +166,7 @@ def render(status: PipelineStatus) -> str:
              *([f"  deleted from Kafka since the table read them: {', '.join(status.gone_topics)}"]
                if status.gone_topics else []),
              *([f"  {line}" for line in status.group_start.lines()] if status.group_start else []),
+             *([_silver_line(status.silver)] if status.silver else []),
              f"  {'partition':>{width}} {'latest':>10} {'ingested':>10} {'lag':>8} {'lag s':>8} {'quarantined':>11}"]
     for p in status.partitions:
         seconds = "-" if p.lag_seconds is None else f"{p.lag_seconds:.1f}"

@@ -24,6 +24,7 @@ def changes(bronze: DataFrame, spec: SilverSpec) -> DataFrame:
     """One change per bronze row that carries one: Debezium's tombstones (which follow its deletes) and operations
     other than c, u, r, d (truncate, message) carry none; rows without a key are left out (`keyless` counts them)."""
     schema = bronze.schema
+    spec.check(schema)
     row_type = spec.row_type(schema)
     if spec.envelope == "debezium":
         op = F.col("op")

@@ -69,9 +69,13 @@ class SilverFollower:
     # -- before bronze's query starts ------------------------------------------------------------------------
 
     def prepare(self) -> None:
-        """Turn on bronze's change feed if it is off (a metadata commit, so before bronze's query writes)."""
+        """Check the silver section against bronze's columns, and turn on bronze's change feed if it is off (a
+        metadata commit, so before bronze's query writes)."""
         path = self.spec.bronze_path
-        if is_table(self.session, path) and (table_property(self.session, path, CHANGE_FEED) or "").lower() != "true":
+        if not is_table(self.session, path):
+            return
+        self.spec.check(self.session.read.format("delta").load(path).schema)
+        if (table_property(self.session, path, CHANGE_FEED) or "").lower() != "true":
             self.session.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('{CHANGE_FEED}' = 'true')")
             log.info("%s: turned on bronze's change feed (%s) for silver", self.spec.pipeline, CHANGE_FEED)
 

@@ -80,3 +80,38 @@ def position(spark: SparkSession, path: str) -> SilverRecord | None:
     """The newest record of the table: the bronze version its state stands at; None for no table (or none yet)."""
     found = records(spark, path, limit=20) or records(spark, path)
     return found[0][1] if found else None
+
+
+def rs_records(path: str, storage_options: dict[str, str] | None = None,
+               limit: int = 50) -> list[tuple[int, SilverRecord]] | None:
+    """As `records`, read with delta-rs (no JVM): None when there is no table at `path`."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(path, storage_options=storage_options)
+    except TableNotFoundError:
+        return None
+    found = []
+    for commit in table.history(limit):
+        metrics = {k: str(v) for k, v in (commit.get("operationMetrics") or {}).items()}
+        record = _with_outcome(SilverRecord.from_user_metadata(commit.get("userMetadata")), metrics)
+        if record is not None:
+            found.append((int(commit["version"]), record))
+    return sorted(found, key=lambda x: -x[0])
+
+
+def rs_caught_up(silver_path: str, bronze_path: str, storage_options: dict[str, str] | None = None) -> bool:
+    """Whether silver holds every bronze version (read with delta-rs, no JVM): its newest step reached bronze's
+    latest version."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    found = rs_records(silver_path, storage_options, limit=20)
+    if not found:
+        return False
+    try:
+        bronze = DeltaTable(bronze_path, storage_options=storage_options).version()
+    except TableNotFoundError:
+        return False
+    return found[0][1].bronze_version >= bronze

@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from ingestion import faults
 from ingestion.runtime.delta_txn import DeltaTxn, is_table
 from ingestion.silver import changes
 from ingestion.silver.changes import key_condition, newer
@@ -120,12 +121,24 @@ class SilverTable:
                              cross_partition_keys=int(counts["cross"] or 0))
             if keys == 0:
                 return self.record_only(record)
+            if not spec.sequence_by:
+                record = replace(record, cross_partition_keys=record.cross_partition_keys + self._moved(latest))
             self._evolve(latest.drop(DELETE, "_partitions", "_changes").schema, record)
             if deletes or self._markers_in_use():
                 self._merge_markers(latest, record)
+                faults.reached(faults.FaultPoint.SILVER_BETWEEN_COMMITS, record.bronze_version)
             return self._merge_rows(latest, record)
         finally:
             latest.unpersist()
+
+    def _moved(self, latest: DataFrame) -> int:
+        """Keys of the step whose row in silver came from another Kafka partition (Kafka order does not order
+        them; the step's change wins as the later arrival)."""
+        spec = self.spec
+        silver = self.read().alias("t")
+        return (latest.where(F.col("_partitions") == 1).alias("s")
+                .join(silver, F.expr(key_condition(spec, "s", "t")))
+                .where("s._kafka_topic <> t._kafka_topic OR s._kafka_partition <> t._kafka_partition").count())
 
     def _markers_in_use(self) -> bool:
         if self.markers_in_use is None:

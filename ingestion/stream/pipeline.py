@@ -28,6 +28,7 @@ from ingestion.errors import IngestionError, KafkaAccessError, one_line
 from ingestion.kafka import access
 from ingestion.runtime.listener import wait_for_listener_events
 from ingestion.schema import registry
+from ingestion.silver import ledger as silver_ledger
 from ingestion.silver.follower import Lag, SilverFollower
 from ingestion.silver.ledger import SilverRecord
 from ingestion.stream import checkpoint, context, handover, setup, source
@@ -147,11 +148,16 @@ def check_can_start(config: PipelineConfig) -> PipelineContext:
 
 def caught_up(ctx: PipelineContext) -> dict[str, dict[int, int]] | None:
     """Per topic and partition, the offset the table has reached, when it holds every committed record Kafka has
-    now (an available-now run would have nothing to do); None otherwise, or when that cannot be told without a
-    JVM (no ledger yet, a table delta-rs cannot read). Read with delta-rs and a Kafka consumer: no JVM."""
+    now and its silver table (if any) every bronze version (an available-now run would have nothing to do); None
+    otherwise, or when that cannot be told without a JVM (no ledger yet, a table delta-rs cannot read). Read with
+    delta-rs and a Kafka consumer: no JVM."""
     recorded = rs_reads.recorded_offsets(ctx.config)  # none yet (a new table), or unknown without a JVM
     if not recorded:
         return None
+    config = ctx.config
+    if config.silver_path is not None and not silver_ledger.rs_caught_up(
+            config.silver_path, config.table_path, config.storage_options() or None):
+        return None  # silver has bronze versions to merge
     reached: dict[str, dict[int, int]] = {}
     for topic, marks in kafka.watermarks_of(ctx.kafka.client, ctx.partitions).items():
         done = recorded.get(topic, {})  # a topic the table never read: caught up only while it is empty
@@ -208,7 +214,7 @@ def _start(spark: SparkSession, ctx: PipelineContext, *, available_now: bool,
         if log_checkpoints is not None and not available_now:
             log_checkpoints.warm_up()  # the JVM's first checkpoint is slow: at start, not beside the steady stream
         scheduled = ScheduledMaintenance.for_pipeline(spark, config, metrics)
-        silver = _silver(spark, config, pool, metrics)
+        silver = _silver(spark, config, pool, metrics, prometheus)
 
         def on_batch(result: BatchResult) -> None:
             batches.append(result)
@@ -239,8 +245,8 @@ def _start(spark: SparkSession, ctx: PipelineContext, *, available_now: bool,
                            maintenance=scheduled, silver=silver, available_now=available_now)
 
 
-def _silver(spark: SparkSession, config: PipelineConfig, pool: str | None,
-            metrics: RunMetrics | None) -> SilverFollower | None:
+def _silver(spark: SparkSession, config: PipelineConfig, pool: str | None, metrics: RunMetrics | None,
+            prometheus: LagRefresher | None) -> SilverFollower | None:
     """The pipeline's silver follower, its bronze's change feed turned on before bronze's query writes."""
     if config.silver is None:
         return None
@@ -253,6 +259,9 @@ def _silver(spark: SparkSession, config: PipelineConfig, pool: str | None,
                 "silver_cross_partition_keys": record.cross_partition_keys,
                 "silver_lag_versions": lag.versions, "silver_lag_seconds": lag.seconds,
                 "silver_bronze_version": record.bronze_version})
+        if prometheus is not None:
+            prometheus.metrics.silver(record.changes, record.inserted, record.updated, record.deleted,
+                                      record.cross_partition_keys, lag.versions, lag.seconds)
 
     follower = SilverFollower(spark, config, pool=pool, on_step=on_step)
     follower.prepare()

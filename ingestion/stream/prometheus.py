@@ -77,6 +77,17 @@ class Exporter:
                                         registry=r)
         self.state = Enum("ingest_pipeline_state", "The pipeline's state", per,
                           states=[s.value for s in PipelineState], registry=r)
+        self.silver_lag_versions = Gauge("ingest_silver_lag_versions", "Bronze versions the silver table has not "
+                                         "merged yet", per, registry=r)
+        self.silver_lag_seconds = Gauge("ingest_silver_lag_seconds", "Age of the oldest bronze version the silver "
+                                        "table has not merged (0 when it holds them all)", per, registry=r)
+        self.silver_changes = Counter("ingest_silver_changes", "Changes merged into the silver table", per,
+                                      registry=r)
+        self.silver_rows = Counter("ingest_silver_rows", "Silver rows inserted, updated and deleted by merges",
+                                   [*per, "action"], registry=r)
+        self.silver_cross_partition = Counter("ingest_silver_cross_partition_keys", "Keys whose changes came "
+                                              "from two or more Kafka partitions (no order between them)", per,
+                                              registry=r)
         self._server: Any = None
         self.pipelines: list[str] = []
         self.address: tuple[str, int] | None = None
@@ -174,6 +185,17 @@ class PipelineMetrics:
 
     def refresh_failed(self) -> None:
         self.exporter.refresh_failures.labels(self.name).inc()
+
+    def silver(self, changes: int, inserted: int, updated: int, deleted: int, cross_partition_keys: int,
+               lag_versions: int, lag_seconds: float) -> None:
+        """One step of the pipeline's silver table (see ingestion/silver/follower.py)."""
+        e, name = self.exporter, self.name
+        e.silver_changes.labels(name).inc(changes)
+        for action, n in (("inserted", inserted), ("updated", updated), ("deleted", deleted)):
+            e.silver_rows.labels(name, action).inc(n)
+        e.silver_cross_partition.labels(name).inc(cross_partition_keys)
+        e.silver_lag_versions.labels(name).set(lag_versions)
+        e.silver_lag_seconds.labels(name).set(lag_seconds)
 
 
 class LagRefresher:

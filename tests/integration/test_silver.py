@@ -69,8 +69,8 @@ def _config(tmp_path: Path, name: str, topic: str, servers: str, silver: str, fi
 def test_debezium_changes_fold_into_upsert_and_history_tables(spark, kafka_servers, make_topic,
                                                             tmp_path: Path) -> None:
     topic = make_topic(partitions=3)
-    model = cdc.history(1500, 150, seed=5)
-    first = cdc.History(model.changes[:1000])
+    model = cdc.history(700, 100, seed=5)
+    first = cdc.History(model.changes[:450])
     cdc.produce(kafka_servers, topic, first.changes)
     name = f"cdc-{uuid.uuid4().hex[:6]}"
     config = _config(tmp_path, name, topic, kafka_servers, "  key: [id]\n  envelope: debezium\n")
@@ -79,7 +79,7 @@ def test_debezium_changes_fold_into_upsert_and_history_tables(spark, kafka_serve
     _assert_state(spark, config.silver_path, first)
 
     # The rest arrives: merged change by change (bronze's change feed), the same state as a fold from nothing.
-    cdc.produce(kafka_servers, topic, model.changes[1000:])
+    cdc.produce(kafka_servers, topic, model.changes[450:])
     pipeline.run(spark, config, available_now=True)
     _assert_state(spark, config.silver_path, model)
     steps = [r for _, r in ledger.records(spark, config.silver_path)]
@@ -120,11 +120,11 @@ def test_a_field_orders_changes_that_arrive_out_of_order_across_partitions(spark
     """With sequenceBy source.lsn, changes spread over partitions in any order: the newest wins, and a delete
     stays deleted when an older update of its key arrives after it, in a later step."""
     topic = make_topic(partitions=3)
-    model = cdc.history(900, 80, seed=9)
+    model = cdc.history(500, 50, seed=9)
     rng = random.Random(3)
     shuffled = model.changes[:]
     rng.shuffle(shuffled)
-    early, late = shuffled[:450], shuffled[450:]
+    early, late = shuffled[:250], shuffled[250:]
     revived = [c for c in late if c.op in "cu" and any(d.key == c.key and d.op == "d" and d.lsn > c.lsn
                                                       and d.lsn == max(x.lsn for x in model.changes if x.key == c.key)
                                                       for d in early)]

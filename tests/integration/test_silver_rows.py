@@ -1,0 +1,109 @@
+"""Silver from plain changelog rows (`envelope: none`), over a bronze table written here version by version:
+tombstones delete the key their Kafka key names, `deleteWhen` deletes, Kafka order is per partition, a key in two
+partitions is counted, history intervals follow the Kafka timestamps, and bronze gaining a column adds it."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import types as T
+
+from ingestion.config import PipelineConfig, load_pipeline
+from ingestion.errors import ConfigError
+from ingestion.silver import audit
+from ingestion.silver.follower import SilverFollower
+
+pytestmark = pytest.mark.integration
+
+T0 = dt.datetime(2026, 1, 1)
+BASE = [T.StructField("order_id", T.StringType()), T.StructField("status", T.StringType()),
+        T.StructField("amount", T.LongType())]
+META = [T.StructField("_kafka_topic", T.StringType()), T.StructField("_kafka_partition", T.IntegerType()),
+        T.StructField("_kafka_offset", T.LongType()), T.StructField("_kafka_timestamp", T.TimestampType()),
+        T.StructField("_kafka_timestamp_type", T.IntegerType()), T.StructField("_kafka_key", T.StringType()),
+        T.StructField("_kafka_headers", T.ArrayType(T.StructType([T.StructField("key", T.StringType()),
+                                                                  T.StructField("value", T.BinaryType())]))),
+        T.StructField("_kafka_tombstone", T.BooleanType()), T.StructField("_schema_id", T.IntegerType()),
+        T.StructField("_batch_id", T.LongType()), T.StructField("_ingested_at", T.TimestampType())]
+
+
+def _append(spark: Any, path: Path, rows: list[tuple[Any, ...]], payload: list[T.StructField] = BASE) -> None:
+    """Bronze rows: (partition, offset, key, payload values or None for a tombstone)."""
+    out = []
+    for partition, offset, key, values in rows:
+        tombstone = values is None
+        out.append((*(values or (None,) * len(payload)), "orders", partition, offset,
+                    T0 + dt.timedelta(seconds=100 * partition + offset), 0, key, [], tombstone,
+                    None if tombstone else 1, 0, T0))
+    schema = T.StructType([*payload, *META])
+    (spark.createDataFrame(out, schema).write.format("delta").mode("append").option("mergeSchema", "true")
+     .option("delta.enableChangeDataFeed", "true").save(str(path)))
+
+
+def _config(tmp_path: Path, silver: str, name: str = "orders") -> PipelineConfig:
+    file = tmp_path / f"{name}.yaml"
+    file.write_text(f"name: {name}\ntopic: orders\nkey:\n  format: string\nsink:\n  table: {tmp_path / 'bronze'}\n"
+                    f"silver:\n{silver}")
+    return load_pipeline(file)
+
+
+def _state(spark: Any, path: str | None) -> dict[str, tuple[Any, ...]]:
+    assert path is not None
+    return {r["order_id"]: (r["status"], r["amount"]) for r in spark.read.format("delta").load(path).collect()}
+
+
+def test_plain_rows_tombstones_delete_conditions_and_kafka_order(spark, tmp_path: Path) -> None:
+    bronze = tmp_path / "bronze"  # partition 0's offset 1 is missing (a gap a replay fills later)
+    _append(spark, bronze, [(0, 0, "a", ("a", "new", 10)), (1, 0, "c", ("c", "new", 30)),
+                            (0, 2, "a", ("a", "paid", 11))])
+    config = _config(tmp_path, "  key: order_id\n  deleteWhen: status = 'cancelled'\n")
+    follower = SilverFollower(spark, config)
+    follower.drain()  # the first step rebuilds from bronze as it is
+    assert _state(spark, config.silver_path) == {"a": ("paid", 11), "c": ("new", 30)}
+
+    # A tombstone (its key from the Kafka key), a delete condition, an update; then the gap before b's tombstone
+    # replayed into bronze, an older change of b: b stays deleted (its delete marker).
+    _append(spark, bronze, [(0, 3, "b", None), (1, 1, "c", ("c", "cancelled", 30)), (0, 4, "a", ("a", "sent", 12))])
+    follower.drain()
+    assert _state(spark, config.silver_path) == {"a": ("sent", 12)}
+    _append(spark, bronze, [(0, 1, "b", ("b", "new", 20)), (2, 0, "d", ("d", "new", 40))])
+    follower.drain()
+    assert _state(spark, config.silver_path) == {"a": ("sent", 12), "d": ("new", 40)}
+
+    # a's change from another partition: applied (it arrived later) and counted.
+    _append(spark, bronze, [(2, 1, "a", ("a", "moved", 13))])
+    record = follower.step()
+    assert record is not None and record.cross_partition_keys == 1 and record.keys == 1
+    assert _state(spark, config.silver_path)["a"] == ("moved", 13)
+    assert audit.audit(spark, config).ok
+
+    # Bronze gains a column: silver gains it.
+    _append(spark, bronze, [(0, 5, "e", ("e", "new", 50, "web"))],
+            payload=[*BASE, T.StructField("channel", T.StringType())])
+    follower.drain()
+    rows = {r["order_id"]: r for r in spark.read.format("delta").load(config.silver_path).collect()}
+    assert rows["e"]["channel"] == "web" and rows["a"]["channel"] is None
+
+    # History mode of the same bronze: every change, tombstones and deletes as rows valid for no time.
+    history = _config(tmp_path, f"  key: [order_id]\n  mode: history\n  deleteWhen: status = 'cancelled'\n"
+                      f"  table: {tmp_path / 'history'}\n", name="orders-history")
+    SilverFollower(spark, history).drain()
+    rows = spark.read.format("delta").load(str(tmp_path / "history")).orderBy("_kafka_partition",
+                                                                             "_kafka_offset").collect()
+    of_b = [(r["_kafka_offset"], r["_deleted"], r["_valid_to"], r["_is_current"]) for r in rows
+            if r["order_id"] == "b"]
+    at = lambda seconds: T0 + dt.timedelta(seconds=seconds)  # noqa: E731
+    assert of_b == [(1, False, at(3), False), (3, True, at(3), False)]  # b: created at offset 1, deleted at 3
+    current = sorted(r["order_id"] for r in rows if r["_is_current"])
+    assert current == ["a", "d", "e"]
+    assert audit.audit(spark, history).ok
+
+
+def test_a_silver_section_bronze_cannot_serve_is_refused_in_one_line(spark, tmp_path: Path) -> None:
+    _append(spark, tmp_path / "bronze", [(0, 0, "a", ("a", "new", 10))])
+    config = _config(tmp_path, "  key: [customer]\n")
+    with pytest.raises(ConfigError, match=r"key 'silver.key' names 'customer', which is not a field of the row"):
+        SilverFollower(spark, config).drain()
