@@ -127,7 +127,7 @@ def test_unknown_top_level_key(tmp_path: Path) -> None:
     assert str(path) in message
     assert "unknown key 'sinks'" in message
     assert "(value {'table': 'x'})" in message
-    assert ("known keys here: extends, kafka, key, maintenance, metrics, name, sink, source, spark, topic, "
+    assert ("known keys here: extends, kafka, key, maintenance, metrics, name, silver, sink, source, spark, topic, "
             "topicPattern, topicSettings, topics, value") in message
 
 

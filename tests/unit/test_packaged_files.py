@@ -15,8 +15,9 @@ PACKAGED = ROOT / "ingestion" / "dev" / "demo_project"
 def test_the_demo_s_packaged_pipeline_and_schema_are_the_repository_s() -> None:
     for name in ("conf/pipelines/orders.yaml", "schemas/orders-value/1.avsc"):
         assert (PACKAGED / name).read_bytes() == (ROOT / name).read_bytes(), name
-    assert sorted(p.relative_to(ROOT / "schemas").as_posix() for p in (ROOT / "schemas").rglob("*.avsc")) == \
-        sorted(p.relative_to(PACKAGED / "schemas").as_posix() for p in (PACKAGED / "schemas").rglob("*.avsc"))
+    # the demo's own schemas (the CDC sample's are read from schemas/ by the tests and the benchmark)
+    assert sorted(p.relative_to(ROOT / "schemas").as_posix() for p in (ROOT / "schemas").rglob("orders-*/*.avsc")) \
+        == sorted(p.relative_to(PACKAGED / "schemas").as_posix() for p in (PACKAGED / "schemas").rglob("*.avsc"))
 
 
 def test_a_new_project_s_defaults_file_is_valid_for_its_pipelines(tmp_path: Path, monkeypatch) -> None:

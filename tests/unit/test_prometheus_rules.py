@@ -25,7 +25,7 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_promtool_checks_the_shipped_rules() -> None:
     done = _promtool("check", "rules", str(RULES))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 5 rules found" in done.stdout
+    assert "SUCCESS: 6 rules found" in done.stdout
 
 
 def test_every_alert_has_a_passing_promtool_unit_test() -> None:
@@ -33,7 +33,7 @@ def test_every_alert_has_a_passing_promtool_unit_test() -> None:
     tested = {t["alertname"] for case in yaml.safe_load(TESTS.read_text())["tests"] for t in case["alert_rule_test"]
               if t["exp_alerts"]}
     assert tested == alerts == {"IngestLagGrowing", "IngestNoCommit", "IngestQuarantineRate", "IngestPipelineFailed",
-                                "IngestPipelineDown"}
+                                "IngestPipelineDown", "IngestSilverBehind"}
     done = _promtool("test", "rules", str(TESTS))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
@@ -49,6 +49,8 @@ def _exported_names() -> set[str]:
     pipeline.lag([("t", 0, 1, 1, 0, 0.0)])
     pipeline.batch(BatchResult(batch_id=0, rows=1, quarantined=0, bytes=1, version=1, committed=True, ranges=(),
                                max_timestamp=None, seconds=0.1))
+    pipeline.silver(changes=3, inserted=1, updated=1, deleted=1, cross_partition_keys=0, lag_versions=0,
+                    lag_seconds=0.0)
     return {s.name for family in exporter.registry.collect() for s in family.samples}
 
 

@@ -46,8 +46,9 @@ def _config_keys(cls: type, prefix: str = "") -> set[str]:
         if f.metadata.get("internal"):
             continue
         key = prefix + f.metadata.get("key", f.name)
-        if dataclasses.is_dataclass(hints[f.name]):
-            keys |= _config_keys(hints[f.name], key + ".")
+        optional = [h for h in typing.get_args(hints[f.name]) if dataclasses.is_dataclass(h)]  # `X | None`
+        if dataclasses.is_dataclass(hints[f.name]) or optional:
+            keys |= _config_keys(optional[0] if optional else hints[f.name], key + ".")
         elif typing.get_origin(hints[f.name]) in (typing.Mapping, dict) or "Mapping" in str(hints[f.name]):
             keys.add(key + ".<setting>")
         else:

@@ -1,0 +1,56 @@
+"""The `silver:` section: defaults, locations, and what is refused in one line naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ingestion.config import load_pipeline
+from ingestion.errors import ConfigError
+from ingestion.silver.ledger import SilverRecord, StepKind
+from ingestion.silver.spec import SilverSpec
+
+
+def _load(tmp_path: Path, silver: str, sink: str = "sink:\n  table: /lake/bronze/orders\n") -> object:
+    file = tmp_path / "orders.yaml"
+    file.write_text(f"name: orders\ntopic: orders\n{sink}silver:\n{silver}")
+    return load_pipeline(file)
+
+
+def test_defaults_and_where_silver_lives(tmp_path: Path) -> None:
+    config = _load(tmp_path, "  key: id\n")
+    assert config.silver is not None and config.silver.key == ("id",)  # a single name for a one-field key
+    assert (config.silver.mode, config.silver.envelope, config.silver.sequence_by) == ("upsert", "none", "kafka")
+    assert config.silver_path == "/lake/bronze/orders_silver"
+    spec = SilverSpec.of(config)
+    assert spec.markers_path == "/lake/bronze/orders_silver_deletes" and spec.sequence_by is None
+    assert spec.txn_app_id(3) == "ingest-silver-orders.3" and spec.txn_app_id(3, "deletes").endswith(".3.deletes")
+    assert spec.trigger == "10 seconds"
+    other = _load(tmp_path, "  key: [tenant, id]\n  table: /lake/silver/orders\n  sequenceBy: source.lsn\n")
+    assert other.silver_path == "/lake/silver/orders" and SilverSpec.of(other).sequence_by == "source.lsn"
+
+
+@pytest.mark.parametrize(("silver", "message"), [
+    ("  mode: upsert\n", "key 'silver.key' must name the fields that identify a row"),
+    ("  key: [id]\n  mode: scd2\n", "key 'silver.mode' must be one of ['upsert', 'history'], got 'scd2'"),
+    ("  key: [id]\n  envelope: maxwell\n", "key 'silver.envelope' must be one of ['none', 'debezium']"),
+    ("  key: ['id; DROP']\n", "key 'silver.key' names fields (dotted for nested ones), got 'id; DROP'"),
+    ("  key: [id]\n  sequenceBy: 'a b'\n", "key 'silver.sequenceBy' is 'kafka' or a field"),
+    ("  key: [id]\n  catalogTable: a.b.c\n", "key 'silver.catalogTable' must be a table name"),
+    ("  key: [id]\n  trigger: soon\n", "key 'silver.trigger' must be a duration"),
+    ("  key: [id]\n  table: /lake/bronze/orders\n", "key 'silver.table' must differ from bronze's"),
+    ("  key: [id]\n  keys: [id]\n", "unknown key 'silver.keys'"),
+])
+def test_a_wrong_silver_section_is_refused_naming_the_key(tmp_path: Path, silver: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=r"orders\.yaml: .*") as refused:
+        _load(tmp_path, silver)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_the_silver_ledger_record_round_trips_and_ignores_other_metadata() -> None:
+    record = SilverRecord(pipeline="orders", kind=StepKind.MERGE, epoch=2, bronze_version=17, bronze_from=15,
+                          changes=40, keys=12, cross_partition_keys=1)
+    assert SilverRecord.from_user_metadata(record.to_user_metadata()) == record
+    assert SilverRecord.from_user_metadata('{"ingest": {"pipeline": "orders"}}') is None
+    assert SilverRecord.from_user_metadata("not json") is None and SilverRecord.from_user_metadata(None) is None
