@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
-CREATED_WITH = {"delta.enableTypeWidening": "true"}  # bronze's widened columns widen silver's too
+TYPE_WIDENING = "delta.enableTypeWidening"
 
 
 @contextmanager
@@ -86,9 +86,6 @@ class SilverTable:
                   .option("txnAppId", self.spec.txn_app_id(record.epoch, table))
                   .option("txnVersion", record.bronze_version)
                   .option("userMetadata", record.to_user_metadata()))
-        if not is_table(self.session, path):
-            for key, value in CREATED_WITH.items():
-                writer = writer.option(key, value)
         writer.save(path)
 
     # -- one step ---------------------------------------------------------------------------------------------
@@ -248,6 +245,8 @@ class SilverTable:
         wanted = T.StructType([schema[name] for name in schema.fieldNames() if name not in table.fieldNames()])
         log.info("%s: silver gains or widens columns for bronze version %d: %s", self.spec.pipeline,
                  record.bronze_version, ", ".join(f.name for f in wanted.fields) or "nested fields")
+        if _widened(table, schema):  # Delta's type widening, only when needed: delta-rs cannot read the feature yet
+            self.session.sql(f"ALTER TABLE delta.`{self.spec.path}` SET TBLPROPERTIES ('{TYPE_WIDENING}' = 'true')")
         empty = self.session.createDataFrame([], schema)
         (empty.write.format("delta").mode("append").option("mergeSchema", "true")
          .option("userMetadata", before.to_user_metadata()).save(self.spec.path))
@@ -255,6 +254,18 @@ class SilverTable:
 
 def _assigned(*columns: str) -> dict[str, Any]:
     return {c: f"s.{c}" for c in columns}
+
+
+def _widened(table: T.DataType, rows: T.DataType) -> bool:
+    """Whether a field both types have has another type in `rows` (a widened column)."""
+    if isinstance(rows, T.StructType) and isinstance(table, T.StructType):
+        names = set(table.fieldNames())
+        return any(_widened(table[f.name].dataType, f.dataType) for f in rows.fields if f.name in names)
+    if isinstance(rows, T.ArrayType) and isinstance(table, T.ArrayType):
+        return _widened(table.elementType, rows.elementType)
+    if isinstance(rows, T.MapType) and isinstance(table, T.MapType):
+        return _widened(table.keyType, rows.keyType) or _widened(table.valueType, rows.valueType)
+    return type(table) is not type(rows) and not isinstance(rows, T.NullType)
 
 
 def _covers(table: T.DataType, rows: T.DataType) -> bool:

@@ -8,11 +8,13 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
+import deltalake
 import pytest
 from pyspark.sql import types as T
 
 from ingestion.config import PipelineConfig, load_pipeline
 from ingestion.errors import ConfigError
+from ingestion.ops import status
 from ingestion.silver import audit
 from ingestion.silver.follower import SilverFollower
 
@@ -63,6 +65,11 @@ def test_plain_rows_tombstones_delete_conditions_and_kafka_order(spark, tmp_path
     follower = SilverFollower(spark, config)
     follower.drain()  # the first step rebuilds from bronze as it is
     assert _state(spark, config.silver_path) == {"a": ("paid", 11), "c": ("new", 30)}
+    # Any Delta reader reads it, and `ingest status` reads its ledger without a JVM.
+    assert sorted(deltalake.DeltaTable(config.silver_path).to_pyarrow_table().column("order_id").to_pylist()) == [
+        "a", "c"]
+    shown = status.silver_status(config, deltalake.DeltaTable(str(bronze)).version())
+    assert shown is not None and (shown.bronze_version, shown.lag_versions) == (0, 0)
 
     # A tombstone (its key from the Kafka key), a delete condition, an update; then the gap before b's tombstone
     # replayed into bronze, an older change of b: b stays deleted (its delete marker).
