@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -95,6 +96,8 @@ def onboard(spark: SparkSession, target: PipelineConfig | PipelineContext, *, dr
         else:
             setup.ensure_tables(spark, config, schemas.spec)
             report.say("table", plan.path, f"{shown}\n  created{extras}", State.CHANGED)
+    if config.silver is not None:
+        _silver(spark, config, setup.plans(spark, config, schemas.spec)[0].schema, report)
     for name, path, state in named:
         if state == "exists":
             report.say("catalog", name, f"catalog table {name}: registered for {path}, left as it is")
@@ -108,6 +111,20 @@ def onboard(spark: SparkSession, target: PipelineConfig | PipelineContext, *, dr
     elif dry_run:
         report.say("summary", config.name, f"dry run: {report.changes} change(s) not made")
     return report
+
+
+def _silver(spark: SparkSession, config: PipelineConfig, bronze: Any, report: OnboardReport) -> None:
+    """The silver section checked against bronze's columns (a wrong key is refused here, not at the first run);
+    its table is made by the first run, from bronze (docs/cdc.md)."""
+    from ingestion.silver.spec import SilverSpec
+
+    spec = SilverSpec.of(config)
+    spec.check(bronze)
+    exists = reads.read_table(spark, spec.path) is not None
+    how = (f"keyed by {list(spec.key)}, {spec.mode}, envelope {spec.envelope}, "
+           f"ordered by {spec.sequence_by or 'Kafka offsets'}")
+    report.say("silver", spec.path, f"silver {spec.path}: {how}; " +
+               ("exists, left as it is" if exists else "made from bronze by the first run"))
 
 
 def check_kafka(config: PipelineConfig, *, create_topic: bool = False) -> PipelineContext:

@@ -15,6 +15,7 @@ from delta.tables import DeltaTable
 from ingestion.config import PipelineConfig, load_pipeline
 from ingestion.dev import cdc
 from ingestion.ops import rewind
+from ingestion.ops.onboard import onboard
 from ingestion.silver import audit, ledger
 from ingestion.silver.follower import SilverFollower
 from ingestion.stream import pipeline
@@ -134,6 +135,9 @@ def test_a_field_orders_changes_that_arrive_out_of_order_across_partitions(spark
     config = _config(tmp_path, f"lsn-{uuid.uuid4().hex[:6]}", topic, kafka_servers,
                      "  key: [id]\n  envelope: debezium\n  sequenceBy: source.lsn\n")
     assert config.silver_path is not None
+    shown = "\n".join(onboard(spark, config).lines)
+    assert (f"silver {config.silver_path}: keyed by ['id'], upsert, envelope debezium, ordered by source.lsn; "
+            "made from bronze by the first run") in shown
     pipeline.run(spark, config, available_now=True)
     cdc.produce(kafka_servers, topic, late, partition=spread)
     pipeline.run(spark, config, available_now=True)
