@@ -4,9 +4,9 @@ as of a version. Every commit carries the bronze version it reached (`ledger`) a
 Delta, and MERGE takes the id from Delta's SQL settings (`spark.databricks.delta.write.txnAppId`/`txnVersion`),
 set only in the follower's own session (`spark.newSession()`), so no other writer's commit carries them.
 
-Upsert mode keeps one row per key; a delete removes the row and leaves a marker (key and order of the delete) in a
-table of its own, `<silver>_deletes`, so a change older than the delete that arrives later is not applied. A
-marker is dropped when a newer change of its key is merged: markers live exactly as long as they are needed.
+Upsert mode keeps one row per key; a delete removes the row and leaves a marker (key and order of the newest
+delete) in a table of its own, `<silver>_deletes`, so a change older than the delete that arrives later is not
+inserted. A marker is dropped when a newer change of its key is merged: markers live as long as they are needed.
 History mode keeps every change; a step recomputes the intervals of the keys it touches.
 """
 
@@ -145,19 +145,18 @@ class SilverTable:
         return self.markers_in_use
 
     def _merge_markers(self, latest: DataFrame, record: SilverRecord) -> None:
-        """Markers for the deletes that apply (newer than the key's row, if any); markers older than a key's
-        upsert removed. Committed before the rows, under the same bronze version (see the module's doc)."""
+        """Each key's marker holds the newest delete merged (deletes newer than it move it); an upsert newer than
+        the marker removes it. Committed before the rows, under the same bronze version (see the module's doc).
+
+        A marker only stops inserts (a key without a row), so a marker older than the key's row is harmless: it
+        blocks only changes older than the row, which the row's own order blocks anyway. That spares this MERGE a
+        join with silver."""
         from delta.tables import DeltaTable
 
         spec = self.spec
         path = spec.markers_path
         if not is_table(self.session, path):
             changes.markers(latest.where(F.lit(False)), spec).write.format("delta").save(path)
-        silver = self.read().alias("t")
-        deletes = (latest.where(F.col(DELETE)).alias("s")
-                   .join(silver, F.expr(key_condition(spec, "s", "t")), "left")
-                   .where(F.expr(f"t._kafka_offset IS NULL OR {newer(spec, 's', 't')}")).select("s.*"))
-        source = deletes.unionByName(latest.where(~F.col(DELETE)))
         on = " AND ".join(f"m.{spec.marker_column(i)} = s.{p}" for i, p in enumerate(spec.key))
         ordering = [c for c in (SEQUENCE if spec.sequence_by else None,
                                 "_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp") if c]
@@ -165,7 +164,7 @@ class SilverTable:
         values |= {c: f"s.{c}" for c in ordering}
         is_newer = newer(spec, "s", "m")
         with _committing(self.session, spec.txn_app_id(record.epoch, "deletes"), record.bronze_version, record):
-            (DeltaTable.forPath(self.session, path).alias("m").merge(source.alias("s"), on)
+            (DeltaTable.forPath(self.session, path).alias("m").merge(latest.alias("s"), on)
              .whenMatchedUpdate(condition=f"s.{DELETE} AND {is_newer}", set=dict(values))
              .whenMatchedDelete(condition=f"NOT s.{DELETE} AND {is_newer}")
              .whenNotMatchedInsert(condition=f"s.{DELETE}", values=values)
