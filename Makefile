@@ -23,7 +23,7 @@ demo: setup
 	$(BIN)/ingest demo
 
 test: setup prometheus
-	$(BIN)/pytest tests
+	$(BIN)/pytest tests --durations=25
 
 # Debian's prometheus package: `promtool` checks and unit-tests the shipped alert rules, and the e2e test starts a
 # `prometheus` of its own (docs/operations.md#prometheus). Installed only when missing (as root in CI; a developer

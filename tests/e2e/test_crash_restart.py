@@ -1,5 +1,5 @@
 """`ingest run` killed with SIGKILL at several moments and restarted: no duplicate, no gap, and no MLflow run of a
-killed writer left RUNNING.
+killed writer left RUNNING. While a run holds the pipeline, a second writer is refused at once in one line.
 
 The process group (Python driver and its Spark JVM) is killed at once, as a crashed machine would be. Fault
 points (INGEST_TEST_FAULT) hold the writer right after a Delta commit and right before one, so the kill lands
@@ -86,6 +86,15 @@ def test_sigkill_at_several_moments_then_restart_loses_and_duplicates_nothing(
     run1.wait_for(run1.marker.exists)
     java = java_command_line(run1.proc.pid)  # a local JVM's small heap and collector
     assert {"-Xmx1g", "-XX:+UseSerialGC"} <= set(java) and not any(o.startswith("-Xms") for o in java), java
+    # While run 1 holds the pipeline, a second writer is refused at once (before a JVM), in one line naming it.
+    started = time.monotonic()
+    second = subprocess.run([INGEST, "run", str(config)], capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - started < 10
+    assert second.returncode == 1
+    lines = second.stderr.strip().splitlines()
+    assert len(lines) == 1, second.stderr
+    assert lines[0].startswith("error: pipeline 'orders' is already running (pid ")
+    assert f"pid {run1.proc.pid} on " in lines[0]
     run1.kill()
     assert [v for _, _, v in delta_txns(table)] == [0, 1]
     assert not (commits / "1").exists(), "the checkpoint must not know batch 1 is done yet"

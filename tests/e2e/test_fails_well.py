@@ -1,5 +1,6 @@
-"""Failing well, as an operator sees it: a second writer is refused at once, a signal to the whole process group
-stops cleanly, an unreachable broker is one line with nothing left behind."""
+"""Failing well, as an operator sees it: a signal to the whole process group stops cleanly, an unreachable broker is
+one line with nothing left behind, a broker restarted under a run costs no traceback. (A second writer refused at
+once, and a killed writer's lock gone with it: tests/e2e/test_crash_restart.py.)"""
 
 from __future__ import annotations
 
@@ -31,35 +32,6 @@ def _start(config: Path, log: Path, *extra: str, env: dict[str, str] | None = No
 
 def _wait_for(log: Path, text: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
     wait_while_running(lambda: text in log.read_text(), proc, log, repr(text), timeout)
-
-
-def test_a_second_writer_is_refused_at_once_and_a_killed_ones_lock_is_gone(
-        spark, kafka_servers, make_topic, orders_schema, tmp_path: Path) -> None:
-    topic = make_topic(partitions=2)
-    produced = produce_orders(kafka_servers, topic, 200, schema_id=1, schema=orders_schema)
-    config = pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, sink="  trigger: 1 second\n",
-                           extra="source:\n  maxOffsetsPerTrigger: 20\n")
-    first = _start(config, tmp_path / "first.log")
-    try:
-        _wait_for(tmp_path / "first.log", "txnAppId", first)
-        started = time.monotonic()
-        second = subprocess.run([INGEST, "run", str(config)], capture_output=True, text=True, timeout=60)
-        assert time.monotonic() - started < 10
-        assert second.returncode == 1
-        lines = second.stderr.strip().splitlines()
-        assert len(lines) == 1, second.stderr
-        assert lines[0].startswith("error: pipeline 'orders' is already running (pid ")
-        assert f"pid {first.pid} on " in lines[0]
-    finally:
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait(30)
-    # The killed holder's lock went with it: a new run resumes and lands every record exactly once.
-    done = subprocess.run([INGEST, "run", str(config), "--available-now"], capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = spark.read.format("delta").load(str(tmp_path / "tables" / "orders")).select(
-        "_kafka_partition", "_kafka_offset").collect()
-    assert sorted((r[0], r[1]) for r in rows) == sorted((p.partition, p.offset) for p in produced)
 
 
 def test_sigterm_to_the_process_group_stops_cleanly(spark, kafka_servers, make_topic, orders_schema,

@@ -32,7 +32,7 @@ def test_bursts_show_lag_rising_and_falling_in_mlflow_kafka_status_and_report(
     group = f"ingest-observed-{topic}"
     experiment = f"ingest/observed-{topic}"
     config = pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, sink="  trigger: 1 second\n",
-                           extra=f"source:\n  maxOffsetsPerTrigger: 60\nmetrics:\n  experiment: {experiment}\n"
+                           extra=f"source:\n  maxOffsetsPerTrigger: 50\nmetrics:\n  experiment: {experiment}\n"
                                  f"  consumerGroup: {group}\n")
     log = tmp_path / "run.log"
     with open(log, "wb") as out:
@@ -43,9 +43,9 @@ def test_bursts_show_lag_rising_and_falling_in_mlflow_kafka_status_and_report(
         _wait(lambda: "txnAppId" in log.read_text(), proc, log)
         produced = 0
         for burst in range(3):
-            produced += len(produce_orders(kafka_servers, topic, 300, schema_id=1, schema=orders_schema,
-                                           first_seq=burst * 300))
-            time.sleep(3)
+            produced += len(produce_orders(kafka_servers, topic, 150, schema_id=1, schema=orders_schema,
+                                           first_seq=burst * 150))
+            time.sleep(2)
         ends = {p: high for p, (_, high) in kafka_admin.watermarks(settings, topic).items()}
         _wait(lambda: kafka_admin.committed_offsets(settings, group, topic) == ends, proc, log, timeout=240)
     finally:
@@ -66,7 +66,7 @@ def test_bursts_show_lag_rising_and_falling_in_mlflow_kafka_status_and_report(
 
     lag = history("lag_records")
     assert max(lag) > 0 and lag[-1] == 0, lag
-    assert sum(history("rows")) == produced == 900
+    assert sum(history("rows")) == produced == 450
     assert sum(history("input_rows")) == produced
     assert sum(history("input_bytes")) > produced * 50
     assert len(history("lag_seconds")) == len(lag) and min(history("lag_seconds")) >= 0
@@ -80,7 +80,7 @@ def test_bursts_show_lag_rising_and_falling_in_mlflow_kafka_status_and_report(
     assert {p["partition"]: (p["latest_offset"], p["ingested_up_to"], p["lag_records"], p["lag_seconds"])
             for p in status["partitions"]} == {p: (end, end, 0, 0.0) for p, end in ends.items()}
     rows = spark.read.format("delta").load(str(tmp_path / "tables" / "orders"))
-    assert rows.count() == sum(ends.values()) == 900
+    assert rows.count() == sum(ends.values()) == 450
     assert status["table_version"] == history("table_version")[-1]
 
     # `ingest report` draws the same metrics to a PNG.

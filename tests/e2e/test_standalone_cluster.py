@@ -87,7 +87,7 @@ def test_the_packaged_job_runs_exactly_once_on_a_two_worker_cluster_with_state_o
         cluster, kafka_servers, make_topic, make_bucket, s3_server, orders_schema, tmp_path: Path) -> None:
     master, web, workers = cluster
     bucket, topic = make_bucket(), make_topic(partitions=4)
-    produced = produce_orders(kafka_servers, topic, 600, schema_id=1, schema=orders_schema)
+    produced = produce_orders(kafka_servers, topic, 300, schema_id=1, schema=orders_schema)
     config = _pipeline(tmp_path / "on_cluster.yaml", topic=topic, servers=kafka_servers, bucket=bucket,
                        spark=s3_server.spark_settings())
 
@@ -124,7 +124,7 @@ def test_the_packaged_job_runs_exactly_once_on_a_two_worker_cluster_with_state_o
         assert any(work.glob("app-*/*/stderr")), f"no executor ran on {work.name}"
 
     # The same cluster reached from a plain `ingest run` (INGEST_SPARK_MASTER): it goes on where the job stopped.
-    more = produce_orders(kafka_servers, topic, 200, schema_id=1, schema=orders_schema, first_seq=600)
+    more = produce_orders(kafka_servers, topic, 100, schema_id=1, schema=orders_schema, first_seq=300)
     run = subprocess.run([str(BIN / "ingest"), "run", str(config), "--available-now"], capture_output=True,
                          text=True, env={**os.environ, "INGEST_SPARK_MASTER": master}, cwd=tmp_path, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
