@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.utils import AnalysisException
 
-from ingestion.decode.python_decoder import BatchDecoder
+from ingestion.decode.python_decoder import batch_decoder
 from ingestion.decode.spec import DECODER_COLUMNS, PAYLOAD, UNVERIFIED, DecodeSpec, UnknownSchemaError
 from ingestion.decode.wire import HEADER_SIZE, encode
 from ingestion.errors import SchemaError, one_line
@@ -39,10 +39,14 @@ from ingestion.runtime import helper, session_cache
 from ingestion.schema import avro_types
 
 _MAX_INT = 2**31 - 1
+# The JVM path is Avro's (from_avro); Protobuf values are decoded by the Python decoder (docs/protobuf.md#decoders).
+PROTOBUF_IN_PYTHON = "value.format protobuf has no JVM decoder yet: its records are decoded in Python"
 
 
 def unusable(spark: SparkSession, spec: DecodeSpec) -> str | None:
     """Why the JVM path cannot decode this pipeline's records, or None when it can."""
+    if spec.value_format == "protobuf":
+        return PROTOBUF_IN_PYTHON
     if spec.key_format == "avro":
         return "key.format avro is decoded in Python"
     reader = json.loads(spec.reader_schema)
@@ -154,7 +158,7 @@ def settle_in_python(fast: DataFrame, spec: DecodeSpec, source: T.StructType) ->
     kafka_columns = [F.col("_raw_value").alias("value") if f.name == "value" else F.col(f.name)
                      for f in source.fields]
     pending = fast.where(F.col("_error_class").isNotNull()).select(*kafka_columns)
-    decoder: Any = BatchDecoder(spec)
+    decoder: Any = batch_decoder(spec)
     python = pending.mapInArrow(decoder, spec.output_schema(source)).persist(StorageLevel.MEMORY_AND_DISK)
     return fast.where(F.col("_error_class").isNull()).unionByName(python), python
 

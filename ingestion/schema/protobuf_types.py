@@ -40,6 +40,19 @@ DURATION_TYPE = T.StructType([T.StructField("seconds", T.LongType()), T.StructFi
 ANY_TYPE = T.StructType([T.StructField("type_url", T.StringType()), T.StructField("value", T.BinaryType())])
 
 
+class InvalidValueError(ValueError):
+    """A value Protobuf's parser takes but its type's definition rules out (a Timestamp outside years 1 to 9999,
+    nanoseconds outside their range): `path` is the field path, from the top-level message."""
+
+    def __init__(self, fault: str) -> None:
+        super().__init__(fault)
+        self.fault = fault
+        self.path: list[str] = []
+
+    def __str__(self) -> str:
+        return f"{'.'.join(self.path) or 'body'}: {self.fault}"
+
+
 def spark_schema(message: Any) -> T.StructType:
     """The Spark struct of a message descriptor. SchemaError for a recursive message, naming it and the field."""
     return _struct(message, (), "")
@@ -47,7 +60,7 @@ def spark_schema(message: Any) -> T.StructType:
 
 def _struct(message: Any, open_: tuple[str, ...], path: str) -> T.StructType:
     if message.full_name in open_:
-        raise SchemaError(f"message {message.full_name} is recursive at field {path!r} "
+        raise SchemaError(f"message {message.full_name} is recursive at field {path.rstrip('.')!r} "
                           f"({' -> '.join((*open_, message.full_name))}): Spark types have no cycles; break the "
                           "recursion in the schema")
     inner = (*open_, message.full_name)
@@ -115,9 +128,14 @@ def converter(message: Any) -> Converter:
         for name, presence, to_value in parts:
             if presence and not msg.HasField(name):
                 row[name] = None
+            elif to_value is None:
+                row[name] = getattr(msg, name)
             else:
-                value = getattr(msg, name)
-                row[name] = value if to_value is None else to_value(value)
+                try:
+                    row[name] = to_value(getattr(msg, name))
+                except InvalidValueError as exc:
+                    exc.path.insert(0, name)
+                    raise
         return row
 
     return convert
@@ -128,7 +146,9 @@ def _field_converter(field: Any) -> Converter | None:
         entry = field.message_type
         key = _single_converter(entry.fields_by_name["key"])
         value = _single_converter(entry.fields_by_name["value"])
-        return lambda m: [(k if key is None else key(k), v if value is None else value(v)) for k, v in m.items()]
+        # entries sorted by key: Protobuf leaves a map's order to the implementation
+        return lambda m: [(k if key is None else key(k), v if value is None else value(v))
+                          for k, v in sorted(m.items())]
     single = _single_converter(field)
     if _is_repeated(field):
         return list if single is None else (lambda items: [single(x) for x in items])
@@ -149,7 +169,7 @@ def _single_converter(field: Any) -> Converter | None:
     if name == TIMESTAMP:
         return timestamp_micros
     if name == DURATION:
-        return lambda d: {"seconds": d.seconds, "nanos": d.nanos}
+        return duration
     if name in _JSON_TYPES:
         return lambda m: json.dumps(_json_value(m), separators=(",", ":"), ensure_ascii=False)
     if name == ANY:
@@ -159,10 +179,30 @@ def _single_converter(field: Any) -> Converter | None:
     return converter(field.message_type)
 
 
+# google/protobuf/timestamp.proto: "from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z"; duration.proto:
+# "approximately +-10,000 years", nanos of the seconds' sign.
+_MIN_SECONDS, _MAX_SECONDS = -62_135_596_800, 253_402_300_799
+_MAX_DURATION_SECONDS = 315_576_000_000
+
+
 def timestamp_micros(ts: Any) -> int:
     """Microseconds since the epoch of a Timestamp (nanoseconds below a microsecond are dropped, toward the past,
-    as Spark's timestamps hold microseconds)."""
-    return int(ts.seconds) * 1_000_000 + int(ts.nanos) // 1000
+    as Spark's timestamps hold microseconds). InvalidValueError outside the range Timestamp defines."""
+    seconds, nanos = ts.seconds, ts.nanos
+    if not _MIN_SECONDS <= seconds <= _MAX_SECONDS:
+        raise InvalidValueError(f"Timestamp seconds {seconds} outside years 1 to 9999")
+    if not 0 <= nanos <= 999_999_999:
+        raise InvalidValueError(f"Timestamp nanos {nanos} outside [0, 999999999]")
+    return seconds * 1_000_000 + nanos // 1000
+
+
+def duration(d: Any) -> dict[str, int]:
+    seconds, nanos = d.seconds, d.nanos
+    if not -_MAX_DURATION_SECONDS <= seconds <= _MAX_DURATION_SECONDS:
+        raise InvalidValueError(f"Duration seconds {seconds} outside +-{_MAX_DURATION_SECONDS}")
+    if not -999_999_999 <= nanos <= 999_999_999 or (seconds and nanos and (seconds < 0) != (nanos < 0)):
+        raise InvalidValueError(f"Duration nanos {nanos} outside the range or of another sign than seconds")
+    return {"seconds": seconds, "nanos": nanos}
 
 
 def _json_value(message: Any) -> Any:
