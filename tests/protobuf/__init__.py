@@ -11,9 +11,10 @@ from ingestion.schema import protobuf_schemas
 
 PROTO = Path(__file__).parent / "shop.proto"
 FILE = "shop/v1/shop.proto"
+COMMON = "shop/v1/common.proto"  # imported by shop.proto
 ORDER = "shop.v1.Order"
 # Version 2 adds a field to Order and one to the nested Address: both become columns mid-stream.
-V2_ADDITIONS = (("  repeated int64 codes = 19;\n", "  repeated int64 codes = 19;\n  string channel = 20;\n"),
+V2_ADDITIONS = (("  Money total = 20;\n", "  Money total = 20;\n  string channel = 21;\n"),
                 ("  string city = 2;\n", "  string city = 2;\n  string zip = 3;\n"))
 
 
@@ -27,7 +28,11 @@ def proto_text(version: int = 1) -> str:
 
 
 def document(version: int = 1) -> str:
-    return protobuf_schemas.document(FILE, {FILE: proto_text(version)})
+    return protobuf_schemas.document(FILE, {FILE: proto_text(version), COMMON: common_text()})
+
+
+def common_text() -> str:
+    return (PROTO.parent / "common.proto").read_text()
 
 
 def message_class(version: int = 1, name: str = ORDER) -> Any:
@@ -56,6 +61,8 @@ def order(seq: int, version: int = 1) -> Any:
     if seq % 4 == 0:
         msg.ref.value = -(2**62)
     msg.codes.extend([seq, -1, 2**40])
+    if seq % 2 == 0:
+        msg.total.currency, msg.total.units = "EUR", seq * 7
     if version == 2:
         msg.channel = f"web-{seq}"
         msg.ship_to.zip = f"80{seq:02d}"
@@ -78,6 +85,7 @@ def expected_row(msg: Any) -> dict[str, Any]:
         "note": msg.note.value if has("note") else None, "discount": msg.discount if has("discount") else None,
         "big": msg.big, "delta": msg.delta, "blob": msg.blob, "gift": msg.gift, "weight": msg.weight,
         "small": msg.small, "ref": msg.ref.value if has("ref") else None, "codes": list(msg.codes),
+        "total": {"currency": msg.total.currency, "units": msg.total.units} if has("total") else None,
     }
     if "channel" in msg.DESCRIPTOR.fields_by_name:
         row["channel"] = msg.channel

@@ -28,7 +28,7 @@ ORDER_COLUMNS = (
     "struct<id:string,amount_cents:bigint,status:string,ship_to:struct<street:string,city:string>,"
     "items:array<struct<sku:string,qty:int>>,tags:map<string,int>,card:string,voucher:string,placed_at:timestamp,"
     "note:string,discount:double,big:decimal(20,0),delta:int,blob:binary,gift:boolean,weight:float,small:bigint,"
-    "ref:bigint,codes:array<bigint>>")
+    "ref:bigint,codes:array<bigint>,total:struct<currency:string,units:bigint>>")
 
 
 def test_the_table_message_is_the_one_no_other_uses_and_maps_field_by_field() -> None:
@@ -46,7 +46,27 @@ def test_the_table_message_is_the_one_no_other_uses_and_maps_field_by_field() ->
 def test_a_serialized_descriptor_and_the_proto_text_give_the_same_document() -> None:
     order = protobuf_schemas.find_message(shop.document(), shop.ORDER)
     serialized = base64.b64encode(order.file.serialized_pb).decode()
-    assert protobuf_schemas.document("anything.proto", {"anything.proto": serialized}) == shop.document()
+    # the import as a reference in text, the main file serialized: each compiled as it comes
+    assert protobuf_schemas.document("any.proto", {"any.proto": serialized, shop.COMMON: shop.common_text()}) \
+        == shop.document()
+
+
+def test_the_schemas_folder_takes_proto_files_with_imports_beside_them(tmp_path: Any, monkeypatch: Any) -> None:
+    from ingestion.schema.registry import FolderSource
+
+    folder = tmp_path / "schemas"
+    (folder / "orders-value" / "shop" / "v1").mkdir(parents=True)
+    (folder / "orders-value" / "shop" / "v1" / "common.proto").write_text(shop.common_text())
+    (folder / "orders-value" / "7.proto").write_text(shop.proto_text())
+    monkeypatch.setenv("INGEST_SCHEMAS_DIR", str(folder))
+    source = FolderSource()
+    doc = source.versions("orders-value")[7]
+    assert source.subjects() == ["orders-value"] and source.by_id(7) == doc
+    order = protobuf_schemas.find_message(doc, shop.ORDER)
+    assert protobuf_types.spark_schema(order).simpleString() == ORDER_COLUMNS
+    (folder / "orders-value" / "8.proto").write_text("syntax = 'proto3'; message {")
+    with pytest.raises(SchemaError, match=r"8\.proto: protoc refuses '8\.proto'"):
+        source.versions("orders-value")
 
 
 def _types(body: str, name: str = "t.M") -> str:

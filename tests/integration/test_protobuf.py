@@ -1,0 +1,98 @@
+"""A Protobuf topic end to end (real Kafka, Spark, Delta): records written by confluent-kafka's own
+ProtobufSerializer (the second message of a file that imports another, through a registry), every field in bronze
+as produced, a version that adds fields arriving mid-stream, invalid bodies quarantined naming the field."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ingestion.config import load_pipeline
+from ingestion.decode.wire import encode
+from ingestion.schema.registry import registry_client
+from ingestion.stream import pipeline
+from tests import protobuf as shop
+from tests.conftest import pipeline_yaml
+from tests.unit.test_protobuf import INVALID
+
+pytestmark = pytest.mark.integration
+
+
+def _wait_rows(spark: Any, path: str, count: int, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if spark.read.format("delta").load(path).count() >= count:
+                return
+        except Exception:  # noqa: BLE001 - the table may not exist yet
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"{path} did not reach {count} rows in {timeout}s")
+
+
+def test_a_protobuf_topic_lands_every_field_evolves_mid_stream_and_quarantines_naming_the_field(
+        spark, kafka_servers, make_topic, tmp_path: Path) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    topic = make_topic(partitions=2)
+    url = f"mock://{topic}"
+    client = registry_client({"url": url})
+    context = SerializationContext(topic, MessageField.VALUE)
+    producer = Producer({"bootstrap.servers": kafka_servers})
+    serialize = ProtobufSerializer(shop.message_class(1), client, {"use.deprecated.format": False})
+    produced: dict[str, Any] = {}
+    first = b""
+    for seq in range(8):
+        msg = shop.order(seq)
+        value = serialize(msg, context)
+        first = first or value
+        producer.produce(topic, key=msg.id.encode(), value=value, partition=seq % 2)
+        produced[msg.id] = msg
+    assert first[5:6] == b"\x02" and first[6:7] == b"\x02"  # message indexes [1]: the file's second message
+    schema_id = int.from_bytes(first[1:5], "big")
+    for name, (value, _, _) in INVALID.items():
+        if value[:5] == b"\x00\x00\x00\x00\x01":  # the unit tests' schema id: this registry's instead
+            value = encode(schema_id, value[5:])
+        producer.produce(topic, key=name.encode(), value=value, partition=0)
+    producer.flush(30)
+
+    config = load_pipeline(pipeline_yaml(
+        tmp_path, topic=topic, servers=kafka_servers, sink="  trigger: 1 second\n",
+        extra=f"value:\n  format: protobuf\n  registry:\n    url: \"{url}\"\n"))
+    running = pipeline.start(spark, config)
+    try:
+        _wait_rows(spark, config.table_path, 8)
+        # Version 2 (two more fields, one of them nested) is registered by its first record, mid-stream.
+        serialize_v2 = ProtobufSerializer(shop.message_class(2), client, {"use.deprecated.format": False})
+        for seq in range(8, 12):
+            msg = shop.order(seq, version=2)
+            producer.produce(topic, key=msg.id.encode(), value=serialize_v2(msg, context), partition=seq % 2)
+            produced[msg.id] = msg
+        producer.flush(30)
+        _wait_rows(spark, config.table_path, 12)
+    finally:
+        pipeline.stop(spark, running)
+
+    table = spark.read.format("delta").load(config.table_path)
+    rows = {r["id"]: r.asDict(recursive=True) for r in table.collect()}
+    assert sorted(rows) == sorted(produced)
+    for key, msg in produced.items():
+        want = shop.expected_row(msg)
+        if "channel" not in want:  # a version 1 record in the version 2 table
+            want["channel"] = None
+            want["ship_to"]["zip"] = None
+        got = {name: rows[key][name] for name in want}
+        assert got == want, key
+    assert rows["o9"]["_schema_id"] != rows["o1"]["_schema_id"]
+
+    quarantine = spark.read.format("delta").load(config.quarantine_path)
+    failed = {bytes(r["_kafka_key"]).decode(): r for r in quarantine.collect()}
+    assert sorted(failed) == sorted(INVALID)
+    for name, (_, error_class, message) in INVALID.items():
+        assert (failed[name]["_error_class"], failed[name]["_error_message"][:len(message)]) == \
+            (error_class, message), name
