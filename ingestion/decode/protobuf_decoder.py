@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ingestion.decode.protobuf_check import MalformedProtobufError, fault
-from ingestion.decode.protobuf_wire import split_indexes
+from ingestion.decode.protobuf_wire import read_indexes, split_indexes
 from ingestion.decode.python_decoder import BatchDecoder
 from ingestion.decode.spec import DecodeSpec, KeyDecodeError, RecordTooLargeError, UnknownSchemaError
 from ingestion.decode.wire import split
@@ -37,6 +37,9 @@ class _Messages:
 
     def parse(self, value: bytes) -> tuple[int, Any]:
         schema_id, indexes, body = split_indexes(value)
+        return schema_id, self.parse_body(schema_id, indexes, body)
+
+    def parse_body(self, schema_id: int, indexes: tuple[int, ...], body: memoryview) -> Any:
         parser = self._parsers.get((schema_id, indexes))
         if parser is None:
             parser = self._parser(schema_id, indexes)
@@ -51,7 +54,7 @@ class _Messages:
             if found:
                 raise MalformedProtobufError(found)
         try:
-            return schema_id, convert(message)
+            return convert(message)
         except protobuf_types.InvalidValueError as exc:
             raise MalformedProtobufError(str(exc)) from None
 
@@ -97,6 +100,8 @@ def _syntax(file: Any) -> str:
 class ProtobufBatchDecoder(BatchDecoder):
     """`mapInArrow` function for `value.format: protobuf`: Kafka rows in, decoded rows out."""
 
+    decoded_keys = ("string", "protobuf")
+
     def _prepare(self) -> None:
         from pyspark.sql.pandas.types import to_arrow_type
 
@@ -113,8 +118,10 @@ class ProtobufBatchDecoder(BatchDecoder):
     def decode_value(self, value: bytes, schema_ids: list[int | None], i: int) -> tuple[int, Any]:
         if len(value) > self.spec.max_bytes:
             raise RecordTooLargeError(f"value of {len(value)} bytes exceeds value.maxBytes={self.spec.max_bytes}")
-        schema_ids[i] = split(value)[0]  # kept for the quarantine row even when the body fails below
-        return self._values.parse(value)
+        schema_id, rest = split(value)
+        schema_ids[i] = schema_id  # kept for the quarantine row even when the body fails below
+        indexes, body = read_indexes(rest)
+        return schema_id, self._values.parse_body(schema_id, indexes, body)
 
     def decode_key(self, key: bytes) -> Any:
         if self.spec.key_format != "protobuf":

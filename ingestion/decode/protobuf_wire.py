@@ -29,9 +29,14 @@ def split_indexes(value: bytes) -> tuple[int, tuple[int, ...], memoryview]:
     """(schema id, message indexes, body) of a Confluent Protobuf value; WireFormatError when the header or the
     index array is not valid."""
     schema_id, rest = split(value)
+    return (schema_id, *read_indexes(rest))
+
+
+def read_indexes(rest: memoryview) -> tuple[tuple[int, ...], memoryview]:
+    """(message indexes, body) of what follows the 5-byte header."""
+    if rest[:1] == b"\x00":  # [0], the file's first message: most records
+        return (0,), rest[1:]
     count, pos = _zigzag(rest, 0)
-    if count == 0:
-        return schema_id, (0,), rest[pos:]
     if not 0 < count <= MAX_INDEXES:
         raise WireFormatError(f"message-index count {count} is outside [0, {MAX_INDEXES}]")
     indexes = []
@@ -40,7 +45,7 @@ def split_indexes(value: bytes) -> tuple[int, tuple[int, ...], memoryview]:
         if index < 0:
             raise WireFormatError(f"message index {index} is negative")
         indexes.append(index)
-    return schema_id, tuple(indexes), rest[pos:]
+    return tuple(indexes), rest[pos:]
 
 
 def _varint(value: int) -> bytes:

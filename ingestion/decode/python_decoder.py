@@ -57,6 +57,8 @@ def batch_decoder(spec: DecodeSpec) -> BatchDecoder:
 class BatchDecoder:
     """`mapInArrow` function: Kafka rows in, decoded rows out, one Arrow batch at a time."""
 
+    decoded_keys = ("string", "avro")  # the key formats `decode_key` turns into values
+
     def __init__(self, spec: DecodeSpec) -> None:
         self.spec = spec
         self._ready = False
@@ -96,7 +98,7 @@ class BatchDecoder:
         tombstones = [False] * n
         error_classes: list[str | None] = [None] * n
         messages: list[str | None] = [None] * n
-        decoded_keys = self.spec.key_format in ("string", "avro")
+        decoded_keys = self.spec.key_format in self.decoded_keys
         keys: list[Any] = batch.column("key").to_pylist() if decoded_keys else []
         for i, value in enumerate(values):
             try:

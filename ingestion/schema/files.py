@@ -40,8 +40,7 @@ def load_subject(folder: Path, subject: str) -> Subject:
     directory = folder / subject
     files = sorted([*directory.glob("*.avsc"), *directory.glob("*.proto")]) if directory.is_dir() else []
     if not files:
-        raise SubjectNotFoundError(f"no schemas for subject {subject!r}: expected files like {directory / '1.avsc'}"
-                                   f" or {directory / '1.proto'}")
+        raise SubjectNotFoundError(f"no schemas for subject {subject!r}: expected files like {directory / '1.avsc'}")
     versions: dict[int, str] = {}
     for file in files:
         if not file.stem.isdigit():

@@ -120,7 +120,7 @@ def has_presence(field: Any) -> bool:
 
 def converter(message: Any) -> Converter:
     """A function from a parsed message of this descriptor to a dict Arrow can hold for `spark_schema(message)`.
-    Raises UnicodeDecodeError (through the protobuf package) for a proto2 string that is not UTF-8."""
+    InvalidValueError (with the field path) for a value its type rules out."""
     parts = [(field.name, has_presence(field), _field_converter(field)) for field in message.fields]
 
     def convert(msg: Any) -> dict[str, Any]:

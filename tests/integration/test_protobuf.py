@@ -12,6 +12,7 @@ import pytest
 
 from ingestion.config import load_pipeline
 from ingestion.decode.wire import encode
+from ingestion.ops import quarantine, verify
 from ingestion.schema.registry import registry_client
 from ingestion.stream import pipeline
 from tests import protobuf as shop
@@ -71,10 +72,17 @@ def test_a_protobuf_topic_lands_every_field_evolves_mid_stream_and_quarantines_n
         serialize_v2 = ProtobufSerializer(shop.message_class(2), client, {"use.deprecated.format": False})
         for seq in range(8, 12):
             msg = shop.order(seq, version=2)
-            producer.produce(topic, key=msg.id.encode(), value=serialize_v2(msg, context), partition=seq % 2)
+            value = serialize_v2(msg, context)
+            producer.produce(topic, key=msg.id.encode(), value=value, partition=seq % 2)
             produced[msg.id] = msg
+        # A record of a version its producer has not registered yet: quarantined, re-decoded once it is.
+        late_id = int.from_bytes(value[1:5], "big") + 1
+        late = shop.order(12, version=2)
+        producer.produce(topic, key=late.id.encode(), value=encode(late_id, b"\x02\x02" + late.SerializeToString()),
+                         partition=1)
         producer.flush(30)
         _wait_rows(spark, config.table_path, 12)
+        _wait_rows(spark, config.quarantine_path, len(INVALID) + 1)
     finally:
         pipeline.stop(spark, running)
 
@@ -90,9 +98,22 @@ def test_a_protobuf_topic_lands_every_field_evolves_mid_stream_and_quarantines_n
         assert got == want, key
     assert rows["o9"]["_schema_id"] != rows["o1"]["_schema_id"]
 
-    quarantine = spark.read.format("delta").load(config.quarantine_path)
-    failed = {bytes(r["_kafka_key"]).decode(): r for r in quarantine.collect()}
-    assert sorted(failed) == sorted(INVALID)
+    quarantined = spark.read.format("delta").load(config.quarantine_path)
+    failed = {bytes(r["_kafka_key"]).decode(): r for r in quarantined.collect()}
+    assert sorted(failed) == sorted([*INVALID, "o12"])
     for name, (_, error_class, message) in INVALID.items():
         assert (failed[name]["_error_class"], failed[name]["_error_message"][:len(message)]) == \
             (error_class, message), name
+    assert failed["o12"]["_error_class"] == "UnknownSchemaError"
+    assert verify.audit(spark, config).ok
+
+    # Version 3 (the same fields as version 2, registered under another id) appears: re-decoding lands the record.
+    from confluent_kafka.schema_registry import Schema
+
+    late_schema = Schema(shop.proto_text(2) + "\n// version 3\n", "PROTOBUF",
+                         client.get_latest_version(f"{topic}-value").schema.references)
+    assert client.register_schema(f"{topic}-value", late_schema) == late_id
+    result = quarantine.redecode(spark, config)
+    assert (result.examined, result.redecoded, result.still_failing) == (len(INVALID) + 1, 1, len(INVALID))
+    landed = spark.read.format("delta").load(config.table_path).where("id = 'o12'").collect()
+    assert [r.asDict(recursive=True)["channel"] for r in landed] == ["web-12"]

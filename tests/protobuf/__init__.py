@@ -44,8 +44,9 @@ def message_class(version: int = 1, name: str = ORDER) -> Any:
 def order(seq: int, version: int = 1) -> Any:
     """A rich Order (every kind of field set, the oneof member alternating, the wrapper and optional set or not)."""
     cls = message_class(version)
-    msg = cls(id=f"o{seq}", amount_cents=seq * 1000 - 2**40, status=seq % 3, delta=-seq, blob=bytes([seq, 0, 255]),
-              gift=seq % 2 == 0, weight=seq + 0.5, small=2**32 - 1 - seq, big=2**64 - 1 - seq)
+    msg = cls(id=f"o{seq}", amount_cents=seq * 1000 - 2**40, status=seq % 3, delta=-seq,
+              blob=bytes([seq % 256, 0, 255]), gift=seq % 2 == 0, weight=seq + 0.5, small=2**32 - 1 - seq,
+              big=2**64 - 1 - seq)
     msg.ship_to.street, msg.ship_to.city = f"{seq} Main St", "Zürich"
     for i in range(seq % 3 + 1):
         msg.items.add(sku=f"sku-{i}", qty=i - 1)

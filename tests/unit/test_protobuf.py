@@ -380,3 +380,26 @@ def test_differential_against_the_protobuf_parser_on_mutated_bodies() -> None:
                 disagreements.append(("values", body.hex()))
     assert disagreements == []
     assert 0.1 * MUTATIONS < accepted < 0.9 * MUTATIONS  # both outcomes, in numbers
+
+
+def test_protobuf_keys_decode_into_a_struct_and_a_bad_key_is_quarantined() -> None:
+    from dataclasses import replace
+
+    doc = shop.document()
+    address = shop.message_class(name="shop.v1.Address")
+    keyed = replace(spec(), key_format="protobuf", key_schemas={1: doc}, key_reader=doc,
+                    key_message_name="shop.v1.Address")
+    assert keyed.key_type.simpleString() == "struct<street:string,city:string>"
+    good, bad = framed(address(street="s", city="c").SerializeToString(), indexes=(0,)), framed(b"", indexes=(1,))
+    value = framed(shop.order(1).SerializeToString())
+    batch = pa.RecordBatch.from_arrays([
+        pa.array([good, bad], pa.binary()), pa.array([value, value], pa.binary()), pa.array(["t"] * 2),
+        pa.array([0] * 2, pa.int32()), pa.array(range(2), pa.int64()), pa.array([0] * 2, pa.timestamp("us", tz="UTC")),
+        pa.array([0] * 2, pa.int32()), pa.array([[]] * 2, KAFKA_SCHEMA.field("headers").type)], schema=KAFKA_SCHEMA)
+    decoder = ProtobufBatchDecoder(keyed)
+    decoder._prepare()
+    out = decoder.decode_batch(batch)
+    assert column(out, "_key") == [{"street": "s", "city": "c"}, None]
+    assert column(out, "_error_class") == [None, "KeyDecodeError"]
+    assert column(out, "_error_message")[1].startswith("key: MessageTypeError: key message indexes [1] name "
+                                                       "shop.v1.Order, the table holds shop.v1.Address")
