@@ -499,9 +499,6 @@ def _check_subjects(config: PipelineConfig) -> None:
     if needs_record and not value.record_name:
         raise ConfigError(f"{config.file}: key 'value.subjectNameStrategy' is {value.subject_name_strategy}, which "
                           f"needs 'value.recordName' (the record's full name, such as com.acme.Order)")
-    if value.format == "protobuf" and value.decoder == "jvm":
-        raise ConfigError(f"{config.file}: key 'value.decoder' is jvm, but value.format protobuf has no JVM decoder "
-                          f"yet: use auto or python (docs/protobuf.md#decoders)")
     if (value.format == "protobuf") != (config.key.format == "protobuf") and config.key.format in ("avro",
                                                                                                      "protobuf"):
         raise ConfigError(f"{config.file}: key 'key.format' is {config.key.format} with value.format "

@@ -39,14 +39,14 @@ from ingestion.runtime import helper, session_cache
 from ingestion.schema import avro_types
 
 _MAX_INT = 2**31 - 1
-# The JVM path is Avro's (from_avro); Protobuf values are decoded by the Python decoder (docs/protobuf.md#decoders).
-PROTOBUF_IN_PYTHON = "value.format protobuf has no JVM decoder yet: its records are decoded in Python"
 
 
 def unusable(spark: SparkSession, spec: DecodeSpec) -> str | None:
     """Why the JVM path cannot decode this pipeline's records, or None when it can."""
     if spec.value_format == "protobuf":
-        return PROTOBUF_IN_PYTHON
+        from ingestion.decode import protobuf_jvm  # Protobuf's JVM path, a module of its own
+
+        return protobuf_jvm.unusable(spark, spec)
     if spec.key_format == "avro":
         return "key.format avro is decoded in Python"
     reader = json.loads(spec.reader_schema)
@@ -81,6 +81,10 @@ def decode_in_jvm(kafka_rows: DataFrame, spec: DecodeSpec) -> DataFrame:
     """Kafka rows -> decoder rows (the columns of `BatchDecoder`'s output). Rows the JVM could not verify carry
     `_error_class` UNVERIFIED (or UnknownSchemaError for a valid header naming an id this pipeline does not know)
     and their value in `_raw_value`: pass the result to `settle_in_python` unless no row is unverified."""
+    if spec.value_format == "protobuf":
+        from ingestion.decode import protobuf_jvm
+
+        return protobuf_jvm.decode_in_jvm(kafka_rows, spec)
     plan = _plan(kafka_rows.sparkSession, spec)
     passthrough = [name for name in kafka_rows.columns if name != "value"]
     # `_verified` is a column of its own, so the checks run once per row, not once per output column.
