@@ -1,8 +1,12 @@
-"""The Python decoders side by side on the same records: the sample orders as Avro (fastavro, the `confluent`
-format) and as Protobuf (upb, `value.format: protobuf`), in process, without Spark: records/s of
-`BatchDecoder.decode_batch` over Arrow batches of Kafka rows, as the executors run it (docs/performance.md).
+"""The decoders side by side on the same records: the sample orders as Avro (the `confluent` format) and as
+Protobuf (`value.format: protobuf`).
 
-    python benchmarks/protobuf_decode.py [--records 50000] [--batch 10000] [--repeat 3]
+Without `--spark`: the Python decoders in process (fastavro, upb), records/s of `BatchDecoder.decode_batch` over
+Arrow batches of Kafka rows, as the executors run it. With `--spark`: both paths of both formats in a local Spark
+session (the JVM path with its verification: from_avro + AvroBodyCheck, ProtobufDecode; the Python path through
+mapInArrow), records/s of a decode into Spark's no-op sink over a cached DataFrame of the framed values.
+
+    python benchmarks/protobuf_decode.py [--records 50000] [--batch 10000] [--repeat 3] [--spark]
 """
 
 from __future__ import annotations
@@ -87,13 +91,49 @@ def measure(spec: DecodeSpec, values: list[bytes], batch: int, repeat: int) -> t
     return statistics.median(rates), sum(map(len, values)) // len(values)
 
 
+def measure_spark(spark: Any, spec: DecodeSpec, values: list[bytes], repeat: int) -> dict[str, float]:
+    """Median records/s of the JVM and the Python path over the same cached Kafka rows."""
+    import datetime as dt
+
+    from ingestion.columns import KAFKA_SOURCE_SCHEMA
+    from ingestion.decode import jvm_decoder
+    from ingestion.decode.python_decoder import decode_in_python
+
+    at = dt.datetime(2026, 1, 1)
+    rows = spark.createDataFrame([(None, v, "orders", i % 2, i, at, 0, []) for i, v in enumerate(values)],
+                                 KAFKA_SOURCE_SCHEMA).repartition(2).cache()
+    rows.count()
+    reason = jvm_decoder.unusable(spark, spec)
+    assert reason is None, reason
+    paths = {"jvm": lambda: jvm_decoder.decode_in_jvm(rows, spec), "python": lambda: decode_in_python(rows, spec)}
+    rates: dict[str, list[float]] = {name: [] for name in paths}
+    for _ in range(repeat + 1):  # the first round warms the JVM and the Python workers
+        for name, decode in paths.items():
+            started = time.perf_counter()
+            decode().write.format("noop").mode("overwrite").save()
+            rates[name].append(len(values) / (time.perf_counter() - started))
+    rows.unpersist()
+    return {name: statistics.median(r[1:]) for name, r in rates.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=50_000)
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--spark", action="store_true", help="both paths in a local Spark session")
     args = parser.parse_args()
     records = _records(args.records)
+    if args.spark:
+        from ingestion.runtime.session import get_session
+
+        spark = get_session("protobuf-bench", conf={"spark.sql.shuffle.partitions": "2"})
+        for name, build in (("avro", avro_values), ("protobuf", protobuf_values)):
+            spec, values = build(records)
+            for path, rate in measure_spark(spark, spec, values, args.repeat).items():
+                print(f"{name:9s} {path:7s} {rate:10,.0f} records/s  ({args.records} records, Spark local[*])")
+        spark.stop()
+        return
     for name, build in (("avro (fastavro)", avro_values), ("protobuf (upb)", protobuf_values)):
         rate, size = measure(*build(records), args.batch, args.repeat)
         print(f"{name:18s} {rate:10,.0f} records/s  ({size} bytes per value, {args.records} records)")

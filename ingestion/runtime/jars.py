@@ -4,9 +4,9 @@ Spark gets its jars by path (`spark.jars`), so starting a session never resolves
 Spark's own Ivy resolution (`spark.jars.packages`) is avoided on purpose: it needs repositories this project
 cannot count on, and it pulls transitive jars (Hadoop, Jackson, Parquet) that clash with the ones pyspark ships.
 
-One jar is the project's own (`data/*.java`: the Avro body check of the JVM decode path, the per-partition
-summary aggregate of the one-pass write, the local file system without child processes), compiled with `javac`
-against pyspark's jars into the same cache, named by the hash of its sources.
+One jar is the project's own (`data/*.java`: the Avro body check of the JVM decode path, the Protobuf decoder, the
+per-partition summary aggregate of the one-pass write, the local file system without child processes), compiled
+with `javac` against pyspark's jars and protobuf-java into the same cache, named by the hash of its sources.
 """
 
 from __future__ import annotations
