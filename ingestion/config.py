@@ -57,9 +57,10 @@ class SourceOptions:
 @dataclass(frozen=True)
 class ValueFormat:
     """How record values are encoded. `confluent`: magic byte 0, 4-byte big-endian schema id, Avro body.
-    `avro`: the Avro body alone, written with the subject's newest version."""
+    `avro`: the Avro body alone, written with the subject's newest version. `protobuf`: Confluent's Protobuf
+    framing (magic byte, schema id, message indexes) and a Protobuf body (docs/protobuf.md)."""
 
-    format: Literal["confluent", "avro"] = "confluent"
+    format: Literal["confluent", "avro", "protobuf"] = "confluent"
     subject: str = ""
     max_bytes: int = field(default=8 * 1024 * 1024, metadata=_key("maxBytes"))
     # auto: Spark's from_avro in the JVM for the records it can verify, Python (fastavro) for the rest;
@@ -73,6 +74,9 @@ class ValueFormat:
     subject_name_strategy: Literal["TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy"] = field(
         default="TopicNameStrategy", metadata=_key("subjectNameStrategy"))
     record_name: str = field(default="", metadata=_key("recordName"))
+    # format protobuf: the message the table holds (full name such as shop.v1.Order, or a unique simple name);
+    # empty: the file's one message no other uses, else its first (docs/protobuf.md#which-message).
+    message_name: str = field(default="", metadata=_key("messageName"))
 
     def subject_for(self, topic: str) -> str:
         """The subject whose versions wrote `topic`'s values: `subject` when given, else by the strategy."""
@@ -87,13 +91,16 @@ class ValueFormat:
 
 @dataclass(frozen=True)
 class KeyFormat:
-    """`none` (a null column), `bytes` (as is), `string` (UTF-8), `avro` (Confluent wire format, `subject`)."""
+    """`none` (a null column), `bytes` (as is), `string` (UTF-8), `avro` (Confluent wire format, `subject`),
+    `protobuf` (Confluent's Protobuf framing, `subject`, `messageName`)."""
 
-    format: Literal["none", "bytes", "string", "avro"] = "bytes"
+    format: Literal["none", "bytes", "string", "avro", "protobuf"] = "bytes"
     subject: str = ""
+    message_name: str = field(default="", metadata=_key("messageName"))
 
     def subject_for(self, topic: str) -> str:
-        """The subject of `topic`'s Avro keys: `subject` when given, else `<topic>-key` (TopicNameStrategy)."""
+        """The subject of `topic`'s Avro or Protobuf keys: `subject` when given, else `<topic>-key`
+        (TopicNameStrategy)."""
         return self.subject or f"{topic}-key"
 
 
@@ -450,7 +457,7 @@ def parse_pipeline(data: object, file: Path) -> PipelineConfig:
         # One topic: one subject, by the strategy unless named (TopicNameStrategy: <topic>-value, <topic>-key).
         config = dataclasses.replace(config, value=dataclasses.replace(
             config.value, subject=config.value.subject_for(config.topic)))
-        if config.key.format == "avro":
+        if config.key.format in ("avro", "protobuf"):
             config = dataclasses.replace(config, key=dataclasses.replace(
                 config.key, subject=config.key.subject_for(config.topic)))
     source = data.get("source")
@@ -492,6 +499,13 @@ def _check_subjects(config: PipelineConfig) -> None:
     if needs_record and not value.record_name:
         raise ConfigError(f"{config.file}: key 'value.subjectNameStrategy' is {value.subject_name_strategy}, which "
                           f"needs 'value.recordName' (the record's full name, such as com.acme.Order)")
+    if (value.format == "protobuf") != (config.key.format == "protobuf") and config.key.format in ("avro",
+                                                                                                     "protobuf"):
+        raise ConfigError(f"{config.file}: key 'key.format' is {config.key.format} with value.format "
+                          f"{value.format}: a schema-registry key is decoded in the value's format")
+    if value.message_name and value.format != "protobuf":
+        raise ConfigError(f"{config.file}: key 'value.messageName' is for value.format protobuf, got format "
+                          f"{value.format!r}")
     if value.format == "avro" and not config.topic and not value.subject:
         raise ConfigError(f"{config.file}: key 'value.format' is avro (bodies without a schema id), so every topic "
                           f"must be written with one subject's newest version: set 'value.subject' for "

@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.utils import AnalysisException
 
-from ingestion.decode.python_decoder import BatchDecoder
+from ingestion.decode.python_decoder import batch_decoder
 from ingestion.decode.spec import DECODER_COLUMNS, PAYLOAD, UNVERIFIED, DecodeSpec, UnknownSchemaError
 from ingestion.decode.wire import HEADER_SIZE, encode
 from ingestion.errors import SchemaError, one_line
@@ -43,6 +43,10 @@ _MAX_INT = 2**31 - 1
 
 def unusable(spark: SparkSession, spec: DecodeSpec) -> str | None:
     """Why the JVM path cannot decode this pipeline's records, or None when it can."""
+    if spec.value_format == "protobuf":
+        from ingestion.decode import protobuf_jvm  # Protobuf's JVM path, a module of its own
+
+        return protobuf_jvm.unusable(spark, spec)
     if spec.key_format == "avro":
         return "key.format avro is decoded in Python"
     reader = json.loads(spec.reader_schema)
@@ -77,6 +81,10 @@ def decode_in_jvm(kafka_rows: DataFrame, spec: DecodeSpec) -> DataFrame:
     """Kafka rows -> decoder rows (the columns of `BatchDecoder`'s output). Rows the JVM could not verify carry
     `_error_class` UNVERIFIED (or UnknownSchemaError for a valid header naming an id this pipeline does not know)
     and their value in `_raw_value`: pass the result to `settle_in_python` unless no row is unverified."""
+    if spec.value_format == "protobuf":
+        from ingestion.decode import protobuf_jvm
+
+        return protobuf_jvm.decode_in_jvm(kafka_rows, spec)
     plan = _plan(kafka_rows.sparkSession, spec)
     passthrough = [name for name in kafka_rows.columns if name != "value"]
     # `_verified` is a column of its own, so the checks run once per row, not once per output column.
@@ -154,7 +162,7 @@ def settle_in_python(fast: DataFrame, spec: DecodeSpec, source: T.StructType) ->
     kafka_columns = [F.col("_raw_value").alias("value") if f.name == "value" else F.col(f.name)
                      for f in source.fields]
     pending = fast.where(F.col("_error_class").isNotNull()).select(*kafka_columns)
-    decoder: Any = BatchDecoder(spec)
+    decoder: Any = batch_decoder(spec)
     python = pending.mapInArrow(decoder, spec.output_schema(source)).persist(StorageLevel.MEMORY_AND_DISK)
     return fast.where(F.col("_error_class").isNull()).unionByName(python), python
 

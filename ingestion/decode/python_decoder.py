@@ -40,12 +40,24 @@ def decode_in_python(kafka_rows: DataFrame, spec: DecodeSpec) -> DataFrame:
     clash = set(spec.payload_type.fieldNames()) & set(METADATA_COLUMNS)
     if clash:
         raise SchemaError(f"payload fields {sorted(clash)} clash with bronze metadata columns")
-    decoder: Any = BatchDecoder(spec)  # an Iterator -> Iterator callable, as mapInArrow wants
+    decoder: Any = batch_decoder(spec)  # an Iterator -> Iterator callable, as mapInArrow wants
     return kafka_rows.mapInArrow(decoder, spec.output_schema(kafka_rows.schema))
+
+
+def batch_decoder(spec: DecodeSpec) -> BatchDecoder:
+    """The `mapInArrow` function of a spec's value format: this module's for Avro, `protobuf_decoder`'s for
+    Protobuf (a format is a module of its own; this is where they meet)."""
+    if spec.value_format == "protobuf":
+        from ingestion.decode import protobuf_decoder  # it builds on BatchDecoder
+
+        return protobuf_decoder.batch_decoder(spec)
+    return BatchDecoder(spec)
 
 
 class BatchDecoder:
     """`mapInArrow` function: Kafka rows in, decoded rows out, one Arrow batch at a time."""
+
+    decoded_keys = ("string", "avro")  # the key formats `decode_key` turns into values
 
     def __init__(self, spec: DecodeSpec) -> None:
         self.spec = spec
@@ -86,7 +98,7 @@ class BatchDecoder:
         tombstones = [False] * n
         error_classes: list[str | None] = [None] * n
         messages: list[str | None] = [None] * n
-        decoded_keys = self.spec.key_format in ("string", "avro")
+        decoded_keys = self.spec.key_format in self.decoded_keys
         keys: list[Any] = batch.column("key").to_pylist() if decoded_keys else []
         for i, value in enumerate(values):
             try:

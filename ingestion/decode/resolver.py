@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pyspark.sql import types as T
 
 from ingestion.config import PipelineConfig
-from ingestion.decode.spec import DecodeSpec
+from ingestion.decode.spec import DecodeSpec, protobuf_struct
 from ingestion.errors import SchemaError, SubjectNotFoundError
-from ingestion.schema import avro_types
+from ingestion.schema import avro_types, protobuf_schemas
 from ingestion.schema.registry import SchemaSource
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,8 @@ class SchemaResolver:
         self._topics = set(self.config.topics if self.topics is None else self.topics)
         self._unresolved: dict[int, float] = {}  # schema id -> when the subjects were last asked for it
         self._unread: set[str] = set()  # topics followed whose subjects were not read yet
+        self._message = ""  # value.format protobuf: the message the table holds, chosen once
+        self._key_message = ""
         versions = self._versions(strict=True)
         self.spec = self._build(versions, self._reader(versions, current=None))
 
@@ -156,11 +158,13 @@ class SchemaResolver:
 
     def _reader(self, versions: dict[int, str], current: str | None) -> str:
         """The newest version the table can follow (the newest, for a new table)."""
-        baseline = self.table_payload or (avro_types.spark_schema(json.loads(current)) if current else None)
+        baseline = self.table_payload or (self._payload(current) if current else None)
         widen = self.config.sink.type_widening
         for schema_id in sorted(versions, reverse=True):
             candidate = versions[schema_id]
-            payload = avro_types.spark_schema(json.loads(candidate))
+            payload = self._payload(candidate)
+            if payload is None:
+                continue  # a Protobuf version without the table's message
             if baseline is None or evolution(baseline, payload, widen=widen) is not None:
                 return candidate
             log.warning("%s: schema id %d changes existing column types in a way the table cannot follow%s; "
@@ -171,10 +175,26 @@ class SchemaResolver:
                               f"columns of {self.config.table_path}")
         return current
 
+    def _payload(self, text: str) -> T.StructType | None:
+        """The payload columns of a version; for Protobuf, of the table's message (chosen from the first version
+        asked, by value.messageName or protobuf_schemas.table_message), None when the version lacks it."""
+        if self.config.value.format != "protobuf":
+            return avro_types.spark_schema(json.loads(text))
+        if not protobuf_schemas.is_document(text):
+            raise SchemaError("value.format is protobuf, but the subject holds a schema that is not Protobuf")
+        if not self._message:
+            self._message = protobuf_schemas.table_message(text, self.config.value.message_name)
+            log.info("%s: the table holds Protobuf message %s", self.config.name, self._message)
+        if protobuf_schemas.find_message(text, self._message) is None:
+            return None
+        return protobuf_struct(text, self._message)
+
     def _build(self, writers: dict[int, str], reader: str) -> DecodeSpec:
-        avro_types.check_bounded(json.loads(reader))
+        protobuf = self.config.value.format == "protobuf"
+        if not protobuf:
+            avro_types.check_bounded(json.loads(reader))
         key_schemas = key_reader = None
-        if self.config.key.format == "avro":
+        if self.config.key.format in ("avro", "protobuf"):
             key_schemas = {}
             subjects = sorted({self.config.key.subject_for(t) for t in self._topics} or {self.config.key.subject})
             for subject in subjects:
@@ -184,6 +204,8 @@ class SchemaResolver:
                     if not self.config.topic_pattern or (subject == subjects[-1] and not key_schemas):
                         raise
             key_reader = key_schemas[max(key_schemas)]
+            if self.config.key.format == "protobuf" and not self._key_message:
+                self._key_message = protobuf_schemas.table_message(key_reader, self.config.key.message_name)
         plain_id = None
         if self.config.value.format == "avro":  # no header: the newest version wrote every value
             plain_id = next(i for i in sorted(writers, reverse=True) if writers[i] == reader)
@@ -191,4 +213,5 @@ class SchemaResolver:
         # then applies sink.onError (see sink.BronzeWriter).
         return DecodeSpec(writer_schemas=dict(writers), reader_schema=reader, max_bytes=self.config.value.max_bytes,
                           fail_fast=False, key_format=self.config.key.format, plain_schema_id=plain_id,
-                          key_schemas=key_schemas, key_reader=key_reader)
+                          key_schemas=key_schemas, key_reader=key_reader, value_format=self.config.value.format,
+                          message_name=self._message if protobuf else "", key_message_name=self._key_message)

@@ -6,13 +6,15 @@ of `DECODER_COLUMNS`; a row that failed carries the name of one of the error cla
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 
 from pyspark.sql import types as T
 
 from ingestion.decode.wire import WireFormatError
-from ingestion.schema import avro_types
+from ingestion.errors import SchemaError
+from ingestion.schema import avro_types, protobuf_schemas, protobuf_types
 
 PAYLOAD = "_payload"
 # Every input column but `value` is passed through untouched (zero-copy); `value` itself comes back only for rows
@@ -41,14 +43,17 @@ class KeyDecodeError(ValueError):
 class DecodeSpec:
     """What an executor needs to decode a batch; built on the driver, pickled with the task."""
 
-    writer_schemas: dict[int, str]  # schema id -> schema JSON
+    writer_schemas: dict[int, str]  # schema id -> schema JSON (Avro) or document (Protobuf, protobuf_schemas)
     reader_schema: str  # the table's current schema JSON
     max_bytes: int
     fail_fast: bool
-    key_format: str = "bytes"  # none | bytes | string | avro
+    key_format: str = "bytes"  # none | bytes | string | avro | protobuf
     plain_schema_id: int | None = None  # set for value.format avro: bodies without a header, written with this id
-    key_schemas: dict[int, str] | None = None  # key.format avro: key schema id -> JSON
-    key_reader: str | None = None  # key.format avro: the key subject's newest version
+    key_schemas: dict[int, str] | None = None  # key.format avro or protobuf: key schema id -> schema
+    key_reader: str | None = None  # key.format avro or protobuf: the key subject's newest version
+    value_format: str = "confluent"  # confluent | avro | protobuf (value.format)
+    message_name: str = ""  # value.format protobuf: the full name of the message the table holds
+    key_message_name: str = ""  # key.format protobuf: the key's message
 
     @property
     def key_type(self) -> T.DataType:
@@ -56,10 +61,14 @@ class DecodeSpec:
             return T.StringType()
         if self.key_format == "avro" and self.key_reader:
             return avro_types.spark_type(json.loads(self.key_reader))
+        if self.key_format == "protobuf" and self.key_reader:
+            return protobuf_struct(self.key_reader, self.key_message_name)
         return T.BinaryType()
 
     @property
     def payload_type(self) -> T.StructType:
+        if self.value_format == "protobuf":
+            return protobuf_struct(self.reader_schema, self.message_name)
         return avro_types.spark_schema(json.loads(self.reader_schema))
 
     def output_schema(self, source: T.StructType) -> T.StructType:
@@ -75,6 +84,16 @@ class DecodeSpec:
             T.StructField("_value_bytes", T.IntegerType(), True),
             *(field for field in source.fields if field.name != "value"),
         ])
+
+
+@functools.lru_cache(maxsize=32)
+def protobuf_struct(document: str, message_name: str) -> T.StructType:
+    """The Spark struct of a message of a Protobuf schema document (cached: a spec asks for it per batch)."""
+    message = protobuf_schemas.find_message(document, message_name)
+    if message is None:
+        raise SchemaError(f"message {message_name!r} is not in the schema (it has "
+                          f"{', '.join(protobuf_schemas.message_names(document))})")
+    return protobuf_types.spark_schema(message)
 
 
 # Internal error class of rows the JVM did not verify; the Python decoder replaces it before anything is written.

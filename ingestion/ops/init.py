@@ -15,6 +15,7 @@ from ingestion import kafka
 from ingestion.config import PipelineConfig, inherited
 from ingestion.errors import ConfigError, IngestionError
 from ingestion.paths import conf_dir
+from ingestion.schema import protobuf_schemas
 from ingestion.schema.registry import source_for
 
 
@@ -54,8 +55,15 @@ def draft(topic: str, name: str | None = None) -> Draft:
              f"{value_subject} ({len(versions)} version{'s' * (len(versions) != 1)}, newest id {max(versions)})",
              f"name: {name}",
              f"topic: {_yaml_text(topic)}"]
+    newest = versions[max(versions)]
+    if protobuf_schemas.is_document(newest):
+        message = protobuf_schemas.table_message(newest)
+        lines.append(f"value: {{format: protobuf, messageName: {message}}}  # a Protobuf subject; its file has "
+                     f"{', '.join(protobuf_schemas.message_names(newest))}")
     if key_subject in subjects:
-        lines.append(f"key: {{format: avro}}  # subject {key_subject} exists")
+        key_versions = source.versions(key_subject)
+        key_format = "protobuf" if protobuf_schemas.is_document(key_versions[max(key_versions)]) else "avro"
+        lines.append(f"key: {{format: {key_format}}}  # subject {key_subject} exists")
     elif config.key.format == "bytes":
         lines.append(f"# keys: no subject {key_subject}, so _kafka_key keeps the bytes (key.format: string for text)")
     text = "\n".join(lines) + "\n"

@@ -14,6 +14,7 @@ from ingestion.runtime import session_cache
 from ingestion.runtime.gateway import java
 
 BODY_CHECK_CLASS = "ingest.AvroBodyCheck"
+PROTOBUF_DECODE_CLASS = "ingest.ProtobufDecode"
 SUMMARY_CLASS = "ingest.PartitionSummary"
 SUMMARY_FUNCTION = "ingest_partition_summary"
 
@@ -26,6 +27,20 @@ def body_check(spark: SparkSession, schema: str, header: int) -> str:
     session_cache.register(spark, name, lambda udf: udf.register(
         name, getattr(jvm, BODY_CHECK_CLASS)(schema, header), java(jvm, "org.apache.spark.sql.types.DataTypes")
         .BooleanType))
+    return name
+
+
+def protobuf_decoder(spark: SparkSession, descriptor_set: bytes, message: str, header: int,
+                     row_type: Any) -> str:
+    """Register the Protobuf decoder (`data/ProtobufDecode.java`) of one message of a descriptor set, for values
+    whose first `header` bytes are the framing, as a session function returning `row_type` (a StructType) or null
+    for what it cannot vouch for; its name."""
+    digest = hashlib.sha1(descriptor_set + message.encode() + row_type.json().encode()).hexdigest()[:12]
+    name = f"ingest_protobuf_{digest}_{header}"
+    jvm: Any = spark._jvm
+    session_cache.register(spark, name, lambda udf: udf.register(
+        name, getattr(jvm, PROTOBUF_DECODE_CLASS)(bytearray(descriptor_set), message, header),
+        java(jvm, "org.apache.spark.sql.types.DataType").fromJson(row_type.json())))
     return name
 
 

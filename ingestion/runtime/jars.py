@@ -4,9 +4,9 @@ Spark gets its jars by path (`spark.jars`), so starting a session never resolves
 Spark's own Ivy resolution (`spark.jars.packages`) is avoided on purpose: it needs repositories this project
 cannot count on, and it pulls transitive jars (Hadoop, Jackson, Parquet) that clash with the ones pyspark ships.
 
-One jar is the project's own (`data/*.java`: the Avro body check of the JVM decode path, the per-partition
-summary aggregate of the one-pass write, the local file system without child processes), compiled with `javac`
-against pyspark's jars into the same cache, named by the hash of its sources.
+One jar is the project's own (`data/*.java`: the Avro body check of the JVM decode path, the Protobuf decoder, the
+per-partition summary aggregate of the one-pass write, the local file system without child processes), compiled
+with `javac` against pyspark's jars and protobuf-java into the same cache, named by the hash of its sources.
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ KAFKA_BROKER_VERSION = "4.1.1"
 # and binary compatible, so it is pinned.
 TOKEN_PROVIDER_VERSION = "4.0.0"
 KAFKA_CLIENTS_VERSION = "3.9.1"
+# protobuf-java for the helper's Protobuf decoder (DynamicMessage); it depends on nothing. Spark's own
+# spark-protobuf (from_protobuf) does not resolve from the Maven Central reached here.
+PROTOBUF_JAVA_VERSION = "4.29.3"
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ SPARK_JARS = ArtifactSet(
         f"org.apache.spark:spark-token-provider-kafka-0-10_{SCALA_BINARY}:{TOKEN_PROVIDER_VERSION}",
         f"org.apache.kafka:kafka-clients:{KAFKA_CLIENTS_VERSION}",
         "org.apache.commons:commons-pool2:2.12.0",
+        f"com.google.protobuf:protobuf-java:{PROTOBUF_JAVA_VERSION}",  # the JVM decoder of Protobuf values
     ),
     transitive=False,
 )
@@ -195,6 +199,7 @@ def helper_jar(cache: Path | None = None) -> Path:
     classpath = [next(iter(sorted(pyspark_jars.glob(pattern))), None) for pattern in _HELPER_CLASSPATH]
     if None in classpath:
         raise JvmError(f"pyspark's jars folder {pyspark_jars} lacks one of {', '.join(_HELPER_CLASSPATH)}")
+    classpath += helper_dependencies(cache)
     log.info("compiling %s into %s", names, jar)
     with tempfile.TemporaryDirectory(prefix="ingest-javac-") as tmp:
         classes = Path(tmp) / "classes"
@@ -213,6 +218,12 @@ def helper_jar(cache: Path | None = None) -> Path:
         if old != jar:
             old.unlink(missing_ok=True)
     return jar
+
+
+def helper_dependencies(cache: Path | None = None) -> list[Path]:
+    """The resolved jars the helper's classes need beyond pyspark's (protobuf-java): wherever the helper jar is put
+    on a classpath of its own (the driver's, on local masters), they go beside it."""
+    return [jar for jar in resolve(SPARK_JARS, cache) if jar.name.startswith("protobuf-java-")]
 
 
 def pyspark_jars(*patterns: str) -> list[Path]:

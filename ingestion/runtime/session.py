@@ -162,7 +162,8 @@ def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[s
         # On a local master the helper jar (its local file system class) and the object stores' file systems lead
         # the driver's classpath: Hadoop loads a file system class from there, not from spark.jars.
         ahead["spark.driver.extraClassPath"] = (os.pathsep.join(
-            str(jar) for jar in [jars.helper_jar(), *jars.object_store_jars(locations)]), os.pathsep)
+            str(jar) for jar in [jars.helper_jar(), *jars.helper_dependencies(), *jars.object_store_jars(locations)]),
+            os.pathsep)
     if catalog:  # the driver alone talks to the metastore
         classpath, separator = ahead.get("spark.driver.extraClassPath", ("", os.pathsep))
         ahead["spark.driver.extraClassPath"] = (separator.join(filter(None, [

@@ -1,6 +1,7 @@
 """Where writer schemas come from, looked up on the driver only.
 
-The schema folder mirrors a registry: `schemas/<subject>/<schema id>.avsc`. Ids are global, as in a Confluent
+The schema folder mirrors a registry: `schemas/<subject>/<schema id>.avsc` (Avro) or `<schema id>.proto`
+(Protobuf; imports are found beside the file, then from the folder's root). Ids are global, as in a Confluent
 Schema Registry: the same id under two subjects must be the same schema. The newest id of a subject is its
 current version, the reader schema the table is built from.
 """
@@ -34,15 +35,19 @@ class Subject:
 
 
 def load_subject(folder: Path, subject: str) -> Subject:
-    """Read every `<id>.avsc` of a subject; raise SchemaError naming the file when one is invalid."""
+    """Read every `<id>.avsc` (or `<id>.proto`) of a subject; raise SchemaError naming the file when one is
+    invalid."""
     directory = folder / subject
-    files = sorted(directory.glob("*.avsc")) if directory.is_dir() else []
+    files = sorted([*directory.glob("*.avsc"), *directory.glob("*.proto")]) if directory.is_dir() else []
     if not files:
         raise SubjectNotFoundError(f"no schemas for subject {subject!r}: expected files like {directory / '1.avsc'}")
     versions: dict[int, str] = {}
     for file in files:
         if not file.stem.isdigit():
             raise SchemaError(f"{file}: schema files are named by their schema id, like 1.avsc; got {file.name!r}")
+        if file.suffix == ".proto":
+            versions[int(file.stem)] = read_proto(file, folder)
+            continue
         try:
             parsed = json.loads(file.read_text())
         except json.JSONDecodeError as exc:
@@ -51,6 +56,16 @@ def load_subject(folder: Path, subject: str) -> Subject:
         versions[int(file.stem)] = canonical_json(parsed)
     _check_global_ids(folder, subject, versions)
     return Subject(subject, dict(sorted(versions.items())))
+
+
+def read_proto(file: Path, folder: Path) -> str:
+    """The Protobuf document of a `.proto` schema file (protobuf_schemas), SchemaError naming the file."""
+    from ingestion.schema import protobuf_schemas
+
+    try:
+        return protobuf_schemas.document(file.name, {file.name: file.read_text()}, (file.parent, folder))
+    except SchemaError as exc:
+        raise SchemaError(f"{file}: {exc}") from None
 
 
 def _check_types(file: Path, schema: AvroSchema) -> None:
@@ -69,6 +84,12 @@ def _check_global_ids(folder: Path, subject: str, versions: dict[int, str]) -> N
             continue
         for schema_id, text in versions.items():
             twin = other / f"{schema_id}.avsc"
+            if (other / f"{schema_id}.proto").is_file():
+                twin = other / f"{schema_id}.proto"
+                if read_proto(twin, folder) != text:
+                    raise SchemaError(f"schema id {schema_id} means two different schemas: "
+                                      f"{folder / subject / twin.name} and {twin}")
+                continue
             if not twin.is_file():
                 continue
             try:

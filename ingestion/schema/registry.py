@@ -21,7 +21,8 @@ from ingestion import security
 from ingestion.config import PipelineConfig
 from ingestion.errors import SchemaError, SubjectNotFoundError, one_line
 from ingestion.paths import schemas_dir
-from ingestion.schema.files import canonical_json, load_subject
+from ingestion.schema import protobuf_schemas
+from ingestion.schema.files import canonical_json, load_subject, read_proto
 from ingestion.security import redact_url
 
 _CLIENTS: dict[str, Any] = {}
@@ -92,17 +93,21 @@ class SchemaSource(Protocol):
 
 @dataclass
 class FolderSource:
-    """`schemas/<subject>/<id>.avsc`, read again on every call so files added while running are seen."""
+    """`schemas/<subject>/<id>.avsc` (or `.proto`), read again on every call so files added while running are
+    seen."""
 
     def versions(self, subject: str) -> dict[int, str]:
         return load_subject(schemas_dir(), subject).versions
 
     def subjects(self) -> list[str]:
-        return sorted(p.name for p in schemas_dir().glob("*") if p.is_dir() and any(p.glob("*.avsc")))
+        return sorted(p.name for p in schemas_dir().glob("*")
+                      if p.is_dir() and (any(p.glob("*.avsc")) or any(p.glob("*.proto"))))
 
     def by_id(self, schema_id: int) -> str | None:
         for file in schemas_dir().glob(f"*/{schema_id}.avsc"):
             return canonical_json(json.loads(file.read_text()))
+        for file in schemas_dir().glob(f"*/{schema_id}.proto"):
+            return read_proto(file, schemas_dir())
         return None
 
 
@@ -119,7 +124,7 @@ class RegistrySource:
             found = {}
             for number in numbers:
                 registered = self.client.get_version(subject, number)
-                found[int(registered.schema_id)] = canonical_json(json.loads(registered.schema.schema_str))
+                found[int(registered.schema_id)] = self._text(registered.schema, f"{subject}.proto")
             return found
         except Exception as exc:
             failure = registry_failure(exc, self.settings, subject)
@@ -141,9 +146,25 @@ class RegistrySource:
                 raise failure from None
             raise
 
+    def _text(self, schema: Any, name: str) -> str:
+        """The pipeline's text of a registered schema: canonical JSON for Avro; for Protobuf, the document of the
+        file and its references (each a subject version, resolved recursively; well-known files need none)."""
+        if (schema.schema_type or "AVRO") != "PROTOBUF":
+            return canonical_json(json.loads(schema.schema_str))
+        files = {name: schema.schema_str}
+        pending = list(schema.references or [])
+        while pending:
+            reference = pending.pop()
+            if reference.name in files:
+                continue
+            referenced = self.client.get_version(reference.subject, reference.version).schema
+            files[reference.name] = referenced.schema_str
+            pending.extend(referenced.references or [])
+        return protobuf_schemas.document(name, files)
+
     def by_id(self, schema_id: int) -> str | None:
         try:
-            return canonical_json(json.loads(self.client.get_schema(schema_id).schema_str))
+            return self._text(self.client.get_schema(schema_id), f"schema-{schema_id}.proto")
         except Exception as exc:
             failure = registry_failure(exc, self.settings)
             if failure is not None:
@@ -187,7 +208,7 @@ def check_subjects(config: PipelineConfig) -> None:
     the schemas in it readable; a SchemaError naming the file, the key and the closest subjects otherwise."""
     import difflib
 
-    if config.value.format not in ("confluent", "avro"):
+    if config.value.format not in ("confluent", "avro", "protobuf"):
         return
     if config.topic_pattern:  # the topics a pattern matches are not known here
         subjects = [config.value.subject] if config.value.subject else []

@@ -80,7 +80,8 @@ class DecoderChoice:
         if reason:
             log.info("%s: decoding every record in Python: %s", config.name, reason)
         else:
-            log.info("%s: decoding with Spark's from_avro, unverified records in Python", config.name)
+            log.info("%s: decoding with %s, unverified records in Python", config.name,
+                     "the helper's ProtobufDecode" if spec.value_format == "protobuf" else "Spark's from_avro")
         self._for, self._uses_jvm = spec, reason is None
         return self._uses_jvm
 
