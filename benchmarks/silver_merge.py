@@ -38,7 +38,8 @@ def bronze_rows(spark: SparkSession, first: int, count: int, keys: int) -> DataF
     source = F.struct(F.lit("2.7").alias("version"), F.lit("postgresql").alias("connector"),
                       F.lit("shop").alias("name"), (F.lit(1_760_000_000_000) + n).alias("ts_ms"),
                       F.lit("false").alias("snapshot"), F.lit("shop").alias("db"), F.lit("public").alias("schema"),
-                      F.lit("customers").alias("table"), F.floor(n / 10).cast("long").alias("txId"), (n * 10).alias("lsn"))
+                      F.lit("customers").alias("table"), F.floor(n / 10).cast("long").alias("txId"),
+                      (n * 10).alias("lsn"))
     return (spark.range(first, first + count)
             .select(F.when(op != "c", image).alias("before"), F.when(op != "d", image).alias("after"),
                     source.alias("source"), op.alias("op"), (F.lit(1_760_000_000_007) + n).alias("ts_ms"),
