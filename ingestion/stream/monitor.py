@@ -33,13 +33,23 @@ log = logging.getLogger(__name__)
 COMMIT_TIMEOUT = 10.0  # seconds a consumer-group commit may take before the next batch tries again
 
 
+def offsets(text: str | None) -> dict[str, dict[str, int]]:
+    """A Kafka source offset of Spark's progress (`{"topic": {"0": 42}}`); empty when Spark reports none: a
+    batch replayed after a restart, which Spark did not plan itself, comes without a `latestOffset` JSON."""
+    try:
+        found = json.loads(text) if text else None
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
 def topic_lags(end_offset: str | None, latest_offset: str | None) -> dict[str, dict[int, int]]:
     """Per topic and partition, records between where a batch ended and the newest offset Spark saw."""
-    if not end_offset or not latest_offset:
+    end, newest = offsets(end_offset), offsets(latest_offset)
+    if not end or not newest:
         return {}
-    end = json.loads(end_offset) or {}
     out: dict[str, dict[int, int]] = {}
-    for topic, latest in sorted((json.loads(latest_offset) or {}).items()):
+    for topic, latest in sorted(newest.items()):
         done = end.get(topic) or {}
         out[topic] = {int(p): max(0, int(n) - int(done.get(p, 0))) for p, n in latest.items() if n is not None}
     return out
@@ -174,7 +184,7 @@ class PipelineMonitor(ProgressListener):
             log.debug("%s batch %d: Spark's phases %s", self.config.name, progress.batchId,
                       phases(progress.durationMs))
         if self.config.metrics.commit_offsets and source.endOffset:
-            self._commit(progress.batchId, json.loads(source.endOffset) or {})
+            self._commit(progress.batchId, offsets(source.endOffset))
 
     def onQueryIdle(self, event: Any) -> None:
         """Spark says the query is idle (no new data, every 10 s by default): retry a commit that failed."""
