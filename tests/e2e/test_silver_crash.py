@@ -1,6 +1,7 @@
-"""`ingest run` keeping bronze and silver from a Debezium topic, SIGKILLed five times while changes arrive (once
-exactly between silver's delete-marker commit and its rows' commit), then drained: silver equals the model's
-final state, each silver step committed once, its ledger a gapless chain of bronze versions."""
+"""`ingest run` keeping bronze and silver from a Debezium topic, SIGKILLed while changes arrive (at a random moment
+after a silver step, then exactly between silver's delete-marker commit and its rows' commit), then drained:
+silver equals the model's final state, each silver step committed once, its ledger a gapless chain of bronze
+versions. (Two kills keep the suite's time; the moments that matter are both here.)"""
 
 from __future__ import annotations
 
@@ -53,8 +54,8 @@ def _wait(proc: subprocess.Popen[bytes], log: Path, done: object, timeout: float
 def test_silver_is_exact_after_sigkills_during_a_streaming_run(spark, kafka_servers, make_topic,
                                                               tmp_path: Path) -> None:
     topic = make_topic(partitions=3)
-    model = cdc.history(800, 120, seed=17)
-    chunks = [model.changes[i::5] for i in range(5)]  # interleaved: every chunk updates and deletes
+    model = cdc.history(600, 100, seed=17)
+    chunks = [model.changes[i::3] for i in range(3)]  # interleaved: every chunk updates and deletes
     chunks = [sorted(c, key=lambda x: x.lsn) for c in chunks]
     ordered = [change for chunk in chunks for change in chunk]  # the order Kafka gets them in
     config = cdc.pipeline_yaml(tmp_path / "cdc.yaml", name=f"crash-{uuid.uuid4().hex[:6]}", topic=topic,
@@ -67,7 +68,7 @@ def test_silver_is_exact_after_sigkills_during_a_streaming_run(spark, kafka_serv
     rng = random.Random(4)
     procs = []
     try:
-        for i, chunk in enumerate(chunks):
+        for i, chunk in enumerate(chunks[:2]):
             cdc.produce(kafka_servers, topic, chunk)
             log = tmp_path / f"run{i}.log"
             if i == 1:  # killed exactly between the delete markers' commit and the rows' commit
@@ -80,6 +81,7 @@ def test_silver_is_exact_after_sigkills_during_a_streaming_run(spark, kafka_serv
                 _wait(proc, log, lambda log=log: "silver step" in log.read_text(errors="replace"))
                 time.sleep(rng.uniform(0, 3))
             _kill(proc)
+        cdc.produce(kafka_servers, topic, chunks[2])
         final = _start(config, tmp_path / "final.log", "--available-now")
         procs.append(final)
         assert final.wait(300) == 0, (tmp_path / "final.log").read_text(errors="replace")[-3000:]
