@@ -195,3 +195,16 @@ def wait_while_running(predicate: Callable[[], object], proc: subprocess.Popen[b
             raise AssertionError(f"ingest exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
         time.sleep(0.25)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; log:\n{log.read_text()[-3000:]}")
+
+
+def wait_rows(spark: Any, path: str, count: int, timeout: float = 120.0) -> None:
+    """Wait until the Delta table at `path` holds at least `count` rows (it may not exist yet)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if spark.read.format("delta").load(path).count() >= count:
+                return
+        except Exception:  # noqa: BLE001 - the table may not exist yet
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"{path} did not reach {count} rows in {timeout}s")

@@ -138,11 +138,20 @@ def _build(spark: SparkSession, spec: DecodeSpec) -> _Plan:
     present = _any([decoded.getField(f.name).isNotNull() for f in spec.payload_type.fields])
     check = helper.body_check(spark, spec.reader_schema, header)
     body_ok = present & F.coalesce(F.call_function(check, value), F.lit(False))
+    verified_if, columns = decoder_columns(spec, decoded, body_ok)  # from_avro's type: the table's, up to nulls
+    return _Plan(stage, verified_if, columns)
+
+
+def decoder_columns(spec: DecodeSpec, decoded: Column, body_ok: Column) -> tuple[Column, list[Column]]:
+    """What a JVM decoder's stage turns into (shared by the Avro and Protobuf JVM decoders): the condition a
+    record is verified on (its body decoded, or a tombstone, and its key decoded), and the decoder's output
+    columns (`DECODER_COLUMNS`) over `_verified`, `_schema_id` and `_unknown`."""
+    value = F.col("value")
     key, key_ok = _key(spec)
     tombstone = value.isNull()
     verified = F.col("_verified")
     columns = {
-        PAYLOAD: F.when(verified & ~tombstone, decoded),  # from_avro's type: the table's, up to nullability
+        PAYLOAD: F.when(verified & ~tombstone, decoded),
         "_key": F.when(verified, key),
         "_schema_id": F.when(~tombstone, F.col("_schema_id")),
         "_tombstone": (verified & tombstone),
@@ -153,7 +162,7 @@ def _build(spark: SparkSession, spec: DecodeSpec) -> _Plan:
         "_value_bytes": F.length(value).cast("int"),
     }
     assert tuple(columns) == DECODER_COLUMNS
-    return _Plan(stage, (tombstone | body_ok) & key_ok, [c.alias(name) for name, c in columns.items()])
+    return (tombstone | body_ok) & key_ok, [c.alias(name) for name, c in columns.items()]
 
 
 def settle_in_python(fast: DataFrame, spec: DecodeSpec, source: T.StructType) -> tuple[DataFrame, DataFrame]:

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from ingestion.decode import jvm_decoder
 from ingestion.decode.protobuf_wire import index_bytes
-from ingestion.decode.spec import DECODER_COLUMNS, PAYLOAD, UNVERIFIED, DecodeSpec, UnknownSchemaError
+from ingestion.decode.spec import DecodeSpec
 from ingestion.decode.wire import HEADER_SIZE, encode
 from ingestion.runtime import helper, session_cache
 from ingestion.schema import protobuf_schemas
@@ -96,20 +96,6 @@ def _build(spark: SparkSession, spec: DecodeSpec) -> tuple[list[Column], Column,
         F.when(attempt, F.lit(False)).otherwise(header_ok & fits & ~known).alias("_unknown"),
         F.when(attempt, F.call_function(_udf(spark, spec), value)).alias("_decoded"),
     ]
-    key, key_ok = jvm_decoder._key(spec)
-    tombstone = value.isNull()
-    verified = F.col("_verified")
-    columns = {
-        PAYLOAD: F.when(verified & ~tombstone, F.col("_decoded")),
-        "_key": F.when(verified, key),
-        "_schema_id": F.when(~tombstone, F.col("_schema_id")),
-        "_tombstone": (verified & tombstone),
-        "_error_class": F.when(verified, F.lit(None).cast("string"))
-                         .when(F.col("_unknown"), F.lit(UnknownSchemaError.__name__)).otherwise(F.lit(UNVERIFIED)),
-        "_error_message": F.lit(None).cast("string"),
-        "_raw_value": F.when(~verified, value),
-        "_value_bytes": F.length(value).cast("int"),
-    }
-    assert tuple(columns) == DECODER_COLUMNS
-    body_ok = F.col("_decoded").isNotNull()
-    return stage, (tombstone | body_ok) & key_ok, [c.alias(name) for name, c in columns.items()]
+    decoded = F.col("_decoded")
+    verified_if, columns = jvm_decoder.decoder_columns(spec, decoded, decoded.isNotNull())
+    return stage, verified_if, columns

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from ingestion.ops import verify
 from ingestion.schema.registry import registry_client
 from ingestion.stream import pipeline
 from tests.conftest import pipeline_yaml
+from tests.helpers import wait_rows
 from tests.unit.test_validate import SCHEMA, body, zigzag
 
 pytestmark = pytest.mark.integration
@@ -55,17 +55,6 @@ VALID: list[dict[str, Any]] = [
      "f": b"wxyz", "d": Decimal("0.01"), "ok": True},
 ]
 
-
-def _wait_rows(spark: Any, path: str, count: int, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if spark.read.format("delta").load(path).count() >= count:
-                return
-        except Exception:  # noqa: BLE001 - the table may not exist yet
-            pass
-        time.sleep(1)
-    raise AssertionError(f"{path} did not reach {count} rows in {timeout}s")
 
 
 @pytest.mark.parametrize("decoder", ["python", "jvm", "auto"])
@@ -203,12 +192,12 @@ def test_a_widening_version_widens_the_table_mid_stream_and_a_narrowing_one_is_q
     pipeline.run(spark, narrow, available_now=True)
     running = pipeline.start(spark, config)
     try:
-        _wait_rows(spark, config.table_path, 10)
+        wait_rows(spark, config.table_path, 10)
         ids.append(registry.register_schema(subject, Schema(json.dumps(v2), "AVRO")))
         for seq in range(10, 30):
             send(2 if seq < 25 else 1, seq)
         producer.flush(30)
-        _wait_rows(spark, config.table_path, 30)
+        wait_rows(spark, config.table_path, 30)
     finally:
         pipeline.stop(spark, running)
 

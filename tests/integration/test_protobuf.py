@@ -4,7 +4,6 @@ as produced, a version that adds fields arriving mid-stream, invalid bodies quar
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,21 +16,11 @@ from ingestion.schema.registry import registry_client
 from ingestion.stream import pipeline
 from tests import protobuf as shop
 from tests.conftest import pipeline_yaml
+from tests.helpers import wait_rows
 from tests.unit.test_protobuf import INVALID, _mutated, framed, spec
 
 pytestmark = pytest.mark.integration
 
-
-def _wait_rows(spark: Any, path: str, count: int, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if spark.read.format("delta").load(path).count() >= count:
-                return
-        except Exception:  # noqa: BLE001 - the table may not exist yet
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"{path} did not reach {count} rows in {timeout}s")
 
 
 def test_a_protobuf_topic_lands_every_field_evolves_mid_stream_and_quarantines_naming_the_field(
@@ -67,7 +56,7 @@ def test_a_protobuf_topic_lands_every_field_evolves_mid_stream_and_quarantines_n
         extra=f"value:\n  format: protobuf\n  registry:\n    url: \"{url}\"\n"))
     running = pipeline.start(spark, config)
     try:
-        _wait_rows(spark, config.table_path, 8)
+        wait_rows(spark, config.table_path, 8)
         # Version 2 (two more fields, one of them nested) is registered by its first record, mid-stream.
         serialize_v2 = ProtobufSerializer(shop.message_class(2), client, {"use.deprecated.format": False})
         for seq in range(8, 12):
@@ -81,8 +70,8 @@ def test_a_protobuf_topic_lands_every_field_evolves_mid_stream_and_quarantines_n
         producer.produce(topic, key=late.id.encode(), value=encode(late_id, b"\x02\x02" + late.SerializeToString()),
                          partition=1)
         producer.flush(30)
-        _wait_rows(spark, config.table_path, 12)
-        _wait_rows(spark, config.quarantine_path, len(INVALID) + 1)
+        wait_rows(spark, config.table_path, 12)
+        wait_rows(spark, config.quarantine_path, len(INVALID) + 1)
     finally:
         pipeline.stop(spark, running)
 
