@@ -61,12 +61,12 @@ def records(spark: SparkSession, path: str, limit: int | None = None) -> list[tu
     table = DeltaTable.forPath(spark, path)
     rows = (table.history(limit) if limit else table.history()).select(
         "version", "userMetadata", "operationMetrics").collect()
-    found = [(int(r["version"]), _with_outcome(SilverRecord.from_user_metadata(r["userMetadata"]),
+    found = [(int(r["version"]), with_outcome(SilverRecord.from_user_metadata(r["userMetadata"]),
                                                r["operationMetrics"] or {})) for r in rows]
     return sorted(((v, r) for v, r in found if r is not None), key=lambda x: -x[0])
 
 
-def _with_outcome(record: SilverRecord | None, metrics: dict[str, str]) -> SilverRecord | None:
+def with_outcome(record: SilverRecord | None, metrics: dict[str, str]) -> SilverRecord | None:
     """A MERGE's record with what it did, from its commit's operation metrics (the record itself is written
     before the MERGE runs)."""
     if record is None or record.kind is not StepKind.MERGE or "numTargetRowsInserted" not in metrics:
@@ -95,7 +95,7 @@ def rs_records(path: str, storage_options: dict[str, str] | None = None,
     found = []
     for commit in table.history(limit):
         metrics = {k: str(v) for k, v in (commit.get("operationMetrics") or {}).items()}
-        record = _with_outcome(SilverRecord.from_user_metadata(commit.get("userMetadata")), metrics)
+        record = with_outcome(SilverRecord.from_user_metadata(commit.get("userMetadata")), metrics)
         if record is not None:
             found.append((int(commit["version"]), record))
     return sorted(found, key=lambda x: -x[0])

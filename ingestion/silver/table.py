@@ -25,6 +25,7 @@ from pyspark.sql import types as T
 from ingestion import faults
 from ingestion.runtime.delta_txn import DeltaTxn, is_table
 from ingestion.silver import changes
+from ingestion.silver import ledger as silver_ledger
 from ingestion.silver.changes import key_condition, newer
 from ingestion.silver.ledger import SilverRecord, StepKind
 from ingestion.silver.spec import DELETE, SEQUENCE, SilverSpec
@@ -229,10 +230,8 @@ class SilverTable:
         from delta.tables import DeltaTable
 
         rows = DeltaTable.forPath(self.session, self.spec.path).history(1).select("operationMetrics").collect()
-        metrics = rows[0]["operationMetrics"] or {} if rows else {}
-        return replace(record, inserted=int(metrics.get("numTargetRowsInserted", 0)),
-                       updated=int(metrics.get("numTargetRowsUpdated", 0)),
-                       deleted=int(metrics.get("numTargetRowsDeleted", 0)))
+        found = silver_ledger.with_outcome(record, dict(rows[0]["operationMetrics"] or {}) if rows else {})
+        return found if found is not None else record
 
     def _evolve(self, schema: T.StructType, record: SilverRecord) -> None:
         """Add the columns (and nested fields) the changes have and the table lacks, and widen the ones bronze
