@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import contextlib
 import functools
 import json
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,8 +60,8 @@ def _logging(*, verbose: bool) -> None:
     for noisy in ("alembic", "mlflow", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # py4j logs, with a trace, every exception raised in a Python callback (foreachBatch, the listener); the
-    # pipeline reports the cause itself in one line.
-    logging.getLogger("py4j").setLevel(logging.DEBUG if verbose else logging.CRITICAL + 1)
+    # pipeline reports the cause itself in one line. Its DEBUG lines (every command sent to the JVM) drown -v.
+    logging.getLogger("py4j").setLevel(logging.WARNING if verbose else logging.CRITICAL + 1)
     logging.getLogger("ingestion.librdkafka").setLevel(logging.DEBUG if verbose else logging.CRITICAL + 1)
 
 
@@ -369,7 +371,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _run_pipelines(args: argparse.Namespace, configs: list[PipelineConfig], exporter: Any) -> int:
-    from ingestion.stream import metrics, pipeline
+    from ingestion.stream import metrics, pipeline, setup
 
     if args.all:
         contexts = [pipeline.check_can_start(c) for c in configs]
@@ -382,7 +384,9 @@ def _run_pipelines(args: argparse.Namespace, configs: list[PipelineConfig], expo
                 return 0
         metrics.open_store_early()  # while the JVM boots
         configs = [c.config for c in contexts]
-        spark = _session("ingest-all", configs, pools=[pipeline.pool_name(c) for c in configs])
+        with _meanwhile(lambda: [setup.prepare(c) for c in contexts]) as prepared:
+            spark = _session("ingest-all", configs, pools=[pipeline.pool_name(c) for c in configs])
+            prepared.result()
         outcome = pipeline.run_all(spark, contexts, available_now=args.available_now, exporter=exporter)
         for name, ended in outcome.items():
             print(f"{name}: {ended}")
@@ -395,12 +399,22 @@ def _run_pipelines(args: argparse.Namespace, configs: list[PipelineConfig], expo
                  "session started", config.name, where)
         return 0
     metrics.open_store_early()  # while the JVM boots
-    spark = _session(f"ingest-{config.name}", [config])
+    with _meanwhile(lambda: setup.prepare(ctx)) as prepared:  # the schemas and tables, without a JVM
+        spark = _session(f"ingest-{config.name}", [config])
+        prepared.result()
     running = pipeline.run(spark, ctx, available_now=args.available_now, exporter=exporter)
     rows = sum(b.rows for b in running.batches if b.committed)
     how = "stopped on request" if running.stopped_on_request else "done"
     log.info("%s: %s, %d batches, %d rows written", config.name, how, len(running.batches), rows)
     return 0
+
+
+@contextlib.contextmanager
+def _meanwhile(work: Callable[[], Any]) -> Iterator[concurrent.futures.Future[Any]]:
+    """`work` on a thread while the caller's block runs (a JVM boots in the main thread, which alone may set the
+    signal dispositions the JVM keeps); its result, or its error, from the future the block waits on."""
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="meanwhile") as pool:
+        yield pool.submit(work)
 
 
 def _all_valid() -> list[PipelineConfig]:
@@ -498,9 +512,15 @@ def _onboard(args: argparse.Namespace) -> int:
     # A dry run starts nothing: without the local catalog's Derby server running, catalog names are not checked.
     unchecked = args.dry_run and any(c.catalog_names is not None and not metastore.uses_external(c.spark)
                                      for c in configs) and metastore.running() is None
-    spark = _session("ingest-onboard", configs, catalog=False if unchecked else None)
+    sessions: list[SparkSession] = []
+
+    def session() -> SparkSession:  # only when a step needs a JVM (catalog names, what delta-rs cannot do)
+        if not sessions:
+            sessions.append(_session("ingest-onboard", configs, catalog=False if unchecked else None))
+        return sessions[0]
+
     for ctx in contexts:
-        report = onboard(spark, ctx, dry_run=args.dry_run, create_topic=args.create_topic,
+        report = onboard(session, ctx, dry_run=args.dry_run, create_topic=args.create_topic,
                          register_schemas=args.register_schemas)
         print("\n".join(report.lines))
     if unchecked:

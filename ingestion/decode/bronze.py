@@ -6,22 +6,32 @@ import datetime as dt
 import json
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ingestion.columns import KAFKA_SOURCE_SCHEMA, METADATA_COLUMNS, QUARANTINE_COLUMNS
-from ingestion.decode.python_decoder import decode_in_python
 from ingestion.decode.spec import PAYLOAD, DecodeSpec, UnknownSchemaError
 from ingestion.runtime import session_cache
 
 
-def table_schemas(spark: SparkSession, spec: DecodeSpec) -> tuple[T.StructType, T.StructType]:
-    """(bronze, quarantine) schemas, from the same functions that produce their rows, on no rows."""
-    empty = decode_in_python(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), spec)
-    now = dt.datetime.now(dt.UTC)
-    return (bronze_rows(empty, batch_id=0, ingested_at=now).schema,
-            quarantine_rows(empty, batch_id=0, ingested_at=now).schema)
+def table_schemas(spec: DecodeSpec) -> tuple[T.StructType, T.StructType]:
+    """(bronze, quarantine) schemas of the rows `bronze_rows` and `quarantine_rows` make of this spec's decoded
+    rows, computed without a JVM: the tables are made before (or while) the Spark session starts.
+    `tests/integration/test_tables.py` holds them equal to the schemas of the DataFrames themselves."""
+    decoded = {f.name: f for f in spec.output_schema(KAFKA_SOURCE_SCHEMA).fields}
+    # `_payload.*` of a nullable struct: every field nullable, as Spark's GetStructField makes it
+    payload = [T.StructField(f.name, f.dataType, True, f.metadata) for f in spec.payload_type.fields]
+    return (T.StructType([*payload, *_fields(decoded, METADATA_COLUMNS, "_key")]),
+            T.StructType(_fields(decoded, QUARANTINE_COLUMNS, "key")))
+
+
+def _fields(decoded: dict[str, T.StructField], names: tuple[str, ...], key_source: str) -> list[T.StructField]:
+    """The fields `_columns` and `_with_batch_values` select, in their order."""
+    sources = {**_SOURCES, "_kafka_key": key_source}
+    taken = [T.StructField(name, decoded[sources[name]].dataType, decoded[sources[name]].nullable)
+             for name in names if name not in _BATCH_COLUMNS]
+    return [*taken, *_BATCH_FIELDS]
 
 
 # Where each metadata column comes from in the decoder's rows (`_batch_id` and `_ingested_at`: the batch values).
@@ -30,6 +40,9 @@ _SOURCES = {"_kafka_topic": "topic", "_kafka_partition": "partition", "_kafka_of
             "_kafka_tombstone": "_tombstone", "_kafka_value": "_raw_value", "_schema_id": "_schema_id",
             "_error_class": "_error_class", "_error_message": "_error_message"}
 _BATCH_COLUMNS = ("_batch_id", "_ingested_at")
+# Their fields: the one-row table of `_with_batch_values` holds both, cast from non-null parameters.
+_BATCH_FIELDS = (T.StructField("_batch_id", T.LongType(), False),
+                 T.StructField("_ingested_at", T.TimestampType(), False))
 
 
 def _columns(names: tuple[str, ...], key_source: str) -> list[Column]:

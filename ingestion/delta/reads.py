@@ -10,9 +10,7 @@ from dataclasses import replace
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
-from ingestion.columns import METADATA_COLUMNS
 from ingestion.config import PipelineConfig
 from ingestion.delta import ledger
 from ingestion.delta.ledger import BatchRecord
@@ -26,15 +24,6 @@ def read_table(spark: SparkSession, path: str) -> DataFrame | None:
     if not is_table(spark, path):
         return None
     return spark.read.format("delta").load(path)
-
-
-def payload_columns(spark: SparkSession, config: PipelineConfig) -> T.StructType | None:
-    """The payload columns bronze has now (everything but the metadata columns), or None without a table."""
-    table = read_table(spark, config.table_path)
-    if table is None:
-        return None
-    schema = table.schema
-    return T.StructType([f for f in schema.fields if f.name not in METADATA_COLUMNS])
 
 
 def held_coordinates(spark: SparkSession, config: PipelineConfig) -> DataFrame | None:

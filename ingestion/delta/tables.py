@@ -6,6 +6,8 @@ Both `ingest onboard` and `ingest run` go through `ensure_tables` (with the sche
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
@@ -14,7 +16,8 @@ from pyspark.sql import types as T
 from ingestion import retention
 from ingestion.columns import METADATA_COLUMNS
 from ingestion.config import PipelineConfig, check_retention
-from ingestion.delta import catalog, log_checkpoints
+from ingestion.delta import catalog, log_checkpoints, rs_tables
+from ingestion.delta.reader import JvmFreeReadError
 from ingestion.errors import ConfigError
 from ingestion.runtime.delta_txn import is_table, table_property
 
@@ -49,13 +52,15 @@ class TablePlan:
     schema: T.StructType
     partition_by: tuple[str, ...]
     properties: dict[str, str]
-    exists: bool
+    exists: bool  # before `ensure_tables`
     comment: str = ""
+    made: bool = False  # by `ensure_tables`
 
 
-def plans(spark: SparkSession, config: PipelineConfig, bronze_schema: T.StructType,
+def plans(spark: SparkSession | None, config: PipelineConfig, bronze_schema: T.StructType,
           quarantine_schema: T.StructType) -> list[TablePlan]:
-    """What bronze and quarantine look like (or would look like) for rows of these schemas."""
+    """What bronze and quarantine look like (or would look like) for rows of these schemas. The tables' state
+    is read with delta-rs; `spark` (if any) reads what delta-rs cannot."""
     unknown = [c for c in config.sink.partition_by if c not in bronze_schema.fieldNames()]
     if unknown:
         raise ConfigError(f"{config.file}: key 'sink.partitionBy' names {unknown}, which are not bronze columns "
@@ -68,16 +73,31 @@ def plans(spark: SparkSession, config: PipelineConfig, bronze_schema: T.StructTy
         bronze_props.setdefault(CHANGE_FEED, "true")
     if not any(key in props for key in STATS_PROPERTIES):
         bronze_props[STATS_PROPERTY] = ",".join(stats_columns(bronze_schema, config.sink.partition_by))
-    found = [
-        TablePlan(config.table_path, bronze_schema, config.sink.partition_by, bronze_props,
-                  is_table(spark, config.table_path), catalog.comment(config, quarantine=False)),
-        TablePlan(config.quarantine_path, quarantine_schema, (), props, is_table(spark, config.quarantine_path),
-                  catalog.comment(config, quarantine=True)),
-    ]
-    for plan in found:
-        if plan.exists:
-            check_table_retention(spark, config, plan.path)
+    found = []
+    for path, schema, partition_by, properties, quarantine in (
+            (config.table_path, bronze_schema, config.sink.partition_by, bronze_props, False),
+            (config.quarantine_path, quarantine_schema, (), props, True)):
+        now = table_state(spark, config, path)
+        if now.exists:
+            check_retention(config, _retention_properties(now.properties), f"{config.file}: table {path}",
+                            table=True)
+        found.append(TablePlan(path, schema, partition_by, properties, now.exists,
+                               catalog.comment(config, quarantine=quarantine)))
     return found
+
+
+def table_state(spark: SparkSession | None, config: PipelineConfig, path: str) -> rs_tables.TableState:
+    """The table at `path` through delta-rs, or through Spark's Delta (when given) where delta-rs cannot read it
+    (its properties then only the retention ones, which `plans` checks)."""
+    try:
+        return rs_tables.state(path, config.storage_options())
+    except JvmFreeReadError:
+        if spark is None:
+            raise
+    if not is_table(spark, path):
+        return rs_tables.TableState(exists=False)
+    properties = {key: value for key in _RETENTION_KEYS if (value := table_property(spark, path, key)) is not None}
+    return rs_tables.TableState(True, spark.read.format("delta").load(path).schema, properties)
 
 
 def maintenance_properties(config: PipelineConfig) -> dict[str, str]:
@@ -89,32 +109,50 @@ def maintenance_properties(config: PipelineConfig) -> dict[str, str]:
     return props
 
 
+_RETENTION_KEYS = (retention.DELETED_FILE_RETENTION, retention.LOG_RETENTION, retention.SET_TRANSACTION_RETENTION)
+
+
+def _retention_properties(properties: Mapping[str, str]) -> dict[str, str]:
+    return {key: properties[key] for key in _RETENTION_KEYS if key in properties}
+
+
 def check_table_retention(spark: SparkSession, config: PipelineConfig, path: str) -> None:
     """Refuse (ConfigError naming the table) an existing table whose retention properties, with the pipeline's
     vacuum retention, could break a promise (`retention.problems`)."""
-    keys = (retention.DELETED_FILE_RETENTION, retention.LOG_RETENTION, retention.SET_TRANSACTION_RETENTION)
-    found = {key: value for key in keys if (value := table_property(spark, path, key)) is not None}
+    found = {key: value for key in _RETENTION_KEYS if (value := table_property(spark, path, key)) is not None}
     check_retention(config, found, f"{config.file}: table {path}", table=True)
 
 
-def ensure_tables(spark: SparkSession, config: PipelineConfig, bronze_schema: T.StructType,
+def ensure_tables(spark: SparkSession | None, config: PipelineConfig, bronze_schema: T.StructType,
                   quarantine_schema: T.StructType) -> list[TablePlan]:
-    """Create the tables that do not exist yet; return the plans (with `exists` as it was before)."""
+    """Create the tables that do not exist yet, with delta-rs (no JVM: a commit of the protocol and metadata)
+    or, where delta-rs refuses and `spark` is given, with Spark's Delta; the plans, with `exists` as it was
+    before and `made` for those made now. Without `spark`, a table delta-rs refused stays to make."""
+    found = []
+    for plan in plans(spark, config, bronze_schema, quarantine_schema):
+        if not plan.exists:
+            made = rs_tables.create(plan.path, plan.schema, partition_by=plan.partition_by,
+                                    properties=plan.properties, comment=plan.comment,
+                                    storage_options=config.storage_options())
+            if not made and spark is not None:
+                _create_with_spark(spark, plan)
+                made = True
+            plan = dataclasses.replace(plan, made=made)
+        found.append(plan)
+    return found
+
+
+def _create_with_spark(spark: SparkSession, plan: TablePlan) -> None:
     from delta.tables import DeltaTable
 
-    found = plans(spark, config, bronze_schema, quarantine_schema)
-    for plan in found:
-        if plan.exists:
-            continue
-        builder = DeltaTable.createIfNotExists(spark).location(plan.path).addColumns(plan.schema)
-        if plan.comment:
-            builder = builder.comment(plan.comment)
-        if plan.partition_by:
-            builder = builder.partitionedBy(*plan.partition_by)
-        for key, value in plan.properties.items():
-            builder = builder.property(key, value)
-        builder.execute()
-    return found
+    builder = DeltaTable.createIfNotExists(spark).location(plan.path).addColumns(plan.schema)
+    if plan.comment:
+        builder = builder.comment(plan.comment)
+    if plan.partition_by:
+        builder = builder.partitionedBy(*plan.partition_by)
+    for key, value in plan.properties.items():
+        builder = builder.property(key, value)
+    builder.execute()
 
 
 TYPE_WIDENING = "delta.enableTypeWidening"

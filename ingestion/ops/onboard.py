@@ -6,16 +6,18 @@ Idempotent: a second run finds everything in place, changes nothing and says so.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.sql import SparkSession
 
 from ingestion import kafka
 from ingestion.config import PipelineConfig
 from ingestion.decode.resolver import SchemaResolver
-from ingestion.delta import catalog, reads, rs_reads
+from ingestion.delta import catalog, rs_reads, tables
+from ingestion.delta.reader import JvmFreeReadError
 from ingestion.errors import IngestionError, TopicNotFoundError
 from ingestion.paths import schemas_dir
 from ingestion.schema.files import read_proto
@@ -59,8 +61,12 @@ class OnboardReport:
         return [s.line for s in self.steps]
 
 
-def onboard(spark: SparkSession, target: PipelineConfig | PipelineContext, *, dry_run: bool = False,
-            create_topic: bool = False, register_schemas: bool = False) -> OnboardReport:
+def onboard(spark: SparkSession | Callable[[], SparkSession], target: PipelineConfig | PipelineContext, *,
+            dry_run: bool = False, create_topic: bool = False, register_schemas: bool = False) -> OnboardReport:
+    """Check and create what the pipeline needs. `spark`: a session, or a function that makes one, called only
+    when a step needs a JVM (catalog names, a table delta-rs cannot read or make): tables are read and made with
+    delta-rs (`delta.rs_tables`), so a pipeline without catalog names is onboarded without a JVM."""
+    session = _Session(spark)
     ctx = target if isinstance(target, PipelineContext) else check_kafka(target, create_topic=create_topic)
     config = ctx.config
     report = OnboardReport()
@@ -75,8 +81,8 @@ def onboard(spark: SparkSession, target: PipelineConfig | PipelineContext, *, dr
             _register(config, subject, report, dry_run=dry_run)
         if dry_run:  # resolve from the files that would have been registered
             source = FolderSource()
-    schemas = SchemaResolver(config, source, table_payload=reads.payload_columns(spark, config),
-                             topics=tuple(topics))
+    payload = session.either(lambda spark: setup.payload_columns(spark, config))
+    schemas = SchemaResolver(config, source, table_payload=payload, topics=tuple(topics))
     where = config.value.registry.get("url", "") or str(schemas_dir())
     writers = schemas.spec.writer_schemas
     reader_id = max(i for i, text in writers.items() if text == schemas.spec.reader_schema)
@@ -85,9 +91,9 @@ def onboard(spark: SparkSession, target: PipelineConfig | PipelineContext, *, dr
     report.say("subject", ", ".join(subjects), f"subject{'s' if len(subjects) > 1 else ''} {shown} at {where}: "
                f"schema ids {sorted(writers)}; the table follows id {reader_id}{message}")
     # Before the tables are created, which registers them too (setup.ensure_tables).
-    named = [(name, path, catalog.check(spark, name, path, config.file).state)
+    named = [(name, path, catalog.check(session.get(), name, path, config.file).state)
              for name, path in catalog.pipeline_names(config)]
-    for plan in setup.plans(spark, config, schemas.spec):
+    for plan in session.either(lambda spark: setup.plans(spark, config, schemas.spec)):
         extras = (f" partitioned by {list(plan.partition_by)}" if plan.partition_by else "") + (
             f" with properties {plan.properties}" if plan.properties else "")
         shown = f"table {plan.path}:\n" + _indent(plan.schema.treeString())
@@ -96,17 +102,18 @@ def onboard(spark: SparkSession, target: PipelineConfig | PipelineContext, *, dr
         elif dry_run:
             report.say("table", plan.path, f"{shown}\n  would be created{extras}", State.WOULD_CHANGE)
         else:
-            setup.ensure_tables(spark, config, schemas.spec)
+            _create(session, config, schemas)
             report.say("table", plan.path, f"{shown}\n  created{extras}", State.CHANGED)
     if config.silver is not None:
-        _silver(spark, config, setup.plans(spark, config, schemas.spec)[0].schema, report)
+        _silver(session, config, session.either(lambda spark: setup.plans(spark, config, schemas.spec))[0].schema,
+                report)
     for name, path, state in named:
         if state == "exists":
             report.say("catalog", name, f"catalog table {name}: registered for {path}, left as it is")
         elif dry_run:
             report.say("catalog", name, f"catalog table {name}: would be registered for {path}", State.WOULD_CHANGE)
         else:
-            catalog.register(spark, name, path, config.file)
+            catalog.register(session.get(), name, path, config.file)
             report.say("catalog", name, f"catalog table {name}: registered for {path}", State.CHANGED)
     if not report.changes:
         report.say("summary", config.name, "everything is in place: nothing to change")
@@ -115,14 +122,45 @@ def onboard(spark: SparkSession, target: PipelineConfig | PipelineContext, *, dr
     return report
 
 
-def _silver(spark: SparkSession, config: PipelineConfig, bronze: Any, report: OnboardReport) -> None:
+R = TypeVar("R")
+
+
+class _Session:
+    """A session made the first time a step needs one."""
+
+    def __init__(self, spark: SparkSession | Callable[[], SparkSession]) -> None:
+        self._made = None if callable(spark) else spark
+        self._make = spark if callable(spark) else None
+
+    def get(self) -> SparkSession:
+        if self._made is None:
+            assert self._make is not None
+            self._made = self._make()
+        return self._made
+
+    def either(self, read: Callable[[SparkSession | None], R]) -> R:
+        """`read` through delta-rs (given no session), else through Spark where delta-rs cannot."""
+        try:
+            return read(self._made)
+        except JvmFreeReadError:
+            return read(self.get())
+
+
+def _create(session: _Session, config: PipelineConfig, schemas: SchemaResolver) -> None:
+    """The pipeline's tables (and catalog names): delta-rs makes what it can, a JVM only what it cannot."""
+    if catalog.pipeline_names(config) or not session.either(
+            lambda spark: setup.make_tables(spark, config, schemas.spec)):
+        setup.ensure_tables(session.get(), config, schemas.spec)
+
+
+def _silver(session: _Session, config: PipelineConfig, bronze: Any, report: OnboardReport) -> None:
     """The silver section checked against bronze's columns (a wrong key is refused here, not at the first run);
     its table is made by the first run, from bronze (docs/cdc.md)."""
     from ingestion.silver.spec import SilverSpec
 
     spec = SilverSpec.of(config)
     spec.check(bronze)
-    exists = reads.read_table(spark, spec.path) is not None
+    exists = session.either(lambda spark: tables.table_state(spark, config, spec.path)).exists
     how = (f"keyed by {list(spec.key)}, {spec.mode}, envelope {spec.envelope}, "
            f"ordered by {spec.sequence_by or 'Kafka offsets'}")
     report.say("silver", spec.path, f"silver {spec.path}: {how}; " +

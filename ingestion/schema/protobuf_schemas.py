@@ -105,6 +105,8 @@ def _assemble(main: str, compiled: Mapping[str, bytes]) -> bytes:
         if name in chain:
             raise SchemaError(f"Protobuf file {name!r} imports itself through {' -> '.join(chain)}")
         raw = compiled.get(name) or _well_known(name)
+        if raw is None and not chain:
+            raise SchemaError(f"Protobuf file {name!r} is not among the files given")
         if raw is None:
             raise SchemaError(f"Protobuf file {chain[-1]!r} imports {name!r}, which no reference provides")
         proto = descriptor_pb2.FileDescriptorProto.FromString(raw)

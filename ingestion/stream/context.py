@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ingestion import kafka, security, storage
 from ingestion.config import PipelineConfig
+from ingestion.decode.resolver import SchemaResolver
 from ingestion.delta import rs_reads
 from ingestion.errors import ConfigError
 from ingestion.kafka import KafkaSettings
@@ -39,6 +40,9 @@ class PipelineContext:
     # Where a new pipeline taking over from source.startFromGroup starts (resolved for a run whose table records
     # no offsets yet), else None.
     group_start: GroupStart | None = None
+    # The schemas `setup.prepare` resolved (and made the tables with) while the JVM booted, for the next `start`
+    # to take instead of resolving them again; None otherwise.
+    prepared: SchemaResolver | None = None
 
     @property
     def name(self) -> str:

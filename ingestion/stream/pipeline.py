@@ -193,7 +193,7 @@ def _started_in_pool(spark: SparkSession, stream: Any, pool: str | None) -> Stre
 def _start(spark: SparkSession, ctx: PipelineContext, *, available_now: bool,
            with_metrics: bool, pool: str | None = None, prometheus: LagRefresher | None = None) -> RunningPipeline:
     config = ctx.config
-    schemas = setup.resolver(spark, ctx)
+    schemas, ctx.prepared = ctx.prepared or setup.resolver(spark, ctx), None
     setup.ensure_tables(spark, config, schemas.spec)
     setup.widen_table(spark, config, schemas)
     location = config.checkpoint_path

@@ -7,12 +7,15 @@ from __future__ import annotations
 import logging
 
 from pyspark.sql import SparkSession
+from pyspark.sql import types as T
 
+from ingestion.columns import METADATA_COLUMNS
 from ingestion.config import PipelineConfig
 from ingestion.decode import bronze
 from ingestion.decode.resolver import SchemaResolver
 from ingestion.decode.spec import DecodeSpec
-from ingestion.delta import catalog, reads, tables
+from ingestion.delta import catalog, tables
+from ingestion.delta.reader import JvmFreeReadError
 from ingestion.delta.tables import TablePlan
 from ingestion.errors import SchemaError
 from ingestion.stream.context import PipelineContext
@@ -20,13 +23,14 @@ from ingestion.stream.context import PipelineContext
 log = logging.getLogger(__name__)
 
 
-def resolver(spark: SparkSession, ctx: PipelineContext, also: list[str] | None = None) -> SchemaResolver:
+def resolver(spark: SparkSession | None, ctx: PipelineContext, also: list[str] | None = None) -> SchemaResolver:
     """The pipeline's schemas (registry or schemas/ folder) for the topics the context reads (and `also` these),
-    checked against the table's current columns; a SchemaError names the pipeline file and the subject(s)."""
+    checked against the table's current columns (read with delta-rs, or with `spark` where delta-rs cannot); a
+    SchemaError names the pipeline file and the subject(s)."""
     config = ctx.config
     topics = tuple(sorted(set(ctx.topics) | set(also or ())))
     try:
-        return SchemaResolver(config, ctx.schemas, table_payload=reads.payload_columns(spark, config), topics=topics)
+        return SchemaResolver(config, ctx.schemas, table_payload=payload_columns(spark, config), topics=topics)
     except SchemaError as exc:
         subjects = config.value_subjects(topics)
         where = (f"key 'value.subject' ({subjects[0]!r})" if len(subjects) == 1 else
@@ -34,9 +38,37 @@ def resolver(spark: SparkSession, ctx: PipelineContext, also: list[str] | None =
         raise SchemaError(f"{config.file}: {where}: {exc}") from None
 
 
-def plans(spark: SparkSession, config: PipelineConfig, spec: DecodeSpec) -> list[TablePlan]:
+def payload_columns(spark: SparkSession | None, config: PipelineConfig) -> T.StructType | None:
+    """The payload columns bronze has now (everything but the metadata columns), or None without a table."""
+    schema = tables.table_state(spark, config, config.table_path).schema
+    return None if schema is None else T.StructType([f for f in schema.fields if f.name not in METADATA_COLUMNS])
+
+
+def plans(spark: SparkSession | None, config: PipelineConfig, spec: DecodeSpec) -> list[TablePlan]:
     """Bronze's and quarantine's plans for the rows of this spec."""
-    return tables.plans(spark, config, *bronze.table_schemas(spark, spec))
+    return tables.plans(spark, config, *bronze.table_schemas(spec))
+
+
+def prepare(ctx: PipelineContext) -> SchemaResolver | None:
+    """Without a JVM, what a run needs before its first batch and can have before its session exists: the
+    schemas (kept in `ctx.prepared` for `start`), and the tables (created with delta-rs). Run while the JVM
+    boots; None when only Spark can do it (a table delta-rs cannot read), which `ensure_tables` then does with
+    the session."""
+    try:
+        schemas = resolver(None, ctx)
+        make_tables(None, ctx.config, schemas.spec)
+    except JvmFreeReadError as exc:
+        log.debug("%s: %s; the tables are checked with Spark", ctx.name, exc)
+        return None
+    ctx.prepared = schemas
+    return schemas
+
+
+def make_tables(spark: SparkSession | None, config: PipelineConfig, spec: DecodeSpec) -> bool:
+    """Create the tables that do not exist yet: with delta-rs, or with `spark` (when given) where delta-rs
+    refuses; whether both exist now. Catalog names are `ensure_tables`' work."""
+    schemas = bronze.table_schemas(spec)
+    return all(p.exists or p.made for p in tables.ensure_tables(spark, config, *schemas))
 
 
 def ensure_tables(spark: SparkSession, config: PipelineConfig, spec: DecodeSpec) -> list[TablePlan]:
@@ -44,7 +76,7 @@ def ensure_tables(spark: SparkSession, config: PipelineConfig, spec: DecodeSpec)
     the plans (with `exists` as it was before)."""
     for name, path in catalog.pipeline_names(config):  # a name taken elsewhere stops it before anything is made
         catalog.check(spark, name, path, config.file)
-    found = tables.ensure_tables(spark, config, *bronze.table_schemas(spark, spec))
+    found = tables.ensure_tables(spark, config, *bronze.table_schemas(spec))
     for done in catalog.register_pipeline(spark, config):
         if done.state == "registered":
             log.info("%s: registered %s in the catalog (%s)", config.name, done.name, done.path)
@@ -53,7 +85,7 @@ def ensure_tables(spark: SparkSession, config: PipelineConfig, spec: DecodeSpec)
 
 def widen_table(spark: SparkSession, config: PipelineConfig, schemas: SchemaResolver) -> list[str]:
     """Widen bronze's columns where the reader schema widened them (sink.typeWidening); the columns widened."""
-    widened = schemas.widened_columns(reads.payload_columns(spark, config))
+    widened = schemas.widened_columns(payload_columns(spark, config))
     if widened:
         tables.widen_columns(spark, config.table_path, widened)
         log.info("%s: widened bronze columns %s (Delta type widening) for schema version %s", config.name,

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import json
 from pathlib import Path
 
 import pytest
 from delta.tables import DeltaTable
+from pyspark.sql import types as T
 
+from ingestion.columns import KAFKA_SOURCE_SCHEMA
 from ingestion.config import load_pipeline
-from ingestion.delta import tables
+from ingestion.decode import bronze
+from ingestion.decode.python_decoder import decode_in_python
+from ingestion.decode.spec import DecodeSpec
+from ingestion.delta import rs_tables, tables
 from ingestion.dev.samples import produce_orders
+from ingestion.schema import protobuf_schemas
 from ingestion.stream import context, pipeline, setup
 from tests.conftest import pipeline_yaml
 
@@ -67,3 +75,64 @@ def test_partition_columns_and_configured_statistics_are_left_out(spark, kafka_s
         properties = setup.plans(spark, configured, spec)[0].properties
         assert properties.get(key) == "5"
         assert set(properties) & set(tables.STATS_PROPERTIES) == {key}
+
+
+def _protobuf_document() -> str:
+    folder = Path(__file__).parents[1] / "protobuf"
+    files = {"shop/v1/common.proto": (folder / "common.proto").read_text(),
+             "shop/v1/shop.proto": (folder / "shop.proto").read_text()}
+    return protobuf_schemas.document("shop/v1/shop.proto", files)
+
+
+@pytest.mark.parametrize("key_format", ["none", "bytes", "string", "avro", "protobuf"])
+def test_table_schemas_without_a_jvm_equal_the_schemas_of_the_rows_spark_makes(spark, orders_schema,
+                                                                             key_format: str) -> None:
+    """Tables are created before the session starts, from schemas computed in Python: each must be exactly the
+    schema (types, nullability, order) of the rows a batch writes, else the first batch's append would change it."""
+    orders = json.dumps(orders_schema)
+    key_avro = json.dumps({"type": "record", "name": "K", "fields": [{"name": "id", "type": "long"}]})
+    if key_format == "protobuf":
+        document = _protobuf_document()
+        spec = DecodeSpec({3: document}, document, 1000, False, key_format="protobuf", key_schemas={4: document},
+                          key_reader=document, value_format="protobuf", message_name="shop.v1.Order",
+                          key_message_name="shop.v1.Address")
+    else:
+        keys = {"key_schemas": {2: key_avro}, "key_reader": key_avro} if key_format == "avro" else {}
+        spec = DecodeSpec({1: orders}, orders, 1000, False, key_format=key_format, **keys)  # type: ignore[arg-type]
+    decoded = decode_in_python(spark.createDataFrame([], KAFKA_SOURCE_SCHEMA), spec)
+    now = dt.datetime.now(dt.UTC)
+    made = (bronze.bronze_rows(decoded, batch_id=0, ingested_at=now).schema,
+            bronze.quarantine_rows(decoded, batch_id=0, ingested_at=now).schema)
+
+    assert bronze.table_schemas(spec) == made
+    assert [f.nullable for f in made[0]] == [f.nullable for f in bronze.table_schemas(spec)[0]]
+
+
+def _log_actions(path: str) -> dict[str, dict[str, object]]:
+    lines = (Path(path) / "_delta_log" / f"{0:020d}.json").read_text().splitlines()
+    return {name: body for line in lines for name, body in json.loads(line).items() if name != "commitInfo"}
+
+
+@pytest.mark.parametrize("ntz", [False, True])
+def test_a_table_made_without_a_jvm_is_the_one_spark_makes(spark, tmp_path: Path, ntz: bool) -> None:
+    """delta-rs makes the tables of legacy protocols (the same protocol, schema, partitioning, properties and
+    comment as Spark's Delta would write) and leaves the rest to Spark: a timestamp_ntz column needs table
+    features, which delta-rs would list without the legacy ones Spark counts as in use."""
+    assert not rs_tables.create(str(tmp_path / "cdf"), T.StructType([T.StructField("id", T.LongType())]),
+                                properties={"delta.enableChangeDataFeed": "true"})  # Spark writes (1, 7) there
+    schema = T.StructType([T.StructField("id", T.LongType(), False),
+                           T.StructField("at", T.TimestampNTZType() if ntz else T.TimestampType()),
+                           T.StructField("inner", T.StructType([T.StructField("x", T.LongType(), False)]))])
+    plan = tables.TablePlan(str(tmp_path / "rs"), schema, ("id",), {"delta.checkpointInterval": "7"}, False, "hi")
+    made = rs_tables.create(plan.path, plan.schema, partition_by=plan.partition_by, properties=plan.properties,
+                            comment=plan.comment)
+    assert made is not ntz
+    if made:
+        tables._create_with_spark(spark, dataclasses.replace(plan, path=str(tmp_path / "spark")))
+        ours, spark_made = _log_actions(plan.path), _log_actions(str(tmp_path / "spark"))
+        assert ours["protocol"] == spark_made["protocol"] == {"minReaderVersion": 1, "minWriterVersion": 2}
+        for key in ("schemaString", "partitionColumns", "configuration", "description"):
+            assert ours["metaData"][key] == spark_made["metaData"][key], key  # type: ignore[index]
+        spark.range(3).selectExpr("id", "current_timestamp() AS at", "named_struct('x', id) AS inner") \
+            .write.format("delta").mode("append").save(plan.path)
+        assert rs_tables.state(plan.path).exists and spark.read.format("delta").load(plan.path).count() == 3

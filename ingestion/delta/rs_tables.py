@@ -1,0 +1,93 @@
+"""A table's state and its creation through delta-rs (`deltalake`), without a JVM: a pipeline's tables are made
+before its Spark session exists, while the JVM boots (docs/architecture.md#tables-before-the-jvm).
+
+Where delta-rs cannot do what Spark's Delta would (a table feature it cannot read, a property it refuses, an
+object store it cannot write to without a lock), `JvmFreeReadError` or a False from `create` says so and the
+caller does it with Spark. delta-rs creates only the tables whose protocol Spark makes legacy (reader 1, writer
+2), which it writes as Spark does. Where a table needs table features (a timestamp_ntz or variant column, the
+change feed, a property that turns one on), delta-rs's protocol would differ from Spark's and leave out legacy
+features Spark counts as in use (`invariants` of a nested NOT NULL field, which Spark then refuses to read), so
+Spark makes those.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pyspark.sql import types as T
+
+from ingestion.delta.reader import JvmFreeReadError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TableState:
+    """What a table at a path is now: whether it exists, its columns and its properties."""
+
+    exists: bool
+    schema: T.StructType | None = None
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+
+def state(path: str, storage_options: Mapping[str, str] | None = None) -> TableState:
+    """The table at `path` as delta-rs reads its log; JvmFreeReadError when delta-rs cannot read it."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(path, storage_options=dict(storage_options or {}) or None)
+        schema = T.StructType.fromJson(json.loads(table.schema().to_json()))
+        properties = dict(table.metadata().configuration)
+    except TableNotFoundError:
+        return TableState(exists=False)
+    except Exception as exc:  # noqa: BLE001 - an unsupported feature or store: the caller reads with Spark
+        raise JvmFreeReadError(f"delta-rs cannot read {path}: {type(exc).__name__}: {exc}") from None
+    return TableState(exists=True, schema=schema, properties=properties)
+
+
+def create(path: str, schema: T.StructType, *, partition_by: Sequence[str] = (), properties: Mapping[str, str],
+           comment: str = "", storage_options: Mapping[str, str] | None = None) -> bool:
+    """Create an empty table (version 0: protocol and metadata) unless one exists; False when delta-rs refuses
+    (the caller creates it with Spark). Delta's schema JSON is Spark's, so the columns are exactly `schema`'s."""
+    from deltalake import DeltaTable, Schema
+
+    if not _legacy(schema, properties):
+        return False
+    try:
+        DeltaTable.create(path, Schema.from_json(schema.json()), mode="ignore", partition_by=list(partition_by) or None,
+                          configuration=dict(properties), description=comment or None,
+                          storage_options=dict(storage_options or {}) or None)
+    except Exception as exc:  # noqa: BLE001 - whatever delta-rs refuses, Spark's Delta is asked instead
+        log.debug("delta-rs did not create %s (%s: %s); creating it with Spark", path, type(exc).__name__, exc)
+        return False
+    return True
+
+
+# The properties of tables this project creates that keep a legacy protocol; any other (a user's
+# sink.tableProperties) has Spark make the table.
+LEGACY_PROPERTIES = frozenset({
+    "delta.checkpointInterval", "delta.deletedFileRetentionDuration", "delta.logRetentionDuration",
+    "delta.setTransactionRetentionDuration", "delta.dataSkippingStatsColumns", "delta.dataSkippingNumIndexedCols",
+    "delta.autoOptimize.autoCompact", "delta.appendOnly"})
+_FEATURE_TYPES = (T.TimestampNTZType, T.VariantType)
+
+
+def _legacy(schema: T.StructType, properties: Mapping[str, str]) -> bool:
+    """Whether a table of this schema and these properties has a legacy protocol (no table features)."""
+    return set(properties) <= LEGACY_PROPERTIES and not _has_feature_type(schema)
+
+
+def _has_feature_type(kind: T.DataType) -> bool:
+    if isinstance(kind, _FEATURE_TYPES):
+        return True
+    if isinstance(kind, T.StructType):
+        return any(_has_feature_type(f.dataType) for f in kind.fields)
+    if isinstance(kind, T.ArrayType):
+        return _has_feature_type(kind.elementType)
+    if isinstance(kind, T.MapType):
+        return _has_feature_type(kind.keyType) or _has_feature_type(kind.valueType)
+    return False
