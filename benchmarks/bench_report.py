@@ -85,8 +85,16 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         mine = [r for r in runs if r["kind"] == kind]
         if mine:
             out[kind] = {"runs": len(mine), "all_ok": all(r["ok"] for r in mine),
-                         **{k: _median([r.get(k) for r in mine]) for k in MEDIAN_KEYS}}
+                         **{k: _median([r.get(k) for r in mine]) for k in MEDIAN_KEYS},
+                         "cpu_s": _median([_cpu(r) for r in mine])}
     return out
+
+
+def _cpu(run: dict[str, Any]) -> float | None:
+    """CPU seconds of the whole process tree (JVM, driver, workers, others): on a shared machine a steadier measure
+    of what a change costs than a rate, which the neighbours' load moves by tens of percent."""
+    parts = [run.get(k) for k in ("cpu_jvm_s", "cpu_driver_s", "cpu_workers_s", "cpu_other_s")]
+    return sum(p for p in parts if p is not None) if parts[0] is not None else None
 
 
 COMPARISONS = (("ours", "baseline"), ("ours", "limit_spark"), ("ours", "limit_consumer"), ("ours", "peer"),
@@ -100,7 +108,7 @@ def ratios(summary: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | No
         if one in summary and other in summary:
             out[f"{one}/{other}"] = {
                 k: round(summary[one][k] / summary[other][k], 3) if summary[one].get(k) and summary[other].get(k)
-                else None for k in ("records_per_s", "steady_records_per_s", "wall_records_per_s")}
+                else None for k in ("records_per_s", "steady_records_per_s", "wall_records_per_s", "cpu_s")}
     return out
 
 
@@ -245,10 +253,11 @@ def markdown(results: dict[str, Any]) -> str:
                       f"summarize {ours['median_decode_summarize_s']} s and Delta writes {ours['median_write_s']} s.",
                       ""]
     if results.get("ratios"):
-        lines += ["| ratio | records/s | steady records/s | wall records/s |", "| --- | ---: | ---: | ---: |"]
+        lines += ["| ratio | records/s | steady records/s | wall records/s | CPU s (all processes) |",
+                  "| --- | ---: | ---: | ---: | ---: |"]
         for name, r in results["ratios"].items():
             lines.append(f"| {name} | {_fmt(r['records_per_s'], 3)} | {_fmt(r['steady_records_per_s'], 3)} "
-                         f"| {_fmt(r['wall_records_per_s'], 3)} |")
+                         f"| {_fmt(r['wall_records_per_s'], 3)} | {_fmt(r.get('cpu_s'), 3)} |")
         lines.append("")
     lines += (_freshness_md(results.get("freshness")) + _memory_md(results.get("memory"))
               + _admin_md(results.get("admin")) + _maintain_md(results.get("maintain"))
