@@ -32,7 +32,7 @@ from pyspark.sql import types as T
 from pyspark.sql.utils import AnalysisException
 
 from ingestion.decode.python_decoder import batch_decoder
-from ingestion.decode.spec import DECODER_COLUMNS, PAYLOAD, UNVERIFIED, DecodeSpec, UnknownSchemaError
+from ingestion.decode.spec import DECODER_COLUMNS, PAYLOAD, UNVERIFIED, DecodeSpec, UnknownSchemaError, format_module
 from ingestion.decode.wire import HEADER_SIZE, encode
 from ingestion.errors import SchemaError, one_line
 from ingestion.runtime import helper, session_cache
@@ -43,10 +43,9 @@ _MAX_INT = 2**31 - 1
 
 def unusable(spark: SparkSession, spec: DecodeSpec) -> str | None:
     """Why the JVM path cannot decode this pipeline's records, or None when it can."""
-    if spec.value_format == "protobuf":
-        from ingestion.decode import protobuf_jvm  # Protobuf's JVM path, a module of its own
-
-        return protobuf_jvm.unusable(spark, spec)
+    module = format_module(spec, "jvm")  # another format's JVM path, a module of its own
+    if module is not None:
+        return module.unusable(spark, spec)  # type: ignore[no-any-return]
     if spec.key_format == "avro":
         return "key.format avro is decoded in Python"
     reader = json.loads(spec.reader_schema)
@@ -81,10 +80,9 @@ def decode_in_jvm(kafka_rows: DataFrame, spec: DecodeSpec) -> DataFrame:
     """Kafka rows -> decoder rows (the columns of `BatchDecoder`'s output). Rows the JVM could not verify carry
     `_error_class` UNVERIFIED (or UnknownSchemaError for a valid header naming an id this pipeline does not know)
     and their value in `_raw_value`: pass the result to `settle_in_python` unless no row is unverified."""
-    if spec.value_format == "protobuf":
-        from ingestion.decode import protobuf_jvm
-
-        return protobuf_jvm.decode_in_jvm(kafka_rows, spec)
+    module = format_module(spec, "jvm")
+    if module is not None:
+        return module.decode_in_jvm(kafka_rows, spec)  # type: ignore[no-any-return]
     plan = _plan(kafka_rows.sparkSession, spec)
     passthrough = [name for name in kafka_rows.columns if name != "value"]
     # `_verified` is a column of its own, so the checks run once per row, not once per output column.

@@ -1,0 +1,526 @@
+"""JSON Schema -> Spark types, and JSON documents -> row values, strictly (docs/json.md).
+
+A schema is compiled once into a tree of `Node`s: each holds the Spark type of its column and a function that
+turns a parsed JSON value into the value Arrow takes for that type, or raises an `InvalidJsonError` naming the
+value's JSON path (`$.items[1].sku`) and the fault. Nothing is coerced and nothing becomes null that was not null
+in the document: a value of the wrong type, a missing required property, an enum outside its values, a number
+beyond its column, a string that is not its declared format, duplicate keys, invalid JSON: each is an error.
+
+Constructs the mapping cannot hold (unions of different types, `patternProperties`, recursion, ...) are refused
+when the schema is compiled, in one line naming the construct and where it is (`UnsupportedSchemaError`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import types as T
+
+from ingestion.errors import SchemaError
+
+Convert = Callable[[Any, str], Any]  # (parsed JSON value, its JSON path) -> the column's value
+
+INT64 = (-(2**63), 2**63 - 1)
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+class UnsupportedSchemaError(SchemaError):
+    """The schema uses a construct the mapping to columns cannot hold."""
+
+
+class InvalidJsonError(ValueError):
+    """A document the schema rejects; the message starts with the JSON path of the fault."""
+
+
+class MalformedJsonError(InvalidJsonError):
+    """Not JSON text: a syntax error, bytes that are not UTF-8, NaN or Infinity literals."""
+
+
+class DuplicateKeyError(MalformedJsonError):
+    """An object has the same key twice (JSON allows it; which one counts is undefined, so neither does)."""
+
+
+class JsonTypeError(InvalidJsonError):
+    """A value of another type than the schema's (null for a property that is not nullable among them)."""
+
+
+class MissingPropertyError(InvalidJsonError):
+    """A required property is absent."""
+
+
+class JsonEnumError(InvalidJsonError):
+    """A value outside the schema's `enum` (or `const`)."""
+
+
+class JsonRangeError(InvalidJsonError):
+    """A number beyond its column (an integer outside 64 bits, a number beyond a double) or its bounds."""
+
+
+class JsonFormatError(InvalidJsonError):
+    """A string that is not its `format` (date-time, date, time, uuid)."""
+
+
+class JsonConstraintError(InvalidJsonError):
+    """A value against another keyword: lengths, `pattern`, item counts, `additionalProperties: false`."""
+
+
+@dataclass(frozen=True)
+class Node:
+    spark: T.DataType
+    convert: Convert
+    nullable: bool = False
+
+
+# Keywords that only annotate: allowed anywhere, not checked.
+ANNOTATIONS = frozenset({"$schema", "$id", "$comment", "$anchor", "title", "description", "default", "examples",
+                         "deprecated", "readOnly", "writeOnly", "$defs", "definitions", "contentEncoding",
+                         "contentMediaType"})
+KNOWN = ANNOTATIONS | {"type", "properties", "required", "additionalProperties", "items", "enum", "const", "format",
+                       "$ref", "oneOf", "anyOf", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                       "minLength", "maxLength", "pattern", "minItems", "maxItems"}
+# Checked formats; any other `format` is an annotation, as JSON Schema 2020-12 says by default.
+FORMATS = {"date-time": T.TimestampType(), "date": T.DateType(), "time": T.StringType(), "uuid": T.StringType()}
+
+# RFC 3339 as rfc3339-validator (the jsonschema package's date-time check) reads it: no leap second, `T` and `Z`
+# in either case.
+_DATE_TIME = re.compile(r"(\d{4})-(0[1-9]|1[0-2])-(\d{2})[Tt]([01]\d|2[0-3]):([0-5]\d):([0-5]\d)(\.\d+)?"
+                        r"([Zz]|[+-](?:[01]\d|2[0-3]):[0-5]\d)", re.ASCII)
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", re.ASCII)
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def show(value: Any) -> str:
+    """A value for a message: its JSON, cut to 60 characters."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def wrong_type(path: str, expected: str, value: Any) -> JsonTypeError:
+    return JsonTypeError(f"{path}: expected {expected}, got {_type_name(value)} {show(value)}")
+
+
+def parse(text: bytes | bytearray | memoryview | str, **options: Any) -> Any:
+    """The parsed JSON of a body: MalformedJsonError for anything that is not strict JSON (invalid UTF-8, NaN and
+    Infinity literals, syntax), DuplicateKeyError for an object with a key twice."""
+    if isinstance(text, bytes | bytearray | memoryview):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MalformedJsonError(f"$: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    try:
+        return json.loads(text, object_pairs_hook=_unique, parse_constant=_no_constant, **options)
+    except json.JSONDecodeError as exc:
+        raise MalformedJsonError(f"$: not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except (ValueError, RecursionError) as exc:  # Python's limit on the digits of an integer, nesting depth
+        if isinstance(exc, InvalidJsonError):
+            raise
+        raise MalformedJsonError(f"$: not JSON this decoder reads: {str(exc).splitlines()[0][:120]}") from None
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise DuplicateKeyError(f"$: key {twice!r} appears twice in one object")
+    return result
+
+
+def _no_constant(name: str) -> Any:
+    raise MalformedJsonError(f"$: {name} is not a JSON value")
+
+
+# --- compiling a JSON Schema ---------------------------------------------------------------------------------
+
+
+class _Compiler:
+    """Turns one schema document (a root schema and the documents its `$ref`s may name) into Nodes."""
+
+    def __init__(self, root: Any, refs: dict[str, Any], where: str) -> None:
+        self.root, self.refs, self.where = root, refs, where
+
+    def refuse(self, at: str, what: str) -> UnsupportedSchemaError:
+        return UnsupportedSchemaError(f"{self.where}: {what} at {at or '#'} cannot be a column (docs/json.md)")
+
+    def resolve(self, ref: str, at: str) -> tuple[Any, Any]:
+        """(the schema a $ref names, the document it is in)."""
+        name, _, pointer = ref.partition("#")
+        if name:
+            if name not in self.refs:
+                raise self.refuse(at, f"$ref {ref!r} to a document the schema's references do not hold")
+            document = self.refs[name]
+        else:
+            document = self.root
+        target = document
+        for part in [p for p in pointer.split("/") if p]:
+            part = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(target, dict) and part in target:
+                target = target[part]
+            elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
+                target = target[int(part)]
+            else:
+                raise self.refuse(at, f"$ref {ref!r} that names nothing")
+        return target, document
+
+    def node(self, schema: Any, at: str, document: Any, stack: tuple[str, ...] = ()) -> Node:
+        if schema is True or schema == {}:
+            return Node(T.StringType(), _json_text, nullable=True)
+        if not isinstance(schema, dict):
+            raise self.refuse(at, f"schema {show(schema)}")
+        unknown = sorted(set(schema) - KNOWN)
+        if unknown:
+            raise self.refuse(at, f"keyword {unknown[0]!r}")
+        if "$ref" in schema:
+            ref = schema["$ref"]
+            key = f"{id(document)}{ref}"
+            if key in stack:
+                raise self.refuse(at, f"a recursive schema ($ref {ref!r} contains itself)")
+            others = set(schema) - ANNOTATIONS - {"$ref"}
+            if others:
+                raise self.refuse(at, f"$ref beside {sorted(others)[0]!r}")
+            target, in_document = self.resolve(ref, at)
+            saved = self.root
+            self.root = in_document
+            try:
+                return self.node(target, at, in_document, (*stack, key))
+            finally:
+                self.root = saved
+        for union in ("oneOf", "anyOf"):
+            if union in schema:
+                return self.union(schema, union, at, document, stack)
+        if "enum" in schema or "const" in schema:
+            return self.enum(schema, at)
+        kind = schema.get("type")
+        nullable = False
+        if isinstance(kind, list):
+            kinds = [k for k in kind if k != "null"]
+            nullable = len(kinds) < len(kind)
+            if len(kinds) != 1:
+                raise self.refuse(at, f"type {kind!r} (a union of several non-null types)")
+            kind = kinds[0]
+        made = self.typed(schema, kind, at, document, stack)
+        return Node(made.spark, _nullable(made.convert) if nullable else made.convert, nullable)
+
+    def union(self, schema: dict[str, Any], union: str, at: str, document: Any, stack: tuple[str, ...]) -> Node:
+        branches = schema[union]
+        others = set(schema) - ANNOTATIONS - {union}
+        if others:
+            raise self.refuse(at, f"{union} beside {sorted(others)[0]!r}")
+        if not isinstance(branches, list):
+            raise self.refuse(at, f"{union} that is not a list")
+        nulls = [b for b in branches if b == {"type": "null"}]
+        rest = [b for b in branches if b != {"type": "null"}]
+        if len(rest) != 1 or len(nulls) > 1:
+            raise self.refuse(at, f"{union} of {len(rest)} non-null schemas (only [x, null] is a column)")
+        inner = self.node(rest[0], at, document, stack)
+        if inner.nullable and nulls and union == "oneOf":
+            raise self.refuse(at, "oneOf whose branches both allow null")
+        return Node(inner.spark, _nullable(inner.convert) if nulls else inner.convert, inner.nullable or bool(nulls))
+
+    def enum(self, schema: dict[str, Any], at: str) -> Node:
+        values = schema["enum"] if "enum" in schema else [schema["const"]]
+        others = set(schema) - ANNOTATIONS - {"enum", "const", "type"}
+        if others:
+            raise self.refuse(at, f"enum beside {sorted(others)[0]!r}")
+        if not isinstance(values, list) or not values:
+            raise self.refuse(at, "an enum that is not a non-empty list")
+        nullable = None in values
+        texts = [v for v in values if v is not None]
+        if not all(isinstance(v, str) for v in texts) or not texts:
+            raise self.refuse(at, f"enum of non-string values {show(values)} (an enum column is a string)")
+        kind = schema.get("type", "string")
+        kinds = set(kind) if isinstance(kind, list) else {kind}
+        if kinds - {"string", "null"} or (nullable and "type" in schema and "null" not in kinds):
+            raise self.refuse(at, f"enum with type {kind!r}")
+        allowed = frozenset(texts)
+
+        def convert(value: Any, path: str) -> Any:
+            if value is None and nullable:
+                return None
+            if not isinstance(value, str):
+                raise wrong_type(path, "one of " + show(sorted(allowed)), value)
+            if value not in allowed:
+                raise JsonEnumError(f"{path}: {show(value)} is not one of {show(sorted(allowed))}")
+            return value
+        return Node(T.StringType(), convert, nullable)
+
+    def typed(self, schema: dict[str, Any], kind: Any, at: str, document: Any, stack: tuple[str, ...]) -> Node:
+        if kind == "object":
+            return self.object(schema, at, document, stack)
+        if kind == "array":
+            return self.array(schema, at, document, stack)
+        if kind in ("integer", "number"):
+            return _number(schema, kind == "integer")
+        if kind == "string":
+            fmt = schema.get("format")
+            return _string(schema, fmt if fmt in FORMATS else None)
+        if kind == "boolean":
+            return Node(T.BooleanType(), _boolean)
+        if kind is None:
+            raise self.refuse(at, "a schema without a type")
+        raise self.refuse(at, f"type {kind!r}")
+
+    def object(self, schema: dict[str, Any], at: str, document: Any, stack: tuple[str, ...]) -> Node:
+        properties = schema.get("properties")
+        extra = schema.get("additionalProperties", True)
+        required = schema.get("required", [])
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            raise self.refuse(at, "required that is not a list of names")
+        if not properties:
+            if required:
+                raise self.refuse(at, "required properties of an object without properties")
+            if isinstance(extra, dict) and extra:
+                values = self.node(extra, f"{at}/additionalProperties", document, stack)
+                return Node(T.MapType(T.StringType(), values.spark, True), _map(values.convert))
+            if extra is False:
+                raise self.refuse(at, "an object that allows no property")
+            return Node(T.StringType(), _object_text)
+        missing = [r for r in required if r not in properties]
+        if missing:
+            raise self.refuse(at, f"required property {missing[0]!r} not in properties")
+        fields = []
+        for name, sub in properties.items():
+            inner = self.node(sub, f"{at}/properties/{name}", document, stack)
+            fields.append((name, inner, name in required))
+        check_extra: Convert | None = None
+        if isinstance(extra, dict) and extra:
+            check_extra = self.node(extra, f"{at}/additionalProperties", document, stack).convert
+        elif extra is not True and extra != {} and extra is not False:
+            raise self.refuse(at, f"additionalProperties {show(extra)}")
+        spark = T.StructType([T.StructField(n, node.spark, True) for n, node, _ in fields])
+        return Node(spark, _struct(fields, closed=extra is False, check_extra=check_extra))
+
+    def array(self, schema: dict[str, Any], at: str, document: Any, stack: tuple[str, ...]) -> Node:
+        items = schema.get("items")
+        if not isinstance(items, dict | bool) or items is False:
+            raise self.refuse(at, "an array without an items schema" if items is None else f"items {show(items)}")
+        inner = self.node(items, f"{at}/items", document, stack)
+        low, high = schema.get("minItems"), schema.get("maxItems")
+
+        def convert(value: Any, path: str) -> Any:
+            if not isinstance(value, list):
+                raise wrong_type(path, "array", value)
+            if low is not None and len(value) < low:
+                raise JsonConstraintError(f"{path}: {len(value)} items, fewer than minItems {low}")
+            if high is not None and len(value) > high:
+                raise JsonConstraintError(f"{path}: {len(value)} items, more than maxItems {high}")
+            return [inner.convert(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return Node(T.ArrayType(inner.spark, True), convert)
+
+
+def _nullable(convert: Convert) -> Convert:
+    def nullable(value: Any, path: str) -> Any:
+        return None if value is None else convert(value, path)
+    return nullable
+
+
+def _json_text(value: Any, path: str) -> Any:
+    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _object_text(value: Any, path: str) -> Any:
+    if not isinstance(value, dict):
+        raise wrong_type(path, "object", value)
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _boolean(value: Any, path: str) -> Any:
+    if not isinstance(value, bool):
+        raise wrong_type(path, "boolean", value)
+    return value
+
+
+def _member(path: str, name: str) -> str:
+    return f"{path}.{name}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else f"{path}[{json.dumps(name)}]"
+
+
+def _struct(fields: list[tuple[str, Node, bool]], *, closed: bool, check_extra: Convert | None) -> Convert:
+    names = frozenset(name for name, _, _ in fields)
+
+    def convert(value: Any, path: str) -> Any:
+        if not isinstance(value, dict):
+            raise wrong_type(path, "object", value)
+        row = {}
+        for name, node, required in fields:
+            if name in value:
+                row[name] = node.convert(value[name], _member(path, name))
+            elif required:
+                raise MissingPropertyError(f"{_member(path, name)}: required property is missing")
+            else:
+                row[name] = None
+        if len(value) > len(row) or not names.issuperset(value):
+            for name in value:
+                if name in names:
+                    continue
+                if closed:
+                    raise JsonConstraintError(f"{_member(path, name)}: property not allowed "
+                                              "(additionalProperties is false)")
+                if check_extra is not None:
+                    check_extra(value[name], _member(path, name))
+        return row
+    return convert
+
+
+def _map(values: Convert) -> Convert:
+    def convert(value: Any, path: str) -> Any:
+        if not isinstance(value, dict):
+            raise wrong_type(path, "object", value)
+        return [(k, values(v, _member(path, k))) for k, v in value.items()]
+    return convert
+
+
+def _bounds(schema: dict[str, Any]) -> list[tuple[str, Any, Callable[[Any, Any], bool]]]:
+    tests = {"minimum": lambda v, b: v >= b, "maximum": lambda v, b: v <= b,
+             "exclusiveMinimum": lambda v, b: v > b, "exclusiveMaximum": lambda v, b: v < b}
+    found = []
+    for keyword, test in tests.items():
+        if keyword in schema:
+            bound = schema[keyword]
+            if isinstance(bound, bool) or not isinstance(bound, int | float):
+                raise UnsupportedSchemaError(f"{keyword} {show(bound)} is not a number")
+            found.append((keyword, bound, test))
+    return found
+
+
+def _number(schema: dict[str, Any], integer: bool) -> Node:
+    bounds = _bounds(schema)
+
+    def convert(value: Any, path: str) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise wrong_type(path, "integer" if integer else "number", value)
+        if isinstance(value, float) and math.isinf(value):
+            raise JsonRangeError(f"{path}: {show(value)} is beyond a double")
+        for keyword, bound, test in bounds:
+            if not test(value, bound):
+                raise JsonRangeError(f"{path}: {show(value)} is outside {keyword} {show(bound)}")
+        if integer:
+            if isinstance(value, float):
+                if not value.is_integer():
+                    raise wrong_type(path, "integer", value)
+                value = int(value)
+            if not INT64[0] <= value <= INT64[1]:
+                raise JsonRangeError(f"{path}: {value} is beyond a 64-bit integer column")
+            return value
+        try:
+            return float(value)
+        except OverflowError:
+            raise JsonRangeError(f"{path}: {show(value)} is beyond a double") from None
+    return Node(T.LongType() if integer else T.DoubleType(), convert)
+
+
+def _string(schema: dict[str, Any], fmt: str | None) -> Node:
+    low, high, pattern = schema.get("minLength"), schema.get("maxLength"), schema.get("pattern")
+    regex = re.compile(pattern) if isinstance(pattern, str) else None
+    read = _FORMAT_READERS.get(fmt or "")
+
+    def convert(value: Any, path: str) -> Any:
+        if not isinstance(value, str):
+            raise wrong_type(path, "string", value)
+        if low is not None and len(value) < low:
+            raise JsonConstraintError(f"{path}: {len(value)} characters, fewer than minLength {low}")
+        if high is not None and len(value) > high:
+            raise JsonConstraintError(f"{path}: {len(value)} characters, more than maxLength {high}")
+        if regex is not None and not regex.search(value):
+            raise JsonConstraintError(f"{path}: {show(value)} does not match pattern {show(pattern)}")
+        if read is None:
+            return value
+        try:
+            return read(value)
+        except ValueError as exc:
+            raise JsonFormatError(f"{path}: {show(value)} is not a {fmt} ({exc})") from None
+    return Node(FORMATS.get(fmt or "", T.StringType()), convert)
+
+
+def read_date_time(text: str) -> dt.datetime:
+    """An RFC 3339 date-time -> a UTC datetime (digits below the microsecond dropped); ValueError otherwise."""
+    m = _DATE_TIME.fullmatch(text)
+    if m is None:
+        raise ValueError("RFC 3339 date-time expected, like 2026-01-31T12:00:00Z")
+    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+    micros = int((m.group(7) or ".0")[1:7].ljust(6, "0"))
+    zone = m.group(8)
+    offset = dt.timedelta(0) if zone in "Zz" else (1 if zone[0] == "+" else -1) * dt.timedelta(
+        hours=int(zone[1:3]), minutes=int(zone[4:6]))
+    try:
+        local = dt.datetime(year, month, day, hour, minute, second, micros, tzinfo=dt.timezone(offset))
+        return local.astimezone(dt.UTC)
+    except (ValueError, OverflowError) as exc:
+        raise ValueError(str(exc)) from None
+
+
+def read_date(text: str) -> dt.date:
+    if not _DATE.fullmatch(text):
+        raise ValueError("a full-date expected, like 2026-01-31")
+    return dt.date.fromisoformat(text)
+
+
+def read_time(text: str) -> str:
+    read_date_time("1970-01-01T" + text)
+    return text
+
+
+def read_uuid(text: str) -> str:
+    if not _UUID.fullmatch(text):
+        raise ValueError("8-4-4-4-12 hexadecimal digits expected")
+    return text
+
+
+_FORMAT_READERS: dict[str, Callable[[str], Any]] = {"date-time": read_date_time, "date": read_date,
+                                                     "time": read_time, "uuid": read_uuid}
+
+
+# --- entry points --------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=64)
+def compile_document(text: str, where: str = "schema") -> Node:
+    """The Node of a JSON Schema document (`json_schemas.document`): its root must be an object with properties,
+    which become the table's columns."""
+    parsed = json.loads(text)
+    body = parsed.get("jsonschema")
+    if not isinstance(body, dict):
+        raise SchemaError(f"{where}: not a JSON Schema document")
+    compiler = _Compiler(body["root"], body.get("refs", {}), where)
+    node = compiler.node(body["root"], "#", body["root"])
+    if not isinstance(node.spark, T.StructType) or node.nullable:
+        raise UnsupportedSchemaError(f"{where}: the top-level schema must be an object with properties (the "
+                                     f"table's columns), got {node.spark.simpleString()}")
+    return node
+
+
+def spark_schema(text: str, where: str = "schema") -> T.StructType:
+    spark = compile_document(text, where).spark
+    assert isinstance(spark, T.StructType)
+    return spark
+
+
+def converter(text: str) -> Callable[[Any], dict[str, Any]]:
+    """parsed document -> the row of the table's columns; InvalidJsonError naming the path otherwise."""
+    node = compile_document(text)
+    return lambda value: node.convert(value, "$")  # type: ignore[no-any-return]
+
+
+__all__ = ["DuplicateKeyError", "InvalidJsonError", "JsonConstraintError", "JsonEnumError", "JsonFormatError",
+           "JsonRangeError", "JsonTypeError", "MalformedJsonError", "MissingPropertyError", "Node",
+           "UnsupportedSchemaError", "compile_document", "converter", "parse", "spark_schema"]
