@@ -420,7 +420,7 @@ def _number(schema: dict[str, Any], integer: bool) -> Node:
                     raise wrong_type(path, "integer", value)
                 value = int(value)
             if not INT64[0] <= value <= INT64[1]:
-                raise JsonRangeError(f"{path}: {value} is beyond a 64-bit integer column")
+                raise JsonRangeError(f"{path}: {show(value)} is beyond a 64-bit integer column")
             return value
         try:
             return float(value)
