@@ -24,6 +24,7 @@ from ingestion.config import load_pipeline
 from ingestion.decode.wire import encode
 from ingestion.dev import cdc
 from ingestion.kafka.clients import create_topic
+from ingestion.ops.onboard import onboard
 from ingestion.schema.registry import registry_client
 from ingestion.stream import pipeline
 from tests.conftest import pipeline_yaml
@@ -178,9 +179,10 @@ def _kcat_run(spark: Any, servers: str, tmp: Path) -> dict[str, Any]:
                    check=True, timeout=60, capture_output=True)
     config = load_pipeline(pipeline_yaml(tmp, topic=topic, servers=servers,
                                          extra=f"value:\n  format: json\n  schemaFile: {schema}\n"))
+    plan = "\n".join(onboard(spark, config, dry_run=True).lines)
     pipeline.run(spark, config, available_now=True)
     rows, failed = _collect(spark, config)
-    return {"produced": {f"o{seq}": order(seq) for seq in range(5)}, "rows": rows, "failed": failed}
+    return {"produced": {f"o{seq}": order(seq) for seq in range(5)}, "rows": rows, "failed": failed, "plan": plan}
 
 
 def _connect_run(spark: Any, servers: str, tmp: Path) -> dict[str, Any]:
@@ -286,6 +288,9 @@ def test_plain_json_from_kcat_with_a_schema_file(landed: dict[str, Any]) -> None
     assert {k: r["_error_class"] for k, r in run["failed"].items()} == {
         "bad-type": "JsonTypeError", "bad-dup": "DuplicateKeyError", "bad-text": "MalformedJsonError"}
     assert run["failed"]["bad-type"]["_error_message"].startswith("$.amount_cents: expected integer")
+    # onboard shows the schema file and the columns it gives, before the table exists
+    assert "(value.format json): the table's columns" in run["plan"]
+    assert "|-- amount_cents: long" in run["plan"] and "|-- placed_at: timestamp" in run["plan"]
 
 
 def test_kafka_connect_records_with_embedded_schemas(landed: dict[str, Any]) -> None:

@@ -398,3 +398,12 @@ def test_the_stricter_rules_beyond_json_schema() -> None:
         with pytest.raises(InvalidJsonError) as failure:
             decode(text)
         assert type(failure.value).__name__ == error_class, text
+
+
+def test_the_jvm_path_leaves_json_to_python_and_says_why() -> None:
+    """from_json nulls wrong types and keeps the last of duplicate keys: `auto` decodes JSON in Python, and
+    `value.decoder: jvm` is refused at start with this reason (stream.batch.DecoderChoice)."""
+    from ingestion.decode import jvm_decoder
+
+    reason = jvm_decoder.unusable(None, spec())  # type: ignore[arg-type]
+    assert reason is not None and "decoded in Python" in reason and "from_json" in reason
