@@ -14,11 +14,9 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import statistics
-import time
 from typing import Any
 
-from benchmarks.protobuf_decode import _records, avro_values, measure, protobuf_values
+from benchmarks.protobuf_decode import _records, avro_values, measure, measure_spark, protobuf_values
 from ingestion.decode.spec import DecodeSpec
 from ingestion.decode.wire import encode
 from ingestion.schema import json_schemas
@@ -55,24 +53,6 @@ def json_values(records: list[dict[str, Any]]) -> tuple[DecodeSpec, list[bytes]]
     return spec, values
 
 
-def measure_spark(spark: Any, spec: DecodeSpec, values: list[bytes], repeat: int) -> float:
-    """Median records/s of the Python path over cached Kafka rows."""
-    from ingestion.columns import KAFKA_SOURCE_SCHEMA
-    from ingestion.decode.python_decoder import decode_in_python
-
-    at = dt.datetime(2026, 1, 1)
-    rows = spark.createDataFrame([(None, v, "orders", i % 2, i, at, 0, []) for i, v in enumerate(values)],
-                                 KAFKA_SOURCE_SCHEMA).repartition(2).cache()
-    rows.count()
-    rates = []
-    for _ in range(repeat + 1):  # the first round warms the Python workers
-        started = time.perf_counter()
-        decode_in_python(rows, spec).write.format("noop").mode("overwrite").save()
-        rates.append(len(values) / (time.perf_counter() - started))
-    rows.unpersist()
-    return statistics.median(rates[1:])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=20_000)
@@ -85,8 +65,8 @@ def main() -> None:
         from ingestion.runtime.session import get_session
 
         spark = get_session("json-bench", conf={"spark.sql.shuffle.partitions": "2"})
-        rate = measure_spark(spark, *json_values(records), args.repeat)
-        print(f"json      python  {rate:10,.0f} records/s  ({args.records} records, Spark local[*])")
+        for path, rate in measure_spark(spark, *json_values(records), args.repeat).items():
+            print(f"json      {path:7s} {rate:10,.0f} records/s  ({args.records} records, Spark local[*])")
         spark.stop()
         return
     for name, build in (("json (json + checks)", json_values), ("avro (fastavro)", avro_values),

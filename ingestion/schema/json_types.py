@@ -321,12 +321,17 @@ class _Compiler:
         def convert(value: Any, path: str) -> Any:
             if not isinstance(value, list):
                 raise wrong_type(path, "array", value)
-            if low is not None and len(value) < low:
-                raise JsonConstraintError(f"{path}: {len(value)} items, fewer than minItems {low}")
-            if high is not None and len(value) > high:
-                raise JsonConstraintError(f"{path}: {len(value)} items, more than maxItems {high}")
+            _count(path, len(value), low, high, "items", "Items")
             return [inner.convert(v, f"{path}[{i}]") for i, v in enumerate(value)]
         return Node(T.ArrayType(inner.spark, True), convert)
+
+
+def _count(path: str, n: int, low: int | None, high: int | None, unit: str, keyword: str) -> None:
+    """minItems/maxItems, minLength/maxLength."""
+    if low is not None and n < low:
+        raise JsonConstraintError(f"{path}: {n} {unit}, fewer than min{keyword} {low}")
+    if high is not None and n > high:
+        raise JsonConstraintError(f"{path}: {n} {unit}, more than max{keyword} {high}")
 
 
 def _nullable(convert: Convert) -> Convert:
@@ -437,10 +442,7 @@ def _string(schema: dict[str, Any], fmt: str | None) -> Node:
     def convert(value: Any, path: str) -> Any:
         if not isinstance(value, str):
             raise wrong_type(path, "string", value)
-        if low is not None and len(value) < low:
-            raise JsonConstraintError(f"{path}: {len(value)} characters, fewer than minLength {low}")
-        if high is not None and len(value) > high:
-            raise JsonConstraintError(f"{path}: {len(value)} characters, more than maxLength {high}")
+        _count(path, len(value), low, high, "characters", "Length")
         if regex is not None and not regex.search(value):
             raise JsonConstraintError(f"{path}: {show(value)} does not match pattern {show(pattern)}")
         if read is None:

@@ -178,19 +178,10 @@ class RegistrySource:
             return json_schemas.from_registry(schema.schema_str, self._references(schema), name)
         if kind != "PROTOBUF":
             return canonical_json(json.loads(schema.schema_str))
-        files = {name: schema.schema_str}
-        pending = list(schema.references or [])
-        while pending:
-            reference = pending.pop()
-            if reference.name in files:
-                continue
-            referenced = self.client.get_version(reference.subject, reference.version).schema
-            files[reference.name] = referenced.schema_str
-            pending.extend(referenced.references or [])
-        return protobuf_schemas.document(name, files)
+        return protobuf_schemas.document(name, {**self._references(schema), name: schema.schema_str})
 
     def _references(self, schema: Any) -> dict[str, str]:
-        """The text of every schema a JSON Schema's references name (recursively), by reference name."""
+        """The text of every schema a schema's references name (recursively), by reference name."""
         found: dict[str, str] = {}
         pending = list(schema.references or [])
         while pending:
