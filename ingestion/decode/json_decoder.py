@@ -6,8 +6,8 @@ Every body is parsed strictly (`json_types.parse`) and converted by its writer s
 raises an `InvalidJsonError` naming the JSON path for anything the schema rejects: nothing is coerced, nothing
 turns into null. The row fills the table's columns by name (a property the writer's version lacks reads null).
 
-There is no JVM path: Spark's `from_json` turns a value of the wrong type into null, coerces numbers and strings
-and keeps the last of duplicate keys, and proving a row of it right costs a parse of its own; `unusable` says so.
+The JVM path (`json_jvm`, the helper's `JsonDecode`) decodes what it can vouch for with the same rules and leaves
+the rest to this decoder.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from __future__ import annotations
 import decimal
 import json
 from typing import Any
-
-from pyspark.sql import SparkSession
 
 from ingestion.decode.python_decoder import BatchDecoder
 from ingestion.decode.spec import DecodeSpec, RecordTooLargeError, UnknownSchemaError
@@ -92,9 +90,3 @@ class JsonBatchDecoder(BatchDecoder):
 
 def batch_decoder(spec: DecodeSpec) -> BatchDecoder:
     return JsonBatchDecoder(spec)
-
-
-def unusable(spark: SparkSession, spec: DecodeSpec) -> str | None:
-    """JSON is decoded in Python: Spark's from_json cannot be trusted to refuse what the schema rejects."""
-    return ("JSON values are decoded in Python (Spark's from_json turns wrong types into null and keeps the last of "
-            "duplicate keys; docs/json.md#decoders)")

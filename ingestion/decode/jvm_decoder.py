@@ -107,24 +107,11 @@ def _build(spark: SparkSession, spec: DecodeSpec) -> _Plan:
     from pyspark.sql.avro.functions import from_avro
 
     value = F.col("value")
-    fits = F.length(value) <= spec.max_bytes
     reader_ids = sorted(i for i, text in spec.writer_schemas.items() if text == spec.reader_schema)
+    attempt, schema_id, unknown = header_stage(spec, [(i, encode(i, b"")) for i in reader_ids])
     if spec.plain_schema_id is not None:
-        attempt: Column = value.isNotNull() & fits
-        schema_id: Column = F.lit(spec.plain_schema_id)
-        unknown: Column = F.lit(False)
         body, header = value, 0
     else:
-        # The common case costs one 5-byte comparison: the header of the reader schema's id, as a literal.
-        prefix = F.substring(value, 1, HEADER_SIZE)
-        ours = [(i, prefix == F.lit(bytearray(encode(i, b"")))) for i in reader_ids]
-        attempt = fits & _any([match for _, match in ours])
-        header_ok = (F.length(value) >= HEADER_SIZE) & (F.substring(value, 1, 1) == F.lit(bytearray(b"\x00")))
-        as_long = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")
-        other_id = F.when(header_ok & (as_long <= _MAX_INT), as_long.cast("int"))
-        schema_id = _first_match(ours, otherwise=other_id)
-        known = other_id.isin(sorted(spec.writer_schemas))
-        unknown = F.when(attempt, F.lit(False)).otherwise(header_ok & fits & ~known)
         body, header = F.expr(f"substring(value, {HEADER_SIZE + 1})"), HEADER_SIZE
     stage = [
         schema_id.alias("_schema_id"),
@@ -138,6 +125,26 @@ def _build(spark: SparkSession, spec: DecodeSpec) -> _Plan:
     body_ok = present & F.coalesce(F.call_function(check, value), F.lit(False))
     verified_if, columns = decoder_columns(spec, decoded, body_ok)  # from_avro's type: the table's, up to nulls
     return _Plan(stage, verified_if, columns)
+
+
+def header_stage(spec: DecodeSpec, headers: list[tuple[int, bytes]]) -> tuple[Column, Column, Column]:
+    """(whether the JVM tries a record, its schema id, whether that id is unknown), shared by the JVM decoders:
+    a record is tried when it is within value.maxBytes and its value starts, byte for byte, with one of `headers`
+    (the table's schema ids as the serializers frame them; the common case costs one comparison with a literal),
+    or, for a format without a header (`spec.plain_schema_id`), whenever it is not a tombstone."""
+    value = F.col("value")
+    fits = F.length(value) <= spec.max_bytes
+    if spec.plain_schema_id is not None:
+        return value.isNotNull() & fits, F.lit(spec.plain_schema_id), F.lit(False)
+    prefix = F.substring(value, 1, len(headers[0][1]))
+    ours = [(i, prefix == F.lit(bytearray(h))) for i, h in headers]
+    attempt = fits & _any([match for _, match in ours])
+    header_ok = (F.length(value) >= HEADER_SIZE) & (F.substring(value, 1, 1) == F.lit(bytearray(b"\x00")))
+    as_long = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")
+    other_id = F.when(header_ok & (as_long <= _MAX_INT), as_long.cast("int"))
+    known = other_id.isin(sorted(spec.writer_schemas))
+    unknown = F.when(attempt, F.lit(False)).otherwise(header_ok & fits & ~known)
+    return attempt, _first_match(ours, otherwise=other_id), unknown
 
 
 def decoder_columns(spec: DecodeSpec, decoded: Column, body_ok: Column) -> tuple[Column, list[Column]]:

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from ingestion.decode import jvm_decoder
 from ingestion.decode.protobuf_wire import index_bytes
 from ingestion.decode.spec import DecodeSpec
-from ingestion.decode.wire import HEADER_SIZE, encode
+from ingestion.decode.wire import encode
 from ingestion.runtime import helper, session_cache
 from ingestion.schema import protobuf_schemas
 
@@ -79,23 +79,10 @@ def decode_in_jvm(kafka_rows: DataFrame, spec: DecodeSpec) -> DataFrame:
 
 
 def _build(spark: SparkSession, spec: DecodeSpec) -> tuple[list[Column], Column, list[Column]]:
-    value = F.col("value")
-    fits = F.length(value) <= spec.max_bytes
     reader_ids = sorted(i for i, text in spec.writer_schemas.items() if text == spec.reader_schema)
-    headers = [(i, _header(spec, i)) for i in reader_ids]
-    size = len(headers[0][1])
-    prefix = F.substring(value, 1, size)
-    ours = [(i, prefix == F.lit(bytearray(h))) for i, h in headers]
-    attempt = fits & jvm_decoder._any([match for _, match in ours])
-    header_ok = (F.length(value) >= HEADER_SIZE) & (F.substring(value, 1, 1) == F.lit(bytearray(b"\x00")))
-    as_long = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")
-    other_id = F.when(header_ok & (as_long <= jvm_decoder._MAX_INT), as_long.cast("int"))
-    known = other_id.isin(sorted(spec.writer_schemas))
-    stage = [
-        jvm_decoder._first_match(ours, otherwise=other_id).alias("_schema_id"),
-        F.when(attempt, F.lit(False)).otherwise(header_ok & fits & ~known).alias("_unknown"),
-        F.when(attempt, F.call_function(_udf(spark, spec), value)).alias("_decoded"),
-    ]
+    attempt, schema_id, unknown = jvm_decoder.header_stage(spec, [(i, _header(spec, i)) for i in reader_ids])
+    stage = [schema_id.alias("_schema_id"), unknown.alias("_unknown"),
+             F.when(attempt, F.call_function(_udf(spark, spec), F.col("value"))).alias("_decoded")]
     decoded = F.col("_decoded")
     verified_if, columns = jvm_decoder.decoder_columns(spec, decoded, decoded.isNotNull())
     return stage, verified_if, columns

@@ -121,7 +121,7 @@ def _json_struct(text: str, message_name: str) -> T.StructType:
     return json_types.spark_schema(text)
 
 
-_JSON = Format(_json_struct, "ingestion.decode.json_decoder", "ingestion.decode.json_decoder")
+_JSON = Format(_json_struct, "ingestion.decode.json_decoder", "ingestion.decode.json_jvm")
 FORMATS: dict[str, Format] = {
     "confluent": Format(_avro_struct), "avro": Format(_avro_struct),
     "protobuf": Format(protobuf_struct, "ingestion.decode.protobuf_decoder", "ingestion.decode.protobuf_jvm"),

@@ -18,7 +18,7 @@ import json
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import types as T
@@ -76,6 +76,9 @@ class Node:
     spark: T.DataType
     convert: Convert
     nullable: bool = False
+    # What the JVM's check needs of this schema (json_jvm, data/JsonDecode.java): {"k": kind, ...}, "null": true
+    # where null is allowed.
+    tree: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 # Keywords that only annotate: allowed anywhere, not checked.
@@ -129,13 +132,35 @@ def parse(text: bytes | bytearray | memoryview | str, **options: Any) -> Any:
         except UnicodeDecodeError as exc:
             raise MalformedJsonError(f"$: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:
-        return json.loads(text, object_pairs_hook=_unique, parse_constant=_no_constant, **options)
+        parsed = json.loads(text, object_pairs_hook=_unique, parse_constant=_no_constant, **options)
     except json.JSONDecodeError as exc:
         raise MalformedJsonError(f"$: not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except (ValueError, RecursionError) as exc:  # Python's limit on the digits of an integer, nesting depth
         if isinstance(exc, InvalidJsonError):
             raise
         raise MalformedJsonError(f"$: not JSON this decoder reads: {str(exc).splitlines()[0][:120]}") from None
+    if _SURROGATE_ESCAPE.search(text):  # a \uD800-\uDFFF escape not paired: json keeps it, no column can
+        _unicode(parsed, "$")
+    return parsed
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _unicode(value: Any, path: str) -> None:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise MalformedJsonError(f"{path}: a lone surrogate \\u{ord(value[exc.start]):04x} is not Unicode text"
+                                     ) from None
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _unicode(item, f"{path}[{i}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _unicode(key, f"{path} (a key)")
+            _unicode(item, _member(path, key))
 
 
 def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -185,7 +210,7 @@ class _Compiler:
 
     def node(self, schema: Any, at: str, document: Any, stack: tuple[str, ...] = ()) -> Node:
         if schema is True or schema == {}:
-            return Node(T.StringType(), _json_text, nullable=True)
+            return Node(T.StringType(), _json_text, nullable=True, tree={"k": "text", "null": True})
         if not isinstance(schema, dict):
             raise self.refuse(at, f"schema {show(schema)}")
         unknown = sorted(set(schema) - KNOWN)
@@ -220,7 +245,8 @@ class _Compiler:
                 raise self.refuse(at, f"type {kind!r} (a union of several non-null types)")
             kind = kinds[0]
         made = self.typed(schema, kind, at, document, stack)
-        return Node(made.spark, _nullable(made.convert) if nullable else made.convert, nullable)
+        return Node(made.spark, _nullable(made.convert) if nullable else made.convert, nullable,
+                    {**made.tree, "null": nullable or made.nullable})
 
     def union(self, schema: dict[str, Any], union: str, at: str, document: Any, stack: tuple[str, ...]) -> Node:
         branches = schema[union]
@@ -236,7 +262,9 @@ class _Compiler:
         inner = self.node(rest[0], at, document, stack)
         if inner.nullable and nulls and union == "oneOf":
             raise self.refuse(at, "oneOf whose branches both allow null")
-        return Node(inner.spark, _nullable(inner.convert) if nulls else inner.convert, inner.nullable or bool(nulls))
+        nullable = inner.nullable or bool(nulls)
+        return Node(inner.spark, _nullable(inner.convert) if nulls else inner.convert, nullable,
+                    {**inner.tree, "null": nullable})
 
     def enum(self, schema: dict[str, Any], at: str) -> Node:
         values = schema["enum"] if "enum" in schema else [schema["const"]]
@@ -263,7 +291,7 @@ class _Compiler:
             if value not in allowed:
                 raise JsonEnumError(f"{path}: {show(value)} is not one of {show(sorted(allowed))}")
             return value
-        return Node(T.StringType(), convert, nullable)
+        return Node(T.StringType(), convert, nullable, {"k": "enum", "values": sorted(allowed), "null": nullable})
 
     def typed(self, schema: dict[str, Any], kind: Any, at: str, document: Any, stack: tuple[str, ...]) -> Node:
         if kind == "object":
@@ -276,7 +304,7 @@ class _Compiler:
             fmt = schema.get("format")
             return _string(schema, fmt if fmt in FORMATS else None)
         if kind == "boolean":
-            return Node(T.BooleanType(), _boolean)
+            return Node(T.BooleanType(), _boolean, tree={"k": "boolean"})
         if kind is None:
             raise self.refuse(at, "a schema without a type")
         raise self.refuse(at, f"type {kind!r}")
@@ -292,10 +320,11 @@ class _Compiler:
                 raise self.refuse(at, "required properties of an object without properties")
             if isinstance(extra, dict) and extra:
                 values = self.node(extra, f"{at}/additionalProperties", document, stack)
-                return Node(T.MapType(T.StringType(), values.spark, True), _map(values.convert))
+                return Node(T.MapType(T.StringType(), values.spark, True), _map(values.convert),
+                            tree={"k": "map", "v": values.tree})
             if extra is False:
                 raise self.refuse(at, "an object that allows no property")
-            return Node(T.StringType(), _object_text)
+            return Node(T.StringType(), _object_text, tree={"k": "text"})
         missing = [r for r in required if r not in properties]
         if missing:
             raise self.refuse(at, f"required property {missing[0]!r} not in properties")
@@ -304,12 +333,16 @@ class _Compiler:
             inner = self.node(sub, f"{at}/properties/{name}", document, stack)
             fields.append((name, inner, name in required))
         check_extra: Convert | None = None
+        extra_tree = None
         if isinstance(extra, dict) and extra:
-            check_extra = self.node(extra, f"{at}/additionalProperties", document, stack).convert
+            extra_node = self.node(extra, f"{at}/additionalProperties", document, stack)
+            check_extra, extra_tree = extra_node.convert, extra_node.tree
         elif extra is not True and extra != {} and extra is not False:
             raise self.refuse(at, f"additionalProperties {show(extra)}")
         spark = T.StructType([T.StructField(n, node.spark, True) for n, node, _ in fields])
-        return Node(spark, _struct(fields, closed=extra is False, check_extra=check_extra))
+        tree = {"k": "object", "closed": extra is False, "extra": extra_tree,
+                "props": [{"n": n, "t": node.tree, "r": r} for n, node, r in fields]}
+        return Node(spark, _struct(fields, closed=extra is False, check_extra=check_extra), tree=tree)
 
     def array(self, schema: dict[str, Any], at: str, document: Any, stack: tuple[str, ...]) -> Node:
         items = schema.get("items")
@@ -323,7 +356,8 @@ class _Compiler:
                 raise wrong_type(path, "array", value)
             _count(path, len(value), low, high, "items", "Items")
             return [inner.convert(v, f"{path}[{i}]") for i, v in enumerate(value)]
-        return Node(T.ArrayType(inner.spark, True), convert)
+        return Node(T.ArrayType(inner.spark, True), convert,
+                    tree={"k": "array", "i": inner.tree, "min": low, "max": high})
 
 
 def _count(path: str, n: int, low: int | None, high: int | None, unit: str, keyword: str) -> None:
@@ -431,7 +465,9 @@ def _number(schema: dict[str, Any], integer: bool) -> Node:
             return float(value)
         except OverflowError:
             raise JsonRangeError(f"{path}: {show(value)} is beyond a double") from None
-    return Node(T.LongType() if integer else T.DoubleType(), convert)
+    tree = {"k": "integer" if integer else "number",
+            "bounds": [[keyword, repr(bound), isinstance(bound, int)] for keyword, bound, _ in bounds]}
+    return Node(T.LongType() if integer else T.DoubleType(), convert, tree=tree)
 
 
 def _string(schema: dict[str, Any], fmt: str | None) -> Node:
@@ -451,7 +487,8 @@ def _string(schema: dict[str, Any], fmt: str | None) -> Node:
             return read(value)
         except ValueError as exc:
             raise JsonFormatError(f"{path}: {show(value)} is not a {fmt} ({exc})") from None
-    return Node(FORMATS.get(fmt or "", T.StringType()), convert)
+    tree = {"k": "string", "min": low, "max": high, "pattern": pattern if regex else None, "format": fmt}
+    return Node(FORMATS.get(fmt or "", T.StringType()), convert, tree=tree)
 
 
 def read_date_time(text: str) -> dt.datetime:

@@ -321,3 +321,66 @@ def test_a_debezium_json_envelope_feeds_a_silver_upsert_table_equal_to_the_model
         got = found[key]
         assert {c: got[c] for c in row} == row, key
         assert got["_op"] == newest[key].op and got["_source"]["lsn"] == newest[key].lsn
+
+
+# The orders without what the JVM path leaves to Python (the free-form `extra` column, the `pattern` on tags).
+JVM_ORDER: dict[str, Any] = {**ORDER, "properties": {
+    **{k: v for k, v in ORDER["properties"].items() if k != "extra"}, "tags": {"type": "array",
+                                                                              "items": {"type": "string"}}}}
+# Texts the JVM must leave to Python or read exactly as Python does.
+EDGE_TEXTS = [
+    '\ufeff{"id": "bom"}', '{"id": "o", "amount_cents": 1, "status": "NEW", "placed_at": "2026-01-01T00:00:00Z"} x',
+    '{"id": "\\ud800", "amount_cents": 1, "status": "NEW", "placed_at": "2026-01-01T00:00:00Z"}',
+    '{"id": "\\ud83d\\ude00", "amount_cents": 1, "status": "NEW", "placed_at": "2026-01-01T00:00:00Z"}',
+    '{"id": "o", "amount_cents": 1.0, "status": "NEW", "placed_at": "2026-01-01T00:00:00Z"}',
+    '{"id": "o", "amount_cents": 1e2, "status": "NEW", "placed_at": "2026-01-01T00:00:00Z"}',
+    '{"id": "o", "amount_cents": -0, "price": -0.0, "status": "NEW", "placed_at": "2026-01-01t00:00:00.1234567z"}',
+    '{"id": "o", "amount_cents": 1, "price": 1e308, "status": "NEW", "placed_at": "2026-01-01T23:59:59-23:59"}',
+    '{"id": "o", "amount_cents": 1, "price": 123456789012345678901234567890, "status": "NEW", '
+    '"placed_at": "9999-12-31T23:59:59Z"}',
+    '{"id": "o", "amount_cents": 1, "status": "NEW", "placed_at": "0001-01-01T00:00:00+00:01"}',
+    ' \t\n{"id":"é\\u00e9\\n","amount_cents":1,"status":"NEW","placed_at":"2026-01-01T00:00:00+05:30"}\r\n',
+    '{"id": "o", "amount_cents": 1, "status": "NEW", "placed_at": "2026-01-01T00:00:00Z", "ship_on": "0000-01-01"}',
+    '{"id": "o", "amount_cents": 1, "status": "NEW", "placed_at": "2026-01-01T00:00:00Z", "counts": {"a": 1, "a": 2}}',
+    '{"id": "o", "amount_cents": 01, "status": "NEW", "placed_at": "2026-01-01T00:00:00Z"}',
+    '{"id": "o", "amount_cents": 1, "status": "NEW", "placed_at": "2026-01-01T00:00:00Z", "zz": {"deep": [1, {}]}}',
+]
+
+
+def test_the_jvm_decoder_gives_the_python_decoders_rows_and_leaves_it_what_it_cannot_vouch_for(spark) -> None:
+    """Valid orders, every invalid value, the edge texts and 3,000 mutated documents, decoded both ways: the same
+    rows, error classes and messages; the JVM vouched for every valid order."""
+    import random
+
+    from ingestion.columns import KAFKA_SOURCE_SCHEMA
+    from ingestion.decode import jvm_decoder
+    from ingestion.decode.python_decoder import decode_in_python
+    from ingestion.schema import json_schemas
+    from tests.unit.test_json import INVALID, mutate, spec
+
+    decoding = spec(schemas={1: json_schemas.document(JVM_ORDER)})
+    rng = random.Random(41)
+    valid = [encode(1, json.dumps({k: v for k, v in order(seq).items() if k != "extra"}).encode())
+             for seq in range(50)]
+    values = [*valid, *(v for v, _, _ in INVALID.values()), *(encode(1, t.encode()) for t in EDGE_TEXTS),
+              *(encode(1, json.dumps(mutate(order(n % 50), rng)).encode()) for n in range(3000)), None]
+    at = dt.datetime(2026, 1, 1)
+    kafka_rows = spark.createDataFrame([(b"k", v, "t", 0, i, at, 0, []) for i, v in enumerate(values)],
+                                       KAFKA_SOURCE_SCHEMA).repartition(2)
+    assert jvm_decoder.unusable(spark, decoding) is None
+    fast = jvm_decoder.decode_in_jvm(kafka_rows, decoding).persist()
+    unverified = {r["offset"] for r in fast.where("_error_class IS NOT NULL").select("offset").collect()}
+    assert not unverified & set(range(len(valid)))
+    both, python = jvm_decoder.settle_in_python(fast, decoding, kafka_rows.schema)
+    columns = ["offset", "_payload", "_schema_id", "_tombstone", "_error_class", "_error_message", "_raw_value"]
+    jvm_rows = sorted(both.select(*columns).collect())
+    python_rows = sorted(decode_in_python(kafka_rows, decoding).select(*columns).collect())
+    python.unpersist()
+    fast.unpersist()
+    assert len(jvm_rows) == len(values)
+    differences = [(a["offset"], a.asDict(recursive=True), b.asDict(recursive=True))
+                   for a, b in zip(jvm_rows, python_rows, strict=True) if a != b]
+    assert not differences, "\n".join(map(str, differences[:5]))
+    accepted_by_jvm = len(values) - len(unverified)
+    accepted_by_python = sum(1 for r in python_rows if r["_error_class"] is None)
+    assert accepted_by_jvm > 0.9 * accepted_by_python > 300

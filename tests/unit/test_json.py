@@ -116,6 +116,7 @@ BODIES: dict[str, tuple[bytes, str, str]] = {
     "not-utf8": (b'{"id": "\xff"}', "MalformedJsonError", "$: not UTF-8 text"),
     "nan": (b'{"price": NaN}', "MalformedJsonError", "$: NaN is not a JSON value"),
     "duplicate-key": (b'{"id": "a", "id": "b"}', "DuplicateKeyError", "$: key 'id' appears twice"),
+    "lone-surrogate": (b'{"id": "a\\ud800"}', "MalformedJsonError", "$.id: a lone surrogate \\ud800 is not Unicode"),
     "not-an-object": (b'[1, 2]', "JsonTypeError", "$: expected object, got array"),
     "missing-required": (b'{"id": "o1", "status": "NEW", "placed_at": "2026-01-01T00:00:00Z"}',
                          "MissingPropertyError", "$.amount_cents: required property is missing"),
@@ -400,10 +401,16 @@ def test_the_stricter_rules_beyond_json_schema() -> None:
         assert type(failure.value).__name__ == error_class, text
 
 
-def test_the_jvm_path_leaves_json_to_python_and_says_why() -> None:
-    """from_json nulls wrong types and keeps the last of duplicate keys: `auto` decodes JSON in Python, and
-    `value.decoder: jvm` is refused at start with this reason (stream.batch.DecoderChoice)."""
-    from ingestion.decode import jvm_decoder
+def test_what_the_jvm_path_leaves_to_python_it_names() -> None:
+    """A pattern (Java's regular expressions are not Python's), a free-form JSON text column and Kafka Connect
+    records are decoded in Python; `value.decoder: jvm` is refused at start with this reason."""
+    from ingestion.decode import json_jvm
 
-    reason = jvm_decoder.unusable(None, spec())  # type: ignore[arg-type]
-    assert reason is not None and "decoded in Python" in reason and "from_json" in reason
+    assert json_jvm.unusable(None, spec()) == "$.tags[] has a pattern: decoded in Python"  # type: ignore[arg-type]
+    no_pattern = {**ORDER, "properties": {**ORDER["properties"], "tags": {"type": "array",
+                                                                          "items": {"type": "string"}}}}
+    assert json_jvm.unusable(None, spec(schemas={1: json_schemas.document(no_pattern)})) == (  # type: ignore[arg-type]
+        "$.extra is free-form JSON (kept as text): decoded in Python")
+    connect = DecodeSpec(writer_schemas={0: "{}"}, reader_schema="{}", max_bytes=1, fail_fast=False,
+                         value_format="connect-json")
+    assert "carry their own schema" in (json_jvm.unusable(None, connect) or "")  # type: ignore[arg-type]
