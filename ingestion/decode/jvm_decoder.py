@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import json
 import operator
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from pyspark import StorageLevel
@@ -145,6 +146,27 @@ def header_stage(spec: DecodeSpec, headers: list[tuple[int, bytes]]) -> tuple[Co
     known = other_id.isin(sorted(spec.writer_schemas))
     unknown = F.when(attempt, F.lit(False)).otherwise(header_ok & fits & ~known)
     return attempt, _first_match(ours, otherwise=other_id), unknown
+
+
+def decode_with_function(kafka_rows: DataFrame, spec: DecodeSpec, header: Callable[[int], bytes],
+                         function: Callable[[SparkSession], str]) -> DataFrame:
+    """Kafka rows -> decoder rows, for a format whose JVM path is a helper function that returns the row, or null
+    for a record it does not vouch for (Protobuf's `ProtobufDecode`, JSON's `JsonDecode`): tried on the records
+    whose value starts with `header(id)` of one of the table's schema ids (`header_stage`). The plan is built
+    once per session and spec, as `_plan`'s."""
+    def build() -> tuple[list[Column], Column, list[Column]]:
+        reader_ids = sorted(i for i, text in spec.writer_schemas.items() if text == spec.reader_schema)
+        attempt, schema_id, unknown = header_stage(spec, [(i, header(i)) for i in reader_ids])
+        stage = [schema_id.alias("_schema_id"), unknown.alias("_unknown"),
+                 F.when(attempt, F.call_function(function(kafka_rows.sparkSession), F.col("value"))).alias("_decoded")]
+        decoded = F.col("_decoded")
+        verified_if, columns = decoder_columns(spec, decoded, decoded.isNotNull())
+        return stage, verified_if, columns
+
+    stage, verified, columns = session_cache.once(kafka_rows.sparkSession, ("function decode plan", id(spec)),
+                                                  lambda: (spec, build()))[1]
+    passthrough = [name for name in kafka_rows.columns if name != "value"]
+    return kafka_rows.select("*", *stage).withColumn("_verified", verified).select(*columns, *passthrough)
 
 
 def decoder_columns(spec: DecodeSpec, decoded: Column, body_ok: Column) -> tuple[Column, list[Column]]:

@@ -28,7 +28,7 @@ from ingestion.ops.onboard import onboard
 from ingestion.schema.registry import registry_client
 from ingestion.stream import pipeline
 from tests.conftest import pipeline_yaml
-from tests.helpers import wait_rows
+from tests.helpers import decode_both_ways, wait_rows
 from tests.unit.test_json import (
     BODIES,
     CONNECT_SCHEMA,
@@ -352,9 +352,6 @@ def test_the_jvm_decoder_gives_the_python_decoders_rows_and_leaves_it_what_it_ca
     rows, error classes and messages; the JVM vouched for every valid order."""
     import random
 
-    from ingestion.columns import KAFKA_SOURCE_SCHEMA
-    from ingestion.decode import jvm_decoder
-    from ingestion.decode.python_decoder import decode_in_python
     from ingestion.schema import json_schemas
     from tests.unit.test_json import INVALID, mutate, spec
 
@@ -364,20 +361,8 @@ def test_the_jvm_decoder_gives_the_python_decoders_rows_and_leaves_it_what_it_ca
              for seq in range(50)]
     values = [*valid, *(v for v, _, _ in INVALID.values()), *(encode(1, t.encode()) for t in EDGE_TEXTS),
               *(encode(1, json.dumps(mutate(order(n % 50), rng)).encode()) for n in range(3000)), None]
-    at = dt.datetime(2026, 1, 1)
-    kafka_rows = spark.createDataFrame([(b"k", v, "t", 0, i, at, 0, []) for i, v in enumerate(values)],
-                                       KAFKA_SOURCE_SCHEMA).repartition(2)
-    assert jvm_decoder.unusable(spark, decoding) is None
-    fast = jvm_decoder.decode_in_jvm(kafka_rows, decoding).persist()
-    unverified = {r["offset"] for r in fast.where("_error_class IS NOT NULL").select("offset").collect()}
+    jvm_rows, python_rows, unverified = decode_both_ways(spark, decoding, values)
     assert not unverified & set(range(len(valid)))
-    both, python = jvm_decoder.settle_in_python(fast, decoding, kafka_rows.schema)
-    columns = ["offset", "_payload", "_schema_id", "_tombstone", "_error_class", "_error_message", "_raw_value"]
-    jvm_rows = sorted(both.select(*columns).collect())
-    python_rows = sorted(decode_in_python(kafka_rows, decoding).select(*columns).collect())
-    python.unpersist()
-    fast.unpersist()
-    assert len(jvm_rows) == len(values)
     differences = [(a["offset"], a.asDict(recursive=True), b.asDict(recursive=True))
                    for a, b in zip(jvm_rows, python_rows, strict=True) if a != b]
     assert not differences, "\n".join(map(str, differences[:5]))
