@@ -38,8 +38,9 @@ def load_subject(folder: Path, subject: str) -> Subject:
     """Read every `<id>.avsc` (or `<id>.proto`) of a subject; raise SchemaError naming the file when one is
     invalid."""
     directory = folder / subject
-    files = sorted([*directory.glob("*.avsc"), *directory.glob("*.proto"), *directory.glob("*.json")]
-                   ) if directory.is_dir() else []
+    # A .json file not named by an id is a document the versions' `$ref`s name (json_schemas.read_file reads it).
+    files = sorted([*directory.glob("*.avsc"), *directory.glob("*.proto"),
+                    *(f for f in directory.glob("*.json") if f.stem.isdigit())]) if directory.is_dir() else []
     if not files:
         raise SubjectNotFoundError(f"no schemas for subject {subject!r}: expected files like {directory / '1.avsc'}")
     versions: dict[int, str] = {}

@@ -23,7 +23,7 @@ from typing import Any
 
 from pyspark.sql import types as T
 
-from ingestion.errors import SchemaError
+from ingestion.errors import SchemaError, one_line
 
 Convert = Callable[[Any, str], Any]  # (parsed JSON value, its JSON path) -> the column's value
 
@@ -138,7 +138,7 @@ def parse(text: bytes | bytearray | memoryview | str, **options: Any) -> Any:
     except (ValueError, RecursionError) as exc:  # Python's limit on the digits of an integer, nesting depth
         if isinstance(exc, InvalidJsonError):
             raise
-        raise MalformedJsonError(f"$: not JSON this decoder reads: {str(exc).splitlines()[0][:120]}") from None
+        raise MalformedJsonError(f"$: not JSON this decoder reads: {one_line(exc)[:120]}") from None
     if _SURROGATE_ESCAPE.search(text):  # a \uD800-\uDFFF escape not paired: json keeps it, no column can
         _unicode(parsed, "$")
     return parsed

@@ -414,3 +414,42 @@ def test_what_the_jvm_path_leaves_to_python_it_names() -> None:
     connect = DecodeSpec(writer_schemas={0: "{}"}, reader_schema="{}", max_bytes=1, fail_fast=False,
                          value_format="connect-json")
     assert "carry their own schema" in (json_jvm.unusable(None, connect) or "")  # type: ignore[arg-type]
+
+
+def test_schema_folder_and_schema_file_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`schemas/<subject>/<id>.json` with a `$ref` to a file beside it (value.format jsonschema), and
+    value.schemaFile relative to the schemas folder (json)."""
+    from ingestion.config import parse_pipeline
+    from ingestion.schema.registry import source_for
+
+    subject = tmp_path / "orders-value"
+    subject.mkdir()
+    (subject / "address.json").write_text(json.dumps(ORDER["$defs"]["address"]))
+    v1 = copy.deepcopy(ORDER)
+    v1["properties"]["ship_to"] = {"$ref": "address.json"}
+    (subject / "1.json").write_text(json.dumps(v1))
+    (tmp_path / "order.schema.json").write_text(json.dumps(ORDER))
+    monkeypatch.setenv("INGEST_SCHEMAS_DIR", str(tmp_path))
+    base = {"name": "o", "topic": "orders", "sink": {"table": str(tmp_path / "t")}}
+    folder = parse_pipeline({**base, "value": {"format": "jsonschema"}}, tmp_path / "p.yaml")
+    plain = parse_pipeline({**base, "value": {"format": "json", "schemaFile": "order.schema.json"}},
+                           tmp_path / "q.yaml")
+    for config in (folder, plain):
+        versions = source_for(config).versions("orders-value")
+        assert json_types.spark_schema(versions[max(versions)]).simpleString() == ORDER_DDL
+    assert list(source_for(plain).versions("orders-value")) == [0]
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ({"format": "json"}, "key 'value.schemaFile' is needed with value.format json"),
+    ({"format": "jsonschema", "schemaFile": "x.json"}, "key 'value.schemaFile' is for value.format json or "
+                                                        "connect-json, got format 'jsonschema'"),
+    ({"format": "json", "schemaFile": "x.json", "registry": {"url": "http://r"}},
+     "key 'value.registry' is not used with value.format json"),
+])
+def test_json_config_mistakes_are_named(value: dict[str, Any], message: str, tmp_path: Path) -> None:
+    from ingestion.config import parse_pipeline
+    from ingestion.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=f"^{tmp_path / 'p.yaml'}: {message}"):
+        parse_pipeline({"name": "o", "topic": "orders", "value": value}, tmp_path / "p.yaml")
