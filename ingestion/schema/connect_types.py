@@ -20,15 +20,13 @@ from typing import Any
 
 from pyspark.sql import types as T
 
-from ingestion.schema.json_types import (
+from ingestion.schema.json_types import Convert, Node, UnsupportedSchemaError
+from ingestion.schema.json_values import (
     EPOCH,
-    Convert,
     JsonConstraintError,
     JsonRangeError,
     JsonTypeError,
     MissingPropertyError,
-    Node,
-    UnsupportedSchemaError,
     show,
     wrong_type,
 )

@@ -12,7 +12,6 @@ when the schema is compiled, in one line naming the construct and where it is (`
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import json
 import math
@@ -23,52 +22,32 @@ from typing import Any
 
 from pyspark.sql import types as T
 
-from ingestion.errors import SchemaError, one_line
+from ingestion.errors import SchemaError
+from ingestion.schema.json_values import (
+    EPOCH,
+    FORMAT_READERS,
+    DuplicateKeyError,
+    InvalidJsonError,
+    JsonConstraintError,
+    JsonEnumError,
+    JsonFormatError,
+    JsonRangeError,
+    JsonTypeError,
+    MalformedJsonError,
+    MissingPropertyError,
+    member,
+    parse,
+    show,
+    wrong_type,
+)
 
 Convert = Callable[[Any, str], Any]  # (parsed JSON value, its JSON path) -> the column's value
 
 INT64 = (-(2**63), 2**63 - 1)
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 class UnsupportedSchemaError(SchemaError):
     """The schema uses a construct the mapping to columns cannot hold."""
-
-
-class InvalidJsonError(ValueError):
-    """A document the schema rejects; the message starts with the JSON path of the fault."""
-
-
-class MalformedJsonError(InvalidJsonError):
-    """Not JSON text: a syntax error, bytes that are not UTF-8, NaN or Infinity literals."""
-
-
-class DuplicateKeyError(MalformedJsonError):
-    """An object has the same key twice (JSON allows it; which one counts is undefined, so neither does)."""
-
-
-class JsonTypeError(InvalidJsonError):
-    """A value of another type than the schema's (null for a property that is not nullable among them)."""
-
-
-class MissingPropertyError(InvalidJsonError):
-    """A required property is absent."""
-
-
-class JsonEnumError(InvalidJsonError):
-    """A value outside the schema's `enum` (or `const`)."""
-
-
-class JsonRangeError(InvalidJsonError):
-    """A number beyond its column (an integer outside 64 bits, a number beyond a double) or its bounds."""
-
-
-class JsonFormatError(InvalidJsonError):
-    """A string that is not its `format` (date-time, date, time, uuid)."""
-
-
-class JsonConstraintError(InvalidJsonError):
-    """A value against another keyword: lengths, `pattern`, item counts, `additionalProperties: false`."""
 
 
 @dataclass(frozen=True)
@@ -90,90 +69,6 @@ KNOWN = ANNOTATIONS | {"type", "properties", "required", "additionalProperties",
                        "minLength", "maxLength", "pattern", "minItems", "maxItems"}
 # Checked formats; any other `format` is an annotation, as JSON Schema 2020-12 says by default.
 FORMATS = {"date-time": T.TimestampType(), "date": T.DateType(), "time": T.StringType(), "uuid": T.StringType()}
-
-# RFC 3339 as rfc3339-validator (the jsonschema package's date-time check) reads it: no leap second, `T` and `Z`
-# in either case.
-_DATE_TIME = re.compile(r"(\d{4})-(0[1-9]|1[0-2])-(\d{2})[Tt]([01]\d|2[0-3]):([0-5]\d):([0-5]\d)(\.\d+)?"
-                        r"([Zz]|[+-](?:[01]\d|2[0-3]):[0-5]\d)", re.ASCII)
-_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", re.ASCII)
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
-
-
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object"
-
-
-def show(value: Any) -> str:
-    """A value for a message: its JSON, cut to 60 characters."""
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def wrong_type(path: str, expected: str, value: Any) -> JsonTypeError:
-    return JsonTypeError(f"{path}: expected {expected}, got {_type_name(value)} {show(value)}")
-
-
-def parse(text: bytes | bytearray | memoryview | str, **options: Any) -> Any:
-    """The parsed JSON of a body: MalformedJsonError for anything that is not strict JSON (invalid UTF-8, NaN and
-    Infinity literals, syntax), DuplicateKeyError for an object with a key twice."""
-    if isinstance(text, bytes | bytearray | memoryview):
-        try:
-            text = bytes(text).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise MalformedJsonError(f"$: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    try:
-        parsed = json.loads(text, object_pairs_hook=_unique, parse_constant=_no_constant, **options)
-    except json.JSONDecodeError as exc:
-        raise MalformedJsonError(f"$: not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except (ValueError, RecursionError) as exc:  # Python's limit on the digits of an integer, nesting depth
-        if isinstance(exc, InvalidJsonError):
-            raise
-        raise MalformedJsonError(f"$: not JSON this decoder reads: {one_line(exc)[:120]}") from None
-    if _SURROGATE_ESCAPE.search(text):  # a \uD800-\uDFFF escape not paired: json keeps it, no column can
-        _unicode(parsed, "$")
-    return parsed
-
-
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-
-
-def _unicode(value: Any, path: str) -> None:
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise MalformedJsonError(f"{path}: a lone surrogate \\u{ord(value[exc.start]):04x} is not Unicode text"
-                                     ) from None
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            _unicode(item, f"{path}[{i}]")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _unicode(key, f"{path} (a key)")
-            _unicode(item, _member(path, key))
-
-
-def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result = dict(pairs)
-    if len(result) != len(pairs):
-        seen: set[str] = set()
-        twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-        raise DuplicateKeyError(f"$: key {twice!r} appears twice in one object")
-    return result
-
-
-def _no_constant(name: str) -> Any:
-    raise MalformedJsonError(f"$: {name} is not a JSON value")
 
 
 # --- compiling a JSON Schema ---------------------------------------------------------------------------------
@@ -390,10 +285,6 @@ def _boolean(value: Any, path: str) -> Any:
     return value
 
 
-def _member(path: str, name: str) -> str:
-    return f"{path}.{name}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else f"{path}[{json.dumps(name)}]"
-
-
 def _struct(fields: list[tuple[str, Node, bool]], *, closed: bool, check_extra: Convert | None) -> Convert:
     names = frozenset(name for name, _, _ in fields)
 
@@ -403,9 +294,9 @@ def _struct(fields: list[tuple[str, Node, bool]], *, closed: bool, check_extra: 
         row = {}
         for name, node, required in fields:
             if name in value:
-                row[name] = node.convert(value[name], _member(path, name))
+                row[name] = node.convert(value[name], member(path, name))
             elif required:
-                raise MissingPropertyError(f"{_member(path, name)}: required property is missing")
+                raise MissingPropertyError(f"{member(path, name)}: required property is missing")
             else:
                 row[name] = None
         if len(value) > len(row) or not names.issuperset(value):
@@ -413,10 +304,10 @@ def _struct(fields: list[tuple[str, Node, bool]], *, closed: bool, check_extra: 
                 if name in names:
                     continue
                 if closed:
-                    raise JsonConstraintError(f"{_member(path, name)}: property not allowed "
+                    raise JsonConstraintError(f"{member(path, name)}: property not allowed "
                                               "(additionalProperties is false)")
                 if check_extra is not None:
-                    check_extra(value[name], _member(path, name))
+                    check_extra(value[name], member(path, name))
         return row
     return convert
 
@@ -425,7 +316,7 @@ def _map(values: Convert) -> Convert:
     def convert(value: Any, path: str) -> Any:
         if not isinstance(value, dict):
             raise wrong_type(path, "object", value)
-        return [(k, values(v, _member(path, k))) for k, v in value.items()]
+        return [(k, values(v, member(path, k))) for k, v in value.items()]
     return convert
 
 
@@ -473,7 +364,7 @@ def _number(schema: dict[str, Any], integer: bool) -> Node:
 def _string(schema: dict[str, Any], fmt: str | None) -> Node:
     low, high, pattern = schema.get("minLength"), schema.get("maxLength"), schema.get("pattern")
     regex = re.compile(pattern) if isinstance(pattern, str) else None
-    read = _FORMAT_READERS.get(fmt or "")
+    read = FORMAT_READERS.get(fmt or "")
 
     def convert(value: Any, path: str) -> Any:
         if not isinstance(value, str):
@@ -489,44 +380,6 @@ def _string(schema: dict[str, Any], fmt: str | None) -> Node:
             raise JsonFormatError(f"{path}: {show(value)} is not a {fmt} ({exc})") from None
     tree = {"k": "string", "min": low, "max": high, "pattern": pattern if regex else None, "format": fmt}
     return Node(FORMATS.get(fmt or "", T.StringType()), convert, tree=tree)
-
-
-def read_date_time(text: str) -> dt.datetime:
-    """An RFC 3339 date-time -> a UTC datetime (digits below the microsecond dropped); ValueError otherwise."""
-    m = _DATE_TIME.fullmatch(text)
-    if m is None:
-        raise ValueError("RFC 3339 date-time expected, like 2026-01-31T12:00:00Z")
-    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
-    micros = int((m.group(7) or ".0")[1:7].ljust(6, "0"))
-    zone = m.group(8)
-    offset = dt.timedelta(0) if zone in "Zz" else (1 if zone[0] == "+" else -1) * dt.timedelta(
-        hours=int(zone[1:3]), minutes=int(zone[4:6]))
-    try:
-        local = dt.datetime(year, month, day, hour, minute, second, micros, tzinfo=dt.timezone(offset))
-        return local.astimezone(dt.UTC)
-    except (ValueError, OverflowError) as exc:
-        raise ValueError(str(exc)) from None
-
-
-def read_date(text: str) -> dt.date:
-    if not _DATE.fullmatch(text):
-        raise ValueError("a full-date expected, like 2026-01-31")
-    return dt.date.fromisoformat(text)
-
-
-def read_time(text: str) -> str:
-    read_date_time("1970-01-01T" + text)
-    return text
-
-
-def read_uuid(text: str) -> str:
-    if not _UUID.fullmatch(text):
-        raise ValueError("8-4-4-4-12 hexadecimal digits expected")
-    return text
-
-
-_FORMAT_READERS: dict[str, Callable[[str], Any]] = {"date-time": read_date_time, "date": read_date,
-                                                     "time": read_time, "uuid": read_uuid}
 
 
 # --- entry points --------------------------------------------------------------------------------------------
@@ -560,6 +413,6 @@ def converter(text: str) -> Callable[[Any], dict[str, Any]]:
     return lambda value: node.convert(value, "$")  # type: ignore[no-any-return]
 
 
-__all__ = ["DuplicateKeyError", "InvalidJsonError", "JsonConstraintError", "JsonEnumError", "JsonFormatError",
+__all__ = ["EPOCH", "DuplicateKeyError", "InvalidJsonError", "JsonConstraintError", "JsonEnumError", "JsonFormatError",
            "JsonRangeError", "JsonTypeError", "MalformedJsonError", "MissingPropertyError", "Node",
            "UnsupportedSchemaError", "compile_document", "converter", "parse", "spark_schema"]
