@@ -453,3 +453,23 @@ def test_json_config_mistakes_are_named(value: dict[str, Any], message: str, tmp
 
     with pytest.raises(ConfigError, match=f"^{tmp_path / 'p.yaml'}: {message}"):
         parse_pipeline({"name": "o", "topic": "orders", "value": value}, tmp_path / "p.yaml")
+
+
+@pytest.mark.parametrize(("total", "expected"), [
+    ("1.5", decimal.Decimal("1.50")), ("7", decimal.Decimal("7.00")), ("-0.01", decimal.Decimal("-0.01")),
+    ("1.505", "$.payload.total: 1.505 has more than 2 digits after the point"),
+    ("123456789.00", "$.payload.total: 123456789.00 is beyond decimal(10,2)"),
+    ('"AA=="', decimal.Decimal("0.00")),
+    ('"not base64!"', '$.payload.total: "not base64!" is not base64'),
+])
+def test_connect_decimals_as_numbers_and_as_base64(total: str, expected: Any) -> None:
+    """decimal.format NUMERIC (a JSON number, read exactly) and BASE64 (the default), against decimal(10,2)."""
+    node = connect_types.compile_schema(json.dumps(CONNECT_SCHEMA))
+    text = json.dumps({**connect_record(3)["payload"], "total": "@"}).replace('"@"', total)
+    payload = json_types.parse(text, parse_float=decimal.Decimal)
+    if isinstance(expected, str):
+        with pytest.raises(InvalidJsonError) as failure:
+            node.convert(payload, "$.payload")
+        assert str(failure.value) == expected
+    else:
+        assert node.convert(payload, "$.payload")["total"] == expected
