@@ -183,7 +183,12 @@ class SchemaResolver:
             if protobuf_schemas.is_document(text) or not text.startswith(('{"jsonschema":', '{"connect":')):
                 raise SchemaError(f"value.format is {value_format}, but the subject holds a schema that is not a "
                                   "JSON Schema (schemaType JSON)")
-            return payload_struct(value_format, text)
+            try:
+                return payload_struct(value_format, text)
+            except SchemaError as exc:  # name where the schema came from (a file's check names the file already)
+                where = self.config.value.schema_file or f"subject(s) {', '.join(repr(x) for x in self.subjects)}"
+                message = str(exc)
+                raise type(exc)(message if message.startswith(where) else f"{where}: {message}") from None
         if value_format != "protobuf":
             return avro_types.spark_schema(json.loads(text))
         if not protobuf_schemas.is_document(text):

@@ -81,7 +81,8 @@ class _Compiler:
         self.root, self.refs, self.where = root, refs, where
 
     def refuse(self, at: str, what: str) -> UnsupportedSchemaError:
-        return UnsupportedSchemaError(f"{self.where}: {what} at {at or '#'} cannot be a column (docs/json.md)")
+        where = f"{self.where}: " if self.where else ""
+        return UnsupportedSchemaError(f"{where}{what} at {at or '#'} cannot be a column (docs/json.md)")
 
     def resolve(self, ref: str, at: str) -> tuple[Any, Any]:
         """(the schema a $ref names, the document it is in)."""
@@ -386,22 +387,22 @@ def _string(schema: dict[str, Any], fmt: str | None) -> Node:
 
 
 @functools.lru_cache(maxsize=64)
-def compile_document(text: str, where: str = "schema") -> Node:
+def compile_document(text: str, where: str = "") -> Node:
     """The Node of a JSON Schema document (`json_schemas.document`): its root must be an object with properties,
     which become the table's columns."""
     parsed = json.loads(text)
     body = parsed.get("jsonschema")
     if not isinstance(body, dict):
-        raise SchemaError(f"{where}: not a JSON Schema document")
+        raise SchemaError(f"{where or 'schema'}: not a JSON Schema document")
     compiler = _Compiler(body["root"], body.get("refs", {}), where)
     node = compiler.node(body["root"], "#", body["root"])
     if not isinstance(node.spark, T.StructType) or node.nullable:
-        raise UnsupportedSchemaError(f"{where}: the top-level schema must be an object with properties (the "
-                                     f"table's columns), got {node.spark.simpleString()}")
+        raise compiler.refuse("#", f"a top-level {node.spark.simpleString()}{' or null' if node.nullable else ''} "
+                                   "(the table's columns come from an object with properties)")
     return node
 
 
-def spark_schema(text: str, where: str = "schema") -> T.StructType:
+def spark_schema(text: str, where: str = "") -> T.StructType:
     spark = compile_document(text, where).spark
     assert isinstance(spark, T.StructType)
     return spark

@@ -473,3 +473,23 @@ def test_connect_decimals_as_numbers_and_as_base64(total: str, expected: Any) ->
         assert str(failure.value) == expected
     else:
         assert node.convert(payload, "$.payload")["total"] == expected
+
+
+def test_a_registry_schema_a_column_cannot_hold_is_refused_naming_the_subject(tmp_path: Path) -> None:
+    from ingestion.config import parse_pipeline
+    from ingestion.decode.resolver import SchemaResolver
+
+    class Registry:  # a SchemaSource of one version (the registry client is not what is tested here)
+        def versions(self, subject: str) -> dict[int, str]:
+            return {3: json_schemas.document({"type": "object", "properties": {"x": {"type": ["string", "integer"]}}})}
+
+        def subjects(self) -> list[str]:
+            return ["orders-value"]
+
+        def by_id(self, schema_id: int) -> str | None:
+            return None
+
+    config = parse_pipeline({"name": "o", "topic": "orders", "value": {"format": "jsonschema"}}, tmp_path / "p.yaml")
+    with pytest.raises(UnsupportedSchemaError, match=r"^subject\(s\) 'orders-value': type \['string', 'integer'\] "
+                                                     r"\(a union of several non-null types\) at #/properties/x "):
+        SchemaResolver(config, Registry())
