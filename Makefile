@@ -35,10 +35,12 @@ prometheus:
 	  && { [ ! -x /etc/init.d/prometheus ] || /etc/init.d/prometheus stop >/dev/null 2>&1 || true; }; }
 
 # Debian's kcat: the JSON acceptance test produces plain JSON with a producer that is not Python
-# (tests/integration/test_json.py). Installed only when missing, as prometheus is.
+# (tests/integration/test_json.py). Installed only when missing, as prometheus is; where apt cannot provide it the
+# test is skipped (and says why), so this target does not fail the run.
 kcat:
 	@command -v kcat >/dev/null || command -v kafkacat >/dev/null || { \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends kcat; }
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends kcat; } \
+	  || echo "kcat could not be installed: tests/integration/test_json.py skips its kcat test"
 
 test-unit: setup
 	$(BIN)/pytest tests/unit
