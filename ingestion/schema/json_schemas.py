@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ingestion.errors import SchemaError
-from ingestion.schema import connect_types, json_types
+from ingestion.schema import connect_types, json_ddl, json_types
 
 DOCUMENT_KEY = "jsonschema"
 FILE_SCHEMA_ID = 0  # the schema id of value.format json / connect-json rows: their one schema file
@@ -41,10 +41,15 @@ def checked(text: str, where: str) -> str:
 
 
 def read_file(file: Path, *, connect: bool = False) -> str:
-    """The document of a schema file: a JSON Schema, or with `connect` a Kafka Connect schema (the `schema` part
-    of a JsonConverter record; a whole record `{"schema": ..., "payload": ...}` is taken for its schema)."""
+    """The document of a schema file: a JSON Schema (a Spark DDL string in a `.ddl` file, `json_ddl`), or with
+    `connect` a Kafka Connect schema (the `schema` part of a JsonConverter record; a whole record
+    `{"schema": ..., "payload": ...}` is taken for its schema)."""
     try:
+        if file.suffix == ".ddl" and not connect:  # a Spark DDL string: the JSON Schema it means
+            return checked(document(json_ddl.to_json_schema(file.read_text())), str(file))
         parsed = json.loads(file.read_text())
+    except SchemaError as exc:
+        raise type(exc)(f"{file}: {exc}") from None
     except OSError as exc:
         raise SchemaError(f"{file}: cannot read the schema file: {exc.strerror}") from None
     except json.JSONDecodeError as exc:

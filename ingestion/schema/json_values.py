@@ -82,7 +82,8 @@ def show(value: Any) -> str:
 
 
 def wrong_type(path: str, expected: str, value: Any) -> JsonTypeError:
-    return JsonTypeError(f"{path}: expected {expected}, got {_type_name(value)} {show(value)}")
+    got = "null" if value is None else f"{_type_name(value)} {show(value)}"
+    return JsonTypeError(f"{path}: expected {expected}, got {got}")
 
 
 def parse(text: bytes | bytearray | memoryview | str, **options: Any) -> Any:

@@ -9,6 +9,7 @@ import datetime as dt
 import decimal
 import json
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -493,3 +494,24 @@ def test_a_registry_schema_a_column_cannot_hold_is_refused_naming_the_subject(tm
     with pytest.raises(UnsupportedSchemaError, match=r"^subject\(s\) 'orders-value': type \['string', 'integer'\] "
                                                      r"\(a union of several non-null types\) at #/properties/x "):
         SchemaResolver(config, Registry())
+
+
+def test_a_spark_ddl_schema_file_means_the_json_schema_of_its_fields(tmp_path: Path) -> None:
+    """value.schemaFile ending in .ddl: NOT NULL is required and not nullable; types outside the mapping refused."""
+    file = tmp_path / "orders.ddl"
+    file.write_text("id BIGINT NOT NULL, placed_at TIMESTAMP, items ARRAY<STRUCT<sku: STRING NOT NULL, qty: BIGINT>>,"
+                    " counts MAP<STRING, DOUBLE>, paid BOOLEAN, ship_on DATE")
+    document = json_schemas.read_file(file)
+    assert json_types.spark_schema(document).simpleString() == (
+        "struct<id:bigint,placed_at:timestamp,items:array<struct<sku:string,qty:bigint>>,counts:map<string,double>,"
+        "paid:boolean,ship_on:date>")
+    assert decode('{"id": 1, "items": [{"sku": "a", "qty": null}], "counts": {"x": 2}}', document) == {
+        "id": 1, "placed_at": None, "items": [{"sku": "a", "qty": None}], "counts": [("x", 2.0)], "paid": None,
+        "ship_on": None}
+    for text, fault in [('{"id": null}', "$.id: expected integer, got null"),
+                        ('{"id": 1, "items": [{"qty": 1}]}', "$.items[0].sku: required property is missing")]:
+        with pytest.raises(InvalidJsonError, match=f"^{re.escape(fault)}$"):
+            decode(text, document)
+    file.write_text("id BIGINT, amount DECIMAL(10, 2)")
+    with pytest.raises(json_types.SchemaError, match=rf"^{re.escape(str(file))}: Spark DDL: type DECIMAL is not one"):
+        json_schemas.read_file(file)
