@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: setup demo test test-unit lint bench clean kafka-stop servers-stop prometheus
+.PHONY: setup demo test test-unit lint bench clean kafka-stop servers-stop prometheus kcat
 
 setup: $(STAMP) .ingest/jars/.ready
 
@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/ingest demo
 
-test: setup prometheus
+test: setup prometheus kcat
 	$(BIN)/pytest tests --durations=25
 
 # Debian's prometheus package: `promtool` checks and unit-tests the shipped alert rules, and the e2e test starts a
@@ -33,6 +33,14 @@ prometheus:
 	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
 	  && { [ ! -x /etc/init.d/prometheus ] || /etc/init.d/prometheus stop >/dev/null 2>&1 || true; }; }
+
+# Debian's kcat: the JSON acceptance test produces plain JSON with a producer that is not Python
+# (tests/integration/test_json.py). Installed only when missing, as prometheus is; where apt cannot provide it the
+# test is skipped (and says why), so this target does not fail the run.
+kcat:
+	@command -v kcat >/dev/null || command -v kafkacat >/dev/null || { \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends kcat; } \
+	  || echo "kcat could not be installed: tests/integration/test_json.py skips its kcat test"
 
 test-unit: setup
 	$(BIN)/pytest tests/unit

@@ -58,9 +58,12 @@ class SourceOptions:
 class ValueFormat:
     """How record values are encoded. `confluent`: magic byte 0, 4-byte big-endian schema id, Avro body.
     `avro`: the Avro body alone, written with the subject's newest version. `protobuf`: Confluent's Protobuf
-    framing (magic byte, schema id, message indexes) and a Protobuf body (docs/protobuf.md)."""
+    framing (magic byte, schema id, message indexes) and a Protobuf body (docs/protobuf.md). `jsonschema`:
+    Confluent's JSON Schema framing (magic byte, schema id, JSON text); `json`: JSON text, its JSON Schema in
+    `schemaFile`; `connect-json`: Kafka Connect's JsonConverter records with their embedded schema, the table's
+    in `schemaFile` (docs/json.md)."""
 
-    format: Literal["confluent", "avro", "protobuf"] = "confluent"
+    format: Literal["confluent", "avro", "protobuf", "jsonschema", "json", "connect-json"] = "confluent"
     subject: str = ""
     max_bytes: int = field(default=8 * 1024 * 1024, metadata=_key("maxBytes"))
     # auto: Spark's from_avro in the JVM for the records it can verify, Python (fastavro) for the rest;
@@ -77,6 +80,9 @@ class ValueFormat:
     # format protobuf: the message the table holds (full name such as shop.v1.Order, or a unique simple name);
     # empty: the file's one message no other uses, else its first (docs/protobuf.md#which-message).
     message_name: str = field(default="", metadata=_key("messageName"))
+    # format json / connect-json: the table's schema file (a JSON Schema; a Kafka Connect schema for
+    # connect-json), absolute or relative to the schemas folder.
+    schema_file: str = field(default="", metadata=_key("schemaFile"))
 
     def subject_for(self, topic: str) -> str:
         """The subject whose versions wrote `topic`'s values: `subject` when given, else by the strategy."""
@@ -499,13 +505,21 @@ def _check_subjects(config: PipelineConfig) -> None:
     if needs_record and not value.record_name:
         raise ConfigError(f"{config.file}: key 'value.subjectNameStrategy' is {value.subject_name_strategy}, which "
                           f"needs 'value.recordName' (the record's full name, such as com.acme.Order)")
-    if (value.format == "protobuf") != (config.key.format == "protobuf") and config.key.format in ("avro",
-                                                                                                     "protobuf"):
+    registry_key = {"avro": ("confluent", "avro"), "protobuf": ("protobuf",)}.get(config.key.format)
+    if registry_key is not None and value.format not in registry_key:
         raise ConfigError(f"{config.file}: key 'key.format' is {config.key.format} with value.format "
                           f"{value.format}: a schema-registry key is decoded in the value's format")
     if value.message_name and value.format != "protobuf":
         raise ConfigError(f"{config.file}: key 'value.messageName' is for value.format protobuf, got format "
                           f"{value.format!r}")
+    file_formats = ("json", "connect-json")
+    if (value.format in file_formats) != bool(value.schema_file):
+        raise ConfigError(f"{config.file}: key 'value.schemaFile' " + (
+            f"is needed with value.format {value.format} (the table's schema)" if not value.schema_file else
+            f"is for value.format json or connect-json, got format {value.format!r}"))
+    if value.format in file_formats and value.registry:
+        raise ConfigError(f"{config.file}: key 'value.registry' is not used with value.format {value.format} (its "
+                          f"schema is value.schemaFile); use value.format jsonschema for a registry's JSON Schemas")
     if value.format == "avro" and not config.topic and not value.subject:
         raise ConfigError(f"{config.file}: key 'value.format' is avro (bodies without a schema id), so every topic "
                           f"must be written with one subject's newest version: set 'value.subject' for "

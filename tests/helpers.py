@@ -208,3 +208,26 @@ def wait_rows(spark: Any, path: str, count: int, timeout: float = 120.0) -> None
             pass
         time.sleep(0.5)
     raise AssertionError(f"{path} did not reach {count} rows in {timeout}s")
+
+
+def decode_both_ways(spark: Any, decoding: Any, values: list[bytes | None]) -> tuple[list[Any], list[Any], set[int]]:
+    """Values decoded by the JVM path (settled in Python) and by the Python path alone, in one Spark job each:
+    (JVM rows, Python rows, both sorted by offset; the offsets the JVM did not vouch for). Offsets are positions."""
+    from ingestion.columns import KAFKA_SOURCE_SCHEMA
+    from ingestion.decode import jvm_decoder
+    from ingestion.decode.python_decoder import decode_in_python
+
+    at = dt.datetime(2026, 1, 1)
+    kafka_rows = spark.createDataFrame([(b"k", v, "t", 0, i, at, 0, []) for i, v in enumerate(values)],
+                                       KAFKA_SOURCE_SCHEMA).repartition(2)
+    assert jvm_decoder.unusable(spark, decoding) is None
+    fast = jvm_decoder.decode_in_jvm(kafka_rows, decoding).persist()
+    unverified = {r["offset"] for r in fast.where("_error_class IS NOT NULL").select("offset").collect()}
+    both, python = jvm_decoder.settle_in_python(fast, decoding, kafka_rows.schema)
+    columns = ["offset", "_payload", "_schema_id", "_tombstone", "_error_class", "_error_message", "_raw_value"]
+    jvm_rows = sorted(both.select(*columns).collect())
+    python_rows = sorted(decode_in_python(kafka_rows, decoding).select(*columns).collect())
+    python.unpersist()
+    fast.unpersist()
+    assert len(jvm_rows) == len(python_rows) == len(values)
+    return jvm_rows, python_rows, unverified

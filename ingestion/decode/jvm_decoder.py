@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import json
 import operator
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from pyspark import StorageLevel
@@ -32,7 +33,7 @@ from pyspark.sql import types as T
 from pyspark.sql.utils import AnalysisException
 
 from ingestion.decode.python_decoder import batch_decoder
-from ingestion.decode.spec import DECODER_COLUMNS, PAYLOAD, UNVERIFIED, DecodeSpec, UnknownSchemaError
+from ingestion.decode.spec import DECODER_COLUMNS, PAYLOAD, UNVERIFIED, DecodeSpec, UnknownSchemaError, format_module
 from ingestion.decode.wire import HEADER_SIZE, encode
 from ingestion.errors import SchemaError, one_line
 from ingestion.runtime import helper, session_cache
@@ -43,10 +44,9 @@ _MAX_INT = 2**31 - 1
 
 def unusable(spark: SparkSession, spec: DecodeSpec) -> str | None:
     """Why the JVM path cannot decode this pipeline's records, or None when it can."""
-    if spec.value_format == "protobuf":
-        from ingestion.decode import protobuf_jvm  # Protobuf's JVM path, a module of its own
-
-        return protobuf_jvm.unusable(spark, spec)
+    module = format_module(spec, "jvm")  # another format's JVM path, a module of its own
+    if module is not None:
+        return module.unusable(spark, spec)  # type: ignore[no-any-return]
     if spec.key_format == "avro":
         return "key.format avro is decoded in Python"
     reader = json.loads(spec.reader_schema)
@@ -81,10 +81,9 @@ def decode_in_jvm(kafka_rows: DataFrame, spec: DecodeSpec) -> DataFrame:
     """Kafka rows -> decoder rows (the columns of `BatchDecoder`'s output). Rows the JVM could not verify carry
     `_error_class` UNVERIFIED (or UnknownSchemaError for a valid header naming an id this pipeline does not know)
     and their value in `_raw_value`: pass the result to `settle_in_python` unless no row is unverified."""
-    if spec.value_format == "protobuf":
-        from ingestion.decode import protobuf_jvm
-
-        return protobuf_jvm.decode_in_jvm(kafka_rows, spec)
+    module = format_module(spec, "jvm")
+    if module is not None:
+        return module.decode_in_jvm(kafka_rows, spec)  # type: ignore[no-any-return]
     plan = _plan(kafka_rows.sparkSession, spec)
     passthrough = [name for name in kafka_rows.columns if name != "value"]
     # `_verified` is a column of its own, so the checks run once per row, not once per output column.
@@ -109,24 +108,11 @@ def _build(spark: SparkSession, spec: DecodeSpec) -> _Plan:
     from pyspark.sql.avro.functions import from_avro
 
     value = F.col("value")
-    fits = F.length(value) <= spec.max_bytes
     reader_ids = sorted(i for i, text in spec.writer_schemas.items() if text == spec.reader_schema)
+    attempt, schema_id, unknown = header_stage(spec, [(i, encode(i, b"")) for i in reader_ids])
     if spec.plain_schema_id is not None:
-        attempt: Column = value.isNotNull() & fits
-        schema_id: Column = F.lit(spec.plain_schema_id)
-        unknown: Column = F.lit(False)
         body, header = value, 0
     else:
-        # The common case costs one 5-byte comparison: the header of the reader schema's id, as a literal.
-        prefix = F.substring(value, 1, HEADER_SIZE)
-        ours = [(i, prefix == F.lit(bytearray(encode(i, b"")))) for i in reader_ids]
-        attempt = fits & _any([match for _, match in ours])
-        header_ok = (F.length(value) >= HEADER_SIZE) & (F.substring(value, 1, 1) == F.lit(bytearray(b"\x00")))
-        as_long = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")
-        other_id = F.when(header_ok & (as_long <= _MAX_INT), as_long.cast("int"))
-        schema_id = _first_match(ours, otherwise=other_id)
-        known = other_id.isin(sorted(spec.writer_schemas))
-        unknown = F.when(attempt, F.lit(False)).otherwise(header_ok & fits & ~known)
         body, header = F.expr(f"substring(value, {HEADER_SIZE + 1})"), HEADER_SIZE
     stage = [
         schema_id.alias("_schema_id"),
@@ -140,6 +126,47 @@ def _build(spark: SparkSession, spec: DecodeSpec) -> _Plan:
     body_ok = present & F.coalesce(F.call_function(check, value), F.lit(False))
     verified_if, columns = decoder_columns(spec, decoded, body_ok)  # from_avro's type: the table's, up to nulls
     return _Plan(stage, verified_if, columns)
+
+
+def header_stage(spec: DecodeSpec, headers: list[tuple[int, bytes]]) -> tuple[Column, Column, Column]:
+    """(whether the JVM tries a record, its schema id, whether that id is unknown), shared by the JVM decoders:
+    a record is tried when it is within value.maxBytes and its value starts, byte for byte, with one of `headers`
+    (the table's schema ids as the serializers frame them; the common case costs one comparison with a literal),
+    or, for a format without a header (`spec.plain_schema_id`), whenever it is not a tombstone."""
+    value = F.col("value")
+    fits = F.length(value) <= spec.max_bytes
+    if spec.plain_schema_id is not None:
+        return value.isNotNull() & fits, F.lit(spec.plain_schema_id), F.lit(False)
+    prefix = F.substring(value, 1, len(headers[0][1]))
+    ours = [(i, prefix == F.lit(bytearray(h))) for i, h in headers]
+    attempt = fits & _any([match for _, match in ours])
+    header_ok = (F.length(value) >= HEADER_SIZE) & (F.substring(value, 1, 1) == F.lit(bytearray(b"\x00")))
+    as_long = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")
+    other_id = F.when(header_ok & (as_long <= _MAX_INT), as_long.cast("int"))
+    known = other_id.isin(sorted(spec.writer_schemas))
+    unknown = F.when(attempt, F.lit(False)).otherwise(header_ok & fits & ~known)
+    return attempt, _first_match(ours, otherwise=other_id), unknown
+
+
+def decode_with_function(kafka_rows: DataFrame, spec: DecodeSpec, header: Callable[[int], bytes],
+                         function: Callable[[SparkSession], str]) -> DataFrame:
+    """Kafka rows -> decoder rows, for a format whose JVM path is a helper function that returns the row, or null
+    for a record it does not vouch for (Protobuf's `ProtobufDecode`, JSON's `JsonDecode`): tried on the records
+    whose value starts with `header(id)` of one of the table's schema ids (`header_stage`). The plan is built
+    once per session and spec, as `_plan`'s."""
+    def build() -> tuple[list[Column], Column, list[Column]]:
+        reader_ids = sorted(i for i, text in spec.writer_schemas.items() if text == spec.reader_schema)
+        attempt, schema_id, unknown = header_stage(spec, [(i, header(i)) for i in reader_ids])
+        stage = [schema_id.alias("_schema_id"), unknown.alias("_unknown"),
+                 F.when(attempt, F.call_function(function(kafka_rows.sparkSession), F.col("value"))).alias("_decoded")]
+        decoded = F.col("_decoded")
+        verified_if, columns = decoder_columns(spec, decoded, decoded.isNotNull())
+        return stage, verified_if, columns
+
+    stage, verified, columns = session_cache.once(kafka_rows.sparkSession, ("function decode plan", id(spec)),
+                                                  lambda: (spec, build()))[1]
+    passthrough = [name for name in kafka_rows.columns if name != "value"]
+    return kafka_rows.select("*", *stage).withColumn("_verified", verified).select(*columns, *passthrough)
 
 
 def decoder_columns(spec: DecodeSpec, decoded: Column, body_ok: Column) -> tuple[Column, list[Column]]:

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 
 from ingestion.decode import jvm_decoder
 from ingestion.decode.protobuf_wire import index_bytes
 from ingestion.decode.spec import DecodeSpec
-from ingestion.decode.wire import HEADER_SIZE, encode
-from ingestion.runtime import helper, session_cache
+from ingestion.decode.wire import encode
+from ingestion.runtime import helper
 from ingestion.schema import protobuf_schemas
 
 # Well-known types the Java function leaves to Python: their JSON text would have to match Python's json.dumps
@@ -71,31 +70,5 @@ def _udf(spark: SparkSession, spec: DecodeSpec) -> str:
 
 def decode_in_jvm(kafka_rows: DataFrame, spec: DecodeSpec) -> DataFrame:
     """Kafka rows -> decoder rows, as `jvm_decoder.decode_in_jvm` gives them (UNVERIFIED rows to settle)."""
-    stage, verified, columns = session_cache.once(
-        kafka_rows.sparkSession, ("protobuf decode plan", id(spec)),
-        lambda: (spec, _build(kafka_rows.sparkSession, spec)))[1]
-    passthrough = [name for name in kafka_rows.columns if name != "value"]
-    return kafka_rows.select("*", *stage).withColumn("_verified", verified).select(*columns, *passthrough)
-
-
-def _build(spark: SparkSession, spec: DecodeSpec) -> tuple[list[Column], Column, list[Column]]:
-    value = F.col("value")
-    fits = F.length(value) <= spec.max_bytes
-    reader_ids = sorted(i for i, text in spec.writer_schemas.items() if text == spec.reader_schema)
-    headers = [(i, _header(spec, i)) for i in reader_ids]
-    size = len(headers[0][1])
-    prefix = F.substring(value, 1, size)
-    ours = [(i, prefix == F.lit(bytearray(h))) for i, h in headers]
-    attempt = fits & jvm_decoder._any([match for _, match in ours])
-    header_ok = (F.length(value) >= HEADER_SIZE) & (F.substring(value, 1, 1) == F.lit(bytearray(b"\x00")))
-    as_long = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")
-    other_id = F.when(header_ok & (as_long <= jvm_decoder._MAX_INT), as_long.cast("int"))
-    known = other_id.isin(sorted(spec.writer_schemas))
-    stage = [
-        jvm_decoder._first_match(ours, otherwise=other_id).alias("_schema_id"),
-        F.when(attempt, F.lit(False)).otherwise(header_ok & fits & ~known).alias("_unknown"),
-        F.when(attempt, F.call_function(_udf(spark, spec), value)).alias("_decoded"),
-    ]
-    decoded = F.col("_decoded")
-    verified_if, columns = jvm_decoder.decoder_columns(spec, decoded, decoded.isNotNull())
-    return stage, verified_if, columns
+    return jvm_decoder.decode_with_function(kafka_rows, spec, lambda i: _header(spec, i),
+                                            lambda spark: _udf(spark, spec))

@@ -27,6 +27,7 @@ from ingestion.decode.spec import (
     RecordTooLargeError,
     TrailingBytesError,
     UnknownSchemaError,
+    format_module,
 )
 from ingestion.decode.validate import body_validator
 from ingestion.decode.wire import split
@@ -45,19 +46,16 @@ def decode_in_python(kafka_rows: DataFrame, spec: DecodeSpec) -> DataFrame:
 
 
 def batch_decoder(spec: DecodeSpec) -> BatchDecoder:
-    """The `mapInArrow` function of a spec's value format: this module's for Avro, `protobuf_decoder`'s for
-    Protobuf (a format is a module of its own; this is where they meet)."""
-    if spec.value_format == "protobuf":
-        from ingestion.decode import protobuf_decoder  # it builds on BatchDecoder
-
-        return protobuf_decoder.batch_decoder(spec)
-    return BatchDecoder(spec)
+    """The `mapInArrow` function of a spec's value format: this module's for Avro, the format module's otherwise
+    (`spec.FORMATS`: a format is a module of its own; this is where they meet)."""
+    module = format_module(spec, "python")  # it builds on BatchDecoder
+    return module.batch_decoder(spec) if module else BatchDecoder(spec)
 
 
 class BatchDecoder:
     """`mapInArrow` function: Kafka rows in, decoded rows out, one Arrow batch at a time."""
 
-    decoded_keys = ("string", "avro")  # the key formats `decode_key` turns into values
+    decoded_keys: tuple[str, ...] = ("string", "avro")  # the key formats `decode_key` turns into values
 
     def __init__(self, spec: DecodeSpec) -> None:
         self.spec = spec

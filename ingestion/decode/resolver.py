@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import types as T
 
 from ingestion.config import PipelineConfig
-from ingestion.decode.spec import DecodeSpec, protobuf_struct
+from ingestion.decode.spec import DecodeSpec, payload_struct, protobuf_struct
 from ingestion.errors import SchemaError, SubjectNotFoundError
 from ingestion.schema import avro_types, protobuf_schemas
 from ingestion.schema.registry import SchemaSource
@@ -178,7 +178,18 @@ class SchemaResolver:
     def _payload(self, text: str) -> T.StructType | None:
         """The payload columns of a version; for Protobuf, of the table's message (chosen from the first version
         asked, by value.messageName or protobuf_schemas.table_message), None when the version lacks it."""
-        if self.config.value.format != "protobuf":
+        value_format = self.config.value.format
+        if value_format in ("jsonschema", "json", "connect-json"):
+            if protobuf_schemas.is_document(text) or not text.startswith(('{"jsonschema":', '{"connect":')):
+                raise SchemaError(f"value.format is {value_format}, but the subject holds a schema that is not a "
+                                  "JSON Schema (schemaType JSON)")
+            try:
+                return payload_struct(value_format, text)
+            except SchemaError as exc:  # name where the schema came from (a file's check names the file already)
+                where = self.config.value.schema_file or f"subject(s) {', '.join(repr(x) for x in self.subjects)}"
+                message = str(exc)
+                raise type(exc)(message if message.startswith(where) else f"{where}: {message}") from None
+        if value_format != "protobuf":
             return avro_types.spark_schema(json.loads(text))
         if not protobuf_schemas.is_document(text):
             raise SchemaError("value.format is protobuf, but the subject holds a schema that is not Protobuf")
@@ -191,7 +202,7 @@ class SchemaResolver:
 
     def _build(self, writers: dict[int, str], reader: str) -> DecodeSpec:
         protobuf = self.config.value.format == "protobuf"
-        if not protobuf:
+        if self.config.value.format in ("confluent", "avro"):
             avro_types.check_bounded(json.loads(reader))
         key_schemas = key_reader = None
         if self.config.key.format in ("avro", "protobuf"):
@@ -207,7 +218,7 @@ class SchemaResolver:
             if self.config.key.format == "protobuf" and not self._key_message:
                 self._key_message = protobuf_schemas.table_message(key_reader, self.config.key.message_name)
         plain_id = None
-        if self.config.value.format == "avro":  # no header: the newest version wrote every value
+        if self.config.value.format in ("avro", "json", "connect-json"):  # no header: the newest version wrote all
             plain_id = next(i for i in sorted(writers, reverse=True) if writers[i] == reader)
         # Executors always flag failures instead of raising: the driver first learns schema ids it did not know,
         # then applies sink.onError (see sink.BronzeWriter).

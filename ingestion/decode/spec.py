@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import functools
 import json
+import typing
 from dataclasses import dataclass
 
 from pyspark.sql import types as T
 
 from ingestion.decode.wire import WireFormatError
 from ingestion.errors import SchemaError
-from ingestion.schema import avro_types, protobuf_schemas, protobuf_types
+from ingestion.schema import avro_types, connect_types, json_types, protobuf_schemas, protobuf_types
 
 PAYLOAD = "_payload"
 # Every input column but `value` is passed through untouched (zero-copy); `value` itself comes back only for rows
@@ -51,7 +52,7 @@ class DecodeSpec:
     plain_schema_id: int | None = None  # set for value.format avro: bodies without a header, written with this id
     key_schemas: dict[int, str] | None = None  # key.format avro or protobuf: key schema id -> schema
     key_reader: str | None = None  # key.format avro or protobuf: the key subject's newest version
-    value_format: str = "confluent"  # confluent | avro | protobuf (value.format)
+    value_format: str = "confluent"  # confluent | avro | protobuf | jsonschema | json | connect-json
     message_name: str = ""  # value.format protobuf: the full name of the message the table holds
     key_message_name: str = ""  # key.format protobuf: the key's message
 
@@ -67,9 +68,7 @@ class DecodeSpec:
 
     @property
     def payload_type(self) -> T.StructType:
-        if self.value_format == "protobuf":
-            return protobuf_struct(self.reader_schema, self.message_name)
-        return avro_types.spark_schema(json.loads(self.reader_schema))
+        return payload_struct(self.value_format, self.reader_schema, self.message_name)
 
     def output_schema(self, source: T.StructType) -> T.StructType:
         """The Spark schema of the decoder's output rows, given the Kafka source's schema."""
@@ -86,6 +85,11 @@ class DecodeSpec:
         ])
 
 
+def payload_struct(value_format: str, text: str, message_name: str = "") -> T.StructType:
+    """The table's payload columns for a schema text of a value format."""
+    return FORMATS.get(value_format, FORMATS["confluent"]).payload(text, message_name)
+
+
 @functools.lru_cache(maxsize=32)
 def protobuf_struct(document: str, message_name: str) -> T.StructType:
     """The Spark struct of a message of a Protobuf schema document (cached: a spec asks for it per batch)."""
@@ -94,6 +98,43 @@ def protobuf_struct(document: str, message_name: str) -> T.StructType:
         raise SchemaError(f"message {message_name!r} is not in the schema (it has "
                           f"{', '.join(protobuf_schemas.message_names(document))})")
     return protobuf_types.spark_schema(message)
+
+
+@dataclass(frozen=True)
+class Format:
+    """What differs between value formats: the payload columns of a schema text; the module of its Python decoder
+    (`batch_decoder(spec)`) and of its JVM path (`unusable(spark, spec)`, `decode_in_jvm(rows, spec)`). None:
+    `python_decoder` and `jvm_decoder` themselves (Avro)."""
+
+    payload: typing.Callable[[str, str], T.StructType]
+    python: str | None = None
+    jvm: str | None = None
+
+
+def _avro_struct(text: str, message_name: str) -> T.StructType:
+    return avro_types.spark_schema(json.loads(text))
+
+
+def _json_struct(text: str, message_name: str) -> T.StructType:
+    if connect_types.is_document(text):
+        return connect_types.spark_schema(text)
+    return json_types.spark_schema(text)
+
+
+_JSON = Format(_json_struct, "ingestion.decode.json_decoder", "ingestion.decode.json_jvm")
+FORMATS: dict[str, Format] = {
+    "confluent": Format(_avro_struct), "avro": Format(_avro_struct),
+    "protobuf": Format(protobuf_struct, "ingestion.decode.protobuf_decoder", "ingestion.decode.protobuf_jvm"),
+    "jsonschema": _JSON, "json": _JSON, "connect-json": _JSON,
+}
+
+
+def format_module(spec: DecodeSpec, side: typing.Literal["python", "jvm"]) -> typing.Any:
+    """The module of a spec's value format for one decode path (see `Format`), or None for Avro."""
+    import importlib
+
+    name = getattr(FORMATS.get(spec.value_format, FORMATS["confluent"]), side)
+    return importlib.import_module(name) if name else None
 
 
 # Internal error class of rows the JVM did not verify; the Python decoder replaces it before anything is written.

@@ -15,7 +15,7 @@ from ingestion import kafka
 from ingestion.config import PipelineConfig, inherited
 from ingestion.errors import ConfigError, IngestionError
 from ingestion.paths import conf_dir
-from ingestion.schema import protobuf_schemas
+from ingestion.schema import json_schemas, protobuf_schemas
 from ingestion.schema.registry import source_for
 
 
@@ -60,10 +60,16 @@ def draft(topic: str, name: str | None = None) -> Draft:
         message = protobuf_schemas.table_message(newest)
         lines.append(f"value: {{format: protobuf, messageName: {message}}}  # a Protobuf subject; its file has "
                      f"{', '.join(protobuf_schemas.message_names(newest))}")
+    elif json_schemas.is_document(newest):
+        lines.append("value: {format: jsonschema}  # a JSON Schema subject (docs/json.md)")
     if key_subject in subjects:
         key_versions = source.versions(key_subject)
-        key_format = "protobuf" if protobuf_schemas.is_document(key_versions[max(key_versions)]) else "avro"
-        lines.append(f"key: {{format: {key_format}}}  # subject {key_subject} exists")
+        key_newest = key_versions[max(key_versions)]
+        if json_schemas.is_document(key_newest):
+            lines.append(f"key: {{format: string}}  # subject {key_subject} holds JSON Schemas: keys kept as text")
+        else:
+            key_format = "protobuf" if protobuf_schemas.is_document(key_newest) else "avro"
+            lines.append(f"key: {{format: {key_format}}}  # subject {key_subject} exists")
     elif config.key.format == "bytes":
         lines.append(f"# keys: no subject {key_subject}, so _kafka_key keeps the bytes (key.format: string for text)")
     text = "\n".join(lines) + "\n"

@@ -20,6 +20,7 @@ from ingestion.delta import catalog, rs_reads, tables
 from ingestion.delta.reader import JvmFreeReadError
 from ingestion.errors import IngestionError, TopicNotFoundError
 from ingestion.paths import schemas_dir
+from ingestion.schema import json_schemas
 from ingestion.schema.files import read_proto
 from ingestion.schema.registry import FolderSource, registry_client, registry_failure, source_for
 from ingestion.stream import handover, setup
@@ -88,8 +89,12 @@ def onboard(spark: SparkSession | Callable[[], SparkSession], target: PipelineCo
     reader_id = max(i for i, text in writers.items() if text == schemas.spec.reader_schema)
     shown = ", ".join(repr(s) for s in subjects)
     message = f" (Protobuf message {schemas.spec.message_name})" if schemas.spec.message_name else ""
-    report.say("subject", ", ".join(subjects), f"subject{'s' if len(subjects) > 1 else ''} {shown} at {where}: "
-               f"schema ids {sorted(writers)}; the table follows id {reader_id}{message}")
+    if config.value.schema_file:  # json, connect-json: one schema file, no subject
+        report.say("schema", config.value.schema_file, f"schema file {config.value.schema_file} "
+                   f"(value.format {config.value.format}): the table's columns")
+    else:
+        report.say("subject", ", ".join(subjects), f"subject{'s' if len(subjects) > 1 else ''} {shown} at {where}: "
+                   f"schema ids {sorted(writers)}; the table follows id {reader_id}{message}")
     # Before the tables are created, which registers them too (setup.ensure_tables).
     named = [(name, path, catalog.check(session.get(), name, path, config.file).state)
              for name, path in catalog.pipeline_names(config)]
@@ -224,10 +229,15 @@ def _register(config: PipelineConfig, subject: str, report: OnboardReport, *, dr
     client = registry_client(config.value.registry)
     known = set(source_for(config).versions(subject).values()) if _has_subject(client, config, subject) else set()
     folder = schemas_dir() / subject
-    for file in sorted([*folder.glob("*.avsc"), *folder.glob("*.proto")], key=lambda f: int(f.stem)):
+    for file in sorted([*folder.glob("*.avsc"), *folder.glob("*.proto"), *folder.glob("*.json")],
+                       key=lambda f: int(f.stem)):
         protobuf = file.suffix == ".proto"  # registered as its text; imports of own files are not registered
-        text = read_proto(file, schemas_dir()) if protobuf else json.dumps(json.loads(file.read_text()),
-                                                                             sort_keys=True, separators=(",", ":"))
+        kind = {".proto": "PROTOBUF", ".json": "JSON"}.get(file.suffix, "AVRO")
+        if kind == "JSON":
+            text = json_schemas.read_file(file)
+        else:
+            text = read_proto(file, schemas_dir()) if protobuf else json.dumps(json.loads(file.read_text()),
+                                                                                 sort_keys=True, separators=(",", ":"))
         if text in known:
             report.say("schema", str(file), f"schema {file}: already registered under {subject!r}")
         elif dry_run:
@@ -235,8 +245,7 @@ def _register(config: PipelineConfig, subject: str, report: OnboardReport, *, dr
                        State.WOULD_CHANGE)
         else:
             try:
-                schema_id = client.register_schema(subject, Schema(file.read_text(),
-                                                                   "PROTOBUF" if protobuf else "AVRO"))
+                schema_id = client.register_schema(subject, Schema(file.read_text(), kind))
             except Exception as exc:
                 failure = registry_failure(exc, config.value.registry, subject)
                 if failure is not None:

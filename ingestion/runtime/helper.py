@@ -15,6 +15,7 @@ from ingestion.runtime.gateway import java
 
 BODY_CHECK_CLASS = "ingest.AvroBodyCheck"
 PROTOBUF_DECODE_CLASS = "ingest.ProtobufDecode"
+JSON_DECODE_CLASS = "ingest.JsonDecode"
 SUMMARY_CLASS = "ingest.PartitionSummary"
 SUMMARY_FUNCTION = "ingest_partition_summary"
 
@@ -40,6 +41,19 @@ def protobuf_decoder(spark: SparkSession, descriptor_set: bytes, message: str, h
     jvm: Any = spark._jvm
     session_cache.register(spark, name, lambda udf: udf.register(
         name, getattr(jvm, PROTOBUF_DECODE_CLASS)(bytearray(descriptor_set), message, header),
+        java(jvm, "org.apache.spark.sql.types.DataType").fromJson(row_type.json())))
+    return name
+
+
+def json_decoder(spark: SparkSession, tree: str, header: int, row_type: Any) -> str:
+    """Register the JSON decoder (`data/JsonDecode.java`) of a schema tree (`json_types.Node.tree` as JSON), for
+    values whose first `header` bytes are the framing, as a session function returning `row_type` or null for what
+    it cannot vouch for; its name."""
+    digest = hashlib.sha1((tree + row_type.json()).encode()).hexdigest()[:12]
+    name = f"ingest_json_{digest}_{header}"
+    jvm: Any = spark._jvm
+    session_cache.register(spark, name, lambda udf: udf.register(
+        name, getattr(jvm, JSON_DECODE_CLASS)(tree, header),
         java(jvm, "org.apache.spark.sql.types.DataType").fromJson(row_type.json())))
     return name
 

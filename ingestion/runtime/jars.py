@@ -178,7 +178,7 @@ def classpath(artifacts: ArtifactSet) -> str:
 HELPER_SOURCES = tuple(data_files.names(".java"))
 # What the helper compiles against, from pyspark's own jars folder (the versions Spark runs with).
 _HELPER_CLASSPATH = ("avro-[0-9]*.jar", "spark-sql-api_*.jar", "scala-library-*.jar", "scala-reflect-*.jar",
-                     "hadoop-client-api-*.jar")
+                     "hadoop-client-api-*.jar", "jackson-core-2*.jar", "jackson-databind-2*.jar")
 
 
 def helper_jar(cache: Path | None = None) -> Path:

@@ -38,7 +38,9 @@ def load_subject(folder: Path, subject: str) -> Subject:
     """Read every `<id>.avsc` (or `<id>.proto`) of a subject; raise SchemaError naming the file when one is
     invalid."""
     directory = folder / subject
-    files = sorted([*directory.glob("*.avsc"), *directory.glob("*.proto")]) if directory.is_dir() else []
+    # A .json file not named by an id is a document the versions' `$ref`s name (json_schemas.read_file reads it).
+    files = sorted([*directory.glob("*.avsc"), *directory.glob("*.proto"),
+                    *(f for f in directory.glob("*.json") if f.stem.isdigit())]) if directory.is_dir() else []
     if not files:
         raise SubjectNotFoundError(f"no schemas for subject {subject!r}: expected files like {directory / '1.avsc'}")
     versions: dict[int, str] = {}
@@ -47,6 +49,11 @@ def load_subject(folder: Path, subject: str) -> Subject:
             raise SchemaError(f"{file}: schema files are named by their schema id, like 1.avsc; got {file.name!r}")
         if file.suffix == ".proto":
             versions[int(file.stem)] = read_proto(file, folder)
+            continue
+        if file.suffix == ".json":  # a JSON Schema (value.format jsonschema)
+            from ingestion.schema import json_schemas
+
+            versions[int(file.stem)] = json_schemas.read_file(file)
             continue
         try:
             parsed = json.loads(file.read_text())

@@ -15,13 +15,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from ingestion import security
 from ingestion.config import PipelineConfig
 from ingestion.errors import SchemaError, SubjectNotFoundError, one_line
 from ingestion.paths import schemas_dir
-from ingestion.schema import protobuf_schemas
+from ingestion.schema import json_schemas, protobuf_schemas
 from ingestion.schema.files import canonical_json, load_subject, read_proto
 from ingestion.security import redact_url
 
@@ -101,14 +102,37 @@ class FolderSource:
 
     def subjects(self) -> list[str]:
         return sorted(p.name for p in schemas_dir().glob("*")
-                      if p.is_dir() and (any(p.glob("*.avsc")) or any(p.glob("*.proto"))))
+                      if p.is_dir() and any(any(p.glob(f"*{suffix}")) for suffix in (".avsc", ".proto", ".json")))
 
     def by_id(self, schema_id: int) -> str | None:
         for file in schemas_dir().glob(f"*/{schema_id}.avsc"):
             return canonical_json(json.loads(file.read_text()))
         for file in schemas_dir().glob(f"*/{schema_id}.proto"):
             return read_proto(file, schemas_dir())
+        for file in schemas_dir().glob(f"*/{schema_id}.json"):
+            return json_schemas.read_file(file)
         return None
+
+
+@dataclass
+class SchemaFileSource:
+    """value.format json / connect-json: one schema file (`value.schemaFile`) for every subject, schema id 0."""
+
+    setting: str
+    connect: bool = False
+
+    @property
+    def file(self) -> Path:
+        return json_schemas.schema_file(self.setting, schemas_dir())
+
+    def versions(self, subject: str) -> dict[int, str]:
+        return {json_schemas.FILE_SCHEMA_ID: json_schemas.read_file(self.file, connect=self.connect)}
+
+    def subjects(self) -> list[str]:
+        return []
+
+    def by_id(self, schema_id: int) -> str | None:
+        return self.versions("")[schema_id] if schema_id == json_schemas.FILE_SCHEMA_ID else None
 
 
 @dataclass
@@ -149,18 +173,25 @@ class RegistrySource:
     def _text(self, schema: Any, name: str) -> str:
         """The pipeline's text of a registered schema: canonical JSON for Avro; for Protobuf, the document of the
         file and its references (each a subject version, resolved recursively; well-known files need none)."""
-        if (schema.schema_type or "AVRO") != "PROTOBUF":
+        kind = schema.schema_type or "AVRO"
+        if kind == "JSON":
+            return json_schemas.from_registry(schema.schema_str, self._references(schema), name)
+        if kind != "PROTOBUF":
             return canonical_json(json.loads(schema.schema_str))
-        files = {name: schema.schema_str}
+        return protobuf_schemas.document(name, {**self._references(schema), name: schema.schema_str})
+
+    def _references(self, schema: Any) -> dict[str, str]:
+        """The text of every schema a schema's references name (recursively), by reference name."""
+        found: dict[str, str] = {}
         pending = list(schema.references or [])
         while pending:
             reference = pending.pop()
-            if reference.name in files:
+            if reference.name in found:
                 continue
             referenced = self.client.get_version(reference.subject, reference.version).schema
-            files[reference.name] = referenced.schema_str
+            found[reference.name] = referenced.schema_str
             pending.extend(referenced.references or [])
-        return protobuf_schemas.document(name, files)
+        return found
 
     def by_id(self, schema_id: int) -> str | None:
         try:
@@ -177,6 +208,8 @@ class RegistrySource:
 
 
 def source_for(config: PipelineConfig) -> SchemaSource:
+    if config.value.schema_file:
+        return SchemaFileSource(config.value.schema_file, connect=config.value.format == "connect-json")
     if not config.value.registry:
         return FolderSource()
     return RegistrySource(registry_client(config.value.registry), config.value.registry)
@@ -208,7 +241,10 @@ def check_subjects(config: PipelineConfig) -> None:
     the schemas in it readable; a SchemaError naming the file, the key and the closest subjects otherwise."""
     import difflib
 
-    if config.value.format not in ("confluent", "avro", "protobuf"):
+    if config.value.schema_file:  # json, connect-json: the file is read (and its schema checked) now
+        source_for(config).versions("")
+        return
+    if config.value.format not in ("confluent", "avro", "protobuf", "jsonschema"):
         return
     if config.topic_pattern:  # the topics a pattern matches are not known here
         subjects = [config.value.subject] if config.value.subject else []

@@ -16,7 +16,7 @@ from ingestion.schema.registry import registry_client
 from ingestion.stream import pipeline
 from tests import protobuf as shop
 from tests.conftest import pipeline_yaml
-from tests.helpers import wait_rows
+from tests.helpers import decode_both_ways, wait_rows
 from tests.unit.test_protobuf import INVALID, _mutated, framed, spec
 
 pytestmark = pytest.mark.integration
@@ -111,29 +111,10 @@ def test_a_protobuf_topic_lands_every_field_evolves_mid_stream_and_quarantines_n
 def test_the_jvm_decoder_gives_the_python_decoders_rows_and_leaves_it_every_body_it_cannot_vouch_for(spark) -> None:
     """Valid Orders, every invalid value and 6,000 mutated bodies, decoded both ways in one Spark job each: the
     same rows, error classes and messages; the JVM vouched for every valid Order."""
-    import datetime as dt
-
-    from ingestion.columns import KAFKA_SOURCE_SCHEMA
-    from ingestion.decode import jvm_decoder
-    from ingestion.decode.python_decoder import decode_in_python
-
     valid = [framed(shop.order(seq).SerializeToString()) for seq in range(50)]
     values = [*valid, *(v for v, _, _ in INVALID.values()), *(framed(b) for b in _mutated(45)), None]
-    at = dt.datetime(2026, 1, 1)
-    kafka_rows = spark.createDataFrame([(b"k", v, "t", 0, i, at, 0, []) for i, v in enumerate(values)],
-                                       KAFKA_SOURCE_SCHEMA).repartition(2)
-    decoding = spec()
-    assert jvm_decoder.unusable(spark, decoding) is None
-    fast = jvm_decoder.decode_in_jvm(kafka_rows, decoding).persist()
-    unverified = {r["offset"] for r in fast.where("_error_class IS NOT NULL").select("offset").collect()}
+    jvm_rows, python_rows, unverified = decode_both_ways(spark, spec(), values)
     assert not unverified & set(range(len(valid)))
-    both, python = jvm_decoder.settle_in_python(fast, decoding, kafka_rows.schema)
-    columns = ["offset", "_payload", "_schema_id", "_tombstone", "_error_class", "_error_message", "_raw_value"]
-    jvm_rows = sorted(both.select(*columns).collect())
-    python_rows = sorted(decode_in_python(kafka_rows, decoding).select(*columns).collect())
-    python.unpersist()
-    fast.unpersist()
-    assert len(jvm_rows) == len(values)
     differences = [(a["offset"], found) for a, b in zip(jvm_rows, python_rows, strict=True)
                    if (found := _diff(a.asDict(recursive=True), b.asDict(recursive=True)))]
     assert not differences, "\n".join(map(str, differences[:8]))

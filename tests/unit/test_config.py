@@ -179,9 +179,10 @@ def test_kafka_nested_value_rejected(tmp_path: Path) -> None:
 
 
 def test_literal_violation_names_allowed_values(tmp_path: Path) -> None:
-    path = write(tmp_path, "name: demo\ntopic: t\nvalue:\n  format: json\n  subject: s\n")
+    path = write(tmp_path, "name: demo\ntopic: t\nvalue:\n  format: xml\n  subject: s\n")
     message = config_error(path)
-    assert message == f"{path}: key 'value.format' must be one of ['confluent', 'avro', 'protobuf'], got 'json'"
+    assert message == (f"{path}: key 'value.format' must be one of ['confluent', 'avro', 'protobuf', 'jsonschema', "
+                       "'json', 'connect-json'], got 'xml'")
 
 
 def test_key_format_literal_violation(tmp_path: Path) -> None:
@@ -281,7 +282,7 @@ def test_redacted_hides_secrets_keeps_the_rest(tmp_path: Path) -> None:
     assert out["name"] == "demo"
     assert out["value"] == {"format": "confluent", "subject": "demo-value", "max_bytes": 8 * 1024 * 1024,
                             "decoder": "auto", "registry": {}, "subject_name_strategy": "TopicNameStrategy",
-                            "record_name": "", "message_name": ""}
+                            "record_name": "", "message_name": "", "schema_file": ""}
     assert "hunter2" not in repr(out)
 
 
