@@ -84,7 +84,7 @@ def _protobuf_document() -> str:
     return protobuf_schemas.document("shop/v1/shop.proto", files)
 
 
-@pytest.mark.parametrize("key_format", ["none", "bytes", "string", "avro", "protobuf"])
+@pytest.mark.parametrize("key_format", ["none", "bytes", "string", "avro", "protobuf", "json"])
 def test_table_schemas_without_a_jvm_equal_the_schemas_of_the_rows_spark_makes(spark, orders_schema,
                                                                              key_format: str) -> None:
     """Tables are created before the session starts, from schemas computed in Python: each must be exactly the
@@ -96,6 +96,10 @@ def test_table_schemas_without_a_jvm_equal_the_schemas_of_the_rows_spark_makes(s
         spec = DecodeSpec({3: document}, document, 1000, False, key_format="protobuf", key_schemas={4: document},
                           key_reader=document, value_format="protobuf", message_name="shop.v1.Order",
                           key_message_name="shop.v1.Address")
+    elif key_format == "json":  # a JSON Schema value (value.format jsonschema), a string key
+        from tests.unit.test_json import spec as json_spec
+
+        spec = json_spec()
     else:
         keys = {"key_schemas": {2: key_avro}, "key_reader": key_avro} if key_format == "avro" else {}
         spec = DecodeSpec({1: orders}, orders, 1000, False, key_format=key_format, **keys)  # type: ignore[arg-type]
