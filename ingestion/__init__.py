@@ -1,4 +1,4 @@
-"""Land Avro-encoded Kafka topics in bronze Delta tables, exactly once, on Spark Structured Streaming.
+"""Land Kafka topics (Avro, Protobuf, JSON) in bronze Delta tables, exactly once, on Spark Structured Streaming.
 
 The public API, for notebooks and orchestrators (Airflow, Dagster) that drive pipelines without the `ingest`
 command. Everything else in the package is internal and may change between versions::

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ingestion")
 
-DESCRIPTION = """Land Avro-encoded Kafka topics in bronze Delta tables, exactly once.
+DESCRIPTION = """Land Kafka topics (Avro, Protobuf, JSON) in bronze Delta tables, exactly once; current-state
+(silver) tables of CDC topics beside them.
 
 Pipelines are YAML files in conf/pipelines/ (name them by file stem or path). Local state (the dev broker,
 tables, checkpoints, the MLflow store, the JVM jars) lives in .ingest/ or $INGEST_HOME."""

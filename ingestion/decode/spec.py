@@ -109,6 +109,7 @@ class Format:
     payload: typing.Callable[[str, str], T.StructType]
     python: str | None = None
     jvm: str | None = None
+    jvm_name: str = "Spark's from_avro"  # what decodes on the JVM path, as logs name it
 
 
 def _avro_struct(text: str, message_name: str) -> T.StructType:
@@ -121,19 +122,25 @@ def _json_struct(text: str, message_name: str) -> T.StructType:
     return json_types.spark_schema(text)
 
 
-_JSON = Format(_json_struct, "ingestion.decode.json_decoder", "ingestion.decode.json_jvm")
+_JSON = Format(_json_struct, "ingestion.decode.json_decoder", "ingestion.decode.json_jvm", "the helper's JsonDecode")
 FORMATS: dict[str, Format] = {
     "confluent": Format(_avro_struct), "avro": Format(_avro_struct),
-    "protobuf": Format(protobuf_struct, "ingestion.decode.protobuf_decoder", "ingestion.decode.protobuf_jvm"),
+    "protobuf": Format(protobuf_struct, "ingestion.decode.protobuf_decoder", "ingestion.decode.protobuf_jvm",
+                       "the helper's ProtobufDecode"),
     "jsonschema": _JSON, "json": _JSON, "connect-json": _JSON,
 }
+
+
+def spec_format(spec: DecodeSpec) -> Format:
+    """The `Format` of a spec's value format."""
+    return FORMATS.get(spec.value_format, FORMATS["confluent"])
 
 
 def format_module(spec: DecodeSpec, side: typing.Literal["python", "jvm"]) -> typing.Any:
     """The module of a spec's value format for one decode path (see `Format`), or None for Avro."""
     import importlib
 
-    name = getattr(FORMATS.get(spec.value_format, FORMATS["confluent"]), side)
+    name = getattr(spec_format(spec), side)
     return importlib.import_module(name) if name else None
 
 

@@ -202,8 +202,13 @@ def _probe_read(settings: Mapping[str, Any], topic: str, partition: int, timeout
     """Fetch at the end of one partition: end of partition (allowed) or TOPIC_AUTHORIZATION_FAILED (denied)."""
     from confluent_kafka import OFFSET_END, KafkaError, TopicPartition
 
-    client = consumer(settings, "ingest-access-check", **{"enable.partition.eof": True})
+    # The broker holds a fetch at the end for fetch.wait.max.ms (500 ms) before it answers empty: the probe asks it
+    # to answer at once.
+    client = consumer(settings, "ingest-access-check", **{"enable.partition.eof": True, "fetch.wait.max.ms": 0})
     try:
+        # With the partition's leader known, the offset look-up is sent at once; without, librdkafka retries it on a
+        # 500 ms timer (docs/performance.md#one-picture-of-kafka-per-run).
+        client.list_topics(topic, timeout=min(timeout, 5.0))
         client.assign([TopicPartition(topic, partition, OFFSET_END)])
         # A refused fetch is answered at once; an allowed one reaches the end at once. No answer at all is not a
         # refusal (the metadata came): it is left to the pipeline's own reads.

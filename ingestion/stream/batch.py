@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from ingestion.config import PipelineConfig
 from ingestion.decode import jvm_decoder
 from ingestion.decode.resolver import SchemaResolver
-from ingestion.decode.spec import DecodeSpec
+from ingestion.decode.spec import DecodeSpec, spec_format
 from ingestion.delta import ledger
 from ingestion.delta.append import DeltaAppend
 from ingestion.delta.ledger import BatchKind, BatchRecord, PartitionRange
@@ -80,8 +80,7 @@ class DecoderChoice:
         if reason:
             log.info("%s: decoding every record in Python: %s", config.name, reason)
         else:
-            log.info("%s: decoding with %s, unverified records in Python", config.name,
-                     "the helper's ProtobufDecode" if spec.value_format == "protobuf" else "Spark's from_avro")
+            log.info("%s: decoding with %s, unverified records in Python", config.name, spec_format(spec).jvm_name)
         self._for, self._uses_jvm = spec, reason is None
         return self._uses_jvm
 

@@ -56,11 +56,13 @@ def test_targets_met_and_missed() -> None:
 
 
 def test_ratios_are_reported_for_every_comparison_both_sides_of_which_ran() -> None:
-    summary = {kind: {"records_per_s": rate, "steady_records_per_s": None, "wall_records_per_s": rate / 2}
+    summary = {kind: {"records_per_s": rate, "steady_records_per_s": None, "wall_records_per_s": rate / 2,
+                      "cpu_s": 1000 / rate}
                for kind, rate in (("ours", 90.0), ("baseline", 60.0), ("peer", 45.0), ("ours_1core", 50.0),
                                   ("peer_1core", 25.0))}
     found = bench_report.ratios(summary)
-    assert found["ours/baseline"] == {"records_per_s": 1.5, "steady_records_per_s": None, "wall_records_per_s": 1.5}
+    assert found["ours/baseline"] == {"records_per_s": 1.5, "steady_records_per_s": None, "wall_records_per_s": 1.5,
+                                      "cpu_s": 0.667}  # whole-tree CPU seconds, the steadier measure
     assert found["ours/peer"]["records_per_s"] == 2.0
     assert found["ours_1core/peer_1core"]["records_per_s"] == 2.0
     assert "ours/limit_spark" not in found

@@ -1,0 +1,89 @@
+"""`ingest run --all --available-now` over many small pipelines, timed from the shell prompt back to it.
+
+A project folder of its own gets `--pipelines` pipeline files (conf/pipelines/p<i>.yaml), each reading its own
+3-partition topic of `--records` sample orders (the first topic holds ten times as many), all in one application
+on one local master. The run is a fresh process (`--code DIR` puts another checkout first on its PYTHONPATH, to
+compare). Afterwards every table is read with delta-rs: each must hold exactly its topic's records.
+
+    .venv/bin/python benchmarks/many_pipelines.py --home /tmp/many [--pipelines 100] [--records 300] [--code DIR]
+
+Prints one JSON line: pipelines, records, wall seconds, rows found, whether every table is exact. The broker (in
+<home>/kafka) is left running for the next run: `ingest kafka stop` with INGEST_HOME=<home>/kafka's parent, or
+kill the pid in <home>/kafka/broker.pid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--home", type=Path, required=True, help="the project folder (state, conf, tables)")
+    p.add_argument("--pipelines", type=int, default=100, help="pipelines (100)")
+    p.add_argument("--records", type=int, default=300, help="records of each topic; the first has 10x (300)")
+    p.add_argument("--code", type=Path, help="the checkout to run (default: this one)")
+    args = p.parse_args()
+    sys.path.insert(0, str(REPO))
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from deltalake import DeltaTable
+
+    from ingestion.dev import broker
+    from ingestion.dev.samples import produce_orders
+
+    home = args.home.absolute()
+    env = {**os.environ, "INGEST_HOME": str(home / "state"), "INGEST_CONF_DIR": str(home / "conf"),
+           "INGEST_SCHEMAS_DIR": str(REPO / "schemas"),
+           "INGEST_JAR_CACHE": os.environ.get("INGEST_JAR_CACHE", str(REPO / ".ingest" / "jars"))}
+    os.environ.update(env)
+    local = broker.Broker(home / "kafka")
+    servers = local.bootstrap_servers() if local.pid() else local.start()  # left running for the next run
+    assert servers
+    schema = json.loads((REPO / "schemas" / "orders-value" / "1.avsc").read_text())
+    run = f"r{int(time.time())}"
+    topics = [f"many-{run}-{i}" for i in range(args.pipelines)]
+    admin = AdminClient({"bootstrap.servers": servers})
+    for future in admin.create_topics([NewTopic(t, 3, 1) for t in topics]).values():
+        future.result(60)
+    expected = {}
+    for i, topic in enumerate(topics):
+        count = args.records * (10 if i == 0 else 1)
+        expected[topic] = len(produce_orders(servers, topic, count, schema_id=1, schema=schema))
+    conf = home / "conf" / "pipelines"
+    conf.mkdir(parents=True, exist_ok=True)
+    for old in conf.glob("*.yaml"):
+        old.unlink()
+    for i, topic in enumerate(topics):
+        (conf / f"p{i}.yaml").write_text(
+            f"name: p{i}\ntopic: {topic}\nkafka:\n  bootstrap.servers: \"{servers}\"\nsource:\n"
+            f"  startingOffsets: earliest\nvalue:\n  format: confluent\n  subject: orders-value\nkey:\n"
+            f"  format: string\nsink:\n  table: {home / 'tables' / run / f'p{i}'}\n"
+            f"  checkpointLocation: {home / 'checkpoints' / run / f'p{i}'}\n")
+    code = str((args.code or REPO).absolute())
+    child_env = {**env, "PYTHONPATH": code}
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "ingestion.cli", "run", "--all", "--available-now"], cwd=code,
+                          env=child_env, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - started
+    found = {}
+    for i, topic in enumerate(topics):
+        table = DeltaTable(str(home / "tables" / run / f"p{i}"))
+        found[topic] = table.to_pyarrow_table(columns=["_kafka_offset"]).num_rows
+    print(json.dumps({"pipelines": args.pipelines, "records": sum(expected.values()), "wall_s": round(wall, 1),
+                      "exit": done.returncode, "rows": sum(found.values()), "exact": found == expected,
+                      "code": code}))
+    if done.returncode != 0:
+        print(done.stderr[-3000:], file=sys.stderr)
+    return 0 if done.returncode == 0 and found == expected else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
