@@ -207,7 +207,7 @@ def _probe_read(settings: Mapping[str, Any], topic: str, partition: int, timeout
     client = consumer(settings, "ingest-access-check", **{"enable.partition.eof": True, "fetch.wait.max.ms": 0})
     try:
         # With the partition's leader known, the offset look-up is sent at once; without, librdkafka retries it on a
-        # 500 ms timer (docs/performance.md#one-picture-of-kafka-per-run).
+        # 500 ms timer (docs/performance.md#fixed-costs-tables-before-the-jvm-and-a-faster-kafka-probe).
         client.list_topics(topic, timeout=min(timeout, 5.0))
         client.assign([TopicPartition(topic, partition, OFFSET_END)])
         # A refused fetch is answered at once; an allowed one reaches the end at once. No answer at all is not a
