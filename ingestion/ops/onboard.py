@@ -98,7 +98,8 @@ def onboard(spark: SparkSession | Callable[[], SparkSession], target: PipelineCo
     # Before the tables are created, which registers them too (setup.ensure_tables).
     named = [(name, path, catalog.check(session.get(), name, path, config.file).state)
              for name, path in catalog.pipeline_names(config)]
-    for plan in session.either(lambda spark: setup.plans(spark, config, schemas.spec)):
+    found = session.either(lambda spark: setup.plans(spark, config, schemas.spec))
+    for plan in found:
         extras = (f" partitioned by {list(plan.partition_by)}" if plan.partition_by else "") + (
             f" with properties {plan.properties}" if plan.properties else "")
         shown = f"table {plan.path}:\n" + _indent(plan.schema.treeString())
@@ -110,8 +111,7 @@ def onboard(spark: SparkSession | Callable[[], SparkSession], target: PipelineCo
             _create(session, config, schemas)
             report.say("table", plan.path, f"{shown}\n  created{extras}", State.CHANGED)
     if config.silver is not None:
-        _silver(session, config, session.either(lambda spark: setup.plans(spark, config, schemas.spec))[0].schema,
-                report)
+        _silver(session, config, found[0].schema, report)  # bronze's columns, made now or found
     for name, path, state in named:
         if state == "exists":
             report.say("catalog", name, f"catalog table {name}: registered for {path}, left as it is")
