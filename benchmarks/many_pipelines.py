@@ -31,6 +31,7 @@ def main() -> int:
     p.add_argument("--pipelines", type=int, default=100, help="pipelines (100)")
     p.add_argument("--records", type=int, default=300, help="records of each topic; the first has 10x (300)")
     p.add_argument("--code", type=Path, help="the checkout to run (default: this one)")
+    p.add_argument("--log", type=Path, help="write the run's log here, with -v (Spark's phases of every batch)")
     args = p.parse_args()
     sys.path.insert(0, str(REPO))
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -70,9 +71,12 @@ def main() -> int:
     code = str((args.code or REPO).absolute())
     child_env = {**env, "PYTHONPATH": code}
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "ingestion.cli", "run", "--all", "--available-now"], cwd=code,
-                          env=child_env, capture_output=True, text=True, check=False)
+    verbose = ["-v"] if args.log else []
+    done = subprocess.run([sys.executable, "-m", "ingestion.cli", *verbose, "run", "--all", "--available-now"],
+                          cwd=code, env=child_env, capture_output=True, text=True, check=False)
     wall = time.monotonic() - started
+    if args.log:
+        args.log.write_text(done.stdout + done.stderr)
     found = {}
     for i, topic in enumerate(topics):
         table = DeltaTable(str(home / "tables" / run / f"p{i}"))

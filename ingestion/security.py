@@ -84,12 +84,24 @@ _SECRETS: set[str] = set()
 
 
 @functools.cache
+def _client_settings(file: str) -> frozenset[str]:
+    return frozenset((resources.files("ingestion") / "data" / file).read_text().split())
+
+
+def librdkafka_names() -> frozenset[str]:
+    """librdkafka's setting names (2.15's CONFIGURATION.md)."""
+    return _client_settings("librdkafka-properties.txt")
+
+
+def java_names() -> frozenset[str]:
+    """The setting names of Kafka's Java clients (consumer, producer and admin of kafka-clients 3.9 and 4.1:
+    `ConsumerConfig.configNames()` and its siblings)."""
+    return _client_settings("java-client-properties.txt")
+
+
 def known_settings() -> frozenset[str]:
-    """Every setting name librdkafka (2.15's CONFIGURATION.md) or Kafka's Java clients (consumer, producer and
-    admin of kafka-clients 3.9 and 4.1: `ConsumerConfig.configNames()` and its siblings) accept."""
-    folder = resources.files("ingestion") / "data"
-    return frozenset(name for file in ("librdkafka-properties.txt", "java-client-properties.txt")
-                     for name in (folder / file).read_text().split())
+    """Every setting name librdkafka or Kafka's Java clients accept."""
+    return librdkafka_names() | java_names()
 
 
 def unknown_setting(key: str) -> str | None:
@@ -151,11 +163,13 @@ def java_only(key: str, settings: Mapping[str, str]) -> bool:
     librdkafka's too (a PKCS#12 file), unless `ssl.keystore.type` names another format (JKS, PEM)."""
     if key in ("ssl.keystore.location", "ssl.keystore.password"):
         return settings.get("ssl.keystore.type", "PKCS12").upper() != "PKCS12"
-    return key in JAVA_ONLY or key.startswith(JAVA_ONLY_PREFIXES)
+    return (key in JAVA_ONLY or key.startswith(JAVA_ONLY_PREFIXES)
+            or (key in java_names() and key not in librdkafka_names()))  # fetch.max.wait.ms, say
 
 
 def librdkafka_only(key: str) -> bool:
-    return key in LIBRDKAFKA_ONLY or key.startswith(LIBRDKAFKA_ONLY_PREFIXES)
+    return (key in LIBRDKAFKA_ONLY or key.startswith(LIBRDKAFKA_ONLY_PREFIXES)
+            or (key in librdkafka_names() and key not in java_names()))  # fetch.wait.max.ms, say
 
 
 def mechanism(settings: Mapping[str, str]) -> str | None:

@@ -72,9 +72,15 @@ def unusable(spark: SparkSession, spec: DecodeSpec) -> str | None:
 
 
 def _from_avro_type(spark: SparkSession, schema: str) -> T.DataType:
+    """The type Spark's from_avro gives `schema`, asked once per session and schema (`run --all` asks for each of
+    its pipelines, and many share a schema)."""
     from pyspark.sql.avro.functions import from_avro
 
-    return spark.createDataFrame([], "value binary").select(from_avro("value", schema).alias("p")).schema["p"].dataType
+    def ask() -> T.DataType:
+        nothing = F.lit(None).cast("binary")
+        return spark.range(0).select(from_avro(nothing, schema).alias("p")).schema["p"].dataType
+
+    return session_cache.once(spark, ("from_avro type", schema), ask)
 
 
 def decode_in_jvm(kafka_rows: DataFrame, spec: DecodeSpec) -> DataFrame:

@@ -3,13 +3,15 @@
 PySpark's own bridge converts a `StreamingQueryProgress` field by field, about 500 py4j round trips per batch on the
 listener thread, beside the next batch's driver work; this one reads `progress().json()` once
 (docs/performance.md#py4j-round-trips). Subclass `ProgressListener` and register it with
-`spark.streams.addListener` as usual.
+`spark.streams.addListener` as usual, or, for one query of many, with `routes(spark).add(query name, listener)`:
+one listener per session then takes every event across py4j once and hands it to its query's listener only.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 from typing import Any, ClassVar
 
 from py4j.protocol import Py4JError
@@ -18,6 +20,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.streaming.listener import QueryIdleEvent, QueryProgressEvent, StreamingQueryProgress
 
 from ingestion.errors import one_line
+from ingestion.runtime import session_cache
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +88,57 @@ class ProgressListener(StreamingQueryListener):
 
     def onQueryTerminated(self, event: Any) -> None:
         pass
+
+
+class ProgressRouter(ProgressListener):
+    """The one listener of a session's pipelines (`routes`): each progress event goes to the listener added under
+    its query's name, an idle event to the listener of the query it names. With a listener per query, Spark would
+    hand every event to each of them, each a py4j callback and a JSON read: with 100 pipelines, 100 callbacks per
+    batch, all on Spark's one listener thread (docs/performance.md#one-listener-for-every-query)."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, StreamingQueryListener] = {}
+        self._name_of: dict[str, str] = {}  # query id -> name, learnt from progress events (idle events carry ids)
+        self._lock = threading.Lock()
+
+    def add(self, name: str, listener: StreamingQueryListener) -> None:
+        """Route `name`'s events to `listener` (instead of any listener added under that name before)."""
+        with self._lock:
+            self._by_name[name] = listener
+
+    def remove(self, name: str) -> None:
+        with self._lock:
+            self._by_name.pop(name, None)
+            self._name_of = {i: n for i, n in self._name_of.items() if n != name}
+
+    def _listener(self, name: str | None) -> StreamingQueryListener | None:
+        with self._lock:
+            return self._by_name.get(name) if name is not None else None
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = event.progress
+        with self._lock:
+            self._name_of[str(progress.id)] = progress.name
+        listener = self._listener(progress.name)
+        if listener is not None:
+            listener.onQueryProgress(event)
+
+    def onQueryIdle(self, event: Any) -> None:
+        with self._lock:
+            name = self._name_of.get(str(event.id))
+        listener = self._listener(name)
+        if listener is not None:
+            listener.onQueryIdle(event)
+
+
+def routes(spark: SparkSession) -> ProgressRouter:
+    """The session's router, registered with its streaming query manager the first time it is asked for."""
+    def build() -> ProgressRouter:
+        router = ProgressRouter()
+        spark.streams.addListener(router)
+        return router
+
+    return session_cache.once(spark, "progress router", build)
 
 
 def wait_for_listener_events(spark: SparkSession, timeout_ms: int = 10_000) -> None:

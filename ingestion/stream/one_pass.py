@@ -52,20 +52,25 @@ class OnePassWrite:
         spark = kafka_rows.sparkSession
         config, bronze_target = self.targets.config, self.targets.bronze
         self.needs_python = False
+        marks = [("start", started)]
         txn = delta_txn.DeltaTxn(spark, config.table_path)
+        marks.append(("txn", time.monotonic()))
         observation = Observation()
         observed = _observed(spark)
         decoded = jvm_decoder.decode_in_jvm(kafka_rows, self.targets.spec).observe(observation, *observed.values())
         # The observation sits between the decode and bronze's filter: Spark cannot push the filter below it,
         # so from_avro runs once per record.
         rows = bronze.bronze_rows(decoded, batch_id=batch_id, ingested_at=ingested_at)
+        marks.append(("plan", time.monotonic()))
         reason = txn.incompatible(rows.schema)
         if reason is not None:
             log.debug("batch %d: not in one pass: %s", batch_id, reason)
             return None
         if txn.committed_version(bronze_target.app_id) >= batch_id:
             return None  # a batch Spark replays after a crash: the settled write reports Delta's skip
+        marks.append(("checks", time.monotonic()))
         files = txn.write(right_sized(rows))
+        marks.append(("write", time.monotonic()))
         seen = helper.observed_values(observation, observed)
         records, unverified = int(seen["records"]), int(seen["unverified"])
         if unverified or not records:
@@ -82,12 +87,16 @@ class OnePassWrite:
             log.warning("%s batch %d: %d records read, %d in the written files: writing the batch again",
                         config.name, batch_id, records, in_files)
             return None
+        marks.append(("counted", time.monotonic()))
         stats = bronze.observed_stats(seen["partitions"])
         record, _ = self.targets.records(stats, batch_id)
         faults.reached(faults.FaultPoint.BEFORE_COMMIT, batch_id)
         bronze_target.version = txn.commit(files, app_id=bronze_target.app_id, txn_version=batch_id,
                                            user_metadata=record.to_user_metadata())
         faults.reached(faults.FaultPoint.AFTER_COMMIT, batch_id)
+        marks.append(("commit", time.monotonic()))
+        log.debug("batch %d: one pass %s", batch_id,
+                  ", ".join(f"{name} {1000 * (at - marks[i][1]):.0f} ms" for i, (name, at) in enumerate(marks[1:])))
         if records >= dictionaries.MIN_VALUES and self._dictionaries_for is not self.targets.spec:
             self._dictionaries_for = self.targets.spec
             self._tune_dictionaries(txn, txn.file_paths(files), batch_id)

@@ -26,7 +26,7 @@ from ingestion.delta import ledger, rs_reads
 from ingestion.delta.log_checkpoints import BackgroundCheckpoints
 from ingestion.errors import IngestionError, KafkaAccessError, one_line
 from ingestion.kafka import access
-from ingestion.runtime.listener import wait_for_listener_events
+from ingestion.runtime import listener
 from ingestion.schema import registry
 from ingestion.silver import ledger as silver_ledger
 from ingestion.silver.follower import Lag, SilverFollower
@@ -229,7 +229,7 @@ def _start(spark: SparkSession, ctx: PipelineContext, *, available_now: bool,
         writer = BronzeWriter(config=config, app_id=app_id, resolver=schemas, on_batch=on_batch,
                               on_topics=ctx.saw)
         writer.jvm_path(spark)  # decide (and log) how records are decoded; value.decoder jvm fails here if it cannot
-        spark.streams.addListener(monitor)
+        listener.routes(spark).add(config.name, monitor)
         stream = (source.read_stream(spark, ctx, starting).writeStream
                   .queryName(config.name).foreachBatch(writer).option("checkpointLocation", location))
         stream = (stream.trigger(availableNow=True) if available_now
@@ -238,6 +238,7 @@ def _start(spark: SparkSession, ctx: PipelineContext, *, available_now: bool,
         if silver is not None and not available_now:
             silver.start()
     except BaseException:
+        listener.routes(spark).remove(config.name)
         if metrics is not None:
             metrics.finish(RunStatus.FAILED)
         raise
@@ -406,9 +407,9 @@ def stop(spark: SparkSession, running: RunningPipeline, status: RunStatus = RunS
         running.log_checkpoints.close()
     if running.maintenance is not None:
         running.maintenance.close()
-    wait_for_listener_events(spark)
+    listener.wait_for_listener_events(spark)
     running.monitor.drain()
-    spark.streams.removeListener(running.monitor)
+    listener.routes(spark).remove(running.context.name)
     running.monitor.close()
     if running.monitor.progress is not None:
         running.monitor.progress.close()
@@ -438,8 +439,15 @@ def _recorded_offsets(spark: SparkSession, config: PipelineConfig, *, needed: bo
     """Where the table's ledger says the topic's partitions continue, when the start needs it: a new checkpoint
     resumes there, and an available-now run counts its records to do from there. A stream that resumes its
     checkpoint needs neither, and a table at version 0 (its creation) has no ledger. Reading the ledger is Delta's
-    commit history: seconds in a new JVM (its history reader's first use), growing with the table's versions."""
-    if not needed or ledger.table_version(spark, config.table_path) == 0:
+    commit history: read with delta-rs where it can (milliseconds; `DeltaTable.isDeltaTable` alone took about half a
+    second of each pipeline's start under `run --all`), else by Delta in the JVM (seconds in a new JVM, its history
+    reader's first use, growing with the table's versions)."""
+    if not needed:
+        return {}
+    recorded = rs_reads.recorded_offsets(config)
+    if recorded is not None:
+        return recorded
+    if ledger.table_version(spark, config.table_path) == 0:
         return {}
     return ledger.next_offsets(ledger.history(spark, config.table_path))
 

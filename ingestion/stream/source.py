@@ -7,6 +7,12 @@ from pyspark.sql import DataFrame, SparkSession
 from ingestion.kafka.clients import ISOLATION, READ_COMMITTED
 from ingestion.stream.context import PipelineContext
 
+# How long the broker may hold a fetch that finds no new record (the Java client's default is 500 ms). A task's
+# consumer prefetches past the batch's end; the next batch seeks it back and must first wait for that fetch's
+# answer, so every batch of a caught-up stream waited about 500 ms (docs/performance.md#fetches-held-at-the-end).
+# Only a consumer inside a task fetches, so a short wait costs no steady stream of empty fetches.
+FETCH_MAX_WAIT_MS = "20"
+
 # Options the Spark Kafka source manages itself and refuses as `kafka.*` (see its integration guide).
 SPARK_MANAGED = ("group.id", "auto.offset.reset", "key.deserializer", "value.deserializer",
                  "enable.auto.commit", "interceptor.classes")
@@ -28,6 +34,7 @@ def kafka_options(ctx: PipelineContext, starting_offsets: str | None = None) -> 
     options = {f"kafka.{key}": value for key, value in ctx.kafka.java.items() if key not in SPARK_MANAGED}
     # Records of aborted transactions never land: Kafka's Java client reads uncommitted records by default.
     options.setdefault(f"kafka.{ISOLATION}", READ_COMMITTED)
+    options.setdefault("kafka.fetch.max.wait.ms", FETCH_MAX_WAIT_MS)
     if config.topic_pattern:  # topics created later that match are read from their start, at the next trigger
         options["subscribePattern"] = config.topic_pattern
     else:

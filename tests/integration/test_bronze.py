@@ -103,24 +103,32 @@ def test_restart_reuses_app_id_and_new_checkpoint_resumes_from_table(spark, kafk
 
 def test_the_ledger_is_read_at_start_only_when_the_start_needs_it(spark, kafka_servers, make_topic, orders_schema,
                                                                  tmp_path: Path, monkeypatch) -> None:
+    from ingestion.delta import rs_reads
     from ingestion.kafka.clients import watermarks
 
     topic = make_topic(partitions=3)
     produce_orders(kafka_servers, topic, 90, schema_id=1, schema=orders_schema)
     config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers))
-    reads: list[str] = []
-    history = ledger.history
+    reads: list[str] = []  # by Delta in the JVM
+    rs: list[str] = []  # by delta-rs
+    history, recorded = ledger.history, rs_reads.recorded_offsets
     monkeypatch.setattr(ledger, "history", lambda s, path: reads.append(path) or history(s, path))
+    monkeypatch.setattr(rs_reads, "recorded_offsets", lambda c: rs.append(c.table_path) or recorded(c))
 
     setup.ensure_tables(spark, config, setup.resolver(spark, context.known(config)).spec)
     assert pipeline._recorded_offsets(spark, config, needed=True) == {}  # version 0: the creation, no ledger
     assert reads == []
     pipeline.run(spark, config, available_now=True)
     reads.clear()
+    rs.clear()
 
     assert pipeline._recorded_offsets(spark, config, needed=False) == {}  # a stream resuming its checkpoint
-    assert reads == []
+    assert reads == rs == []
     ends = {str(p): high for p, (_, high) in watermarks({"bootstrap.servers": kafka_servers}, topic).items()}
+    assert pipeline._recorded_offsets(spark, config, needed=True) == {topic: ends}
+    assert (reads, rs) == ([], [config.table_path])  # delta-rs reads it: no Delta in the JVM
+    # A table delta-rs cannot tell about is read by Delta in the JVM, to the same offsets.
+    monkeypatch.setattr(rs_reads, "recorded_offsets", lambda c: None)
     assert pipeline._recorded_offsets(spark, config, needed=True) == {topic: ends}
     assert reads == [config.table_path]
 

@@ -116,3 +116,9 @@ def test_run_all_feeds_one_registry_labelled_by_pipeline_from_start_to_stop(
                    for p in (0, 1)) == count
     assert sample("ingest_pipeline_state", pipeline="gone", ingest_pipeline_state="failed") == 1.0
     assert sample("ingest_rows_total", pipeline="gone") == 0.0
+    # Both queries' events crossed py4j through one listener, and no route outlives its pipeline.
+    from ingestion.runtime.listener import ProgressRouter, routes
+
+    jvm_listeners = list(spark._jsparkSession.streams().listListeners())
+    assert sum(1 for x in jvm_listeners if "PythonStreamingQueryListenerWrapper" in x.getClass().getName()) == 1
+    assert isinstance(routes(spark), ProgressRouter) and not routes(spark)._by_name

@@ -42,6 +42,7 @@ def test_scram_over_tls_gives_each_client_its_spelling(tmp_path: Path) -> None:
     assert kafka == {
         "kafka.bootstrap.servers": "127.0.0.1:9", "kafka.security.protocol": "SASL_SSL",
         "kafka.sasl.mechanism": "SCRAM-SHA-512", "kafka.client.id": "me", "kafka.isolation.level": "read_committed",
+        "kafka.fetch.max.wait.ms": "20",
         "kafka.sasl.jaas.config": f'{SCRAM} required username="alice" password="pa55";',
         "kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": str(ca)}
 
