@@ -58,7 +58,9 @@ def bronze_rows(decoded: DataFrame, *, batch_id: int | Column, ingested_at: dt.d
         F.col("_error_class").isNull(), [F.col(f"{PAYLOAD}.*"), *_columns(METADATA_COLUMNS, "_key")]))
     # built once per session: a batch would otherwise spend py4j round trips on the same expressions
     rows, batch = _with_batch_values(decoded.where(verified), batch_id, ingested_at)
-    return rows.select(*columns, *batch)
+    if isinstance(batch_id, Column):
+        return rows.select(*columns, *batch)
+    return session_cache.select(rows, session_cache.column_seq(spark, "bronze select", lambda: [*columns, *batch]))
 
 
 def quarantine_rows(decoded: DataFrame, *, batch_id: int | Column, ingested_at: dt.datetime) -> DataFrame:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import json
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple
 
 from pyspark import StorageLevel
@@ -91,10 +91,21 @@ def decode_in_jvm(kafka_rows: DataFrame, spec: DecodeSpec) -> DataFrame:
     if module is not None:
         return module.decode_in_jvm(kafka_rows, spec)  # type: ignore[no-any-return]
     plan = _plan(kafka_rows.sparkSession, spec)
-    passthrough = [name for name in kafka_rows.columns if name != "value"]
+    return decoder_rows(kafka_rows, ("decode plan", id(spec)), plan.stage, plan.verified, plan.columns)
+
+
+def decoder_rows(kafka_rows: DataFrame, key: Hashable, stage: list[Column], verified: Column,
+                 columns: list[Column]) -> DataFrame:
+    """The Kafka rows with the `stage` columns, then `_verified` over them, then the decoder `columns` and the
+    Kafka columns but the value. The column lists go to the JVM as Seqs made once per session under `key` (the
+    key of the session's cached plan they come from)."""
+    spark = kafka_rows.sparkSession
+    passthrough = tuple(name for name in kafka_rows.columns if name != "value")
+    staged = session_cache.column_seq(spark, (key, "stage"), lambda: [F.col("*"), *stage])
+    chosen = session_cache.column_seq(spark, (key, "columns", passthrough),
+                                      lambda: [*columns, *(F.col(name) for name in passthrough)])
     # `_verified` is a column of its own, so the checks run once per row, not once per output column.
-    return (kafka_rows.select("*", *plan.stage).withColumn("_verified", plan.verified)
-            .select(*plan.columns, *passthrough))
+    return session_cache.select(session_cache.select(kafka_rows, staged).withColumn("_verified", verified), chosen)
 
 
 class _Plan(NamedTuple):
@@ -169,10 +180,9 @@ def decode_with_function(kafka_rows: DataFrame, spec: DecodeSpec, header: Callab
         verified_if, columns = decoder_columns(spec, decoded, decoded.isNotNull())
         return stage, verified_if, columns
 
-    stage, verified, columns = session_cache.once(kafka_rows.sparkSession, ("function decode plan", id(spec)),
-                                                  lambda: (spec, build()))[1]
-    passthrough = [name for name in kafka_rows.columns if name != "value"]
-    return kafka_rows.select("*", *stage).withColumn("_verified", verified).select(*columns, *passthrough)
+    key = ("function decode plan", id(spec))
+    stage, verified, columns = session_cache.once(kafka_rows.sparkSession, key, lambda: (spec, build()))[1]
+    return decoder_rows(kafka_rows, key, stage, verified, columns)
 
 
 def decoder_columns(spec: DecodeSpec, decoded: Column, body_ok: Column) -> tuple[Column, list[Column]]:

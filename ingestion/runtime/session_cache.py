@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
-from pyspark.sql import SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 
 T = TypeVar("T")
 
@@ -25,6 +25,22 @@ def once(spark: SparkSession, key: Hashable, build: Callable[[], T]) -> T:
     if known is None or not known[0].equals(session):
         known = _BUILT[slot] = (session, build())
     return known[1]  # type: ignore[no-any-return]
+
+
+def column_seq(spark: SparkSession, key: Hashable, build: Callable[[], list[Column]]) -> Any:
+    """The JVM Seq of the columns `build()` gives, made once per session for `select`: PySpark hands a list of
+    columns to the JVM with a py4j round trip per column (py4j fills a Java list element by element), every time
+    (docs/performance.md#py4j-round-trips)."""
+    from pyspark.sql.classic.column import _to_java_column, _to_seq
+
+    return once(spark, ("column seq", key), lambda: _to_seq(spark.sparkContext, build(), _to_java_column))
+
+
+def select(rows: DataFrame, columns: Any) -> DataFrame:
+    """`rows.select(...)` of a Seq from `column_seq`: one round trip."""
+    from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
+
+    return ClassicDataFrame(rows._jdf.select(columns), rows.sparkSession)
 
 
 def register(spark: SparkSession, name: str, add: Callable[[Any], object]) -> None:
