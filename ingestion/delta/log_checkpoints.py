@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from pyspark.sql import SparkSession
@@ -66,17 +67,49 @@ class BackgroundCheckpoints:
         self._running: Future[None] | None = None
         self._lock = threading.Lock()
         self.written: list[int] = []  # versions checkpointed by this object, oldest first
-        # The table's newest checkpoint (-1: none), and the version the next is counted from.
-        self.checkpointed = delta_txn.last_checkpoint_version(spark, path)
-        self.last = max(0, self.checkpointed)
+        # The table's newest checkpoint (-1: none), and the version the next is counted from: read on the thread,
+        # because the JVM's first log handle of the table costs seconds in a new JVM (Delta's initialization),
+        # which then goes by beside the query's start instead of before it.
+        self._checkpointed, self._last = -1, 0
+        self._known = self._pool.submit(self._read_checkpointed)
 
     @classmethod
-    def for_table(cls, spark: SparkSession, path: str, *, name: str) -> BackgroundCheckpoints | None:
+    def for_table(cls, spark: SparkSession, path: str, *, name: str,
+                  properties: Mapping[str, str] | None = None) -> BackgroundCheckpoints | None:
         """Background checkpoints for the table at `path` when Delta itself checkpoints it less often than every
-        `EVERY` versions (its `delta.checkpointInterval`), else None."""
-        if int(delta_txn.table_property(spark, path, PROPERTY) or EVERY) <= EVERY:
+        `EVERY` versions (its `delta.checkpointInterval`, from `properties` when the caller read them, else from
+        Delta in the JVM), else None."""
+        interval = properties.get(PROPERTY) if properties is not None else \
+            delta_txn.table_property(spark, path, PROPERTY)
+        if int(interval or EVERY) <= EVERY:
             return None
         return cls(spark, path, name=name)
+
+    def _read_checkpointed(self) -> None:
+        try:
+            self._checkpointed = delta_txn.last_checkpoint_version(self.spark, self.path)
+        except Exception as exc:  # noqa: BLE001 - then the first checkpoint comes `every` versions from now
+            log.warning("%s: could not read the newest Delta checkpoint of %s: %s", self.name, self.path,
+                        one_line(exc))
+        self._last = max(0, self._checkpointed)
+
+    @property
+    def checkpointed(self) -> int:
+        self._known.result()
+        return self._checkpointed
+
+    @checkpointed.setter
+    def checkpointed(self, version: int) -> None:
+        self._checkpointed = version
+
+    @property
+    def last(self) -> int:
+        self._known.result()
+        return self._last
+
+    @last.setter
+    def last(self, version: int) -> None:
+        self._last = version
 
     def committed(self, version: int) -> Future[None] | None:
         """A commit left the table at `version`: start a checkpoint when `every` versions and `min_seconds` have

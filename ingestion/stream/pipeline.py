@@ -210,7 +210,8 @@ def _start(spark: SparkSession, ctx: PipelineContext, *, available_now: bool,
         progress = Progress(_records_to_do(ctx, recorded)) if available_now else None
         monitor = PipelineMonitor(config, ctx.kafka.client, metrics, progress, prometheus)
         batches: list[BatchResult] = []
-        log_checkpoints = BackgroundCheckpoints.for_table(spark, config.table_path, name=config.name)
+        log_checkpoints = BackgroundCheckpoints.for_table(spark, config.table_path, name=config.name,
+                                                          properties=setup.table_properties(config))
         if log_checkpoints is not None and not available_now:
             log_checkpoints.warm_up()  # the JVM's first checkpoint is slow: at start, not beside the steady stream
         scheduled = ScheduledMaintenance.for_pipeline(spark, config, metrics)

@@ -44,6 +44,14 @@ def payload_columns(spark: SparkSession | None, config: PipelineConfig) -> T.Str
     return None if schema is None else T.StructType([f for f in schema.fields if f.name not in METADATA_COLUMNS])
 
 
+def table_properties(config: PipelineConfig) -> dict[str, str] | None:
+    """Bronze's properties as delta-rs reads them (no JVM), None when it cannot."""
+    try:
+        return dict(tables.table_state(None, config, config.table_path).properties)
+    except JvmFreeReadError:
+        return None
+
+
 def plans(spark: SparkSession | None, config: PipelineConfig, spec: DecodeSpec) -> list[TablePlan]:
     """Bronze's and quarantine's plans for the rows of this spec."""
     return tables.plans(spark, config, *bronze.table_schemas(spec))

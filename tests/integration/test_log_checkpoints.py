@@ -129,6 +129,15 @@ def test_tables_delta_checkpoints_often_enough_are_left_to_delta(spark, tmp_path
         writer = writer.option(log_checkpoints.PROPERTY, interval)
     writer.save(str(table))
     assert BackgroundCheckpoints.for_table(spark, str(table), name="t") is None
+    # The same from the properties delta-rs read (what a run's start passes: no JVM read of the table)
+    from ingestion.delta import rs_tables
+
+    properties = rs_tables.state(str(table)).properties
+    assert properties.get(log_checkpoints.PROPERTY) == interval
+    assert BackgroundCheckpoints.for_table(spark, str(table), name="t", properties=properties) is None
+    made = BackgroundCheckpoints.for_table(spark, str(table), name="t", properties={log_checkpoints.PROPERTY: "1000"})
+    assert made is not None and (made.checkpointed, made.last) == (-1, 0)  # read on its thread, waited for here
+    made.close()
 
 
 def test_a_configured_interval_keeps_deltas_checkpoints(spark, kafka_servers, make_topic, tmp_path: Path) -> None:
