@@ -64,7 +64,7 @@ class OnePassWrite:
         marks.append(("plan", time.monotonic()))
         reason = txn.incompatible(rows.schema)
         if reason is not None:
-            log.debug("batch %d: not in one pass: %s", batch_id, reason)
+            log.debug("%s batch %d: not in one pass: %s", config.name, batch_id, reason)
             return None
         if txn.committed_version(bronze_target.app_id) >= batch_id:
             return None  # a batch Spark replays after a crash: the settled write reports Delta's skip
@@ -80,7 +80,7 @@ class OnePassWrite:
                 log.info("%s batch %d: %d of %d records not verified by the JVM; writing the batch again with "
                          "the Python decoder", config.name, batch_id, unverified, records)
             return None
-        log.debug("batch %d: decoded and written in %.2fs", batch_id, time.monotonic() - started)
+        log.debug("%s batch %d: decoded and written in %.2fs", config.name, batch_id, time.monotonic() - started)
         in_files = txn.written_records(files)
         if in_files != records:
             txn.discard(files)
@@ -95,7 +95,7 @@ class OnePassWrite:
                                            user_metadata=record.to_user_metadata())
         faults.reached(faults.FaultPoint.AFTER_COMMIT, batch_id)
         marks.append(("commit", time.monotonic()))
-        log.debug("batch %d: one pass %s", batch_id,
+        log.debug("%s batch %d: one pass %s", config.name, batch_id,
                   ", ".join(f"{name} {1000 * (at - marks[i][1]):.0f} ms" for i, (name, at) in enumerate(marks[1:])))
         if records >= dictionaries.MIN_VALUES and self._dictionaries_for is not self.targets.spec:
             self._dictionaries_for = self.targets.spec
