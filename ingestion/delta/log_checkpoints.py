@@ -95,21 +95,15 @@ class BackgroundCheckpoints:
 
     @property
     def checkpointed(self) -> int:
+        """The table's newest checkpoint, -1 when it has none (once the thread has read it)."""
         self._known.result()
         return self._checkpointed
 
-    @checkpointed.setter
-    def checkpointed(self, version: int) -> None:
-        self._checkpointed = version
-
     @property
     def last(self) -> int:
+        """The version the next checkpoint is counted from."""
         self._known.result()
         return self._last
-
-    @last.setter
-    def last(self, version: int) -> None:
-        self._last = version
 
     def committed(self, version: int) -> Future[None] | None:
         """A commit left the table at `version`: start a checkpoint when `every` versions and `min_seconds` have
@@ -140,7 +134,7 @@ class BackgroundCheckpoints:
     def _write(self) -> None:
         started = time.monotonic()
         version = delta_txn.written_version(self.spark, self.path)  # the state the latest commit here left
-        if version <= self.checkpointed:
+        if version <= self._checkpointed:  # on the thread, after `_read_checkpointed`
             return  # no commit since the last checkpoint
         context = self.spark.sparkContext  # local properties are this thread's: they tag the checkpoint's jobs
         context.setLocalProperty("spark.scheduler.pool", POOL)
@@ -150,9 +144,9 @@ class BackgroundCheckpoints:
         except Exception as exc:  # noqa: BLE001 - readers replay the log instead; the next one is tried later
             log.warning("%s: Delta checkpoint of %s at version %d failed (tried again %d versions later): %s",
                         self.name, self.path, version, self.every, one_line(exc))
-            self.last = version
+            self._last = version
             return
-        self.last = self.checkpointed = version
+        self._last = self._checkpointed = version
         self.written.append(version)
         log.info("%s: Delta checkpoint at version %d written in %.2fs, beside the batches", self.name, version,
                  time.monotonic() - started)
