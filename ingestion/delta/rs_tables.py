@@ -16,9 +16,12 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
 
 from pyspark.sql import types as T
 
+from ingestion import storage
 from ingestion.delta.reader import JvmFreeReadError
 
 log = logging.getLogger(__name__)
@@ -64,7 +67,45 @@ def create(path: str, schema: T.StructType, *, partition_by: Sequence[str] = (),
     except Exception as exc:  # noqa: BLE001 - whatever delta-rs refuses, Spark's Delta is asked instead
         log.debug("delta-rs did not create %s (%s: %s); creating it with Spark", path, type(exc).__name__, exc)
         return False
+    write_first_checksum(path)
     return True
+
+
+def write_first_checksum(path: str) -> bool:
+    """Write the checksum file (`00000000000000000000.crc`) of a local table whose only version is the empty
+    creation delta-rs wrote, as Spark's Delta writes one for each of its commits; True when written.
+
+    Without it, the first JVM transaction on the table reconstructs the whole state with Spark jobs to learn its
+    protocol, metadata and set transactions (a new pipeline's first batch spent about 5 s there), and its commit
+    computes the next checksum from scratch. An empty table's checksum is exact: no files, no bytes, no set
+    transactions or domains, and the creation's own protocol and metadata (Delta's `validateChecksum` agrees).
+    Nothing is written for a table that has moved on, for one with table features or other actions, or in
+    object storage (there the first JVM commit computes the checksum, as before)."""
+    if storage.scheme(path) != "file":
+        return False
+    folder = Path(urlparse(path).path if "://" in path else path) / "_delta_log"
+    first, checksum = folder / f"{0:020d}.json", folder / f"{0:020d}.crc"
+    if checksum.exists() or (folder / f"{1:020d}.json").exists() or not first.exists():
+        return False
+    actions = [json.loads(line) for line in first.read_text().splitlines() if line.strip()]
+    found: dict[str, list[dict[str, object]]] = {}
+    for action in actions:
+        for name, body in action.items():
+            found.setdefault(name, []).append(body)
+    if set(found) - {"commitInfo", "protocol", "metaData"} or len(found.get("protocol", ())) != 1 \
+            or len(found.get("metaData", ())) != 1 or set(found["protocol"][0]) - _LEGACY_PROTOCOL_KEYS:
+        return False
+    body = {"tableSizeBytes": 0, "numFiles": 0, "numMetadata": 1, "numProtocol": 1, "setTransactions": [],
+            "domainMetadata": [], "metadata": found["metaData"][0], "protocol": found["protocol"][0], "allFiles": []}
+    try:
+        with checksum.open("x") as out:  # never over one a writer made meanwhile
+            json.dump(body, out, separators=(",", ":"))
+    except FileExistsError:
+        return False
+    return True
+
+
+_LEGACY_PROTOCOL_KEYS = frozenset({"minReaderVersion", "minWriterVersion"})
 
 
 # The properties of tables this project creates that keep a legacy protocol; any other (a user's

@@ -18,6 +18,7 @@ from ingestion.decode.python_decoder import decode_in_python
 from ingestion.decode.spec import DecodeSpec
 from ingestion.delta import rs_tables, tables
 from ingestion.dev.samples import produce_orders
+from ingestion.runtime import delta_txn
 from ingestion.schema import protobuf_schemas
 from ingestion.stream import context, pipeline, setup
 from tests.conftest import pipeline_yaml
@@ -140,3 +141,35 @@ def test_a_table_made_without_a_jvm_is_the_one_spark_makes(spark, tmp_path: Path
         spark.range(3).selectExpr("id", "current_timestamp() AS at", "named_struct('x', id) AS inner") \
             .write.format("delta").mode("append").save(plan.path)
         assert rs_tables.state(plan.path).exists and spark.read.format("delta").load(plan.path).count() == 3
+
+
+def test_a_table_made_without_a_jvm_has_the_checksum_delta_would_write(spark, tmp_path: Path) -> None:
+    """delta-rs writes no checksum (`.crc`); without one, the JVM's first transaction on a new table reconstructed
+    its whole state with Spark jobs (seconds of a new pipeline's first batch). The checksum `create` writes is the
+    one Delta computes (its own validation agrees, at the creation and after a commit), and the first transaction
+    reads the table, checks its set transactions and commits with no Spark job but its write's."""
+    path = str(tmp_path / "t")
+    schema = T.StructType([T.StructField("id", T.LongType())])
+    assert rs_tables.create(path, schema, properties={"delta.checkpointInterval": "7"}, comment="c")
+    assert (tmp_path / "t" / "_delta_log" / f"{0:020d}.crc").exists()
+    assert not rs_tables.write_first_checksum(path)  # there already
+    log = delta_txn.delta_log(spark, path)
+    created = log.getSnapshotAt(0, *(getattr(log, f"getSnapshotAt$default${i}")() for i in (2, 3, 4)))
+    assert created.checksumOpt().isDefined()
+    context = spark.sparkContext
+    context.setLocalProperty("spark.jobGroup.id", "first-transaction")
+    try:
+        txn = delta_txn.DeltaTxn(spark, path)
+        assert txn.committed_version("app") == -1
+        files = txn.write(spark.range(3))
+        jobs_before_commit = list(context.statusTracker().getJobIdsForGroup("first-transaction"))
+        assert txn.commit(files, app_id="app", txn_version=0, user_metadata="{}") == 1
+        jobs = list(context.statusTracker().getJobIdsForGroup("first-transaction"))
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    assert len(jobs_before_commit) == 1 and jobs == jobs_before_commit  # the write's job only
+    latest = delta_txn.latest_snapshot(spark, path)
+    empty = getattr(latest, "validateChecksum$default$1")()
+    assert created.validateChecksum(empty) and latest.validateChecksum(empty)
+    assert delta_txn.DeltaTxn(spark, path).committed_version("app") == 0
+    assert spark.read.format("delta").load(path).count() == 3
