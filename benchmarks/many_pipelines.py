@@ -32,6 +32,7 @@ def main() -> int:
     p.add_argument("--records", type=int, default=300, help="records of each topic; the first has 10x (300)")
     p.add_argument("--code", type=Path, help="the checkout to run (default: this one)")
     p.add_argument("--log", type=Path, help="write the run's log here, with -v (Spark's phases of every batch)")
+    p.add_argument("--profile", type=Path, help="run the command under cProfile, its statistics written here")
     args = p.parse_args()
     sys.path.insert(0, str(REPO))
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -72,8 +73,9 @@ def main() -> int:
     child_env = {**env, "PYTHONPATH": code}
     started = time.monotonic()
     verbose = ["-v"] if args.log else []
-    done = subprocess.run([sys.executable, "-m", "ingestion.cli", *verbose, "run", "--all", "--available-now"],
-                          cwd=code, env=child_env, capture_output=True, text=True, check=False)
+    profile = ["-m", "cProfile", "-o", str(args.profile.absolute())] if args.profile else []
+    command = [sys.executable, *profile, "-m", "ingestion.cli", *verbose, "run", "--all", "--available-now"]
+    done = subprocess.run(command, cwd=code, env=child_env, capture_output=True, text=True, check=False)
     wall = time.monotonic() - started
     if args.log:
         args.log.write_text(done.stdout + done.stderr)

@@ -375,9 +375,10 @@ def _run_pipelines(args: argparse.Namespace, configs: list[PipelineConfig], expo
     from ingestion.stream import metrics, pipeline, setup
 
     if args.all:
-        contexts = [pipeline.check_can_start(c) for c in configs]
+        contexts = pipeline.check_all_can_start(configs)
         if args.available_now:
-            done = [c for c in contexts if pipeline.caught_up(c) is not None]
+            positions = pipeline.all_caught_up(contexts)
+            done = [c for c, at in zip(contexts, positions, strict=True) if at is not None]
             for ctx in done:
                 print(f"{ctx.name}: caught up, nothing to do")
             contexts = [c for c in contexts if c not in done]

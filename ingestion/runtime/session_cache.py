@@ -6,6 +6,7 @@ its JVM object, not by the Python one (keyed on the Python object, a cache would
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
@@ -14,17 +15,28 @@ from pyspark.sql import Column, DataFrame, SparkSession
 T = TypeVar("T")
 
 _BUILT: dict[tuple[int, Hashable], tuple[Any, Any]] = {}  # (JVM identity hash, key) -> (JVM session, value)
+_SLOTS: dict[tuple[int, Hashable], threading.RLock] = {}  # a lock per slot: one build of it at a time
+_SLOTS_LOCK = threading.Lock()  # batches and `run --all`'s starts ask from several threads at once
 
 
 def once(spark: SparkSession, key: Hashable, build: Callable[[], T]) -> T:
-    """`build()` the first time `key` is asked for in this JVM session, the same value after that. Keys should
-    not hold objects that can die and be replaced by others with the same key (hold them in the value)."""
+    """`build()` the first time `key` is asked for in this JVM session, the same value after that, also when
+    several threads ask at once (a build may ask for other keys). Keys should not hold objects that can die and
+    be replaced by others with the same key (hold them in the value)."""
     session: Any = spark._jsparkSession
     slot = (int(session.hashCode()), key)
     known = _BUILT.get(slot)
     if known is None or not known[0].equals(session):
-        known = _BUILT[slot] = (session, build())
+        with _slot_lock(slot):
+            known = _BUILT.get(slot)
+            if known is None or not known[0].equals(session):
+                known = _BUILT[slot] = (session, build())
     return known[1]  # type: ignore[no-any-return]
+
+
+def _slot_lock(slot: tuple[int, Hashable]) -> threading.RLock:
+    with _SLOTS_LOCK:
+        return _SLOTS.setdefault(slot, threading.RLock())
 
 
 def column_seq(spark: SparkSession, key: Hashable, build: Callable[[], list[Column]]) -> Any:
@@ -45,6 +57,9 @@ def select(rows: DataFrame, columns: Any) -> DataFrame:
 
 def register(spark: SparkSession, name: str, add: Callable[[Any], object]) -> None:
     """Register a JVM function as `name` with `add(spark's UDFRegistration)`, unless the session has it already
-    (a streaming query's session starts with its parent's functions; registering again logs a WARN)."""
-    if not spark.catalog.functionExists(name):
-        add(spark._jsparkSession.udf())
+    (a streaming query's session starts with its parent's functions; registering again logs a WARN). Two threads
+    registering the same name at once register it once."""
+    session: Any = spark._jsparkSession
+    with _slot_lock((int(session.hashCode()), ("function", name))):
+        if not spark.catalog.functionExists(name):
+            add(session.udf())

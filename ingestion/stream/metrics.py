@@ -34,6 +34,7 @@ MAX_METRICS_PER_CALL = 1000  # MLflow's limit for one log_batch call
 ENDED_BY_TAG = "ingest.ended_by"  # on a run ended by another process: why (`writer lock taken from dead pid 4242`)
 _stores: dict[str, Future[Any]] = {}  # tracking URI -> MlflowClient (being) opened
 _stores_lock = threading.Lock()
+_experiments_lock = threading.Lock()  # two pipelines of one experiment starting at once create it once
 
 
 def tracking_uri() -> str:
@@ -84,12 +85,13 @@ class RunMetrics:
     def start(cls, experiment: str, run_name: str, params: Mapping[str, str]) -> RunMetrics:
         uri = tracking_uri()
         client = _store(uri).result()
-        found = client.get_experiment_by_name(experiment)
-        if found is not None:
-            experiment_id = found.experiment_id
-        else:
-            artifacts = (state_dir() / "mlflow" / "artifacts").as_uri() if uri.startswith("sqlite") else None
-            experiment_id = client.create_experiment(experiment, artifact_location=artifacts)
+        with _experiments_lock:
+            found = client.get_experiment_by_name(experiment)
+            if found is not None:
+                experiment_id = found.experiment_id
+            else:
+                artifacts = (state_dir() / "mlflow" / "artifacts").as_uri() if uri.startswith("sqlite") else None
+                experiment_id = client.create_experiment(experiment, artifact_location=artifacts)
         run = client.create_run(experiment_id, run_name=run_name, tags={"ingest.pipeline": run_name})
         client.log_batch(run.info.run_id, params=[_param(k, v) for k, v in params.items()])
         log.info("mlflow run %s in experiment %r (%s)", run.info.run_id, experiment, uri)
