@@ -15,8 +15,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 T = TypeVar("T")
 
 _BUILT: dict[tuple[int, Hashable], tuple[Any, Any]] = {}  # (JVM identity hash, key) -> (JVM session, value)
-_SLOTS: dict[tuple[int, Hashable], threading.RLock] = {}  # a lock per slot: one build of it at a time
-_SLOTS_LOCK = threading.Lock()  # batches and `run --all`'s starts ask from several threads at once
+# One build at a time, in any session: batches and `run --all`'s starts ask from many threads at once. A lock per
+# key and session measured slower: 100 pipelines' first batches then built their sessions' values all at once,
+# 133 s for `run --all` of 100 pipelines against 109-115 s (docs/performance.md#many-pipelines-started-together).
+_BUILDING = threading.RLock()
 
 
 def once(spark: SparkSession, key: Hashable, build: Callable[[], T]) -> T:
@@ -27,16 +29,11 @@ def once(spark: SparkSession, key: Hashable, build: Callable[[], T]) -> T:
     slot = (int(session.hashCode()), key)
     known = _BUILT.get(slot)
     if known is None or not known[0].equals(session):
-        with _slot_lock(slot):
+        with _BUILDING:
             known = _BUILT.get(slot)
             if known is None or not known[0].equals(session):
                 known = _BUILT[slot] = (session, build())
     return known[1]  # type: ignore[no-any-return]
-
-
-def _slot_lock(slot: tuple[int, Hashable]) -> threading.RLock:
-    with _SLOTS_LOCK:
-        return _SLOTS.setdefault(slot, threading.RLock())
 
 
 def column_seq(spark: SparkSession, key: Hashable, build: Callable[[], list[Column]]) -> Any:
@@ -59,7 +56,6 @@ def register(spark: SparkSession, name: str, add: Callable[[Any], object]) -> No
     """Register a JVM function as `name` with `add(spark's UDFRegistration)`, unless the session has it already
     (a streaming query's session starts with its parent's functions; registering again logs a WARN). Two threads
     registering the same name at once register it once."""
-    session: Any = spark._jsparkSession
-    with _slot_lock((int(session.hashCode()), ("function", name))):
+    with _BUILDING:
         if not spark.catalog.functionExists(name):
-            add(session.udf())
+            add(spark._jsparkSession.udf())
