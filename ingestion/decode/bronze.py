@@ -12,7 +12,7 @@ from pyspark.sql import types as T
 
 from ingestion.columns import KAFKA_SOURCE_SCHEMA, METADATA_COLUMNS, QUARANTINE_COLUMNS
 from ingestion.decode.spec import PAYLOAD, DecodeSpec, UnknownSchemaError
-from ingestion.runtime import session_cache
+from ingestion.runtime import helper, session_cache
 
 
 def table_schemas(spec: DecodeSpec) -> tuple[T.StructType, T.StructType]:
@@ -40,7 +40,7 @@ _SOURCES = {"_kafka_topic": "topic", "_kafka_partition": "partition", "_kafka_of
             "_kafka_tombstone": "_tombstone", "_kafka_value": "_raw_value", "_schema_id": "_schema_id",
             "_error_class": "_error_class", "_error_message": "_error_message"}
 _BATCH_COLUMNS = ("_batch_id", "_ingested_at")
-# Their fields: the one-row table of `_with_batch_values` holds both, cast from non-null parameters.
+# Their fields, not null: `helper.batch_value_columns` (or a one-row table of non-null parameters) gives them.
 _BATCH_FIELDS = (T.StructField("_batch_id", T.LongType(), False),
                  T.StructField("_ingested_at", T.TimestampType(), False))
 
@@ -69,28 +69,28 @@ def quarantine_rows(decoded: DataFrame, *, batch_id: int | Column, ingested_at: 
     return rows.select(*_columns(QUARANTINE_COLUMNS, "key"), *batch)
 
 
-_BATCH_VALUES = ("__ingest_batch_id", "__ingest_ingested_at")
+_INGESTED_AT = "__ingest_ingested_at"  # the one-row table's column, for a batch id column
 
 
 def _with_batch_values(rows: DataFrame, batch_id: int | Column,
                        ingested_at: dt.datetime) -> tuple[DataFrame, list[Column]]:
-    """The rows joined with their batch's values, and the `_batch_id`, `_ingested_at` columns to select.
+    """The rows, and the `_batch_id`, `_ingested_at` columns to select.
 
-    The values come from a one-row table broadcast to the tasks, not from literals: Spark writes a long or
-    timestamp literal into the Java code it generates for a stage, so literals that change every batch make it
-    compile the stage again every batch, and the JVM then runs the new classes interpreted until it has
-    JIT-compiled them again. As data, the stage's code is the same in every batch and comes from Spark's code
-    cache. Broadcasting the one-row table costs a one-task Spark job per batch; a compilation cost more
-    (docs/performance.md#batch-values-as-a-broadcast-row)."""
-    batch_name, at_name = _BATCH_VALUES
-    one_row = rows.sparkSession.sql(
-        f"SELECT * FROM VALUES (CAST(:batch_id AS BIGINT), CAST(:ingested_at AS TIMESTAMP)) AS v({batch_name}, "
-        f"{at_name})", args={"batch_id": batch_id if isinstance(batch_id, int) else 0, "ingested_at": ingested_at})
-    if isinstance(batch_id, Column):
-        batch = [batch_id.cast("long").alias("_batch_id"), F.col(at_name).alias("_ingested_at")]
-    else:
-        batch = session_cache.once(rows.sparkSession, "batch values", lambda: [
-            F.col(batch_name).alias("_batch_id"), F.col(at_name).alias("_ingested_at")])
+    A batch's values are neither literals nor a joined table: Spark writes a long or timestamp literal into the
+    Java code it generates for a stage, so literals that change every batch make it compile the stage again
+    every batch (and the JVM then runs the new classes interpreted until it has JIT-compiled them again); a
+    broadcast one-row table kept the code the same but cost a one-task Spark job every batch. They are the
+    writing thread's local properties, read in the tasks by a function of the helper jar
+    (`helper.batch_value_columns`; docs/performance.md#batch-values-as-a-broadcast-row): the rows must be
+    written by the thread that built them, before it builds the next batch's. A `batch_id` column (the
+    quarantine's reprocess keeps each record's own) takes the time from a broadcast one-row table, as before."""
+    spark = rows.sparkSession
+    if isinstance(batch_id, int):
+        helper.set_batch_values(spark, batch_id, ingested_at)
+        return rows, helper.batch_value_columns(spark)
+    one_row = spark.sql(f"SELECT * FROM VALUES (CAST(:ingested_at AS TIMESTAMP)) AS v({_INGESTED_AT})",
+                        args={"ingested_at": ingested_at})
+    batch = [batch_id.cast("long").alias("_batch_id"), F.col(_INGESTED_AT).alias("_ingested_at")]
     return rows.crossJoin(F.broadcast(one_row)), batch
 
 

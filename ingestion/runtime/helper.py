@@ -3,8 +3,10 @@ as Spark SQL functions, and what an `Observation` saw, read without a py4j loop.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 from pyspark.sql import Column, Observation, SparkSession
@@ -17,6 +19,7 @@ BODY_CHECK_CLASS = "ingest.AvroBodyCheck"
 PROTOBUF_DECODE_CLASS = "ingest.ProtobufDecode"
 JSON_DECODE_CLASS = "ingest.JsonDecode"
 SUMMARY_CLASS = "ingest.PartitionSummary"
+BATCH_VALUE_CLASS = "ingest.BatchValue"
 SUMMARY_FUNCTION = "ingest_partition_summary"
 
 
@@ -70,6 +73,43 @@ def partition_summary(spark: SparkSession) -> Column:
                                F.unix_micros("timestamp"), F.col("_schema_id"))
 
     return session_cache.once(spark, SUMMARY_FUNCTION, register)
+
+
+# The local properties `set_batch_values` sets, and the functions `batch_value_columns` reads them with.
+BATCH_ID_PROPERTY = "ingest.batch.id"
+INGESTED_AT_PROPERTY = "ingest.batch.ingestedAtMicros"
+_BATCH_FUNCTIONS = {BATCH_ID_PROPERTY: "ingest_batch_id", INGESTED_AT_PROPERTY: "ingest_batch_ingested_at"}
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def set_batch_values(spark: SparkSession, batch_id: int, ingested_at: dt.datetime) -> None:
+    """Make `batch_id` and `ingested_at` (a naive time is local time, as PySpark reads one) the values
+    `batch_value_columns` give in the jobs this thread starts from now on (local properties, which Spark hands to
+    the tasks): a batch's rows are to be written by the thread that built them, before it sets the next
+    batch's."""
+    micros = (ingested_at.astimezone(dt.UTC) - _EPOCH) // dt.timedelta(microseconds=1)
+    context = spark.sparkContext
+    context.setLocalProperty(BATCH_ID_PROPERTY, str(batch_id))
+    context.setLocalProperty(INGESTED_AT_PROPERTY, str(micros))
+
+
+def batch_value_columns(spark: SparkSession) -> list[Column]:
+    """`_batch_id` (bigint) and `_ingested_at` (timestamp), both not null, as `set_batch_values` set them
+    (`data/BatchValue.java`: the same generated code every batch and no Spark job for them). The functions are
+    registered once per session."""
+    def build() -> list[Column]:
+        jvm: Any = spark._jvm
+        for prop, name in _BATCH_FUNCTIONS.items():
+            function = getattr(jvm, BATCH_VALUE_CLASS).function(prop)
+            session_cache.register(spark, name, partial(_register, name, function))
+        return [F.call_function(_BATCH_FUNCTIONS[BATCH_ID_PROPERTY]).alias("_batch_id"),
+                F.timestamp_micros(F.call_function(_BATCH_FUNCTIONS[INGESTED_AT_PROPERTY])).alias("_ingested_at")]
+
+    return session_cache.once(spark, "batch value columns", build)
+
+
+def _register(name: str, function: Any, udf: Any) -> None:
+    udf.register(name, function)
 
 
 def observed_values(observation: Observation, names: Iterable[str]) -> dict[str, Any]:

@@ -177,7 +177,8 @@ def classpath(artifacts: ArtifactSet) -> str:
 
 HELPER_SOURCES = tuple(data_files.names(".java"))
 # What the helper compiles against, from pyspark's own jars folder (the versions Spark runs with).
-_HELPER_CLASSPATH = ("avro-[0-9]*.jar", "spark-sql-api_*.jar", "scala-library-*.jar", "scala-reflect-*.jar",
+_HELPER_CLASSPATH = ("avro-[0-9]*.jar", "spark-sql-api_*.jar", "spark-core_*.jar",
+                     "spark-common-utils_*.jar", "scala-library-*.jar", "scala-reflect-*.jar",
                      "hadoop-client-api-*.jar", "jackson-core-2*.jar", "jackson-databind-2*.jar")
 
 
