@@ -17,7 +17,8 @@ T = TypeVar("T")
 _BUILT: dict[tuple[int, Hashable], tuple[Any, Any]] = {}  # (JVM identity hash, key) -> (JVM session, value)
 # One build at a time, in any session: batches and `run --all`'s starts ask from many threads at once. A lock per
 # key and session measured slower: 100 pipelines' first batches then built their sessions' values all at once,
-# 133 s for `run --all` of 100 pipelines against 109-115 s (docs/performance.md#many-pipelines-started-together).
+# 133 s for `run --all` of 100 pipelines against 109-115 s
+# (docs/performance.md#fixed-costs-third-round-the-first-checksum-and-starts-together).
 _BUILDING = threading.RLock()
 
 
