@@ -10,6 +10,7 @@ delta-rs, which names the same settings differently (`AWS_ENDPOINT_URL`, ...): `
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from urllib.parse import urlparse
 
 S3_SCHEMES = frozenset({"s3a", "s3", "s3n"})
@@ -28,6 +29,13 @@ def scheme(location: str) -> str:
 
 def is_object_store(location: str) -> bool:
     return scheme(location) in OBJECT_STORE_SCHEMES
+
+
+def local_folder(location: str) -> Path | None:
+    """The local folder of a location (a plain path or a `file:` URI), or None for a remote store."""
+    if location.startswith("file:"):
+        return Path(location.removeprefix("file:").replace("///", "/", 1))
+    return None if "://" in location else Path(location)
 
 
 def _bucket(location: str) -> str:

@@ -16,8 +16,6 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from urllib.parse import urlparse
 
 from pyspark.sql import types as T
 
@@ -81,9 +79,10 @@ def write_first_checksum(path: str) -> bool:
     transactions or domains, and the creation's own protocol and metadata (Delta's `validateChecksum` agrees).
     Nothing is written for a table that has moved on, for one with table features or other actions, or in
     object storage (there the first JVM commit computes the checksum, as before)."""
-    if storage.scheme(path) != "file":
+    table = storage.local_folder(path)
+    if table is None:
         return False
-    folder = Path(urlparse(path).path if "://" in path else path) / "_delta_log"
+    folder = table / "_delta_log"
     first, checksum = folder / f"{0:020d}.json", folder / f"{0:020d}.crc"
     if checksum.exists() or (folder / f"{1:020d}.json").exists() or not first.exists():
         return False

@@ -23,7 +23,7 @@ from ingestion.delta.ledger import BatchKind, BatchRecord
 from ingestion.delta.reads import spark_layout
 from ingestion.errors import IngestionError
 from ingestion.runtime import hadoop
-from ingestion.stream.lock import local_folder
+from ingestion.storage import local_folder
 
 log = logging.getLogger(__name__)
 

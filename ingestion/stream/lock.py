@@ -39,6 +39,7 @@ from pyspark.sql import SparkSession
 
 from ingestion.errors import IngestionError, one_line
 from ingestion.runtime import hadoop
+from ingestion.storage import local_folder
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +74,6 @@ class Holder:
         run, uri = found.get("mlflowRun"), found.get("mlflowUri")
         return cls(pid, str(found.get("host")), str(found.get("started")), str(run) if run else None,
                    str(uri) if uri else None, reason.format(pid=pid, host=found.get("host")))
-
-
-def local_folder(location: str) -> Path | None:
-    """The local folder of a checkpoint location, or None for a remote store."""
-    if location.startswith("file:"):
-        return Path(location.removeprefix("file:").replace("///", "/", 1))
-    return None if "://" in location else Path(location)
 
 
 class WriterLock:
