@@ -4,7 +4,8 @@
 append with a checkpoint, availableNow, nothing else.
 `noop`: limit (b), the Spark Kafka source into the no-op sink.
 
-Both use the project's session factory (same Spark defaults as `ingest run`) and print one
+Both use the project's session factory (same Spark defaults as `ingest run`; bench.py turns its class archive
+off, which a job written by hand would not have) and print one
 `BENCH_RESULT {json}` line: rows read and the processing window (first batch start to last batch end, from
 Spark's own progress reports).
 """

@@ -126,7 +126,9 @@ def run_spark_job(ctx: Context, mode: str, topic: datagen.TopicData, rep: int) -
     if mode == "baseline":
         cmd += ["--schema", str(datagen.SCHEMA_FILE), "--table", str(work / "table")]
     load = _loadavg()
-    proc = Measured(cmd, env=ctx.env, cwd=work, log_file=ctx.home / "logs" / f"{kind}-{rep}.log")
+    # A job written by hand has no class archive of ingest's making (docs/performance.md#the-jvms-class-archive).
+    env = {**ctx.env, "INGEST_CLASS_ARCHIVE": "off"}
+    proc = Measured(cmd, env=env, cwd=work, log_file=ctx.home / "logs" / f"{kind}-{rep}.log")
     code = proc.wait(ctx.timeout)
     out = _result_line(proc)
     batches = [(b["start"], b["seconds"], b["rows"]) for b in out.get("batches", [])]
@@ -276,7 +278,9 @@ def run_peer(ctx: Context, topic: datagen.TopicData, rep: int, workers: int, kin
            "--schema", str(datagen.SCHEMA_FILE), "--table", str(work / "table"), "--max-offsets", str(ctx.max_offsets),
            "--workers", str(workers)]
     load = _loadavg()
-    proc = Measured(cmd, env=ctx.env, cwd=work, log_file=ctx.home / "logs" / f"{kind}-{rep}.log")
+    # A job written by hand has no class archive of ingest's making (docs/performance.md#the-jvms-class-archive).
+    env = {**ctx.env, "INGEST_CLASS_ARCHIVE": "off"}
+    proc = Measured(cmd, env=env, cwd=work, log_file=ctx.home / "logs" / f"{kind}-{rep}.log")
     code = proc.wait(ctx.timeout)
     out = _result_line(proc)
     batches = [(b["start"], b["seconds"], b["rows"]) for b in out.get("batches", [])]

@@ -8,6 +8,9 @@ against another checkout with `--code DIR` (that folder goes first on the child'
 
     .venv/bin/python benchmarks/startup_requests.py --home /tmp/startup
     .venv/bin/python benchmarks/startup_requests.py --home /tmp/startup-old --code ../old-checkout
+
+`--log DIR` runs `ingest -v` and keeps each run's log there (`new pipeline.log`, `caught up.log`): where the
+seconds before the first batch go.
 """
 
 from __future__ import annotations
@@ -89,14 +92,19 @@ def _pipeline(home: Path, topic: str, servers: str) -> Path:
     return path
 
 
-def _run(config: Path, env: dict[str, str]) -> dict[str, Any]:
+def _run(config: Path, env: dict[str, str], log: Path | None = None) -> dict[str, Any]:
     import time
 
     started = time.time()
     # From the state folder, so that `-c` (which puts the working folder first on sys.path) imports the
     # ingestion package of --code, not one in the working folder.
-    done = subprocess.run([sys.executable, "-c", _CHILD, str(started), "run", str(config), "--available-now"],
+    verbose = ["-v"] if log else []
+    done = subprocess.run([sys.executable, "-c", _CHILD, str(started), *verbose, "run", str(config),
+                           "--available-now"],
                           capture_output=True, text=True, env=env, timeout=600, cwd=config.parent.parent.parent)
+    if log:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(done.stdout + done.stderr)
     lines = [line for line in done.stdout.splitlines() if line.startswith("STARTUP ")]
     if done.returncode != 0 or not lines:
         raise SystemExit(f"run failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -108,6 +116,7 @@ def main() -> None:
     parser.add_argument("--home", type=Path, required=True, help="state folder (broker, tables)")
     parser.add_argument("--records", type=int, default=3000)
     parser.add_argument("--code", type=Path, default=REPO, help="the checkout whose ingestion package runs")
+    parser.add_argument("--log", type=Path, help="run `ingest -v` and keep each run's log in this folder")
     args = parser.parse_args()
     home = args.home.absolute()
     env = {**os.environ, "INGEST_HOME": str(home), "STARTUP_CODE": str(args.code.absolute()),
@@ -128,7 +137,8 @@ def main() -> None:
         subject = load_subject(REPO / "schemas", "orders-value")
         produce_orders(servers, topic, args.records, schema_id=subject.latest_id, schema=subject.latest)
         config = _pipeline(home, topic, servers)
-        result = {"new pipeline": _run(config, env), "caught up": _run(config, env)}
+        result = {case: _run(config, env, args.log / f"{case}.log" if args.log else None)
+                  for case in ("new pipeline", "caught up")}
         print(json.dumps(result, indent=2))
     finally:
         broker.stop()

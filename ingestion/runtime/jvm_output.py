@@ -2,8 +2,9 @@
 
 Spark's launcher always adds `--add-modules=jdk.incubator.vector`, so every JVM start prints `WARNING: Using
 incubator modules: jdk.incubator.vector`; Delta's VACUUM prints `Deleted 0 files and directories in a total of 1
-directories.` to standard output. Neither goes through log4j, so its configuration cannot quiet them. They go to
-the debug log instead (`ingest -v` shows them); every other line reaches the terminal as before.
+directories.` to standard output; a JVM that cannot use its class archive (class_archive.py) says so once. None of
+these goes through log4j, so its configuration cannot quiet them. They go to the debug log instead (`ingest -v`
+shows them); every other line reaches the terminal as before.
 """
 
 from __future__ import annotations
@@ -13,12 +14,16 @@ import re
 import sys
 import threading
 from collections.abc import Callable
-from typing import IO
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from py4j.java_gateway import JavaGateway
 
 log = logging.getLogger("ingestion.jvm")
 
 NOISE = re.compile(r"^WARNING: Using incubator modules: |"
-                   r"^Deleted \d+ files and directories in a total of \d+ directories\.$")
+                   r"^Deleted \d+ files and directories in a total of \d+ directories\.$|"
+                   r"^\[[\d.]+s\]\[warning\]\[cds")
 
 
 def is_noise(line: str) -> bool:
@@ -44,9 +49,9 @@ def forward(stream: IO[bytes], target: Callable[[], IO[str]], name: str) -> thre
     return thread
 
 
-def launch_gateway(options: dict[str, str]) -> None:
+def launch_gateway(options: dict[str, str]) -> JavaGateway | None:
     """Start the JVM with its standard output and error piped through `forward`, for the next SparkContext (which
-    takes a gateway that is already there)."""
+    takes a gateway that is already there); the gateway, or None when one ran already."""
     import subprocess
 
     from pyspark import SparkConf, SparkContext
@@ -54,7 +59,7 @@ def launch_gateway(options: dict[str, str]) -> None:
 
     with SparkContext._lock:
         if SparkContext._gateway is not None:
-            return
+            return None
         conf = SparkConf(loadDefaults=False)
         for key, value in options.items():
             conf.set(key, value)
@@ -63,3 +68,4 @@ def launch_gateway(options: dict[str, str]) -> None:
         forward(gateway.proc.stderr, lambda: sys.stderr, "stderr")
         SparkContext._gateway = gateway
         SparkContext._jvm = gateway.jvm
+        return gateway

@@ -13,12 +13,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from html import escape
 from pathlib import Path
 
+from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
 from ingestion.errors import JvmError
 from ingestion.limits import AVRO_JAVA_LIMITS
 from ingestion.paths import jar_cache
-from ingestion.runtime import data_files, jars, jvm_output, metastore
+from ingestion.runtime import class_archive, data_files, jars, jvm_output, metastore
 
 NO_FORK_FS_CLASS = "ingest.NoForkLocalFileSystem"  # data/NoForkLocalFileSystem.java, in the helper jar
 LOG4J_CONFIG = data_files.path("log4j2.properties")
@@ -181,12 +182,26 @@ def get_session(app_name: str = "ingest", master: str | None = None, conf: Mappi
     with _jvm_keeps_out_of_signals():
         session_builder = builder(app_name, master, conf, locations, pools, catalog)
         if not submitted():  # spark-submit's JVM runs already, with its own output
-            jvm_output.launch_gateway(dict(session_builder._options))
+            _launch_jvm(dict(session_builder._options))
         spark = session_builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     if submitted():
         _check_submitted_classpath(spark)
     return spark
+
+
+def _launch_jvm(options: dict[str, str]) -> None:
+    """Start the local JVM, with the class archive of its classpath on a local master (class_archive.py)."""
+    step = class_archive.plan(options) if options.get("spark.master", "").startswith("local") else None
+    try:
+        gateway = jvm_output.launch_gateway(class_archive.with_option(options, step))
+    except PySparkRuntimeError:
+        if step is None or not step.use:
+            raise
+        class_archive.discard(step)
+        gateway, step = jvm_output.launch_gateway(options), None
+    if gateway is not None:
+        class_archive.started(step, gateway.proc.pid, gateway.jvm)
 
 
 def get_catalog_session(app_name: str = "ingest", master: str | None = None, conf: Mapping[str, str] | None = None,

@@ -22,6 +22,7 @@ def test_noise_goes_to_the_debug_log_and_the_rest_through(caplog: pytest.LogCapt
                       b"18:00:01 WARN SparkContext: something worth seeing\n"
                       b"Deleted 0 files and directories in a total of 1 directories.\n"
                       b"Deleted 3 files and directories in a total of 2 directories.\n"
+                      b"[0.140s][warning][cds,dynamic] Unable to use shared archive. The top archive failed\n"
                       b"Exception in thread \"main\" java.lang.OutOfMemoryError\n")
         thread.join(10)
     assert shown.getvalue() == ("18:00:01 WARN SparkContext: something worth seeing\n"
@@ -29,4 +30,5 @@ def test_noise_goes_to_the_debug_log_and_the_rest_through(caplog: pytest.LogCapt
     assert [r.getMessage() for r in caplog.records] == [
         "jvm stderr: WARNING: Using incubator modules: jdk.incubator.vector",
         "jvm stderr: Deleted 0 files and directories in a total of 1 directories.",
-        "jvm stderr: Deleted 3 files and directories in a total of 2 directories."]
+        "jvm stderr: Deleted 3 files and directories in a total of 2 directories.",
+        "jvm stderr: [0.140s][warning][cds,dynamic] Unable to use shared archive. The top archive failed"]

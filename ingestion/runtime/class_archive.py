@@ -1,0 +1,193 @@
+"""The local JVM's class archive: Java's class-data sharing (CDS) for the project's classpath.
+
+A local session's JVM loads about 17,000 classes (Spark, Delta, Kafka's client, Janino, the helper jar) before
+its first batch; parsing and verifying them is a good part of its start. Java 13 and later can write the classes
+a JVM loaded into an archive when it exits (`-XX:ArchiveClassesAtExit`) and map them from there at the next
+start (`-XX:SharedArchiveFile`), already parsed and verified (docs/performance.md#the-jvms-class-archive).
+
+An archive is only valid for the Java runtime and the classpath that wrote it, so each is kept under a key: the
+hash of the `java` executable, pyspark's jars and the session's own jars and driver settings. The first local
+session of a key records one when its JVM exits; a detached process (`finish`, below) waits for that JVM, has
+Java check the archive (`-Xshare:on`, which refuses a file it cannot use) and only then moves it into place, so a
+JVM never starts with a half-written archive. Every later session of the key starts with it. A JVM that still
+cannot start with an archive is started again without one, and the archive is removed.
+
+`INGEST_CLASS_ARCHIVE=off` turns it off; so does a session whose own `spark.driver.extraJavaOptions` already
+choose class sharing (`-Xshare`, `-XX:SharedArchiveFile`, `-XX:ArchiveClassesAtExit`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ingestion import processes
+from ingestion.paths import jar_cache
+
+log = logging.getLogger(__name__)
+
+SWITCH = "INGEST_CLASS_ARCHIVE"
+DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
+# Settings that decide which classes a local driver loads from where: its classpath and the jars Spark adds.
+_KEYED_SETTINGS = ("spark.driver.extraClassPath", "spark.jars", "spark.driver.memory")
+_OWN_CHOICE = ("-Xshare", "-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit")
+# A recording claimed by a process that never finished it (killed while writing) is given up after this long.
+CLAIM_SECONDS = 600.0
+# How long `finish` waits for the recording JVM to exit (it writes the archive while exiting).
+EXIT_WAIT_SECONDS = 900.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one JVM start does with the archive of its key: start with it (`use`), or record it at exit."""
+
+    archive: Path
+    use: bool
+
+    @property
+    def recording(self) -> Path:
+        return self.archive.with_name(f"{self.archive.stem}.{os.getpid()}.recording")
+
+    @property
+    def claim(self) -> Path:
+        return self.archive.with_suffix(".claim")
+
+    def java_option(self) -> str:
+        if self.use:
+            return f"-XX:SharedArchiveFile={self.archive}"
+        # The archive's own warnings (classes it skips: signed jars, old class versions) would reach the terminal.
+        return f"-XX:ArchiveClassesAtExit={self.recording} -Xlog:cds*=off"
+
+
+def folder() -> Path:
+    return jar_cache() / "class-archive"
+
+
+def java_executable() -> Path | None:
+    """The `java` Spark's launcher runs: `$JAVA_HOME/bin/java`, else the one on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    return Path(found).resolve() if found and Path(found).is_file() else None
+
+
+def key(options: Mapping[str, str], java: Path) -> str:
+    """The archive's name for a local driver started with `options` by `java`."""
+    import pyspark
+
+    stat = java.stat()
+    parts = [str(java), str(stat.st_size), str(stat.st_mtime_ns), pyspark.__version__,
+             str(Path(pyspark.__file__).parent / "jars"), os.environ.get("SPARK_CONF_DIR", ""),
+             *(f"{name}={options.get(name, '')}" for name in _KEYED_SETTINGS)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def plan(options: Mapping[str, str]) -> Plan | None:
+    """The archive step of a local driver's start with `options`, or None: switched off, the session chose its
+    own class sharing, no `java` found, or another process records this key's archive right now."""
+    if os.environ.get(SWITCH, "").strip().lower() in {"off", "0", "false", "no"}:
+        return None
+    if any(choice in options.get(DRIVER_OPTIONS, "") for choice in _OWN_CHOICE):
+        return None
+    java = java_executable()
+    if java is None:
+        return None
+    archive = folder() / f"{key(options, java)}.jsa"
+    if archive.is_file():
+        return Plan(archive, use=True)
+    step = Plan(archive, use=False)
+    return step if _claim(step.claim) else None
+
+
+def _claim(claim: Path) -> bool:
+    """Whether this process may record: it made the claim file, or took over one older than CLAIM_SECONDS."""
+    claim.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if time.time() - claim.stat().st_mtime > CLAIM_SECONDS:
+            claim.unlink(missing_ok=True)
+            for stale in claim.parent.glob(f"{claim.stem}.*.recording"):
+                stale.unlink(missing_ok=True)
+    except FileNotFoundError:
+        pass
+    try:
+        descriptor = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    os.write(descriptor, str(os.getpid()).encode())
+    os.close(descriptor)
+    return True
+
+
+def with_option(options: Mapping[str, str], step: Plan | None) -> dict[str, str]:
+    """`options` with the step's JVM option ahead of the session's own driver options."""
+    result = dict(options)
+    if step is not None:
+        result[DRIVER_OPTIONS] = " ".join(filter(None, [step.java_option(), options.get(DRIVER_OPTIONS, "")]))
+    return result
+
+
+def started(step: Plan | None, jvm_pid: int, jvm: object) -> None:
+    """After the JVM of `step` started: when it records, have `finish` move the archive into place once this
+    process and its JVM are gone (the JVM writes it on its way out, after Python closed its standard input)."""
+    if step is None or step.use:
+        return
+    system = jvm.java.lang.System  # type: ignore[attr-defined]
+    java = str(Path(system.getProperty("java.home")) / "bin" / "java")
+    classpath = system.getProperty("java.class.path")
+
+    def hand_over() -> None:
+        subprocess.Popen([sys.executable, "-m", __name__, str(jvm_pid), str(step.recording), str(step.archive),
+                          str(step.claim), java, classpath], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+
+    atexit.register(hand_over)
+    log.info("recording the JVM's class archive %s at exit, for faster starts (once per classpath)",
+             step.archive.name)
+
+
+def discard(step: Plan) -> None:
+    """The archive would not start a JVM: remove it, so the next start records a new one."""
+    log.warning("the JVM did not start with its class archive %s: removed, starting without it", step.archive)
+    step.archive.unlink(missing_ok=True)
+
+
+def check(java: str, archive: Path, classpath: str) -> bool:
+    """Whether `java` can start on `classpath` with `archive` (`-Xshare:on` refuses one it cannot map)."""
+    crash_report = archive.with_suffix(".hs_err")
+    try:
+        done = subprocess.run([java, "-Xshare:on", f"-XX:SharedArchiveFile={archive}", f"-XX:ErrorFile={crash_report}",
+                               "-cp", classpath, "-version"], capture_output=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    finally:
+        crash_report.unlink(missing_ok=True)
+    return done.returncode == 0
+
+
+def finish(jvm_pid: int, recording: Path, archive: Path, claim: Path, java: str, classpath: str) -> bool:
+    """Wait for the recording JVM to exit, then move its archive into place if Java can use it; the claim is
+    released either way. Whether the archive is in place."""
+    deadline = time.monotonic() + EXIT_WAIT_SECONDS
+    while processes.alive(jvm_pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    try:
+        if processes.alive(jvm_pid) or not recording.is_file() or not check(java, recording, classpath):
+            return False
+        os.replace(recording, archive)
+        return True
+    finally:
+        recording.unlink(missing_ok=True)
+        claim.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    pid, recorded, target, claimed, java_path, class_path = sys.argv[1:7]
+    sys.exit(0 if finish(int(pid), Path(recorded), Path(target), Path(claimed), java_path, class_path) else 1)

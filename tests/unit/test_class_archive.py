@@ -1,0 +1,83 @@
+"""The JVM's class archive step, without a JVM: which archive a start uses, who records it, what is given up."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ingestion.runtime import class_archive
+
+OPTIONS = {"spark.master": "local[*]", "spark.jars": "/j/delta.jar,/j/kafka.jar",
+           "spark.driver.extraClassPath": "/j/helper.jar", "spark.driver.extraJavaOptions": "-XX:+UseSerialGC"}
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("INGEST_JAR_CACHE", str(tmp_path))
+    monkeypatch.delenv(class_archive.SWITCH, raising=False)
+    if class_archive.java_executable() is None:
+        pytest.skip("no java")
+    return tmp_path / "class-archive"
+
+
+def test_the_first_start_records_the_others_wait_until_the_archive_is_there(cache: Path) -> None:
+    first = class_archive.plan(OPTIONS)
+    assert first is not None and not first.use
+    assert first.claim.is_file() and first.archive.parent == cache
+    assert f"-XX:ArchiveClassesAtExit={first.recording}" in first.java_option()
+    assert class_archive.plan(OPTIONS) is None  # claimed: another start neither records nor waits
+    first.archive.write_bytes(b"archive")
+    second = class_archive.plan(OPTIONS)
+    assert second is not None and second.use and second.archive == first.archive
+    options = class_archive.with_option(OPTIONS, second)
+    assert options["spark.driver.extraJavaOptions"] == f"-XX:SharedArchiveFile={first.archive} -XX:+UseSerialGC"
+
+
+def test_an_archive_per_classpath_jars_and_java() -> None:
+    java = class_archive.java_executable()
+    assert java is not None
+    same = class_archive.key(dict(OPTIONS), java)
+    assert class_archive.key(OPTIONS, java) == same
+    for name in ("spark.jars", "spark.driver.extraClassPath", "spark.driver.memory"):
+        assert class_archive.key({**OPTIONS, name: "/j/other.jar"}, java) != same, name
+
+
+@pytest.mark.parametrize("own", ["-Xshare:off", "-XX:SharedArchiveFile=/mine.jsa", "-XX:ArchiveClassesAtExit=/x"])
+def test_a_session_that_chooses_its_own_class_sharing_keeps_it(own: str) -> None:
+    assert class_archive.plan({**OPTIONS, "spark.driver.extraJavaOptions": f"-Xmx1g {own}"}) is None
+
+
+def test_switched_off(monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
+    monkeypatch.setenv(class_archive.SWITCH, "off")
+    assert class_archive.plan(OPTIONS) is None
+    assert not cache.exists()
+
+
+def test_a_claim_left_by_a_killed_recording_is_taken_over(cache: Path) -> None:
+    first = class_archive.plan(OPTIONS)
+    assert first is not None
+    stale = first.archive.with_name(f"{first.archive.stem}.4242.recording")
+    stale.write_bytes(b"half an archive")
+    old = time.time() - class_archive.CLAIM_SECONDS - 1
+    os.utime(first.claim, (old, old))
+    again = class_archive.plan(OPTIONS)
+    assert again is not None and not again.use
+    assert not stale.exists()
+
+
+def test_finish_keeps_no_archive_java_refuses(cache: Path) -> None:
+    """A recording cut short (the JVM killed while writing it) would stop every later JVM from starting."""
+    step = class_archive.plan(OPTIONS)
+    assert step is not None
+    step.recording.write_bytes(b"\0" * 4096)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    java = class_archive.java_executable()
+    assert not class_archive.finish(dead.pid, step.recording, step.archive, step.claim, str(java), "/j/helper.jar")
+    assert not step.archive.exists() and not step.recording.exists() and not step.claim.exists()
+    assert not list(cache.glob("*.hs_err"))
