@@ -387,7 +387,8 @@ def _run_pipelines(args: argparse.Namespace, configs: list[PipelineConfig], expo
         metrics.open_store_early()  # while the JVM boots
         configs = [c.config for c in contexts]
         with _meanwhile(lambda: [setup.prepare(c) for c in contexts]) as prepared:
-            spark = _session("ingest-all", configs, pools=[pipeline.pool_name(c) for c in configs])
+            spark = _session("ingest-all", configs, pools=[pipeline.pool_name(c) for c in configs],
+                             record_classes=True)
             prepared.result()
         outcome = pipeline.run_all(spark, contexts, available_now=args.available_now, exporter=exporter)
         for name, ended in outcome.items():
@@ -402,7 +403,7 @@ def _run_pipelines(args: argparse.Namespace, configs: list[PipelineConfig], expo
         return 0
     metrics.open_store_early()  # while the JVM boots
     with _meanwhile(lambda: setup.prepare(ctx)) as prepared:  # the schemas and tables, without a JVM
-        spark = _session(f"ingest-{config.name}", [config])
+        spark = _session(f"ingest-{config.name}", [config], record_classes=True)
         prepared.result()
     running = pipeline.run(spark, ctx, available_now=args.available_now, exporter=exporter)
     rows = sum(b.rows for b in running.batches if b.committed)
@@ -479,10 +480,11 @@ def _read_only(args: argparse.Namespace, answer: Callable[[Any], Any], config: P
 
 
 def _session(app_name: str, configs: Sequence[PipelineConfig], pools: Sequence[str] = (),
-             catalog: bool | None = None) -> SparkSession:
+             catalog: bool | None = None, record_classes: bool = False) -> SparkSession:
     """The Spark session of a command over these pipelines: their `spark:` settings, the jars their tables'
     and checkpoints' stores need, the persistent catalog when one of them names its tables
-    (`sink.catalogTable`) or `catalog` says so, and the FAIR `pools` to declare."""
+    (`sink.catalogTable`) or `catalog` says so, and the FAIR `pools` to declare. `record_classes`: a run's JVM
+    records its classpath's class archive when there is none (runtime/class_archive.py)."""
     from ingestion.runtime.session import get_session
 
     if catalog is None:
@@ -490,7 +492,7 @@ def _session(app_name: str, configs: Sequence[PipelineConfig], pools: Sequence[s
                       for c in configs)
     return get_session(app_name, conf={k: v for c in configs for k, v in c.spark.items()},
                        locations=[location for c in configs for location in c.locations], pools=pools,
-                       catalog=catalog)
+                       catalog=catalog, record_classes=record_classes)
 
 
 def _pipeline_session(name: str) -> tuple[PipelineConfig, SparkSession]:

@@ -6,11 +6,13 @@ a JVM loaded into an archive when it exits (`-XX:ArchiveClassesAtExit`) and map 
 start (`-XX:SharedArchiveFile`), already parsed and verified (docs/performance.md#the-jvms-class-archive).
 
 An archive is only valid for the Java runtime and the classpath that wrote it, so each is kept under a key: the
-hash of the `java` executable, pyspark's jars and the session's own jars and driver settings. The first local
-session of a key records one when its JVM exits; a detached process (`finish`, below) waits for that JVM, has
-Java check the archive (`-Xshare:on`, which refuses a file it cannot use) and only then moves it into place, so a
-JVM never starts with a half-written archive. Every later session of the key starts with it. A JVM that still
-cannot start with an archive is started again without one, and the archive is removed.
+hash of the `java` executable, pyspark's jars and the session's own jars and driver settings. The first
+`ingest run` of a key records one when its JVM exits (a run loads what every command needs: Kafka's client,
+Parquet's writer, Delta's commit; a session that did less would leave an archive without them). A detached
+process (`finish`, below) waits for that JVM, has Java check the archive (`-Xshare:on`, which refuses a file it
+cannot use) and only then moves it into place, so a JVM never starts with a half-written archive. Every later
+session of the key starts with it, a notebook's too. A JVM that still cannot start with an archive is started
+again without one, and the archive is removed. The three most recently used archives are kept.
 
 `INGEST_CLASS_ARCHIVE=off` turns it off; so does a session whose own `spark.driver.extraJavaOptions` already
 choose class sharing (`-Xshare`, `-XX:SharedArchiveFile`, `-XX:ArchiveClassesAtExit`).
@@ -19,6 +21,7 @@ choose class sharing (`-Xshare`, `-XX:SharedArchiveFile`, `-XX:ArchiveClassesAtE
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import logging
 import os
@@ -44,6 +47,8 @@ _OWN_CHOICE = ("-Xshare", "-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit")
 CLAIM_SECONDS = 600.0
 # How long `finish` waits for the recording JVM to exit (it writes the archive while exiting).
 EXIT_WAIT_SECONDS = 900.0
+# Archives kept, the most recently used (each is 150-200 MB; a new helper jar or Spark setting makes a new key).
+KEEP = 3
 
 
 @dataclass(frozen=True)
@@ -90,9 +95,10 @@ def key(options: Mapping[str, str], java: Path) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def plan(options: Mapping[str, str]) -> Plan | None:
+def plan(options: Mapping[str, str], record: bool) -> Plan | None:
     """The archive step of a local driver's start with `options`, or None: switched off, the session chose its
-    own class sharing, no `java` found, or another process records this key's archive right now."""
+    own class sharing, no `java` found, no archive yet and this start is not to `record` one, or another
+    process records this key's archive right now."""
     if os.environ.get(SWITCH, "").strip().lower() in {"off", "0", "false", "no"}:
         return None
     if any(choice in options.get(DRIVER_OPTIONS, "") for choice in _OWN_CHOICE):
@@ -102,7 +108,11 @@ def plan(options: Mapping[str, str]) -> Plan | None:
         return None
     archive = folder() / f"{key(options, java)}.jsa"
     if archive.is_file():
+        with contextlib.suppress(OSError):
+            os.utime(archive)  # used: the last to be pruned
         return Plan(archive, use=True)
+    if not record:
+        return None
     step = Plan(archive, use=False)
     return step if _claim(step.claim) else None
 
@@ -149,7 +159,7 @@ def started(step: Plan | None, jvm_pid: int, jvm: object) -> None:
                          stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
 
     atexit.register(hand_over)
-    log.info("recording the JVM's class archive %s at exit, for faster starts (once per classpath)",
+    log.debug("recording the JVM's class archive %s at exit, for faster starts (once per classpath)",
              step.archive.name)
 
 
@@ -182,10 +192,18 @@ def finish(jvm_pid: int, recording: Path, archive: Path, claim: Path, java: str,
         if processes.alive(jvm_pid) or not recording.is_file() or not check(java, recording, classpath):
             return False
         os.replace(recording, archive)
+        prune(archive.parent)
         return True
     finally:
         recording.unlink(missing_ok=True)
         claim.unlink(missing_ok=True)
+
+
+def prune(where: Path, keep: int = KEEP) -> None:
+    """Remove all but the `keep` most recently used archives in `where`."""
+    archives = sorted(where.glob("*.jsa"), key=lambda path: path.stat().st_mtime, reverse=True)
+    for old in archives[keep:]:
+        old.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

@@ -178,11 +178,14 @@ def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[s
 
 def get_session(app_name: str = "ingest", master: str | None = None, conf: Mapping[str, str] | None = None,
                 locations: Iterable[str] = (), pools: Iterable[str] = (),
-                catalog: bool = False) -> SparkSession:
+                catalog: bool = False, record_classes: bool = False) -> SparkSession:
+    """The session (`builder`'s settings), its JVM started here unless spark-submit started it. A local JVM
+    starts with the class archive of its classpath when there is one; `record_classes`: else have this JVM
+    record it at exit (`ingest run` does: class_archive.py)."""
     with _jvm_keeps_out_of_signals():
         session_builder = builder(app_name, master, conf, locations, pools, catalog)
         if not submitted():  # spark-submit's JVM runs already, with its own output
-            _launch_jvm(dict(session_builder._options))
+            _launch_jvm(dict(session_builder._options), record_classes)
         spark = session_builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     if submitted():
@@ -190,9 +193,10 @@ def get_session(app_name: str = "ingest", master: str | None = None, conf: Mappi
     return spark
 
 
-def _launch_jvm(options: dict[str, str]) -> None:
+def _launch_jvm(options: dict[str, str], record_classes: bool) -> None:
     """Start the local JVM, with the class archive of its classpath on a local master (class_archive.py)."""
-    step = class_archive.plan(options) if options.get("spark.master", "").startswith("local") else None
+    local = options.get("spark.master", "").startswith("local")
+    step = class_archive.plan(options, record_classes) if local else None
     try:
         gateway = jvm_output.launch_gateway(class_archive.with_option(options, step))
     except PySparkRuntimeError:

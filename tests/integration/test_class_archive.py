@@ -1,5 +1,6 @@
-"""The JVM's class archive with real JVMs: the first local session records it at exit, the next one starts with
-its classes already parsed, and one that will not load is removed rather than stopping the JVM."""
+"""The JVM's class archive with real JVMs: a session told to record it (as `ingest run`'s is) does at exit, the
+next one starts with its classes already parsed, and one that will not load is removed rather than stopping the
+JVM."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ SESSION = """
 import sys
 from ingestion.runtime import session
 spark = session.get_session(conf={"spark.driver.memory": "700m",
-                                  "spark.driver.extraJavaOptions": " ".join(sys.argv[1:])})
+                                  "spark.driver.extraJavaOptions": " ".join(sys.argv[1:])}, record_classes=True)
 print("session ok", spark.version)
 """
 

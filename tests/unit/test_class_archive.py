@@ -26,16 +26,26 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_the_first_start_records_the_others_wait_until_the_archive_is_there(cache: Path) -> None:
-    first = class_archive.plan(OPTIONS)
+    first = class_archive.plan(OPTIONS, record=True)
     assert first is not None and not first.use
     assert first.claim.is_file() and first.archive.parent == cache
     assert f"-XX:ArchiveClassesAtExit={first.recording}" in first.java_option()
-    assert class_archive.plan(OPTIONS) is None  # claimed: another start neither records nor waits
+    assert class_archive.plan(OPTIONS, record=True) is None  # claimed: another start neither records nor waits
     first.archive.write_bytes(b"archive")
-    second = class_archive.plan(OPTIONS)
+    second = class_archive.plan(OPTIONS, record=True)
     assert second is not None and second.use and second.archive == first.archive
     options = class_archive.with_option(OPTIONS, second)
     assert options["spark.driver.extraJavaOptions"] == f"-XX:SharedArchiveFile={first.archive} -XX:+UseSerialGC"
+
+
+def test_only_a_start_told_to_record_does_but_any_uses_the_archive(cache: Path) -> None:
+    assert class_archive.plan(OPTIONS, record=False) is None
+    assert not cache.exists() or not list(cache.iterdir())  # nothing claimed
+    recording = class_archive.plan(OPTIONS, record=True)
+    assert recording is not None
+    recording.archive.write_bytes(b"archive")
+    using = class_archive.plan(OPTIONS, record=False)
+    assert using is not None and using.use
 
 
 def test_an_archive_per_classpath_jars_and_java() -> None:
@@ -49,30 +59,30 @@ def test_an_archive_per_classpath_jars_and_java() -> None:
 
 @pytest.mark.parametrize("own", ["-Xshare:off", "-XX:SharedArchiveFile=/mine.jsa", "-XX:ArchiveClassesAtExit=/x"])
 def test_a_session_that_chooses_its_own_class_sharing_keeps_it(own: str) -> None:
-    assert class_archive.plan({**OPTIONS, "spark.driver.extraJavaOptions": f"-Xmx1g {own}"}) is None
+    assert class_archive.plan({**OPTIONS, "spark.driver.extraJavaOptions": f"-Xmx1g {own}"}, record=True) is None
 
 
 def test_switched_off(monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
     monkeypatch.setenv(class_archive.SWITCH, "off")
-    assert class_archive.plan(OPTIONS) is None
+    assert class_archive.plan(OPTIONS, record=True) is None
     assert not cache.exists()
 
 
 def test_a_claim_left_by_a_killed_recording_is_taken_over(cache: Path) -> None:
-    first = class_archive.plan(OPTIONS)
+    first = class_archive.plan(OPTIONS, record=True)
     assert first is not None
     stale = first.archive.with_name(f"{first.archive.stem}.4242.recording")
     stale.write_bytes(b"half an archive")
     old = time.time() - class_archive.CLAIM_SECONDS - 1
     os.utime(first.claim, (old, old))
-    again = class_archive.plan(OPTIONS)
+    again = class_archive.plan(OPTIONS, record=True)
     assert again is not None and not again.use
     assert not stale.exists()
 
 
 def test_finish_keeps_no_archive_java_refuses(cache: Path) -> None:
     """A recording cut short (the JVM killed while writing it) would stop every later JVM from starting."""
-    step = class_archive.plan(OPTIONS)
+    step = class_archive.plan(OPTIONS, record=True)
     assert step is not None
     step.recording.write_bytes(b"\0" * 4096)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -81,3 +91,13 @@ def test_finish_keeps_no_archive_java_refuses(cache: Path) -> None:
     assert not class_archive.finish(dead.pid, step.recording, step.archive, step.claim, str(java), "/j/helper.jar")
     assert not step.archive.exists() and not step.recording.exists() and not step.claim.exists()
     assert not list(cache.glob("*.hs_err"))
+
+
+def test_the_most_recently_used_archives_are_kept(cache: Path) -> None:
+    cache.mkdir()
+    for age, name in enumerate(["d", "c", "b", "a"]):
+        path = cache / f"{name}.jsa"
+        path.write_bytes(b"archive")
+        os.utime(path, (time.time() - 100 * age, time.time() - 100 * age))
+    class_archive.prune(cache, keep=3)
+    assert sorted(p.name for p in cache.glob("*.jsa")) == ["b.jsa", "c.jsa", "d.jsa"]
