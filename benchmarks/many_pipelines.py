@@ -33,6 +33,9 @@ def main() -> int:
     p.add_argument("--code", type=Path, help="the checkout to run (default: this one)")
     p.add_argument("--log", type=Path, help="write the run's log here, with -v (Spark's phases of every batch)")
     p.add_argument("--profile", type=Path, help="run the command under cProfile, its statistics written here")
+    p.add_argument("--spark", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting of every pipeline (`spark:` section), e.g. a Flight Recording for "
+                        "jfr_breakdown.py; repeatable")
     args = p.parse_args()
     sys.path.insert(0, str(REPO))
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -63,12 +66,15 @@ def main() -> int:
     conf.mkdir(parents=True, exist_ok=True)
     for old in conf.glob("*.yaml"):
         old.unlink()
+    spark = "".join(f"  {json.dumps(key)}: {json.dumps(value)}\n"
+                    for key, value in (setting.split("=", 1) for setting in args.spark))
+    spark = f"spark:\n{spark}" if spark else ""
     for i, topic in enumerate(topics):
         (conf / f"p{i}.yaml").write_text(
             f"name: p{i}\ntopic: {topic}\nkafka:\n  bootstrap.servers: \"{servers}\"\nsource:\n"
             f"  startingOffsets: earliest\nvalue:\n  format: confluent\n  subject: orders-value\nkey:\n"
             f"  format: string\nsink:\n  table: {home / 'tables' / run / f'p{i}'}\n"
-            f"  checkpointLocation: {home / 'checkpoints' / run / f'p{i}'}\n")
+            f"  checkpointLocation: {home / 'checkpoints' / run / f'p{i}'}\n" + spark)
     code = str((args.code or REPO).absolute())
     child_env = {**env, "PYTHONPATH": code}
     started = time.monotonic()
