@@ -43,8 +43,8 @@ DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
 # Settings that decide which classes a local driver loads from where: its classpath and the jars Spark adds.
 _KEYED_SETTINGS = ("spark.driver.extraClassPath", "spark.jars", "spark.driver.memory")
 _OWN_CHOICE = ("-Xshare", "-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit")
-# A recording claimed by a process that never finished it (killed while writing) is given up after this long.
-CLAIM_SECONDS = 600.0
+# A claim file that names no process (its maker died before writing its pid) is given up after this long.
+CLAIM_SECONDS = 60.0
 # How long `finish` waits for the recording JVM to exit (it writes the archive while exiting).
 EXIT_WAIT_SECONDS = 900.0
 # Archives kept, the most recently used (each is 150-200 MB; a new helper jar or Spark setting makes a new key).
@@ -118,15 +118,20 @@ def plan(options: Mapping[str, str], record: bool) -> Plan | None:
 
 
 def _claim(claim: Path) -> bool:
-    """Whether this process may record: it made the claim file, or took over one older than CLAIM_SECONDS."""
+    """Whether this process may record: it made the claim file, or took it over from a process that ended
+    without finishing its recording (killed: the pid in the claim is gone)."""
     claim.parent.mkdir(parents=True, exist_ok=True)
     try:
-        if time.time() - claim.stat().st_mtime > CLAIM_SECONDS:
+        holder = claim.read_text().strip()
+        age = time.time() - claim.stat().st_mtime
+    except FileNotFoundError:
+        pass
+    else:
+        given_up = not processes.alive(int(holder)) if holder.isdigit() else age > CLAIM_SECONDS
+        if given_up:
             claim.unlink(missing_ok=True)
             for stale in claim.parent.glob(f"{claim.stem}.*.recording"):
                 stale.unlink(missing_ok=True)
-    except FileNotFoundError:
-        pass
     try:
         descriptor = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
@@ -154,9 +159,11 @@ def started(step: Plan | None, jvm_pid: int, jvm: object) -> None:
     classpath = system.getProperty("java.class.path")
 
     def hand_over() -> None:
-        subprocess.Popen([sys.executable, "-m", __name__, str(jvm_pid), str(step.recording), str(step.archive),
-                          str(step.claim), java, classpath], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+        finisher = subprocess.Popen([sys.executable, "-m", __name__, str(jvm_pid), str(step.recording),
+                                     str(step.archive), str(step.claim), java, classpath],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    start_new_session=True, close_fds=True)
+        step.claim.write_text(str(finisher.pid))  # the claim is the finisher's now, while it waits for the JVM
 
     atexit.register(hand_over)
     log.debug("recording the JVM's class archive %s at exit, for faster starts (once per classpath)",

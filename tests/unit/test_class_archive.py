@@ -73,11 +73,15 @@ def test_a_claim_left_by_a_killed_recording_is_taken_over(cache: Path) -> None:
     assert first is not None
     stale = first.archive.with_name(f"{first.archive.stem}.4242.recording")
     stale.write_bytes(b"half an archive")
-    old = time.time() - class_archive.CLAIM_SECONDS - 1
-    os.utime(first.claim, (old, old))
+    first.claim.write_text(str(os.getppid()))  # a live process holds it: a recording that runs for hours
+    assert class_archive.plan(OPTIONS, record=True) is None
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    first.claim.write_text(str(dead.pid))
     again = class_archive.plan(OPTIONS, record=True)
     assert again is not None and not again.use
     assert not stale.exists()
+    assert again.claim.read_text() == str(os.getpid())
 
 
 def test_finish_keeps_no_archive_java_refuses(cache: Path) -> None:
