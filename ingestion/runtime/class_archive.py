@@ -133,7 +133,7 @@ def _claim(claim: Path) -> bool:
             for stale in claim.parent.glob(f"{claim.stem}.*.recording"):
                 stale.unlink(missing_ok=True)
     try:
-        descriptor = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        descriptor = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError:
         return False
     os.write(descriptor, str(os.getpid()).encode())
