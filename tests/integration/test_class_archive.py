@@ -1,6 +1,6 @@
-"""The JVM's class archive with real JVMs: a session told to record it (as `ingest run`'s is) does at exit, the
-next one starts with its classes already parsed, and one that will not load is removed rather than stopping the
-JVM."""
+"""The JVM's class archive with real JVMs: a session told to record it (as `ingest run`'s is, with
+INGEST_CLASS_ARCHIVE=record) does at exit, the next one starts with its classes already parsed, and one that will
+not load is removed rather than stopping the JVM."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ print("session ok", spark.version)
 
 
 def start(*java_options: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != class_archive.SWITCH}
+    env = {**os.environ, class_archive.SWITCH: class_archive.RECORD}
     done = subprocess.run([sys.executable, "-c", SESSION, *java_options], env=env, capture_output=True, text=True,
                           timeout=300, check=False)
     assert done.returncode == 0 and "session ok" in done.stdout, done.stderr[-3000:]

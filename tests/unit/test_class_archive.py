@@ -19,7 +19,7 @@ OPTIONS = {"spark.master": "local[*]", "spark.jars": "/j/delta.jar,/j/kafka.jar"
 @pytest.fixture(autouse=True)
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("INGEST_JAR_CACHE", str(tmp_path))
-    monkeypatch.delenv(class_archive.SWITCH, raising=False)
+    monkeypatch.setenv(class_archive.SWITCH, class_archive.RECORD)
     if class_archive.java_executable() is None:
         pytest.skip("no java")
     return tmp_path / "class-archive"
@@ -38,8 +38,12 @@ def test_the_first_start_records_the_others_wait_until_the_archive_is_there(cach
     assert options["spark.driver.extraJavaOptions"] == f"-XX:SharedArchiveFile={first.archive} -XX:+UseSerialGC"
 
 
-def test_only_a_start_told_to_record_does_but_any_uses_the_archive(cache: Path) -> None:
+def test_only_a_start_told_to_record_does_but_any_uses_the_archive(cache: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     assert class_archive.plan(OPTIONS, record=False) is None
+    monkeypatch.delenv(class_archive.SWITCH)  # by default a run does not record: a recording JVM runs slower
+    assert class_archive.plan(OPTIONS, record=True) is None
+    monkeypatch.setenv(class_archive.SWITCH, class_archive.RECORD)
     assert not cache.exists() or not list(cache.iterdir())  # nothing claimed
     recording = class_archive.plan(OPTIONS, record=True)
     assert recording is not None
