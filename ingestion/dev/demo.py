@@ -9,7 +9,6 @@ broker, the catalog's Derby server) it stops at the end; those it found running 
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import time
 from importlib import resources
@@ -31,7 +30,7 @@ log = logging.getLogger(__name__)
 
 
 def run_demo(*, records: int = 10_000, partitions: int = 3, keep_servers: bool = False) -> int:
-    from ingestion.runtime import class_archive, metastore
+    from ingestion.runtime import metastore
     from ingestion.runtime.session import get_session
     from ingestion.stream import metrics, pipeline
 
@@ -53,10 +52,7 @@ def run_demo(*, records: int = 10_000, partitions: int = 3, keep_servers: bool =
                        schema=subject.latest, first_seq=first)
         log.info("produced %d sample orders to %s (schema id %d)", records, config.topic, schema_id)
         metrics.open_store_early()  # while the JVM boots
-        # The demo's run records the class archive later runs start from (runtime/class_archive.py).
-        os.environ.setdefault(class_archive.SWITCH, class_archive.RECORD)
-        spark = get_session("ingest-demo", conf=config.spark, catalog=config.catalog_names is not None,
-                            record_classes=True)
+        spark = get_session("ingest-demo", conf=config.spark, catalog=config.catalog_names is not None)
         running = pipeline.run(spark, config, available_now=True)
         _summary(spark, config, running.metrics.run_id if running.metrics else None, time.monotonic() - started)
         spark.stop()

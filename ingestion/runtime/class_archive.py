@@ -14,8 +14,8 @@ cannot use) and only then moves it into place, so a JVM never starts with a half
 session of the key starts with it, a notebook's too. A JVM that still cannot start with an archive is started
 again without one, and the archive is removed. The three most recently used archives are kept.
 
-A run records only with `INGEST_CLASS_ARCHIVE=record` (`make demo` sets it): a recording JVM runs markedly
-slower, which a first run on a new machine should not pay unasked. `INGEST_CLASS_ARCHIVE=off` turns the archive
+A run records only with `INGEST_CLASS_ARCHIVE=record`: a recording JVM runs markedly slower, which a first run
+on a new machine (or the demo) should not pay unasked. `INGEST_CLASS_ARCHIVE=off` turns the archive
 off; so does a session whose own `spark.driver.extraJavaOptions` already
 choose class sharing (`-Xshare`, `-XX:SharedArchiveFile`, `-XX:ArchiveClassesAtExit`).
 """
@@ -167,7 +167,7 @@ def started(step: Plan | None, jvm_pid: int, jvm: object) -> None:
         finisher = subprocess.Popen([sys.executable, "-m", __name__, str(jvm_pid), str(step.recording),
                                      str(step.archive), str(step.claim), java, classpath],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    start_new_session=True, close_fds=True)
+                                    start_new_session=True, close_fds=True, cwd=step.archive.parent)
         step.claim.write_text(str(finisher.pid))  # the claim is the finisher's now, while it waits for the JVM
 
     atexit.register(hand_over)
