@@ -388,7 +388,8 @@ def _run_pipelines(args: argparse.Namespace, configs: list[PipelineConfig], expo
         configs = [c.config for c in contexts]
         with _meanwhile(lambda: [setup.prepare(c) for c in contexts]) as prepared:
             spark = _session("ingest-all", configs, pools=[pipeline.pool_name(c) for c in configs],
-                             record_classes=True)
+                             record_classes=True,
+                             streams=sum(1 + (c.silver is not None) for c in configs))
             prepared.result()
         outcome = pipeline.run_all(spark, contexts, available_now=args.available_now, exporter=exporter)
         for name, ended in outcome.items():
@@ -480,11 +481,12 @@ def _read_only(args: argparse.Namespace, answer: Callable[[Any], Any], config: P
 
 
 def _session(app_name: str, configs: Sequence[PipelineConfig], pools: Sequence[str] = (),
-             catalog: bool | None = None, record_classes: bool = False) -> SparkSession:
+             catalog: bool | None = None, record_classes: bool = False, streams: int = 1) -> SparkSession:
     """The Spark session of a command over these pipelines: their `spark:` settings, the jars their tables'
     and checkpoints' stores need, the persistent catalog when one of them names its tables
     (`sink.catalogTable`) or `catalog` says so, and the FAIR `pools` to declare. `record_classes`: a run's JVM
-    records its classpath's class archive when there is none (runtime/class_archive.py)."""
+    records its classpath's class archive when there is none (runtime/class_archive.py). `streams`: the
+    streaming queries it will run, which size its default heap."""
     from ingestion.runtime.session import get_session
 
     if catalog is None:
@@ -492,7 +494,7 @@ def _session(app_name: str, configs: Sequence[PipelineConfig], pools: Sequence[s
                       for c in configs)
     return get_session(app_name, conf={k: v for c in configs for k, v in c.spark.items()},
                        locations=[location for c in configs for location in c.locations], pools=pools,
-                       catalog=catalog, record_classes=record_classes)
+                       catalog=catalog, record_classes=record_classes, pipelines=streams)
 
 
 def _pipeline_session(name: str) -> tuple[PipelineConfig, SparkSession]:

@@ -38,6 +38,7 @@ DEFAULTS: dict[str, str] = {
     "spark.databricks.delta.optimizeWrite.enabled": "false",
     # Heap of the driver, which is also the executor on a local master: with the collector below, `ingest run`
     # peaks at about 1.2 GiB for the JVM and its Python process together (docs/performance.md#memory-floor).
+    # A session of many pipelines gets more (`driver_memory`).
     "spark.driver.memory": "1g",
     # A micro-batch is cached once, read twice and dropped (bounded by maxOffsetsPerTrigger): compressing the cache
     # costs more CPU than it saves (docs/performance.md#uncompressed-batch-cache).
@@ -79,6 +80,10 @@ LOCAL_DEFAULTS: dict[str, str] = {
 # (docs/performance.md#memory-floor).
 LOCAL_GC = "-XX:+UseSerialGC"
 _GC_CHOICE = re.compile(r"-XX:\+Use\w*GC\b")
+# The class metadata a local JVM may load before its first collection for metadata: the JVM's default (about
+# 21 MB) made two full collections (0.3 s) before a new pipeline's first batch ended, while Spark, Delta and Kafka
+# loaded their classes (docs/performance.md#a-heap-for-many-pipelines). A pipeline's own option comes later and wins.
+LOCAL_METASPACE = "-XX:MetaspaceSize=256m"
 
 
 # Delta rebuilds a table's state from its log (for a checkpoint, a reader, and the txnAppId check when the
@@ -116,14 +121,33 @@ def pool_file(pools: Iterable[str]) -> Path:
     return target
 
 
+# What a streaming pipeline keeps on the driver's heap (its query, its tables' Delta logs and snapshots) and what
+# the session keeps whatever the number: measured with 100 pipelines at a 10 s trigger
+# (docs/performance.md#a-heap-for-many-pipelines). The serial collector wants half again as much room as it keeps.
+HEAP_BASE_MB = 320
+HEAP_PER_PIPELINE_MB = 10
+HEAP_STEP_MB = 512
+
+
+def driver_memory(pipelines: int) -> str:
+    """The default heap of a session that runs `pipelines` streaming queries: half again what they keep, in steps
+    of 512 MiB (a class archive is recorded per heap size: class_archive.py) and never below 1g: 1g up to 36
+    pipelines, 2g for 100."""
+    needed = 1.5 * (HEAP_BASE_MB + HEAP_PER_PIPELINE_MB * max(pipelines, 1))
+    steps = -(-int(needed) // HEAP_STEP_MB)
+    megabytes = max(2 * HEAP_STEP_MB, steps * HEAP_STEP_MB)
+    return f"{megabytes // 1024}g" if megabytes % 1024 == 0 else f"{megabytes}m"
+
+
 def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[str, str] | None = None,
             locations: Iterable[str] = (), pools: Iterable[str] = (),
-            catalog: bool = False) -> SparkSession.Builder:
+            catalog: bool = False, pipelines: int = 1) -> SparkSession.Builder:
     """A session builder with Delta, the Kafka source and quiet logging; compose more `.config()` on it.
     `locations`: the tables and checkpoints the session will use; an object store among them brings its file
     system's jars (S3A for `s3a://`). `pools`: FAIR scheduler pools to declare beside the defaults on a local
     master (`run --all` gives each pipeline its own). `catalog`: the persistent Hive catalog, tables by name
-    across sessions (`metastore.py`: the local Derby-backed one, unless `conf` names a metastore of its own)."""
+    across sessions (`metastore.py`: the local Derby-backed one, unless `conf` names a metastore of its own).
+    `pipelines`: how many streaming queries the session will run, which sizes its default heap."""
     # Bind the driver to loopback unless told otherwise: this project only ever talks to local addresses by default.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers must see the same packages (fastavro, pyarrow) as the driver: the same interpreter by default.
@@ -134,7 +158,7 @@ def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[s
         None if submitted() or "SPARK_HOME" in os.environ else "local[*]")
     if master:
         b = b.master(master)
-    settings = dict(DEFAULTS)
+    settings = {**DEFAULTS, "spark.driver.memory": driver_memory(pipelines)}
     local = bool(master and master.startswith("local"))
     if local:
         settings.update(LOCAL_DEFAULTS)
@@ -154,6 +178,8 @@ def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[s
     limits = " ".join(f"-D{key}={value}" for key, value in AVRO_JAVA_LIMITS.items())
     java_opts = f"-Dlog4j2.configurationFile={LOG4J_CONFIG} {limits}"
     driver_opts = java_opts
+    if local:
+        driver_opts += " " + LOCAL_METASPACE
     if local and not _GC_CHOICE.search(caller.get("spark.driver.extraJavaOptions", "")):
         driver_opts += " " + LOCAL_GC
     # Executors elsewhere than this machine keep their cluster's log settings: the file is here only.
@@ -178,12 +204,12 @@ def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[s
 
 def get_session(app_name: str = "ingest", master: str | None = None, conf: Mapping[str, str] | None = None,
                 locations: Iterable[str] = (), pools: Iterable[str] = (),
-                catalog: bool = False, record_classes: bool = False) -> SparkSession:
+                catalog: bool = False, record_classes: bool = False, pipelines: int = 1) -> SparkSession:
     """The session (`builder`'s settings), its JVM started here unless spark-submit started it. A local JVM
     starts with the class archive of its classpath when there is one; `record_classes`: else have this JVM
     record it at exit (`ingest run` does: class_archive.py)."""
     with _jvm_keeps_out_of_signals():
-        session_builder = builder(app_name, master, conf, locations, pools, catalog)
+        session_builder = builder(app_name, master, conf, locations, pools, catalog, pipelines)
         if not submitted():  # spark-submit's JVM runs already, with its own output
             _launch_jvm(dict(session_builder._options), record_classes)
         spark = session_builder.getOrCreate()
