@@ -387,7 +387,7 @@ def _run_pipelines(args: argparse.Namespace, configs: list[PipelineConfig], expo
         metrics.open_store_early()  # while the JVM boots
         configs = [c.config for c in contexts]
         with _meanwhile(lambda: [setup.prepare(c) for c in contexts]) as prepared:
-            spark = _session("ingest-all", configs, pools=pipeline.run_all_pools(configs),
+            spark = _session("ingest-all", configs, pools=[pipeline.pool_name(c) for c in configs],
                              record_classes=True,
                              streams=sum(1 + (c.silver is not None) for c in configs))
             prepared.result()

@@ -231,18 +231,3 @@ def decode_both_ways(spark: Any, decoding: Any, values: list[bytes | None]) -> t
     fast.unpersist()
     assert len(jvm_rows) == len(python_rows) == len(values)
     return jvm_rows, python_rows, unverified
-
-
-def completed_stages(spark: Any) -> list[tuple[int, str, str]]:
-    """(stage id, scheduler pool, job description) of the stages the session ran (Spark's status store keeps the
-    latest `spark.ui.retainedStages`)."""
-    context, gateway = spark.sparkContext, spark.sparkContext._gateway
-    stages = context._jsc.sc().statusStore().stageList(None, False, False, gateway.new_array(gateway.jvm.double, 0),
-                                                       None)
-    found = []
-    for stage in gateway.jvm.scala.jdk.javaapi.CollectionConverters.asJava(stages):
-        if stage.status().toString() == "COMPLETE":
-            description = stage.description()
-            found.append((stage.stageId(), stage.schedulingPool(),
-                          description.get() if description.isDefined() else ""))
-    return found

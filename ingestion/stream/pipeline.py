@@ -32,9 +32,8 @@ from ingestion.schema import registry
 from ingestion.silver import ledger as silver_ledger
 from ingestion.silver.follower import Lag, SilverFollower
 from ingestion.silver.ledger import SilverRecord
-from ingestion.stream import batch_pools, checkpoint, context, handover, setup, source
+from ingestion.stream import checkpoint, context, handover, setup, source
 from ingestion.stream.batch import BatchResult
-from ingestion.stream.batch_pools import BatchPools
 from ingestion.stream.context import PipelineContext
 from ingestion.stream.lock import WriterLock
 from ingestion.stream.maintenance import ScheduledMaintenance
@@ -105,8 +104,7 @@ class RunningPipeline:
 
 
 def start(spark: SparkSession, target: PipelineConfig | PipelineContext, *, available_now: bool = False,
-          with_metrics: bool = True, pool: str | None = None, exporter: Exporter | None = None,
-          batch_pools: BatchPools | None = None) -> RunningPipeline:
+          with_metrics: bool = True, pool: str | None = None, exporter: Exporter | None = None) -> RunningPipeline:
     """Start the streaming query of one pipeline and return at once. Kafka is asked first (the brokers and the
     topics, unless `target` is a context that was: `check_can_start`), so a pipeline that cannot run creates
     nothing; then the writer lock is taken (a second writer of the pipeline is refused at once). A failure after
@@ -122,7 +120,7 @@ def start(spark: SparkSession, target: PipelineConfig | PipelineContext, *, avai
             end_abandoned(lock.taken_from)
         try:
             running = _start(spark, ctx, available_now=available_now, with_metrics=with_metrics, pool=pool,
-                             prometheus=prometheus, batch_pools=batch_pools)
+                             prometheus=prometheus)
         except BaseException:
             lock.release()
             raise
@@ -200,15 +198,9 @@ def caught_up(ctx: PipelineContext) -> dict[str, dict[int, int]] | None:
 
 
 def pool_name(config: PipelineConfig | PipelineContext) -> str:
-    """The FAIR scheduler pool of a pipeline's jobs under `run --all` outside its batches (its silver table's, say;
-    declared by the session, `get_session`'s `pools`), so that a busy pipeline's work does not queue the others'
-    behind it. Its batches take the pools of a ring in turn (`batch_pools`)."""
+    """The FAIR scheduler pool of a pipeline's jobs under `run --all` (declared by the session, `get_session`'s
+    `pools`), so that a busy pipeline's batches do not queue the others' behind them."""
     return f"pipeline-{config.name}"
-
-
-def run_all_pools(targets: Sequence[PipelineConfig | PipelineContext]) -> list[str]:
-    """The scheduler pools `run_all` uses for these pipelines: declare them with `get_session(pools=...)`."""
-    return [*(pool_name(t) for t in targets), *batch_pools.names(len(targets))]
 
 
 def _started_in_pool(spark: SparkSession, stream: Any, pool: str | None) -> StreamingQuery:
@@ -226,8 +218,7 @@ def _started_in_pool(spark: SparkSession, stream: Any, pool: str | None) -> Stre
 
 
 def _start(spark: SparkSession, ctx: PipelineContext, *, available_now: bool,
-           with_metrics: bool, pool: str | None = None, prometheus: LagRefresher | None = None,
-           batch_pools: BatchPools | None = None) -> RunningPipeline:
+           with_metrics: bool, pool: str | None = None, prometheus: LagRefresher | None = None) -> RunningPipeline:
     config = ctx.config
     schemas, ctx.prepared = ctx.prepared or setup.resolver(spark, ctx), None
     setup.ensure_tables(spark, config, schemas.spec)
@@ -264,7 +255,7 @@ def _start(spark: SparkSession, ctx: PipelineContext, *, available_now: bool,
                 scheduled.committed(result.batch_id)
 
         writer = BronzeWriter(config=config, app_id=app_id, resolver=schemas, on_batch=on_batch,
-                              on_topics=ctx.saw, pools=batch_pools)
+                              on_topics=ctx.saw)
         writer.jvm_path(spark)  # decide (and log) how records are decoded; value.decoder jvm fails here if it cannot
         listener.routes(spark).add(config.name, monitor)
         stream = (source.read_stream(spark, ctx, starting).writeStream
@@ -344,9 +335,8 @@ def run(spark: SparkSession, target: PipelineConfig | PipelineContext, *, availa
 def run_all(spark: SparkSession, targets: Sequence[PipelineConfig | PipelineContext], *,
             available_now: bool = False, exporter: Exporter | None = None) -> dict[str, RunOutcome]:
     """Run several pipelines in one Spark application, a query each (own checkpoint, own txnAppId), each query's
-    batches' jobs in the pools of a ring taken in turn, its other jobs in a FAIR pool of its own (`run_all_pools`:
-    declare them with `get_session(pools=...)`). A pipeline that fails is reported by name and stopped; the others
-    go on. Returns pipeline name -> how it ended."""
+    jobs in its own FAIR pool (`pool_name`; declare them with `get_session(pools=...)`). A pipeline that fails is
+    reported by name and stopped; the others go on. Returns pipeline name -> how it ended."""
     outcome: dict[str, RunOutcome] = {}
     running = _start_all(spark, targets, outcome, available_now=available_now, exporter=exporter)
 
@@ -398,11 +388,10 @@ def _start_all(spark: SparkSession, targets: Sequence[PipelineConfig | PipelineC
     tracking store), and 100 one after another took 77 s. A pipeline that cannot start is in `outcome`; the
     others run. Any other error stops the pipelines started and is raised."""
     started: list[RunningPipeline] = []
-    ring = batch_pools.BatchPools(len(targets))
     with ThreadPoolExecutor(max(1, min(STARTS_AT_ONCE, len(targets))), thread_name_prefix="start") as pool:
         futures: list[Future[RunningPipeline]] = [
             pool.submit(start, spark, target, available_now=available_now, pool=pool_name(target),
-                        exporter=exporter, batch_pools=ring) for target in targets]
+                        exporter=exporter) for target in targets]
         unexpected: BaseException | None = None
         for target, future in zip(targets, futures, strict=True):
             try:

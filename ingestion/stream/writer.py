@@ -27,7 +27,6 @@ from ingestion.config import PipelineConfig
 from ingestion.decode.resolver import SchemaResolver
 from ingestion.errors import IngestionError
 from ingestion.stream.batch import BatchResult, DecoderChoice, Targets, log_result
-from ingestion.stream.batch_pools import BatchPools
 from ingestion.stream.one_pass import OnePassWrite
 from ingestion.stream.settled import SettledWrite
 
@@ -45,8 +44,7 @@ class BronzeWriter:
 
     def __init__(self, *, config: PipelineConfig, app_id: str, resolver: SchemaResolver,
                  on_batch: Callable[[BatchResult], None] | None = None,
-                 on_topics: Callable[[Mapping[str, Iterable[int]]], list[str]] | None = None,
-                 pools: BatchPools | None = None) -> None:
+                 on_topics: Callable[[Mapping[str, Iterable[int]]], list[str]] | None = None) -> None:
         self.config = config
         self.app_id = app_id
         self.resolver = resolver
@@ -54,7 +52,6 @@ class BronzeWriter:
         # The topics and partitions each batch held, to the run's context; it answers with the topics new to the
         # run (a pattern's, found by Spark's listing), which the schema resolver follows from then on.
         self.on_topics = on_topics
-        self.pools = pools  # under `run --all`: each batch's jobs in the next scheduler pool of the ring
         self.targets = Targets(config, resolver, app_id)
         self.bronze = self.targets.bronze
         self.quarantine = self.targets.quarantine
@@ -78,8 +75,6 @@ class BronzeWriter:
     def _write(self, kafka_rows: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         spark = kafka_rows.sparkSession
-        if self.pools is not None:
-            self.pools.enter(spark)
         ingested_at = dt.datetime.now(dt.UTC)
         result = None
         if self.jvm_path(spark) and self._one_pass_next and self.one_pass.usable(spark):

@@ -20,7 +20,6 @@ from ingestion.dev.samples import produce_orders
 from ingestion.runtime import delta_txn as commit
 from ingestion.stream import context, pipeline, setup
 from tests.conftest import pipeline_yaml
-from tests.helpers import completed_stages
 
 pytestmark = pytest.mark.integration
 
@@ -185,11 +184,26 @@ def test_warm_up_skips_a_version_that_has_a_checkpoint(spark, tmp_path: Path) ->
     assert again.committed(9) is None  # the next one still waits for 10 versions after it
 
 
+def _completed_stages(spark: Any) -> list[tuple[int, str, str]]:
+    """(stage id, scheduler pool, job description) of the stages the session ran (Spark's status store keeps the
+    latest `spark.ui.retainedStages`)."""
+    context, gateway = spark.sparkContext, spark.sparkContext._gateway
+    stages = context._jsc.sc().statusStore().stageList(None, False, False, gateway.new_array(gateway.jvm.double, 0),
+                                                       None)
+    found = []
+    for stage in gateway.jvm.scala.jdk.javaapi.CollectionConverters.asJava(stages):
+        if stage.status().toString() == "COMPLETE":
+            description = stage.description()
+            found.append((stage.stageId(), stage.schedulingPool(),
+                          description.get() if description.isDefined() else ""))
+    return found
+
+
 def test_checkpoints_run_in_a_pool_behind_the_batches(spark, tmp_path: Path) -> None:
     table = tmp_path / "t"
     spark.range(3).write.format("delta").option(log_checkpoints.PROPERTY, log_checkpoints.INLINE_INTERVAL) \
         .save(str(table))
-    before = max(stage for stage, _, _ in completed_stages(spark))
+    before = max(stage for stage, _, _ in _completed_stages(spark))
     background = BackgroundCheckpoints.for_table(spark, str(table), name="pooled")
     assert background is not None
     done = background.warm_up()
@@ -198,7 +212,7 @@ def test_checkpoints_run_in_a_pool_behind_the_batches(spark, tmp_path: Path) -> 
     background.close()
     assert background.written == [0]
 
-    ran = [(pool, description) for stage, pool, description in completed_stages(spark) if stage > before]
+    ran = [(pool, description) for stage, pool, description in _completed_stages(spark) if stage > before]
     assert ran and all("pooled: Delta checkpoint at version 0" in description for _, description in ran)
     assert {pool for pool, _ in ran} == {log_checkpoints.POOL}
     assert spark.sparkContext.getLocalProperty("spark.scheduler.pool") is None  # the caller's thread is untouched
