@@ -36,10 +36,7 @@ DEFAULTS: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.databricks.delta.optimizeWrite.enabled": "false",
-    # Heap of the driver, which is also the executor on a local master: with the collector below, `ingest run`
-    # peaks at about 1.2 GiB for the JVM and its Python process together (docs/performance.md#memory-floor).
-    # A session of many pipelines gets more (`driver_memory`).
-    "spark.driver.memory": "1g",
+    # spark.driver.memory: `driver_memory`, by the number of pipelines.
     # A micro-batch is cached once, read twice and dropped (bounded by maxOffsetsPerTrigger): compressing the cache
     # costs more CPU than it saves (docs/performance.md#uncompressed-batch-cache).
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
@@ -121,9 +118,13 @@ def pool_file(pools: Iterable[str]) -> Path:
     return target
 
 
-# What a streaming pipeline keeps on the driver's heap (its query, its tables' Delta logs and snapshots) and what
-# the session keeps whatever the number: measured with 100 pipelines at a 10 s trigger
-# (docs/performance.md#a-heap-for-many-pipelines). The serial collector wants half again as much room as it keeps.
+# The heap of the driver, which is also the executor on a local master. At least 1 GiB: with the serial collector
+# `ingest run` of one pipeline peaks at about 1.2 GiB for the JVM and its Python process together
+# (docs/performance.md#memory-floor). More for many pipelines: what a streaming pipeline keeps on the heap (its
+# query, its tables' Delta logs and snapshots) and what the session keeps whatever the number, measured with 100
+# pipelines at a 10 s trigger (docs/performance.md#a-heap-for-many-pipelines); the serial collector wants half
+# again as much room as it keeps.
+HEAP_FLOOR_MB = 1024
 HEAP_BASE_MB = 320
 HEAP_PER_PIPELINE_MB = 10
 HEAP_STEP_MB = 512
@@ -135,7 +136,7 @@ def driver_memory(pipelines: int) -> str:
     pipelines, 2g for 100."""
     needed = 1.5 * (HEAP_BASE_MB + HEAP_PER_PIPELINE_MB * max(pipelines, 1))
     steps = -(-int(needed) // HEAP_STEP_MB)
-    megabytes = max(2 * HEAP_STEP_MB, steps * HEAP_STEP_MB)
+    megabytes = max(HEAP_FLOOR_MB, steps * HEAP_STEP_MB)
     return f"{megabytes // 1024}g" if megabytes % 1024 == 0 else f"{megabytes}m"
 
 
