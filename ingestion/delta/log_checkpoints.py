@@ -39,6 +39,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from pyspark.sql import SparkSession
 
+from ingestion.delta import rs_tables
 from ingestion.errors import one_line
 from ingestion.runtime import delta_txn
 
@@ -87,7 +88,9 @@ class BackgroundCheckpoints:
 
     def _read_checkpointed(self) -> None:
         try:
-            self._checkpointed = delta_txn.last_checkpoint_version(self.spark, self.path)
+            found = rs_tables.last_checkpoint(self.path)  # a local table's _last_checkpoint, without the JVM
+            self._checkpointed = found if found is not None else \
+                delta_txn.last_checkpoint_version(self.spark, self.path)
         except Exception as exc:  # noqa: BLE001 - then the first checkpoint comes `every` versions from now
             log.warning("%s: could not read the newest Delta checkpoint of %s: %s", self.name, self.path,
                         one_line(exc))
@@ -114,27 +117,40 @@ class BackgroundCheckpoints:
                 return None
             if self._started_at is not None and now - self._started_at < self.min_seconds:
                 return None
-            return self._start(now)
+            return self._start(now, version)
 
     def warm_up(self) -> Future[None] | None:
-        """Start a checkpoint of the table's current version now, unless it has one or one is being written: the
-        first of a JVM, written while the stream starts rather than beside its steady batches. The next one follows
-        `every` versions and `min_seconds` later."""
+        """Start a checkpoint of the table's current version now through Spark's Delta, unless the table has one,
+        one is being written, or delta-rs writes this table's checkpoints (it needs no warming): the first of a
+        JVM, written while the stream starts rather than beside its steady batches. The next one follows `every`
+        versions and `min_seconds` later."""
         with self._lock:
-            return self._start(time.monotonic())
+            return self._start(time.monotonic(), None)
 
-    def _start(self, now: float) -> Future[None] | None:
+    def _start(self, now: float, version: int | None) -> Future[None] | None:
         """Submit `_write` unless a checkpoint is being written (the caller holds the lock)."""
         if self._running is not None and not self._running.done():
             return None
         self._started_at = now
-        self._running = self._pool.submit(self._write)
+        self._running = self._pool.submit(self._write, version)
         return self._running
 
-    def _write(self) -> None:
+    def _write(self, committed: int | None) -> None:
+        """Checkpoint the version a commit left (`committed`), through delta-rs where it can; None: a warm-up, the
+        latest version through Spark's Delta only."""
         started = time.monotonic()
+        if committed is not None and committed > self._checkpointed:  # on the thread, after `_read_checkpointed`
+            written = rs_tables.checkpoint(self.path, committed)
+            if written is not None:
+                self._last = self._checkpointed = written
+                self.written.append(written)
+                log.info("%s: Delta checkpoint at version %d written by delta-rs in %.2fs, beside the batches",
+                         self.name, written, time.monotonic() - started)
+                return
+        elif committed is None and rs_tables.checkpointed_by_rs(self.path):
+            return  # nothing to warm up
         version = delta_txn.written_version(self.spark, self.path)  # the state the latest commit here left
-        if version <= self._checkpointed:  # on the thread, after `_read_checkpointed`
+        if version <= self._checkpointed:
             return  # no commit since the last checkpoint
         context = self.spark.sparkContext  # local properties are this thread's: they tag the checkpoint's jobs
         context.setLocalProperty("spark.scheduler.pool", POOL)

@@ -16,8 +16,13 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyspark.sql import types as T
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 from ingestion import storage
 from ingestion.delta.reader import JvmFreeReadError
@@ -105,6 +110,100 @@ def write_first_checksum(path: str) -> bool:
 
 
 _LEGACY_PROTOCOL_KEYS = frozenset({"minReaderVersion", "minWriterVersion"})
+
+# Legacy writer versions whose tables delta-rs checkpoints as Spark's Delta does: appendOnly and invariants (2),
+# checkConstraints (3), the change feed and generated columns (4). Table features, column mapping (5) and
+# identity columns (6) are left to Spark's Delta.
+_CHECKPOINTED_WRITER_VERSIONS = frozenset({1, 2, 3, 4})
+
+
+def checkpoint(path: str, version: int | None = None) -> int | None:
+    """Write the Delta log checkpoint of a local table at `version` (its latest when None) through delta-rs, then
+    drop the log files older than its `delta.logRetentionDuration` (30 days by default) unless
+    `delta.enableExpiredLogCleanup` is false, as Spark's Delta does after each of its checkpoints; the version
+    checkpointed, or None when the table is left to Spark's Delta (object storage, a reader version above 1, a
+    writer version above 4 or table features, a table delta-rs cannot read or checkpoint).
+
+    A checkpoint is Parquet of the table's state: the same protocol, metadata, files with their statistics, set
+    transactions and tombstones whichever library writes it, and Spark's Delta starts from it alike. delta-rs
+    replays the log in Rust, in milliseconds, where Spark's Delta runs Spark jobs that generate code for the whole
+    action schema in every task: about 1 s of CPU per checkpoint in a warm JVM
+    (docs/performance.md#delta-log-checkpoints-through-delta-rs)."""
+    if storage.local_folder(path) is None:
+        return None
+    from deltalake import DeltaTable
+
+    try:
+        table = DeltaTable(path, version=version)
+        if not _checkpointable(table):
+            return None
+        table.create_checkpoint()
+    except Exception as exc:  # noqa: BLE001 - whatever delta-rs cannot do, Spark's Delta is asked instead
+        log.debug("delta-rs did not checkpoint %s (%s: %s); Spark's Delta will", path, type(exc).__name__, exc)
+        return None
+    written = table.version()
+    if table.metadata().configuration.get("delta.enableExpiredLogCleanup", "true").strip().lower() != "false":
+        try:
+            table.cleanup_metadata()
+            _drop_orphans(storage.local_folder(path) / "_delta_log")  # type: ignore[operator]
+        except Exception as exc:  # noqa: BLE001 - the checkpoint stands; expired files go with the next one
+            log.warning("delta-rs checkpointed %s at version %d but did not remove expired log files: %s: %s",
+                        path, written, type(exc).__name__, exc)
+    return written
+
+
+def _drop_orphans(log_folder: Path) -> None:
+    """Remove what delta-rs's log cleanup leaves of the versions it removed and Spark's would have removed with
+    them: the checksum files (`NNN.crc`) of versions older than the oldest commit left, and the hidden `.NAME.crc`
+    files Hadoop's local file system writes beside each file, of those versions' files no longer there."""
+    names = {entry.name for entry in log_folder.iterdir()}
+    commits = [int(name[:20]) for name in names if len(name) == 25 and name.endswith(".json") and name[:20].isdigit()]
+    if not commits:
+        return
+    oldest = min(commits)
+
+    def expired(name: str) -> bool:
+        version = name[1:21] if name.startswith(".") else name[:20]  # only versioned names: no writer's temp file
+        return version.isdigit() and int(version) < oldest
+
+    for name in [n for n in names if len(n) == 24 and n.endswith(".crc") and expired(n)]:
+        (log_folder / name).unlink(missing_ok=True)
+        names.discard(name)
+    for name in names:
+        if name.startswith(".") and name.endswith(".crc") and name[1:-4] not in names and expired(name):
+            (log_folder / name).unlink(missing_ok=True)
+
+
+def checkpointed_by_rs(path: str) -> bool:
+    """Whether `checkpoint` writes the checkpoints of the table at `path` (as it is now)."""
+    if storage.local_folder(path) is None:
+        return False
+    from deltalake import DeltaTable
+
+    try:
+        return _checkpointable(DeltaTable(path))
+    except Exception:  # noqa: BLE001 - a table delta-rs cannot read is Spark's
+        return False
+
+
+def _checkpointable(table: DeltaTable) -> bool:
+    protocol = table.protocol()
+    return protocol.min_reader_version == 1 and protocol.min_writer_version in _CHECKPOINTED_WRITER_VERSIONS \
+        and not protocol.writer_features and not protocol.reader_features
+
+
+def last_checkpoint(path: str) -> int | None:
+    """The version of a local table's newest checkpoint as its `_delta_log/_last_checkpoint` says (-1: none), or
+    None for a table in object storage."""
+    table = storage.local_folder(path)
+    if table is None:
+        return None
+    try:
+        return int(json.loads((table / "_delta_log" / "_last_checkpoint").read_text())["version"])
+    except FileNotFoundError:
+        return -1
+    except (ValueError, KeyError, TypeError):
+        return -1  # a partial or foreign file: the next checkpoint comes `every` versions from version 0
 
 
 # The properties of tables this project creates that keep a legacy protocol; any other (a user's

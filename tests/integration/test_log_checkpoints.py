@@ -2,11 +2,13 @@
 
 Real Spark, Delta and Kafka: a pipeline of a dozen batches ends with a checkpoint that ingest wrote and that a
 fresh reader starts from; Delta's own commits no longer write one; tables that Delta checkpoints often enough
-itself are left to it.
+itself are left to it. delta-rs writes the checkpoints of tables with a legacy protocol (no Spark job runs for
+them) and removes expired log files as Spark's Delta would; Spark's Delta writes the others'.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import pytest
 from delta.tables import DeltaTable
 
 from ingestion.config import load_pipeline
-from ingestion.delta import log_checkpoints
+from ingestion.delta import log_checkpoints, rs_tables
 from ingestion.delta.log_checkpoints import BackgroundCheckpoints
 from ingestion.dev.samples import produce_orders
 from ingestion.runtime import delta_txn as commit
@@ -79,12 +81,18 @@ def test_one_checkpoint_at_a_time_every_ten_versions(spark, tmp_path: Path) -> N
 
     background = BackgroundCheckpoints.for_table(spark, str(table), name="t")
     assert background is not None
+    stages = max(stage for stage, _, _ in _completed_stages(spark))
     background.committed(12)
     background.committed(12)  # one being written (or just written): no second one
     background.close()
     assert background.written == [12] and _checkpointed(table) == [12]
+    assert max(stage for stage, _, _ in _completed_stages(spark)) == stages  # delta-rs wrote it: no Spark job
     assert _reader_starts_at(spark, table) == 12
     assert spark.read.format("delta").load(str(table)).count() == 3 + 12 * 3
+    assert DeltaTable.forPath(spark, str(table)).toDF().count() == 3 + 12 * 3
+    snapshot = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(table)).update(
+        False, spark._jvm.scala.Option.empty(), spark._jvm.scala.Option.empty())
+    assert snapshot.checkpointProvider().version() == 12 and snapshot.transactions().apply("a") == 12
 
     again = BackgroundCheckpoints.for_table(spark, str(table), name="t")
     assert again is not None and again.last == 12  # a new run starts from the table's last checkpoint
@@ -130,8 +138,6 @@ def test_tables_delta_checkpoints_often_enough_are_left_to_delta(spark, tmp_path
     writer.save(str(table))
     assert BackgroundCheckpoints.for_table(spark, str(table), name="t") is None
     # The same from the properties delta-rs read (what a run's start passes: no JVM read of the table)
-    from ingestion.delta import rs_tables
-
     properties = rs_tables.state(str(table)).properties
     assert properties.get(log_checkpoints.PROPERTY) == interval
     assert BackgroundCheckpoints.for_table(spark, str(table), name="t", properties=properties) is None
@@ -148,24 +154,35 @@ def test_a_configured_interval_keeps_deltas_checkpoints(spark, kafka_servers, ma
     assert bronze_plan.properties[log_checkpoints.PROPERTY] == "10"
 
 
-def test_a_streaming_run_writes_its_first_checkpoint_at_start(spark, kafka_servers, make_topic, orders_schema,
-                                                              tmp_path: Path) -> None:
+@pytest.mark.parametrize("features", [False, True], ids=["legacy protocol", "table features"])
+def test_a_streaming_run_warms_up_spark_checkpoints_only(spark, kafka_servers, make_topic, orders_schema,
+                                                         tmp_path: Path, features: bool) -> None:
     topic = make_topic(partitions=1)
     produce_orders(kafka_servers, topic, 5, schema_id=1, schema=orders_schema)
-    config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers))
+    extra = "  tableProperties:\n    delta.enableDeletionVectors: 'true'\n" if features else ""
+    config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, sink=extra))
 
     running = pipeline.start(spark, config)  # a streaming run (trigger), not available-now
     pipeline.stop(spark, running)  # waits for the checkpoint being written
 
     assert running.log_checkpoints is not None
-    assert running.log_checkpoints.written[:1] == [0]  # the new table's version 0, before any batch's commit
-    assert _checkpointed(config.table_path)[0] == 0
+    if features:  # Spark's Delta writes them: its first, the new table's version 0, before any batch's commit
+        assert running.log_checkpoints.written[:1] == [0]
+        assert _checkpointed(config.table_path)[0] == 0
+    else:  # delta-rs writes them and needs no warming: nothing at start
+        assert running.log_checkpoints.written == [] and _checkpointed(config.table_path) == []
+
+
+def _with_features(spark: Any, table: Path) -> None:
+    """A table with table features (deletion vectors), whose checkpoints Spark's Delta writes."""
+    spark.range(3).write.format("delta").option(log_checkpoints.PROPERTY, log_checkpoints.INLINE_INTERVAL) \
+        .option("delta.enableDeletionVectors", "true").save(str(table))
+    assert not rs_tables.checkpointed_by_rs(str(table))
 
 
 def test_warm_up_skips_a_version_that_has_a_checkpoint(spark, tmp_path: Path) -> None:
     table = tmp_path / "t"
-    spark.range(3).write.format("delta").option(log_checkpoints.PROPERTY, log_checkpoints.INLINE_INTERVAL) \
-        .save(str(table))
+    _with_features(spark, table)
     background = BackgroundCheckpoints.for_table(spark, str(table), name="t")
     assert background is not None and background.checkpointed == -1
     done = background.warm_up()
@@ -201,8 +218,7 @@ def _completed_stages(spark: Any) -> list[tuple[int, str, str]]:
 
 def test_checkpoints_run_in_a_pool_behind_the_batches(spark, tmp_path: Path) -> None:
     table = tmp_path / "t"
-    spark.range(3).write.format("delta").option(log_checkpoints.PROPERTY, log_checkpoints.INLINE_INTERVAL) \
-        .save(str(table))
+    _with_features(spark, table)
     before = max(stage for stage, _, _ in _completed_stages(spark))
     background = BackgroundCheckpoints.for_table(spark, str(table), name="pooled")
     assert background is not None
@@ -221,3 +237,44 @@ def test_checkpoints_run_in_a_pool_behind_the_batches(spark, tmp_path: Path) -> 
     assert spark.conf.get("spark.scheduler.mode") == "FAIR"
     assert scheduler.getPoolForName("default").get().minShare() > spark.sparkContext.defaultParallelism
     assert scheduler.getPoolForName(log_checkpoints.POOL).get().minShare() == 0
+
+
+@pytest.mark.parametrize("cleanup", [True, False], ids=["expired files removed", "enableExpiredLogCleanup false"])
+def test_delta_rs_checkpoints_remove_expired_log_files_as_spark_would(spark, tmp_path: Path, cleanup: bool) -> None:
+    table = tmp_path / "t"
+    spark.range(3).write.format("delta").option(log_checkpoints.PROPERTY, log_checkpoints.INLINE_INTERVAL) \
+        .option("delta.logRetentionDuration", "interval 1 seconds") \
+        .option("delta.deletedFileRetentionDuration", "interval 1 seconds") \
+        .option("delta.enableExpiredLogCleanup", str(cleanup).lower()).save(str(table))
+    for batch in range(1, 13):
+        txn = commit.DeltaTxn(spark, str(table))
+        txn.commit(txn.write(spark.range(batch * 10, batch * 10 + 3)), app_id="a", txn_version=batch,
+                   user_metadata="{}")
+    log_folder = table / "_delta_log"
+    before = {f.name for f in log_folder.iterdir()}
+    time.sleep(1.5)  # every version up to 12 is past the retention
+
+    assert rs_tables.checkpoint(str(table), 10) == 10 and rs_tables.last_checkpoint(str(table)) == 10
+
+    left = {f.name for f in log_folder.iterdir()}
+    versions = {int(name.lstrip(".")[:20]) for name in left if name.lstrip(".")[:20].isdigit()}
+    if cleanup:  # nothing before the checkpoint: no commit, no checksum, no hidden Hadoop checksum of either
+        assert min(versions) == 10 and f"{9:020d}.crc" in before
+    else:
+        assert left >= before and min(versions) == 0
+    assert f"{10:020d}.checkpoint.parquet" in left
+    DeltaLog = spark._jvm.org.apache.spark.sql.delta.DeltaLog
+    DeltaLog.clearCache()
+    assert spark.read.format("delta").load(str(table)).count() == 3 + 12 * 3
+    snapshot = DeltaLog.forTable(spark._jsparkSession, str(table)).update(
+        False, spark._jvm.scala.Option.empty(), spark._jvm.scala.Option.empty())
+    assert snapshot.version() == 12 and snapshot.transactions().apply("a") == 12
+    txn = commit.DeltaTxn(spark, str(table))  # the writer goes on from it, its txn id still known
+    assert txn.committed_version("a") == 12
+
+
+def test_tables_in_object_storage_or_with_features_are_left_to_spark(spark, tmp_path: Path) -> None:
+    assert rs_tables.checkpoint("s3a://bucket/table") is None and rs_tables.last_checkpoint("s3a://b/t") is None
+    table = tmp_path / "t"
+    _with_features(spark, table)
+    assert rs_tables.checkpoint(str(table)) is None and _checkpointed(table) == []
