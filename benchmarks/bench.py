@@ -61,8 +61,8 @@ def _parser() -> argparse.ArgumentParser:
                         "minutes, and batches are slower until it is done; 30 measures that start instead")
     p.add_argument("--fresh-trigger", default="1 second", help="pipeline trigger for freshness ('1 second')")
     p.add_argument("--ours-verbose", action="store_true",
-                   help="run ours and freshness with `ingest -v`: per-batch decode, write and Spark phase times "
-                        "in the logs (debug logging; not the default)")
+                   help="run ours, freshness and fairness with `ingest -v`: per-batch decode, write and Spark phase "
+                        "times in the logs (debug logging; not the default)")
     p.add_argument("--admin-commits", type=int, default=2000, help="commits of the admin stage's table (2000)")
     p.add_argument("--admin-quarantined", type=int, default=120, help="quarantined rows of that table (120)")
     p.add_argument("--maintain-commits", type=int, default=2000,

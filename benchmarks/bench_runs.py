@@ -389,7 +389,9 @@ def run_fairness(ctx: Context, pipelines: int, quiet_rate: float, busy_factor: f
     # A few records in every quiet topic, so that every pipeline commits a first batch before production starts:
     # the measured window then holds no pipeline's start, however many there are.
     datagen.produce_many_at_rate(ctx.servers, {t: 5 for t in topics if t != busy}, 1)
-    proc = Measured([ctx.ingest, "run", "--all"], env={**ctx.env, "INGEST_CONF_DIR": str(work / "conf")}, cwd=work,
+    verbose = ["-v"] if ctx.verbose_ours else []  # the writers' phases per batch (--ours-verbose)
+    proc = Measured([ctx.ingest, *verbose, "run", "--all"], env={**ctx.env, "INGEST_CONF_DIR": str(work / "conf")},
+                    cwd=work,
                     log_file=ctx.home / "logs" / "fairness.log")
     problems: list[str] = []
     produced: dict[str, Any] = {}

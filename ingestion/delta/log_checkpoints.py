@@ -14,14 +14,18 @@ costs CPU that the batches beside it lose, and a reader replays at most a minute
 small commits. A table whose own interval is `EVERY` or less (one created before, or one where
 `sink.tableProperties` sets `delta.checkpointInterval`) keeps Delta's checkpoints inside commits only.
 
-The first checkpoint a JVM writes is the slowest: it loads Delta's checkpoint code, and its CPU slows the batches
-next to it; the backlog they leave set
-the p99 freshness. A streaming run therefore writes one at start (`warm_up`), where it overlaps the JVM's own
-warm-up, unless the table's current version has one already.
+Local tables with a legacy protocol (what ingest creates unless a column or a property needs table features) are
+checkpointed by delta-rs (`rs_tables.checkpoint`): the same checkpoint, written in milliseconds without a Spark
+job, where Spark's Delta spends about a second of CPU rebuilding the state with Spark jobs
+(docs/performance.md#delta-log-checkpoints-through-delta-rs). The others (table features, object storage) get
+Spark's Delta's. The first checkpoint a JVM writes is the slowest: it loads Delta's checkpoint code, and its CPU
+slows the batches next to it; the backlog they leave set the p99 freshness. A streaming run of such a table
+therefore writes one at start (`warm_up`), where it overlaps the JVM's own warm-up, unless the table's current
+version has one already.
 
-Its jobs run in the Spark scheduler pool `POOL`. On a local master the session schedules FAIR with the pools of
-data/fairscheduler.xml, where the batches' pool comes first: a checkpoint's task starts only on a core that no batch
-task is waiting for (one already running finishes first; Spark does not preempt). Under FIFO a checkpoint job
+Spark's checkpoint jobs run in the Spark scheduler pool `POOL`. On a local master the session schedules FAIR with
+the pools of data/fairscheduler.xml, where the batches' pool comes first: a checkpoint's task starts only on a core
+that no batch task is waiting for (one already running finishes first; Spark does not preempt). Under FIFO a checkpoint job
 submitted first keeps every free core until its tasks are all started, and with 2 cores a batch's 2 write tasks
 then run one after the other. Under Spark's default FIFO scheduling (other masters) the pool changes nothing.
 
