@@ -27,7 +27,8 @@ Spark's checkpoint jobs run in the Spark scheduler pool `POOL`. On a local maste
 the pools of data/fairscheduler.xml, where the batches' pool comes first: a checkpoint's task starts only on a core
 that no batch task is waiting for (one already running finishes first; Spark does not preempt). Under FIFO a
 checkpoint job submitted first keeps every free core until its tasks are all started, and with 2 cores a batch's 2
-write tasks then run one after the other. Under Spark's default FIFO scheduling (other masters) the pool changes nothing.
+write tasks then run one after the other. Under Spark's default FIFO scheduling (other masters) the pool changes
+nothing.
 
 A checkpoint is an optimization that Delta can always do without: one that fails is logged and the next is tried
 `EVERY` versions later; the batches and their commits do not depend on it.
