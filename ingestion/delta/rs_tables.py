@@ -129,13 +129,12 @@ def checkpoint(path: str, version: int | None = None) -> int | None:
     replays the log in Rust, in milliseconds, where Spark's Delta runs Spark jobs that generate code for the whole
     action schema in every task: about 1 s of CPU per checkpoint in a warm JVM
     (docs/performance.md#delta-log-checkpoints-through-delta-rs)."""
-    if storage.local_folder(path) is None:
+    folder = storage.local_folder(path)
+    if folder is None:
         return None
-    from deltalake import DeltaTable
-
     try:
-        table = DeltaTable(path, version=version)
-        if not _checkpointable(table):
+        table = _checkpointable(path, version)
+        if table is None:
             return None
         table.create_checkpoint()
     except Exception as exc:  # noqa: BLE001 - whatever delta-rs cannot do, Spark's Delta is asked instead
@@ -145,7 +144,7 @@ def checkpoint(path: str, version: int | None = None) -> int | None:
     if table.metadata().configuration.get("delta.enableExpiredLogCleanup", "true").strip().lower() != "false":
         try:
             table.cleanup_metadata()
-            _drop_orphans(storage.local_folder(path) / "_delta_log")  # type: ignore[operator]
+            _drop_orphans(folder / "_delta_log")
         except Exception as exc:  # noqa: BLE001 - the checkpoint stands; expired files go with the next one
             log.warning("delta-rs checkpointed %s at version %d but did not remove expired log files: %s: %s",
                         path, written, type(exc).__name__, exc)
@@ -178,18 +177,21 @@ def checkpointed_by_rs(path: str) -> bool:
     """Whether `checkpoint` writes the checkpoints of the table at `path` (as it is now)."""
     if storage.local_folder(path) is None:
         return False
-    from deltalake import DeltaTable
-
     try:
-        return _checkpointable(DeltaTable(path))
+        return _checkpointable(path) is not None
     except Exception:  # noqa: BLE001 - a table delta-rs cannot read is Spark's
         return False
 
 
-def _checkpointable(table: DeltaTable) -> bool:
+def _checkpointable(path: str, version: int | None = None) -> DeltaTable | None:
+    """The table at `path` (at `version`) as delta-rs reads it, when its protocol is one `checkpoint` writes."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(path, version=version)
     protocol = table.protocol()
-    return protocol.min_reader_version == 1 and protocol.min_writer_version in _CHECKPOINTED_WRITER_VERSIONS \
+    legacy = protocol.min_reader_version == 1 and protocol.min_writer_version in _CHECKPOINTED_WRITER_VERSIONS \
         and not protocol.writer_features and not protocol.reader_features
+    return table if legacy else None
 
 
 def last_checkpoint(path: str) -> int | None:

@@ -31,13 +31,17 @@ def _checkpointed(table: str | Path) -> list[int]:
     return sorted(int(f.name.split(".")[0]) for f in (Path(table) / "_delta_log").glob("*.checkpoint*.parquet"))
 
 
-def _reader_starts_at(spark: Any, table: str | Path) -> int:
-    """The checkpoint a new reader of the table starts from (-1: none), with Delta's caches dropped."""
+def _fresh_snapshot(spark: Any, table: str | Path) -> Any:
+    """The table's latest snapshot as a new reader sees it, with Delta's caches dropped."""
     jvm = spark._jvm
     jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
     delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(table))
-    return int(delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
-               .checkpointProvider().version())
+    return delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+
+
+def _reader_starts_at(spark: Any, table: str | Path) -> int:
+    """The checkpoint a new reader of the table starts from (-1: none)."""
+    return int(_fresh_snapshot(spark, table).checkpointProvider().version())
 
 
 def test_a_pipeline_checkpoints_bronze_beside_its_batches(spark, kafka_servers, make_topic, orders_schema,
@@ -90,8 +94,7 @@ def test_one_checkpoint_at_a_time_every_ten_versions(spark, tmp_path: Path) -> N
     assert _reader_starts_at(spark, table) == 12
     assert spark.read.format("delta").load(str(table)).count() == 3 + 12 * 3
     assert DeltaTable.forPath(spark, str(table)).toDF().count() == 3 + 12 * 3
-    snapshot = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(table)).update(
-        False, spark._jvm.scala.Option.empty(), spark._jvm.scala.Option.empty())
+    snapshot = _fresh_snapshot(spark, table)
     assert snapshot.checkpointProvider().version() == 12 and snapshot.transactions().apply("a") == 12
 
     again = BackgroundCheckpoints.for_table(spark, str(table), name="t")
@@ -263,11 +266,8 @@ def test_delta_rs_checkpoints_remove_expired_log_files_as_spark_would(spark, tmp
     else:
         assert left >= before and min(versions) == 0
     assert f"{10:020d}.checkpoint.parquet" in left
-    DeltaLog = spark._jvm.org.apache.spark.sql.delta.DeltaLog
-    DeltaLog.clearCache()
+    snapshot = _fresh_snapshot(spark, table)
     assert spark.read.format("delta").load(str(table)).count() == 3 + 12 * 3
-    snapshot = DeltaLog.forTable(spark._jsparkSession, str(table)).update(
-        False, spark._jvm.scala.Option.empty(), spark._jvm.scala.Option.empty())
     assert snapshot.version() == 12 and snapshot.transactions().apply("a") == 12
     txn = commit.DeltaTxn(spark, str(table))  # the writer goes on from it, its txn id still known
     assert txn.committed_version("a") == 12
