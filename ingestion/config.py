@@ -129,6 +129,9 @@ class SinkOptions:
     # same name with `_quarantine`). Empty: the tables are known by path only.
     catalog_table: str = field(default="", metadata=_key("catalogTable"))
     quarantine_catalog_table: str = field(default="", metadata=_key("quarantineCatalogTable"))
+    # A batch of at most this many Kafka offsets is fetched, decoded and written by the driver without a Spark job
+    # (docs/architecture.md#small-batches-without-a-spark-job); 0: every batch is a Spark job.
+    direct_write_max_offsets: int = field(default=1000, metadata=_key("directWriteMaxOffsets"))
 
 
 @dataclass(frozen=True)
@@ -663,6 +666,9 @@ def _check_values(config: PipelineConfig) -> None:
     if timeout is None or timeout <= 0:
         raise ConfigError(f"{file}: key 'source.brokerTimeout' must be a positive duration such as '15 seconds', "
                           f"got {source.broker_timeout!r}")
+    if config.sink.direct_write_max_offsets < 0:
+        raise ConfigError(f"{file}: key 'sink.directWriteMaxOffsets' must be 0 or more, "
+                          f"got {config.sink.direct_write_max_offsets!r}")
     if duration_seconds(config.sink.trigger) is None:
         raise ConfigError(f"{file}: key 'sink.trigger' must be a duration such as '10 seconds', '500 milliseconds' "
                           f"or '1 minute', got {config.sink.trigger!r}")

@@ -1,4 +1,5 @@
-"""Pure DataFrame functions from decoded rows to bronze and quarantine rows, and per-partition summaries."""
+"""Pure DataFrame functions from decoded rows to bronze and quarantine rows, and per-partition summaries; and the
+same bronze rows of an Arrow batch decoded in this process (`bronze_batch`), for batches written without Spark."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import datetime as dt
 import json
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -67,6 +70,21 @@ def quarantine_rows(decoded: DataFrame, *, batch_id: int | Column, ingested_at: 
     """Decoded rows that failed, with their raw key and value bytes and the reason."""
     rows, batch = _with_batch_values(decoded.where(F.col("_error_class").isNotNull()), batch_id, ingested_at)
     return rows.select(*_columns(QUARANTINE_COLUMNS, "key"), *batch)
+
+
+def bronze_batch(decoded: pa.RecordBatch, schema: pa.Schema, *, batch_id: int,
+                 ingested_at: dt.datetime) -> pa.Table:
+    """`bronze_rows` of decoder rows held in Arrow (`python_decoder.BatchDecoder`'s output), as a table of the
+    bronze `schema` (`table_schemas`' first, in Arrow)."""
+    rows = decoded.filter(pc.is_null(decoded.column("_error_class")))
+    payload = rows.column(PAYLOAD)
+    sources = {**_SOURCES, "_kafka_key": "_key"}
+    columns = [*payload.flatten(), *(rows.column(sources[name]) for name in METADATA_COLUMNS
+                                     if name not in _BATCH_COLUMNS)]
+    n = rows.num_rows
+    columns += [pa.array([batch_id] * n, pa.int64()),
+                pa.array([ingested_at.astimezone(dt.UTC)] * n, schema.field("_ingested_at").type)]
+    return pa.Table.from_arrays([c.cast(f.type) for c, f in zip(columns, schema, strict=True)], schema=schema)
 
 
 _INGESTED_AT = "__ingest_ingested_at"  # the one-row table's column, for a batch id column

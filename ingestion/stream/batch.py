@@ -33,6 +33,7 @@ class BatchResult:
     max_timestamp: dt.datetime | None
     seconds: float
     one_pass: bool = False  # written in one Spark job (see one_pass.OnePassWrite), not through the cache
+    direct: bool = False  # written without a Spark job (see direct.DirectWrite)
 
 
 @dataclass
@@ -90,8 +91,12 @@ def log_result(pipeline: str, r: BatchResult) -> None:
     if r.committed:
         log.info("%s batch %d: %d rows, %d quarantined in %.2fs (%.0f records/s%s), table version %s, offsets %s",
                  pipeline, r.batch_id, r.rows, r.quarantined, r.seconds,
-                 (r.rows + r.quarantined) / max(r.seconds, 1e-9), ", one pass" if r.one_pass else "", r.version,
+                 (r.rows + r.quarantined) / max(r.seconds, 1e-9), _strategy(r), r.version,
                  spans)
     else:
         log.warning("%s batch %d: skipped by Delta, (txnAppId, txnVersion=%d) is already committed; "
                     "table version stays %s (offsets %s)", pipeline, r.batch_id, r.batch_id, r.version, spans)
+
+
+def _strategy(r: BatchResult) -> str:
+    return ", direct" if r.direct else ", one pass" if r.one_pass else ""

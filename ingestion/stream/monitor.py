@@ -73,10 +73,15 @@ def batch_metrics(progress: Any, result: BatchResult | None, lags: dict[str, dic
                   now: dt.datetime, *, single_topic: bool = True) -> dict[str, float]:
     """The MLflow metrics of one batch (names documented in docs/operations.md#mlflow); `lags` per topic and
     partition (`topic_lags`)."""
+    read, read_rate, processed_rate = (float(progress.numInputRows), float(progress.inputRowsPerSecond or 0.0),
+                                       float(progress.processedRowsPerSecond or 0.0))
+    if result is not None and result.direct:  # Spark's source read nothing: the writer fetched the records
+        read = float(result.rows + result.quarantined)
+        read_rate = processed_rate = read / max(progress.batchDuration / 1000, 1e-3)
     values: dict[str, float] = {
-        "input_rows": float(progress.numInputRows),
-        "input_rows_per_second": float(progress.inputRowsPerSecond or 0.0),
-        "processed_rows_per_second": float(progress.processedRowsPerSecond or 0.0),
+        "input_rows": read,
+        "input_rows_per_second": read_rate,
+        "processed_rows_per_second": processed_rate,
         "batch_duration_ms": float(progress.batchDuration),
         "lag_records": float(sum(n for parts in lags.values() for n in parts.values())),
     }

@@ -255,7 +255,7 @@ def _start(spark: SparkSession, ctx: PipelineContext, *, available_now: bool,
                 scheduled.committed(result.batch_id)
 
         writer = BronzeWriter(config=config, app_id=app_id, resolver=schemas, on_batch=on_batch,
-                              on_topics=ctx.saw)
+                              on_topics=ctx.saw, kafka_client=ctx.kafka.client)
         writer.jvm_path(spark)  # decide (and log) how records are decoded; value.decoder jvm fails here if it cannot
         listener.routes(spark).add(config.name, monitor)
         stream = (source.read_stream(spark, ctx, starting).writeStream
@@ -455,6 +455,8 @@ def stop(spark: SparkSession, running: RunningPipeline, status: RunStatus = RunS
         _stop_silver(running, status)
     if running.log_checkpoints is not None:
         running.log_checkpoints.close()
+    if running.writer is not None:
+        running.writer.close()
     if running.maintenance is not None:
         running.maintenance.close()
     listener.wait_for_listener_events(spark)

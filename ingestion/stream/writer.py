@@ -2,8 +2,11 @@
 
 Every commit carries `txnAppId` (bronze: the checkpoint's id; quarantine: the same with `.quarantine`),
 `txnVersion = batch id`, and the batch's offset ranges (the ledger) as the commit's `userMetadata`. A batch is
-written by one of two strategies over the same decode API:
+written by one of three strategies over the same decode API:
 
+- **Direct** (`direct.DirectWrite`, batches of at most `sink.directWriteMaxOffsets` offsets): no Spark job; the
+  driver fetches the planned offset ranges, decodes them in Python and commits one Parquet file. A batch it does
+  not handle goes on to the next two, nothing written.
 - **One pass** (`one_pass.OnePassWrite`, most batches): one Spark job decodes, verifies, summarizes and writes the
   bronze files, committed through Delta's transaction API only if the JVM verified every record.
 - **Settled** (`settled.SettledWrite`): decode once into a cache (the JVM where it can verify, the Python decoder
@@ -20,6 +23,7 @@ import datetime as dt
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -27,6 +31,7 @@ from ingestion.config import PipelineConfig
 from ingestion.decode.resolver import SchemaResolver
 from ingestion.errors import IngestionError
 from ingestion.stream.batch import BatchResult, DecoderChoice, Targets, log_result
+from ingestion.stream.direct import DirectWrite
 from ingestion.stream.one_pass import OnePassWrite
 from ingestion.stream.settled import SettledWrite
 
@@ -44,7 +49,8 @@ class BronzeWriter:
 
     def __init__(self, *, config: PipelineConfig, app_id: str, resolver: SchemaResolver,
                  on_batch: Callable[[BatchResult], None] | None = None,
-                 on_topics: Callable[[Mapping[str, Iterable[int]]], list[str]] | None = None) -> None:
+                 on_topics: Callable[[Mapping[str, Iterable[int]]], list[str]] | None = None,
+                 kafka_client: Mapping[str, Any] | None = None) -> None:
         self.config = config
         self.app_id = app_id
         self.resolver = resolver
@@ -56,6 +62,8 @@ class BronzeWriter:
         self.bronze = self.targets.bronze
         self.quarantine = self.targets.quarantine
         self.decoder = DecoderChoice(self.targets)
+        # the direct strategy needs the run's consumer settings; without them every batch is a Spark job
+        self.direct = DirectWrite(self.targets, kafka_client)
         self.one_pass = OnePassWrite(self.targets)
         self.settled = SettledWrite(self.targets, self.decoder)
         self._one_pass_next = True
@@ -76,8 +84,8 @@ class BronzeWriter:
         started = time.monotonic()
         spark = kafka_rows.sparkSession
         ingested_at = dt.datetime.now(dt.UTC)
-        result = None
-        if self.jvm_path(spark) and self._one_pass_next and self.one_pass.usable(spark):
+        result = self.direct.write(kafka_rows, batch_id, ingested_at, started)
+        if result is None and self.jvm_path(spark) and self._one_pass_next and self.one_pass.usable(spark):
             result = self.one_pass.write(kafka_rows, batch_id, ingested_at, started)
             self._one_pass_next = not self.one_pass.needs_python
         if result is None:
@@ -96,6 +104,10 @@ class BronzeWriter:
                 self.resolver.follow(new)
         if self.on_batch is not None:
             self.on_batch(result)
+
+    def close(self) -> None:
+        """Close what the writer holds between batches (the direct strategy's consumer)."""
+        self.direct.close()
 
     def jvm_path(self, spark: SparkSession) -> bool:
         """Whether records are decoded by Spark's from_avro first (decided once per schema version)."""

@@ -246,7 +246,8 @@ def test_a_one_pass_batch_takes_few_round_trips_to_the_jvm(spark, kafka_servers,
     topic = make_topic(partitions=3)
     produced = produce_orders(kafka_servers, topic, 400, schema_id=1, schema=orders_schema)
     config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers,
-                                         extra="source:\n  maxOffsetsPerTrigger: 100\n"))
+                                         extra="source:\n  maxOffsetsPerTrigger: 100\n",
+                                         sink="  directWriteMaxOffsets: 0\n"))  # Spark's one-pass write
     in_batch = threading.local()
     per_batch: list[tuple[int, int]] = []  # (batch id, py4j commands sent by the batch's own thread)
     write = sink.BronzeWriter.__call__

@@ -162,7 +162,8 @@ def test_run_all_reports_a_failing_pipeline_by_name_and_the_other_completes(
     producer.produce(bad_topic, value=b"\x01broken")
     producer.flush(30)
     good = load_pipeline(pipeline_yaml(tmp_path / "a", topic=good_topic, servers=kafka_servers, name="good",
-                                       extra="source:\n  maxOffsetsPerTrigger: 10\n"))
+                                       extra="source:\n  maxOffsetsPerTrigger: 10\n",
+                                       sink="  directWriteMaxOffsets: 0\n"))  # Spark jobs, in its pool
     bad = load_pipeline(pipeline_yaml(tmp_path / "b", topic=bad_topic, servers=kafka_servers, name="bad",
                                       sink="  onError: fail\n"))
 

@@ -1,0 +1,147 @@
+"""Records of known offset ranges, fetched by this process's own consumer, as the rows Spark's Kafka source makes.
+
+A small batch's offsets are known from its plan before it runs (`runtime.batch_plan`); `RangeFetcher` reads
+exactly those with confluent-kafka, under the same settings as the source (its isolation level included: with
+`read_committed`, records of aborted transactions and transaction markers are skipped, as the source skips them),
+and returns them as an Arrow batch of `columns.KAFKA_SOURCE_SCHEMA`. Its consumer stays assigned between batches,
+paused (a hundred idle pipelines would otherwise poll the brokers all the time), and a batch that starts where the
+last one ended reads on from there.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from ingestion.columns import KAFKA_SOURCE_SCHEMA
+from ingestion.kafka import clients
+
+log = logging.getLogger(__name__)
+
+SOURCE_ARROW_SCHEMA = to_arrow_schema(KAFKA_SOURCE_SCHEMA)
+# librdkafka's timestamp types -> the Java client's TimestampType ids, as Spark's `timestampType` column has them
+_TIMESTAMP_TYPES = {0: -1, 1: 0, 2: 1}
+# The fetch-ahead queue of one consumer: a pipeline's small batches, not its backlog (librdkafka's default is
+# 64 MiB per consumer, and a run may hold a hundred of them).
+_QUEUE_KBYTES = 2048
+
+
+class Span(Protocol):
+    """Offsets `start` (included) to `until` (excluded) of one topic partition."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def start(self) -> int: ...
+    @property
+    def until(self) -> int: ...
+
+
+class RangeFetcher:
+    """One pipeline's consumer of offset ranges (no group membership, nothing committed)."""
+
+    def __init__(self, settings: Mapping[str, Any], group: str) -> None:
+        self._settings = settings
+        self._group = group
+        self._consumer: Any = None
+        self._expect: dict[tuple[str, int], int] = {}  # where the next batch starts if it follows on, per partition
+        self._position: dict[tuple[str, int], int] = {}  # the offset the consumer gives next, per partition
+        self._held: dict[tuple[str, int], list[Any]] = {}  # fetched ahead: at or past `_expect`
+
+    def fetch(self, spans: Sequence[Span], timeout: float) -> pa.RecordBatch | None:
+        """The records of `spans` in (topic, partition, offset) order, or None when they did not all arrive within
+        `timeout` seconds (the caller then reads them another way)."""
+        from confluent_kafka import KafkaError
+
+        consumer = self._assigned(spans)
+        start = {(s.topic, s.partition): s.start for s in spans}
+        until = {(s.topic, s.partition): s.until for s in spans}
+        rows: list[Any] = []
+        for key, end in until.items():
+            held = self._held.pop(key, [])
+            rows.extend(m for m in held if start[key] <= m.offset() < end)
+            self._held[key] = [m for m in held if m.offset() >= end]
+        pending = {key for key, end in until.items() if self._position[key] < end}
+        deadline = time.monotonic() + timeout
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.debug("fetch of %d offset ranges: %d partitions incomplete after %.1fs", len(spans),
+                          len(pending), timeout)
+                self.close()  # what it holds is incomplete: the next fetch starts a new consumer
+                return None
+            for msg in consumer.consume(num_messages=10_000, timeout=min(left, 0.5)):
+                key = (msg.topic(), msg.partition())
+                error = msg.error()
+                if error is not None:
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        # A refusal is raised; anything else (an offset no longer in the log, ...) is left to
+                        # Spark's source, which reports it under failOnDataLoss.
+                        clients.raise_refusal(error, self._settings, msg.topic())
+                        log.debug("fetch of %s: %s", key, error)
+                        self.close()
+                        return None
+                    # The end of what may be read: transaction markers and aborted records before it are skipped.
+                    self._position[key] = max(self._position.get(key, 0), msg.offset())
+                else:
+                    self._position[key] = msg.offset() + 1
+                    if start.get(key, 0) <= msg.offset() < until.get(key, -1):
+                        rows.append(msg)
+                    elif msg.offset() >= until.get(key, 0):
+                        self._held.setdefault(key, []).append(msg)
+                if key in pending and self._position[key] >= until[key]:
+                    pending.discard(key)
+        self._expect.update(until)
+        consumer.pause(consumer.assignment())
+        return _source_batch(rows)
+
+    def _assigned(self, spans: Sequence[Span]) -> Any:
+        """The consumer, assigned at the spans' starts unless each follows on from the batch before."""
+        from confluent_kafka import TopicPartition
+
+        wanted = {(s.topic, s.partition): s.start for s in spans}
+        if self._consumer is None:
+            self._consumer = clients.consumer(self._settings, self._group, **{
+                "enable.partition.eof": True, "fetch.wait.max.ms": 100, "auto.offset.reset": "error",
+                "queued.max.messages.kbytes": _QUEUE_KBYTES})
+            self._expect = {}
+        if any(self._expect.get(key) != start for key, start in wanted.items()):
+            self._consumer.assign([TopicPartition(t, p, start) for (t, p), start in sorted(wanted.items())])
+            self._expect, self._position, self._held = dict(wanted), dict(wanted), {}
+        else:
+            self._consumer.resume([TopicPartition(t, p) for t, p in wanted])
+        return self._consumer
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+        self._consumer, self._expect, self._position, self._held = None, {}, {}, {}
+
+
+def _source_batch(messages: list[Any]) -> pa.RecordBatch:
+    """Messages as the rows of Spark's Kafka source (with includeHeaders)."""
+    messages.sort(key=lambda m: (m.topic(), m.partition(), m.offset()))
+    stamps = [m.timestamp() for m in messages]
+    headers = [m.headers() for m in messages]
+    columns = [
+        [m.key() for m in messages],
+        [m.value() for m in messages],
+        [m.topic() for m in messages],
+        [m.partition() for m in messages],
+        [m.offset() for m in messages],
+        pa.array([ms for _, ms in stamps], pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(
+            SOURCE_ARROW_SCHEMA.field("timestamp").type),
+        [_TIMESTAMP_TYPES.get(kind, -1) for kind, _ in stamps],
+        [[{"key": k, "value": v} for k, v in h] if h else None for h in headers],
+    ]
+    return pa.RecordBatch.from_arrays(
+        [c if isinstance(c, pa.Array) else pa.array(c, type=f.type) for c, f in zip(columns, SOURCE_ARROW_SCHEMA,
+                                                                                     strict=True)],
+        schema=SOURCE_ARROW_SCHEMA)
