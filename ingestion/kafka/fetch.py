@@ -19,7 +19,7 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from ingestion.columns import KAFKA_SOURCE_SCHEMA
-from ingestion.kafka import clients
+from ingestion.kafka import access, clients
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,9 @@ class RangeFetcher:
         from confluent_kafka import KafkaError
 
         consumer = self._assigned(spans)
+        # brokers going away and coming back: librdkafka recovers by itself
+        passing = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE,
+                   access.GROUP_AUTHORIZATION_FAILED}
         start = {(s.topic, s.partition): s.start for s in spans}
         until = {(s.topic, s.partition): s.until for s in spans}
         rows: list[Any] = []
@@ -82,9 +85,11 @@ class RangeFetcher:
                 error = msg.error()
                 if error is not None:
                     if error.code() != KafkaError._PARTITION_EOF:
-                        # A refusal is raised; anything else (an offset no longer in the log, ...) is left to
-                        # Spark's source, which reports it under failOnDataLoss.
-                        clients.raise_refusal(error, self._settings, msg.topic())
+                        # A broker coming and going is waited out (within the timeout), the group's lookup ignored
+                        # (never used); anything else (a refusal, an offset no longer in the log) is left to Spark's
+                        # source, which reports it as it does for every batch (one line; failOnDataLoss).
+                        if error.retriable() or error.code() in passing:
+                            continue
                         log.debug("fetch of %s: %s", key, error)
                         self.close()
                         return None
