@@ -23,6 +23,7 @@ import os
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--ours-spark", metavar="KEY=VALUE", action="append", type=_setting, default=[],
                    help="a Spark setting of every run of ours (throughput, freshness, memory; their spark: section), "
                         "repeatable")
+    p.add_argument("--ours-sink", metavar="KEY=VALUE", action="append", type=_prefixed("sink."), default=[],
+                   help="a sink: setting of every pipeline of ours (throughput, freshness, fairness, memory), "
+                        "repeatable: sink.directWriteMaxOffsets=0 writes every batch with Spark")
     p.add_argument("--memory-spark", metavar="KEY=VALUE", action="append", type=_setting, default=[],
                    help="a Spark setting of both memory runs' pipelines (their spark: section), repeatable: "
                         "spark.driver.memory=1g caps the heap (ingest's default: 2g)")
@@ -115,11 +119,17 @@ def _rates(text: str) -> list[float]:
     return rates
 
 
-def _setting(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip().startswith("spark.") or not value.strip():
-        raise argparse.ArgumentTypeError(f"expected spark.<key>=<value>, got {text!r}")
-    return key.strip(), value.strip()
+def _prefixed(prefix: str) -> Callable[[str], tuple[str, str]]:
+    def setting(text: str) -> tuple[str, str]:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip().startswith(prefix) or not value.strip():
+            raise argparse.ArgumentTypeError(f"expected {prefix}<key>=<value>, got {text!r}")
+        return key.strip(), value.strip()
+
+    return setting
+
+
+_setting = _prefixed("spark.")
 
 
 def _fresh_rates(args: argparse.Namespace, summary: dict[str, Any]) -> list[tuple[float, str]]:
@@ -159,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         "config": {"records": args.records, "repeat": args.repeat, "max_offsets": args.max_offsets,
                    "stages": sorted(stages), "subject": datagen.SUBJECT, "partitions": datagen.PARTITIONS,
                    "fields": len(datagen.schema()["fields"]), "home": str(home),
-                   "ours_verbose": args.ours_verbose, "ours_spark": dict(args.ours_spark)},
+                   "ours_verbose": args.ours_verbose, "ours_spark": dict(args.ours_spark),
+                   "ours_sink": dict(args.ours_sink)},
         "stages_s": {}, "runs": [],
     }
     broker = Broker(home / "kafka")
@@ -169,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"broker pid {broker.pid()} on {servers}, data in {broker.home / 'data'}")
         env["KAFKA_BOOTSTRAP_SERVERS"] = servers
         ctx = bench_runs.Context(home, servers, env, args.max_offsets, args.timeout, log, args.ours_verbose,
-                                 dict(args.ours_spark))
+                                 dict(args.ours_spark), dict(args.ours_sink))
         topic = datagen.ensure_topic(servers, home, args.records, log)
         results["topic"] = topic.__dict__ | {"avg_value_bytes": round(topic.avg_value_bytes, 1)}
         results["stages_s"]["broker_and_topic"] = round(time.monotonic() - t0, 1)

@@ -48,6 +48,7 @@ class Context:
     log: Callable[[str], None]
     verbose_ours: bool = False  # `ingest -v`: per-batch decode / write timings (debug logging; not the default)
     ours_spark: dict[str, str] = field(default_factory=dict)  # the spark: section of every pipeline of ours
+    ours_sink: dict[str, str] = field(default_factory=dict)  # sink: settings of every pipeline of ours
 
     @property
     def python(self) -> str:
@@ -155,6 +156,8 @@ def write_pipeline(ctx: Context, work: Path, topic: str, max_offsets: int, trigg
         "metrics": {"experiment": f"bench/{work.name}", "consumerGroup": f"bench-{work.name}",
                     "commitOffsets": True},
     }
+    config["sink"].update({key.removeprefix("sink."): int(value) if value.lstrip("-").isdigit() else value
+                           for key, value in ctx.ours_sink.items()})
     if spark or ctx.ours_spark:
         config["spark"] = {**ctx.ours_spark, **(spark or {})}
     path = path or work / "pipeline.yaml"
