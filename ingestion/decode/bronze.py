@@ -130,10 +130,10 @@ def batch_stats(decoded: DataFrame) -> list[dict[str, Any]]:
         F.array_sort(F.collect_set(F.when(F.col("_error_class") == UnknownSchemaError.__name__, F.col("_schema_id"))))
         .alias("unknown_ids"),
     ).collect()
-    return _by_partition([row.asDict() for row in rows])
+    return by_partition([row.asDict() for row in rows])
 
 
-def _by_partition(stats: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def by_partition(stats: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Summaries sorted by (topic, partition), their newest timestamp (microseconds) as an aware UTC datetime:
     collect() would give a naive one in this process's time zone."""
     for s in stats:
@@ -148,4 +148,4 @@ def observed_stats(summary: str) -> list[dict[str, Any]]:
     stats = json.loads(summary)
     for s in stats:
         s.update(failed_first=None, failed_last=None, failed=0, bytes=0, unknown_ids=[])
-    return _by_partition(stats)
+    return by_partition(stats)

@@ -36,7 +36,6 @@ from ingestion.stream.batch import BatchResult, Targets
 log = logging.getLogger(__name__)
 
 FETCH_TIMEOUT = 5.0  # seconds for the records of a planned batch to arrive before it is written the usual way
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 class DirectWrite:
@@ -139,5 +138,4 @@ def _partition_stats(decoded: pa.RecordBatch) -> list[dict[str, Any]]:
             s["schema_ids"].add(schema_id)
     for s in out.values():
         s["schema_ids"] = sorted(s["schema_ids"])
-        s["max_timestamp"] = _EPOCH + dt.timedelta(microseconds=s["max_timestamp"])
-    return [out[key] for key in sorted(out)]
+    return bronze.by_partition(list(out.values()))
