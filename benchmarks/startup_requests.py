@@ -66,7 +66,7 @@ _CHILD = textwrap.dedent("""
     first = {}
     class FirstBatch(logging.Handler):
         def emit(self, record):
-            if "first" not in first and re.search(r" batch \\d+: \\d+ rows", record.getMessage()):
+            if "first" not in first and re.search(r" batch -?\\d+: \\d+ rows", record.getMessage()):
                 first["first"] = time.time() - started
                 first["requests"] = dict(counts)
     logging.getLogger().addHandler(FirstBatch())

@@ -9,6 +9,7 @@ import functools
 import json
 import logging
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -372,7 +373,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _run_pipelines(args: argparse.Namespace, configs: list[PipelineConfig], exporter: Any) -> int:
-    from ingestion.stream import metrics, pipeline, setup
+    from ingestion.stream import early, metrics, pipeline
 
     if args.all:
         contexts = pipeline.check_all_can_start(configs)
@@ -384,14 +385,24 @@ def _run_pipelines(args: argparse.Namespace, configs: list[PipelineConfig], expo
             contexts = [c for c in contexts if c not in done]
             if not contexts:
                 return 0
+            if all(early.fits(c) for c in contexts):  # start batches read it all: perhaps no JVM at all
+                metrics.open_store_early()
+                contexts = _finished_without_jvm(contexts, exporter, write=True)
+                if not contexts:
+                    return 0
         metrics.open_store_early()  # while the JVM boots
         configs = [c.config for c in contexts]
-        with _meanwhile(lambda: [setup.prepare(c) for c in contexts]) as prepared:
+        session_ready = threading.Event()
+        with _meanwhile(lambda: early.prepare_all(contexts, session_ready)) as prepared:
             spark = _session("ingest-all", configs, pools=[pipeline.pool_name(c) for c in configs],
                              record_classes=True,
                              streams=sum(1 + (c.silver is not None) for c in configs))
+            session_ready.set()
             prepared.result()
-        outcome = pipeline.run_all(spark, contexts, available_now=args.available_now, exporter=exporter)
+        if args.available_now:
+            contexts = _finished_without_jvm(contexts, exporter, write=False)
+        outcome = pipeline.run_all(spark, contexts, available_now=args.available_now, exporter=exporter) \
+            if contexts else {}
         for name, ended in outcome.items():
             print(f"{name}: {ended}")
         return 1 if any(o.status is pipeline.RunStatus.FAILED for o in outcome.values()) else 0
@@ -402,8 +413,14 @@ def _run_pipelines(args: argparse.Namespace, configs: list[PipelineConfig], expo
         log.info("%s: caught up, nothing to do (the table holds every committed record before %s); no Spark "
                  "session started", config.name, where)
         return 0
+    if args.available_now and early.fits(ctx):  # one start batch reads it all: perhaps no JVM at all
+        metrics.open_store_early()  # while the batch is written
+        early.prepare(ctx)
+        if (batch := pipeline.finish_without_jvm(ctx, exporter)) is not None:
+            log.info("%s: done, 1 batch, %d rows written; no Spark session started", config.name, batch.rows)
+            return 0
     metrics.open_store_early()  # while the JVM boots
-    with _meanwhile(lambda: setup.prepare(ctx)) as prepared:  # the schemas and tables, without a JVM
+    with _meanwhile(lambda: early.prepare(ctx)) as prepared:  # schemas, tables and the start batch, without a JVM
         spark = _session(f"ingest-{config.name}", [config], record_classes=True)
         prepared.result()
     running = pipeline.run(spark, ctx, available_now=args.available_now, exporter=exporter)
@@ -411,6 +428,23 @@ def _run_pipelines(args: argparse.Namespace, configs: list[PipelineConfig], expo
     how = "stopped on request" if running.stopped_on_request else "done"
     log.info("%s: %s, %d batches, %d rows written", config.name, how, len(running.batches), rows)
     return 0
+
+
+def _finished_without_jvm(contexts: list[Any], exporter: Any, *, write: bool) -> list[Any]:
+    """Of an available-now `run --all`'s pipelines, those whose start batch (written here first with `write`)
+    has not caught them up; the others are reported done."""
+    from ingestion.stream import early, pipeline
+
+    left = []
+    for ctx in contexts:
+        if write:
+            early.prepare(ctx)
+        batch = pipeline.finish_without_jvm(ctx, exporter)
+        if batch is None:
+            left.append(ctx)
+        else:
+            print(f"{ctx.name}: finished, {batch.rows} rows, no Spark session needed")
+    return left
 
 
 @contextlib.contextmanager

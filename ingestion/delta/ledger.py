@@ -40,6 +40,7 @@ MAINTENANCE = (BatchKind.OPTIMIZE, BatchKind.VACUUM)
 REDECODE_BATCH_ID = -1
 REPLAY_BATCH_ID = -2
 MAINTENANCE_BATCH_ID = -3
+START_BATCH_ID = -4  # a stream batch written before its query started (stream/early.py)
 
 
 @dataclass(frozen=True)

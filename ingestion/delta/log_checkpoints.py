@@ -183,3 +183,14 @@ class BackgroundCheckpoints:
                 log.warning("%s: a Delta checkpoint is still being written after %.0fs; not waiting", self.name,
                             timeout)
         self._pool.shutdown(wait=False)
+
+
+def checkpoint_if_due(path: str, version: int, properties: Mapping[str, str]) -> int | None:
+    """After a commit made without a JVM (`stream.early`'s start batch, which no Delta writer checkpoints
+    inline): the checkpoint the table is due at `version` (`EVERY` versions since the last, or its own shorter
+    `delta.checkpointInterval`), written through delta-rs; the version checkpointed, or None."""
+    every = min(int(properties.get(PROPERTY) or EVERY), EVERY)
+    last = rs_tables.last_checkpoint(path)
+    if last is None or version - max(0, last) < every:
+        return None
+    return rs_tables.checkpoint(path, version)

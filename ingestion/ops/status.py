@@ -156,7 +156,8 @@ def render(status: PipelineStatus) -> str:
     width = max([9, *(len(f"{p.topic}/{p.partition}") for p in status.partitions)]) if several else 9
     version = "no table yet" if status.table_version is None else f"table version {status.table_version}"
     last = ("no batch yet" if status.last_batch_id is None else
-            f"last batch {status.last_batch_id}" + (f" at {status.last_batch_at}" if status.last_batch_at else ""))
+            ("last batch: the start batch" if status.last_batch_id == ledger.START_BATCH_ID else
+             f"last batch {status.last_batch_id}") + (f" at {status.last_batch_at}" if status.last_batch_at else ""))
     lines = [f"{status.pipeline}: {what}, {version}, {last}, lag {status.lag_records} records",
              (f"  {status.files} files, average {(status.average_file_bytes or 0) / 1024:.1f} KiB"
               if status.files is not None else "  no data files yet") +

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from py4j.protocol import Py4JError
@@ -157,15 +158,10 @@ class DeltaTxn:
         writer also checks constraints, computes generated and identity columns, writes partition folders and
         honours table features; a plain append needs a table that asks none of that."""
         metadata, protocol = self._txn.metadata(), self._txn.protocol()
-        if metadata.partitionColumns().nonEmpty():
-            return "the table is partitioned"
-        if protocol.minWriterVersion() > 4 or protocol.minReaderVersion() > 1:
-            return f"the table's protocol ({protocol.minReaderVersion()}, {protocol.minWriterVersion()})"
-        if any(key.startswith("delta.constraints.") for key in self.properties()):
-            return "the table has CHECK constraints"
-        if _delta_field_metadata(json.loads(metadata.schemaString())):
-            return "the table's columns carry Delta metadata (invariants, generated or identity columns)"
-        return None
+        return files_refusal(partitioned=metadata.partitionColumns().nonEmpty(),
+                             protocol=(int(protocol.minReaderVersion()), int(protocol.minWriterVersion())),
+                             features=False, properties=self.properties(),
+                             schema=json.loads(metadata.schemaString()))
 
     def add_actions(self, adds: list[dict[str, Any]]) -> list[Any]:
         """Delta's AddFile actions of `add` actions in the log's JSON form (files written outside Delta's writer)."""
@@ -218,6 +214,22 @@ class DeltaTxn:
     def discard(self, files: list[Any]) -> None:
         """Delete written files that will not be committed (no reader sees them: they are not in the log)."""
         hadoop.delete_files(self.spark, self.file_paths(files))
+
+
+def files_refusal(*, partitioned: bool, protocol: tuple[int, int], features: bool, properties: Mapping[str, str],
+                  schema: Any) -> str | None:
+    """`DeltaTxn.outside_files_refusal`'s rules, on a table's state however it was read (`schema` in its JSON
+    form; `features`: the protocol lists table features)."""
+    reader, writer = protocol
+    if partitioned:
+        return "the table is partitioned"
+    if writer > 4 or reader > 1 or features:
+        return f"the table's protocol ({reader}, {writer}{', table features' if features else ''})"
+    if any(key.startswith("delta.constraints.") for key in properties):
+        return "the table has CHECK constraints"
+    if _delta_field_metadata(schema):
+        return "the table's columns carry Delta metadata (invariants, generated or identity columns)"
+    return None
 
 
 def _delta_field_metadata(kind: Any) -> bool:

@@ -99,4 +99,6 @@ def log_result(pipeline: str, r: BatchResult) -> None:
 
 
 def _strategy(r: BatchResult) -> str:
+    if r.batch_id == ledger.START_BATCH_ID:
+        return ", the start batch, before the JVM"
     return ", direct" if r.direct else ", one pass" if r.one_pass else ""

@@ -8,6 +8,7 @@ Keeping the id in the checkpoint folder ties the two together: lose one, lose bo
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -26,6 +27,29 @@ def app_id(spark: SparkSession, location: str, pipeline: str) -> str:
     path = location.rstrip("/") + "/" + APP_ID_FILE
     if hadoop.exists(spark, path):
         return hadoop.read_text(spark, path).strip()
-    new_id = f"{pipeline}-{uuid.uuid4().hex[:16]}"
+    new_id = _new_app_id(pipeline)
     hadoop.create_text(spark, path, new_id)
     return new_id
+
+
+def _new_app_id(pipeline: str) -> str:
+    return f"{pipeline}-{uuid.uuid4().hex[:16]}"
+
+
+def local_has_progress(folder: Path) -> bool:
+    """`has_progress` of a checkpoint in a local folder, without a JVM."""
+    offsets = folder / "offsets"
+    return offsets.is_dir() and any(offsets.iterdir())
+
+
+def local_app_id(folder: Path, pipeline: str) -> str:
+    """`app_id` of a checkpoint in a local folder, without a JVM (the same file: the query's start reads it)."""
+    path = folder / APP_ID_FILE
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            with path.open("x") as out:
+                out.write(_new_app_id(pipeline))
+        except FileExistsError:
+            pass
+    return path.read_text().strip()

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ingestion import kafka, security, storage
 from ingestion.config import PipelineConfig
@@ -24,6 +25,10 @@ from ingestion.kafka import KafkaSettings
 from ingestion.schema.registry import SchemaSource, source_for
 from ingestion.stream import handover
 from ingestion.stream.handover import GroupStart
+
+if TYPE_CHECKING:
+    from ingestion.stream.early import StartBatch
+    from ingestion.stream.lock import WriterLock
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +48,9 @@ class PipelineContext:
     # The schemas `setup.prepare` resolved (and made the tables with) while the JVM booted, for the next `start`
     # to take instead of resolving them again; None otherwise.
     prepared: SchemaResolver | None = None
+    # The writer lock and the start batch `early.write` took and wrote while the JVM booted, for the next `start`.
+    lock: WriterLock | None = None
+    start_batch: StartBatch | None = None
 
     @property
     def name(self) -> str:

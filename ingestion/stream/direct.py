@@ -17,6 +17,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -38,6 +39,13 @@ log = logging.getLogger(__name__)
 FETCH_TIMEOUT = 5.0  # seconds for the records of a planned batch to arrive before it is written the usual way
 
 
+class Empty:
+    """A batch that holds no record to write."""
+
+
+EMPTY = Empty()
+
+
 class DirectWrite:
     """The direct strategy of one pipeline's writer."""
 
@@ -51,11 +59,14 @@ class DirectWrite:
         self._refused: str | None = None  # the table's reason, logged once
 
     def write(self, kafka_rows: DataFrame, batch_id: int, ingested_at: dt.datetime,
-              started: float) -> BatchResult | None:
-        """The batch written without a Spark job, or None (nothing done) when it is not one this path writes."""
+              started: float) -> BatchResult | Empty | None:
+        """The batch written without a Spark job; EMPTY when it holds no record (nothing to write: no offsets, or
+        transaction markers and aborted records only); None (nothing done) when it is not one this path writes."""
         if not self.max_offsets or self.table_dir is None or self.fetcher is None:
             return None
         spans = batch_plan.kafka_offset_ranges(kafka_rows)
+        if spans == []:  # Spark plans no input partition for a batch without offsets (a new query's first, say)
+            return EMPTY
         if not spans or sum(s.size for s in spans) > self.max_offsets:
             return None
         config, target = self.targets.config, self.targets.bronze
@@ -72,20 +83,15 @@ class DirectWrite:
             log.info("%s batch %d: its records did not arrive in %.0fs; written with Spark", config.name, batch_id,
                      FETCH_TIMEOUT)
             return None
-        if not source.num_rows:  # transaction markers only: the settled write commits the empty batch
-            return None
+        if not source.num_rows:  # transaction markers only: what Spark's source would read is nothing too
+            return EMPTY
         marks.append(("fetch", time.monotonic()))
-        try:
-            decoded = next(iter(decoder(iter([source]))))  # the mapInArrow function, on one batch
-        except DecodeError:  # onError: fail; the Spark strategies stop the batch with the same error
+        written = write_records(source, decoder, schema, self.table_dir, txn.properties(), batch_id=batch_id,
+                                ingested_at=ingested_at)
+        if written is None:
             return None
-        if decoded.column("_error_class").null_count != decoded.num_rows:
-            return None  # records to quarantine, or of a schema version not resolved yet: the settled write
-        rows = bronze.bronze_batch(decoded, schema, batch_id=batch_id, ingested_at=ingested_at)
-        marks.append(("decode", time.monotonic()))
-        add = arrow_files.write_file(self.table_dir, rows, txn.properties())
+        add, stats = written
         marks.append(("write", time.monotonic()))
-        stats = _partition_stats(decoded)
         record, _ = self.targets.records(stats, batch_id)
         faults.reached(faults.FaultPoint.BEFORE_COMMIT, batch_id)
         # A failed commit leaves the file where it is, as the one-pass write leaves its files: after some failures
@@ -104,8 +110,7 @@ class DirectWrite:
     def _decoder_for(self, spec: DecodeSpec) -> tuple[DecodeSpec, python_decoder.BatchDecoder, pa.Schema]:
         """The Python decoder and bronze's Arrow schema of the current spec, made once per schema version."""
         if self._decoder is None or self._decoder[0] is not spec:
-            self._decoder = (spec, python_decoder.batch_decoder(spec),
-                             to_arrow_schema(bronze.table_schemas(spec)[0]))
+            self._decoder = (spec, *decoder_for(spec))
         return self._decoder
 
     def _accepts(self, txn: delta_txn.DeltaTxn, spec: DecodeSpec) -> bool:
@@ -118,6 +123,27 @@ class DirectWrite:
     def close(self) -> None:
         if self.fetcher is not None:
             self.fetcher.close()
+
+
+def decoder_for(spec: DecodeSpec) -> tuple[python_decoder.BatchDecoder, pa.Schema]:
+    """The Python decoder of a spec and bronze's Arrow schema of its rows."""
+    return python_decoder.batch_decoder(spec), to_arrow_schema(bronze.table_schemas(spec)[0])
+
+
+def write_records(source: pa.RecordBatch, decoder: python_decoder.BatchDecoder, schema: pa.Schema, table_dir: Path,
+                  properties: Mapping[str, str], *, batch_id: int,
+                  ingested_at: dt.datetime) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    """Kafka records (Spark's source rows, in Arrow) decoded and written as one data file of the (local,
+    unpartitioned) table: its `add` action and the per-partition summary (`bronze.batch_stats`' form); None, with
+    nothing written, when a record fails to decode or belongs in quarantine (the Spark strategies write those)."""
+    try:
+        decoded = next(iter(decoder(iter([source]))))  # the mapInArrow function, on one batch
+    except DecodeError:  # onError: fail; the Spark strategies stop the batch with the same error
+        return None
+    if decoded.column("_error_class").null_count != decoded.num_rows:
+        return None  # records to quarantine, or of a schema version not resolved yet
+    rows = bronze.bronze_batch(decoded, schema, batch_id=batch_id, ingested_at=ingested_at)
+    return arrow_files.write_file(table_dir, rows, properties), _partition_stats(decoded)
 
 
 def _partition_stats(decoded: pa.RecordBatch) -> list[dict[str, Any]]:

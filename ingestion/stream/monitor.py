@@ -153,6 +153,23 @@ class PipelineMonitor(ProgressListener):
         if self.progress is not None:
             self.progress.advance(sum(r.count for r in result.ranges))
 
+    def on_start_batch(self, result: BatchResult, ends: dict[str, dict[str, int]],
+                       lags: dict[str, dict[int, int]]) -> None:
+        """The start batch (`stream.early`), which Spark never reports: its metrics, lag and group commit."""
+        if self.prometheus is not None:
+            self.prometheus.batch(result)
+        self.last_lag = lags
+        lag = sum(n for parts in lags.values() for n in parts.values())
+        values = {"input_rows": float(result.rows), "rows": float(result.rows), "quarantined_rows": 0.0,
+                  "input_bytes": float(result.bytes), "batch_duration_ms": 1000 * result.seconds,
+                  "table_version": float(result.version if result.version is not None else -1),
+                  "lag_records": float(lag), **lag_metrics(lags, bool(self.config.topic))}
+        if self.metrics is not None:
+            self.metrics.log(result.batch_id, values)
+        log.info("%s start batch: %d rows, lag %d (%s)", self.config.name, result.rows, lag, _lag_text(lags))
+        if self.config.metrics.commit_offsets and ends:
+            self._commit(result.batch_id, ends)
+
     def drain(self, timeout: float = 15.0) -> None:
         """Wait until Spark has reported every batch the writer finished (progress events are asynchronous)."""
         deadline = time.monotonic() + timeout

@@ -21,10 +21,10 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from ingestion import kafka
+from ingestion import kafka, storage
 from ingestion.config import PipelineConfig
 from ingestion.delta import ledger, rs_reads
-from ingestion.delta.log_checkpoints import BackgroundCheckpoints
+from ingestion.delta.log_checkpoints import BackgroundCheckpoints, checkpoint_if_due
 from ingestion.errors import IngestionError, KafkaAccessError, one_line
 from ingestion.kafka import access
 from ingestion.runtime import listener
@@ -114,8 +114,10 @@ def start(spark: SparkSession, target: PipelineConfig | PipelineContext, *, avai
     try:
         ctx = context.of(target, check=True)
         prometheus = watch(exporter, ctx, available_now=available_now) if exporter is not None else None
-        lock = WriterLock(ctx.name, ctx.config.checkpoint_path, spark)
-        lock.acquire()
+        lock, ctx.lock = ctx.lock, None  # held since the start batch (`early.write`), or taken now
+        if lock is None:
+            lock = WriterLock(ctx.name, ctx.config.checkpoint_path, spark)
+            lock.acquire()
         if lock.taken_from is not None:  # the last writer died holding the lock: close its MLflow run
             end_abandoned(lock.taken_from)
         try:
@@ -137,6 +139,40 @@ def start(spark: SparkSession, target: PipelineConfig | PipelineContext, *, avai
     if running.metrics is not None:  # for the next writer, should this one die
         lock.note_run(running.metrics.run_id, running.metrics.uri)
     return running
+
+
+def finish_without_jvm(ctx: PipelineContext, exporter: Exporter | None = None) -> BatchResult | None:
+    """End an available-now run whose start batch (`early.write`) left nothing to read, without a JVM: the
+    batch reported as a query's would be (MLflow run, consumer group, Prometheus series) and the writer lock
+    released; the batch, or None (nothing done) when there is none or records remain."""
+    start_batch = ctx.start_batch
+    if start_batch is None or ctx.lock is None or caught_up(ctx) is None:
+        return None
+    config, lock = ctx.config, ctx.lock
+    ctx.start_batch = ctx.lock = None
+    prometheus = watch(exporter, ctx, available_now=True) if exporter is not None else None
+    try:
+        if lock.taken_from is not None:  # the last writer died holding the lock: close its MLflow run
+            end_abandoned(lock.taken_from)
+        folder = storage.local_folder(config.checkpoint_path)
+        assert folder is not None
+        metrics = _start_metrics(config, checkpoint.local_app_id(folder, config.name), True, None)
+        lock.note_run(metrics.run_id, metrics.uri)
+        if prometheus is not None:
+            prometheus.metrics.set_state(PipelineState.RUNNING)
+            prometheus.start()
+        monitor = PipelineMonitor(config, ctx.kafka.client, metrics, None, prometheus)
+        monitor.on_start_batch(start_batch.result, start_batch.ends, start_batch.lags)
+        monitor.close()
+        properties = setup.table_properties(config)
+        if start_batch.result.version is not None and properties is not None:
+            checkpoint_if_due(config.table_path, start_batch.result.version, properties)
+        metrics.finish(RunStatus.FINISHED)
+        if prometheus is not None:
+            prometheus.stop(PipelineState.STOPPED)
+    finally:
+        lock.release()
+    return start_batch.result
 
 
 def check_can_start(config: PipelineConfig) -> PipelineContext:
@@ -254,6 +290,13 @@ def _start(spark: SparkSession, ctx: PipelineContext, *, available_now: bool,
             if scheduled is not None and result.committed:
                 scheduled.committed(result.batch_id)
 
+        start_batch, ctx.start_batch = ctx.start_batch, None
+        if start_batch is not None:
+            batches.append(start_batch.result)
+            monitor.on_start_batch(start_batch.result, start_batch.ends, start_batch.lags)
+            if log_checkpoints is not None and start_batch.result.version is not None:
+                log_checkpoints.committed(start_batch.result.version)
+
         writer = BronzeWriter(config=config, app_id=app_id, resolver=schemas, on_batch=on_batch,
                               on_topics=ctx.saw, kafka_client=ctx.kafka.client)
         writer.jvm_path(spark)  # decide (and log) how records are decoded; value.decoder jvm fails here if it cannot
@@ -322,6 +365,7 @@ def run(spark: SparkSession, target: PipelineConfig | PipelineContext, *, availa
             status = RunStatus.KILLED if stop_requested.is_set() else RunStatus.FINISHED
         except StreamingQueryException as exc:
             if not stop_requested.is_set():
+                log.debug("%s: the query failed: %s", ctx.name, exc)  # Spark's whole message, under -v
                 raise _failed(ctx, exc) from None
             status = RunStatus.KILLED  # the query ended where the next batch would have started
         finally:
@@ -552,7 +596,10 @@ def _resume_from_table(ctx: PipelineContext, recorded: dict[str, dict[str, int]]
         return None
     # Spark wants every partition it reads named: partitions (and topics) the table has never seen start at the
     # earliest offset (-2), as Spark's JSON form allows; topics no longer read are left out. The partitions are
-    # the context's listing, the same one Spark's first batch assigns from.
+    # the context's listing, asked again now (one metadata request): a topic a pattern matches, or a partition,
+    # may have come since the command's listing (while a start batch was written and the JVM booted), and Spark's
+    # first batch assigns from what the brokers hold when the query starts.
+    ctx.saw(kafka.pipeline_partitions(ctx.config, ctx.kafka, missing_ok=True))
     positions = {topic: {str(p): recorded.get(topic, {}).get(str(p), -2) for p in partitions}
                  for topic, partitions in ctx.partitions.items()}
     return json.dumps(positions) if positions else None

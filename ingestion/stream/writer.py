@@ -20,6 +20,7 @@ same, so Delta sees a (txnAppId, txnVersion) it already holds and writes nothing
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -31,11 +32,14 @@ from ingestion.config import PipelineConfig
 from ingestion.decode.resolver import SchemaResolver
 from ingestion.errors import IngestionError
 from ingestion.stream.batch import BatchResult, DecoderChoice, Targets, log_result
-from ingestion.stream.direct import DirectWrite
+from ingestion.stream.direct import EMPTY, DirectWrite
 from ingestion.stream.one_pass import OnePassWrite
 from ingestion.stream.settled import SettledWrite
 
 __all__ = ["BatchResult", "BronzeWriter", "StopRequested"]
+
+
+log = logging.getLogger(__name__)
 
 
 class StopRequested(IngestionError):
@@ -84,7 +88,11 @@ class BronzeWriter:
         started = time.monotonic()
         spark = kafka_rows.sparkSession
         ingested_at = dt.datetime.now(dt.UTC)
-        result = self.direct.write(kafka_rows, batch_id, ingested_at, started)
+        direct = self.direct.write(kafka_rows, batch_id, ingested_at, started)
+        if direct is EMPTY:
+            log.debug("%s batch %d: no records, nothing to write", self.config.name, batch_id)
+            return
+        result = direct if isinstance(direct, BatchResult) else None
         if result is None and self.jvm_path(spark) and self._one_pass_next and self.one_pass.usable(spark):
             result = self.one_pass.write(kafka_rows, batch_id, ingested_at, started)
             self._one_pass_next = not self.one_pass.needs_python

@@ -19,6 +19,8 @@ from typing import ClassVar
 
 import pytest
 
+from ingestion.delta import ledger
+from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.dev.samples import produce_orders
 from tests.conftest import pipeline_yaml
 from tests.helpers import assert_exactly_produced, delta_txns, java_command_line
@@ -81,6 +83,15 @@ def test_sigkill_at_several_moments_then_restart_loses_and_duplicates_nothing(
     table = tmp_path / "tables" / "orders"
     commits = tmp_path / "checkpoints" / "orders" / "commits"
 
+    # 0. Killed right after the start batch's commit (100 records, before the JVM), then right before the next
+    #    one's: the next run's start batch goes on from the first's offsets.
+    for n, fault in enumerate(("after_commit", "before_commit")):
+        run0 = IngestProcess(config, tmp_path / f"run0-{n}.log", fault=f"{fault}:{ledger.START_BATCH_ID}")
+        run0.wait_for(run0.marker.exists)
+        run0.kill()
+    assert delta_txns(table) == [] and not commits.exists()
+    assert sum(r.rows for r in DeltaRsReader().history(str(table))) == 100
+
     # 1. Killed right after batch 1's Delta commit, before Spark's checkpoint marks batch 1 done.
     run1 = IngestProcess(config, tmp_path / "run1.log", fault="after_commit:1")
     run1.wait_for(run1.marker.exists)
@@ -131,7 +142,11 @@ def test_sigkill_at_several_moments_then_restart_loses_and_duplicates_nothing(
     versions = [v for _, _, v in txns]
     assert len(app_ids) == 1
     assert versions == sorted(set(versions)), f"a txn version was committed twice: {versions}"
-    assert set(versions) == {r["_batch_id"] for r in rows}
+    assert set(versions) == {r["_batch_id"] for r in rows} - {ledger.START_BATCH_ID}
+    # two start batches committed (run 0's first, run 1's), 100 records each, under the checkpoint's app id
+    starts = [r for r in DeltaRsReader().history(str(table)) if r.batch_id == ledger.START_BATCH_ID]
+    assert [(r.rows, r.app_id) for r in starts] == [(100, app_ids.pop())] * 2
+    assert sum(1 for r in rows if r["_batch_id"] == ledger.START_BATCH_ID) == 200
 
     # Each killed run's MLflow run was ended by the next run, which took the writer lock from its dead pid.
     from mlflow.tracking import MlflowClient
