@@ -433,13 +433,10 @@ def _run_pipelines(args: argparse.Namespace, configs: list[PipelineConfig], expo
 def _finished_without_jvm(contexts: list[Any], exporter: Any, *, write: bool) -> list[Any]:
     """Of an available-now `run --all`'s pipelines, those whose start batch (written here first with `write`)
     has not caught them up; the others are reported done."""
-    from ingestion.stream import early, pipeline
+    from ingestion.stream import pipeline
 
     left = []
-    for ctx in contexts:
-        if write:
-            early.prepare(ctx)
-        batch = pipeline.finish_without_jvm(ctx, exporter)
+    for ctx, batch in zip(contexts, pipeline.finish_all_without_jvm(contexts, exporter, write=write), strict=True):
         if batch is None:
             left.append(ctx)
         else:

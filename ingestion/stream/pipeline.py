@@ -32,7 +32,7 @@ from ingestion.schema import registry
 from ingestion.silver import ledger as silver_ledger
 from ingestion.silver.follower import Lag, SilverFollower
 from ingestion.silver.ledger import SilverRecord
-from ingestion.stream import checkpoint, context, handover, setup, source
+from ingestion.stream import checkpoint, context, early, handover, setup, source
 from ingestion.stream.batch import BatchResult
 from ingestion.stream.context import PipelineContext
 from ingestion.stream.lock import WriterLock
@@ -173,6 +173,17 @@ def finish_without_jvm(ctx: PipelineContext, exporter: Exporter | None = None) -
     finally:
         lock.release()
     return start_batch.result
+
+
+def finish_all_without_jvm(contexts: Sequence[PipelineContext], exporter: Exporter | None = None, *,
+                           write: bool) -> list[BatchResult | None]:
+    """`finish_without_jvm` of each context (its start batch written first with `write`), several at once."""
+    def finish(ctx: PipelineContext) -> BatchResult | None:
+        if write:
+            early.prepare(ctx)
+        return finish_without_jvm(ctx, exporter)
+
+    return _each(finish, contexts, STARTS_AT_ONCE)
 
 
 def check_can_start(config: PipelineConfig) -> PipelineContext:
