@@ -13,17 +13,24 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from ingestion.runtime import hadoop
+from ingestion.storage import local_folder
 
 APP_ID_FILE = "_ingest_app_id"
 
 
 def has_progress(spark: SparkSession, location: str) -> bool:
     """True when the checkpoint has started batches (Spark's `offsets/` log exists and is not empty)."""
+    folder = local_folder(location)
+    if folder is not None:
+        return local_has_progress(folder)
     return hadoop.has_children(spark, location.rstrip("/") + "/offsets")
 
 
 def app_id(spark: SparkSession, location: str, pipeline: str) -> str:
     """The txnAppId of the checkpoint at `location`, created when the checkpoint has none."""
+    folder = local_folder(location)
+    if folder is not None:
+        return local_app_id(folder, pipeline)
     path = location.rstrip("/") + "/" + APP_ID_FILE
     if hadoop.exists(spark, path):
         return hadoop.read_text(spark, path).strip()
@@ -37,13 +44,13 @@ def _new_app_id(pipeline: str) -> str:
 
 
 def local_has_progress(folder: Path) -> bool:
-    """`has_progress` of a checkpoint in a local folder, without a JVM."""
+    """`has_progress` of a checkpoint in a local folder (no JVM needed)."""
     offsets = folder / "offsets"
     return offsets.is_dir() and any(offsets.iterdir())
 
 
 def local_app_id(folder: Path, pipeline: str) -> str:
-    """`app_id` of a checkpoint in a local folder, without a JVM (the same file: the query's start reads it)."""
+    """`app_id` of a checkpoint in a local folder (no JVM needed; the start batch's and the query's)."""
     path = folder / APP_ID_FILE
     if not path.exists():
         folder.mkdir(parents=True, exist_ok=True)

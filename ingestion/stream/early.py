@@ -62,8 +62,12 @@ class StartBatch:
     """The start batch written: its result, where it ended and what was left behind it, per topic and partition."""
 
     result: BatchResult
-    ends: dict[str, dict[str, int]]  # the next offset per partition, as Spark's source offsets name them
     lags: dict[str, dict[int, int]]  # records after it when it was planned
+
+    @property
+    def ends(self) -> dict[str, dict[str, int]]:
+        """The next offset per partition, as Spark's source offsets name them."""
+        return ends_of(self.result)
 
 
 def write(ctx: PipelineContext, schemas: SchemaResolver) -> StartBatch | None:
@@ -83,6 +87,13 @@ def write(ctx: PipelineContext, schemas: SchemaResolver) -> StartBatch | None:
         log.info("%s: no start batch: %s", config.name, one_line(exc))
         log.debug("%s: start batch failure", config.name, exc_info=True)
         return None
+
+
+def ends_of(result: BatchResult) -> dict[str, dict[str, int]]:
+    ends: dict[str, dict[str, int]] = {}
+    for r in result.ranges:
+        ends.setdefault(r.topic, {})[str(r.partition)] = r.last + 1
+    return ends
 
 
 def _limit(config: PipelineConfig) -> int:
@@ -169,13 +180,11 @@ def _write(ctx: PipelineContext, schemas: SchemaResolver, limit: int, started: f
     seconds = time.monotonic() - started
     result = BatchResult(START_BATCH_ID, record.rows, 0, sum(s["bytes"] for s in stats), committed, True,
                          record.ranges, max(s["max_timestamp"] for s in stats), seconds, direct=True)
-    ends: dict[str, dict[str, int]] = {}
-    for r in record.ranges:
-        ends.setdefault(r.topic, {})[str(r.partition)] = r.last + 1
+    ends = ends_of(result)
     left = {t: {p: high - ends.get(t, {}).get(str(p), position) for p, (position, high) in parts.items()}
             for t, parts in positions.items()}
     log_result(config.name, result)
-    return StartBatch(result, ends, left)
+    return StartBatch(result, left)
 
 
 def _refusal(table: object, schema: T.StructType) -> str | None:

@@ -78,11 +78,17 @@ def batch_metrics(progress: Any, result: BatchResult | None, lags: dict[str, dic
     if result is not None and result.direct:  # Spark's source read nothing: the writer fetched the records
         read = float(result.rows + result.quarantined)
         read_rate = processed_rate = read / max(progress.batchDuration / 1000, 1e-3)
+    return _metrics(read, read_rate, processed_rate, float(progress.batchDuration), result, lags, now,
+                    single_topic)
+
+
+def _metrics(read: float, read_rate: float, processed_rate: float, duration_ms: float, result: BatchResult | None,
+             lags: dict[str, dict[int, int]], now: dt.datetime, single_topic: bool) -> dict[str, float]:
     values: dict[str, float] = {
         "input_rows": read,
         "input_rows_per_second": read_rate,
         "processed_rows_per_second": processed_rate,
-        "batch_duration_ms": float(progress.batchDuration),
+        "batch_duration_ms": duration_ms,
         "lag_records": float(sum(n for parts in lags.values() for n in parts.values())),
     }
     values.update(lag_metrics(lags, single_topic))
@@ -159,14 +165,13 @@ class PipelineMonitor(ProgressListener):
         if self.prometheus is not None:
             self.prometheus.batch(result)
         self.last_lag = lags
-        lag = sum(n for parts in lags.values() for n in parts.values())
-        values = {"input_rows": float(result.rows), "rows": float(result.rows), "quarantined_rows": 0.0,
-                  "input_bytes": float(result.bytes), "batch_duration_ms": 1000 * result.seconds,
-                  "table_version": float(result.version if result.version is not None else -1),
-                  "lag_records": float(lag), **lag_metrics(lags, bool(self.config.topic))}
+        rate = result.rows / max(result.seconds, 1e-3)
+        values = _metrics(float(result.rows), rate, rate, 1000 * result.seconds, result, lags,
+                          dt.datetime.now(dt.UTC), bool(self.config.topic))
         if self.metrics is not None:
             self.metrics.log(result.batch_id, values)
-        log.info("%s start batch: %d rows, lag %d (%s)", self.config.name, result.rows, lag, _lag_text(lags))
+        log.info("%s start batch: %d rows, lag %d (%s)", self.config.name, result.rows, int(values["lag_records"]),
+                 _lag_text(lags))
         if self.config.metrics.commit_offsets and ends:
             self._commit(result.batch_id, ends)
 
