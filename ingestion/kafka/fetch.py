@@ -6,7 +6,9 @@ exactly those with confluent-kafka, under the same settings as the source (its i
 and returns them as an Arrow batch of `columns.KAFKA_SOURCE_SCHEMA`. Its consumer stays assigned between batches and
 fetches ahead into a small queue (a broker answers a fetch at the end of a partition once records arrive, or after
 `fetch.wait.max.ms`), so the next batch, starting where the last one ended, finds its records there. A consumer
-paused between batches took 0.5 to 1 s to fetch again once resumed.
+paused between batches took 0.5 to 1 s to fetch again once resumed. Within a fetch, every partition gets its share of
+each fetch response, and a partition whose range is complete is paused while others are still pending: at the start
+of a backlog, the first partitions otherwise took every response.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ _QUEUE_KBYTES = 2048
 # How long a broker holds a fetch at the end of a partition: also how late the end is reported when a batch's range
 # ends in transaction markers (librdkafka's default is 500 ms).
 _FETCH_WAIT_MS = 200
+# The least a partition may take of one fetch response (librdkafka's max.partition.fetch.bytes is 1 MiB).
+_MIN_PARTITION_BYTES = 16 * 1024
 
 
 class Span(Protocol):
@@ -58,11 +62,12 @@ class RangeFetcher:
         self._expect: dict[tuple[str, int], int] = {}  # where the next batch starts if it follows on, per partition
         self._position: dict[tuple[str, int], int] = {}  # the offset the consumer gives next, per partition
         self._held: dict[tuple[str, int], list[Any]] = {}  # fetched ahead: at or past `_expect`
+        self._sized_for = 0  # the partitions the consumer's fetch sizes share its queue among
 
     def fetch(self, spans: Sequence[Span], timeout: float) -> pa.RecordBatch | None:
         """The records of `spans` in (topic, partition, offset) order, or None when they did not all arrive within
         `timeout` seconds (the caller then reads them another way)."""
-        from confluent_kafka import KafkaError
+        from confluent_kafka import KafkaError, TopicPartition
 
         consumer = self._assigned(spans)
         # brokers going away and coming back: librdkafka recovers by itself
@@ -76,6 +81,7 @@ class RangeFetcher:
             rows.extend(m for m in held if start[key] <= m.offset() < end)
             self._held[key] = [m for m in held if m.offset() >= end]
         pending = {key for key, end in until.items() if self._position[key] < end}
+        paused: set[tuple[str, int]] = set()  # done while others are pending: fetched no further until the end
         deadline = time.monotonic() + timeout
         while pending:
             left = deadline - time.monotonic()
@@ -112,6 +118,15 @@ class RangeFetcher:
                         self._held.setdefault(key, []).append(msg)
                 if key in pending and self._position[key] >= until[key]:
                     pending.discard(key)
+            done = [key for key in until if key not in pending and key not in paused]
+            if pending and done:
+                # Waiting for some partitions: the others fetch no further until the end, so the fetches serve
+                # the ones still pending and no backlog piles up here. (A paused partition fetches again from after
+                # the last message it gave.)
+                consumer.pause([TopicPartition(*key) for key in done])
+                paused.update(done)
+        if paused:
+            consumer.resume([TopicPartition(*key) for key in sorted(paused)])
         self._expect.update(until)
         return _source_batch(rows)
 
@@ -120,11 +135,20 @@ class RangeFetcher:
         from confluent_kafka import TopicPartition
 
         wanted = {(s.topic, s.partition): s.start for s in spans}
+        if self._consumer is not None and len(wanted) > self._sized_for:
+            self.close()
         if self._consumer is None:
+            # Each partition's share of a fetch response is at most its share of the queue: with librdkafka's
+            # 1 MiB per partition, the first partitions of a backlog filled every response and the others got
+            # nothing (3 of 6 partitions still empty after 10 s, measured).
+            share = max(_MIN_PARTITION_BYTES, _QUEUE_KBYTES * 1024 // len(wanted))
+            # (librdkafka refuses a fetch.max.bytes below the settings' message.max.bytes)
+            response = max(_QUEUE_KBYTES * 1024, int(clients.for_consumer(self._settings).get("message.max.bytes", 0)))
             self._consumer = clients.consumer(self._settings, self._group, **{
                 "enable.partition.eof": True, "auto.offset.reset": "error", "fetch.wait.max.ms": _FETCH_WAIT_MS,
-                "queued.max.messages.kbytes": _QUEUE_KBYTES})
-            self._expect = {}
+                "queued.max.messages.kbytes": _QUEUE_KBYTES, "fetch.max.bytes": response,
+                "max.partition.fetch.bytes": share})
+            self._expect, self._sized_for = {}, len(wanted)
         if any(self._expect.get(key) != start for key, start in wanted.items()):
             self._consumer.assign([TopicPartition(t, p, start) for (t, p), start in sorted(wanted.items())])
             self._expect, self._position, self._held = dict(wanted), dict(wanted), {}
@@ -133,7 +157,7 @@ class RangeFetcher:
     def close(self) -> None:
         if self._consumer is not None:
             self._consumer.close()
-        self._consumer, self._expect, self._position, self._held = None, {}, {}, {}
+        self._consumer, self._expect, self._position, self._held, self._sized_for = None, {}, {}, {}, 0
 
 
 def _source_batch(messages: list[Any]) -> pa.RecordBatch:
