@@ -1,10 +1,12 @@
 """Where a run's JVM CPU went, from a Java Flight Recording: execution samples grouped by the step of the data path
 they belong to (Kafka fetch, the Avro check, decoding, building bronze rows, Parquet, Delta statistics, ...).
+With --allocations: where its heap allocations went instead (allocation samples, weighted by the bytes each
+stands for), by step and by the allocating frame.
 
 Record with the pipeline's Spark setting (bench.py: --ours-spark), then read the file:
 
   spark.driver.extraJavaOptions=-XX:StartFlightRecording=filename=/tmp/ours.jfr,settings=profile,dumponexit=true
-  python benchmarks/jfr_breakdown.py /tmp/ours.jfr [--from-s 20]
+  python benchmarks/jfr_breakdown.py /tmp/ours.jfr [--from-s 20] [--allocations]
 
 A sample belongs to the first step, from the innermost frame outwards, whose classes it is in; task threads
 ("Executor task launch worker") and the rest (the driver: planning, Delta commits, the listener) are counted
@@ -49,9 +51,11 @@ HELPERS = ("org.apache.spark.unsafe.", "org.apache.spark.sql.catalyst.expression
 TASK_THREAD = "Executor task launch worker"
 
 
-def samples(path: str, from_s: float) -> list[tuple[str, list[str]]]:
-    """(thread name, frames innermost first) of every execution sample after `from_s` seconds into the recording."""
-    text = subprocess.run(["jfr", "print", "--json", "--stack-depth", "128", "--events", "jdk.ExecutionSample", path],
+def samples(path: str, from_s: float, allocations: bool = False) -> list[tuple[str, list[str], float]]:
+    """(thread name, frames innermost first, weight) of every execution sample (weight 1) or allocation sample
+    (weight: the bytes it stands for) after `from_s` seconds into the recording."""
+    kind = "jdk.ObjectAllocationSample" if allocations else "jdk.ExecutionSample"
+    text = subprocess.run(["jfr", "print", "--json", "--stack-depth", "128", "--events", kind, path],
                           capture_output=True, text=True, check=True).stdout
     events = json.loads(text)["recording"]["events"]
     start = min((e["values"]["startTime"] for e in events), default="")
@@ -60,9 +64,10 @@ def samples(path: str, from_s: float) -> list[tuple[str, list[str]]]:
         values: dict[str, Any] = event["values"]
         if _seconds(values["startTime"], start) < from_s:
             continue
-        frames = [f["method"]["type"]["name"].replace("/", ".")
+        frames = [f"{f['method']['type']['name'].replace('/', '.')}.{f['method']['name']}"
                   for f in (values.get("stackTrace") or {}).get("frames", [])]
-        out.append(((values.get("sampledThread") or {}).get("javaName") or "?", frames))
+        thread = (values.get("eventThread" if allocations else "sampledThread") or {}).get("javaName") or "?"
+        out.append((thread, frames, float(values.get("weight", 1)) if allocations else 1.0))
     return out
 
 
@@ -89,26 +94,43 @@ def step_of(frames: list[str]) -> str:
     return GENERIC[0] if any(frame.startswith(GENERIC[1]) for frame in frames) else "other"
 
 
-def breakdown(found: list[tuple[str, list[str]]]) -> dict[str, collections.Counter[str]]:
+def breakdown(found: list[tuple[str, list[str], float]]) -> dict[str, collections.Counter[str]]:
     out: dict[str, collections.Counter[str]] = {"task threads": collections.Counter(),
                                                  "other threads": collections.Counter()}
-    for thread, frames in found:
-        out["task threads" if thread.startswith(TASK_THREAD) else "other threads"][step_of(frames)] += 1
+    for thread, frames, weight in found:
+        out["task threads" if thread.startswith(TASK_THREAD) else "other threads"][step_of(frames)] += weight
     return out
+
+
+def top_frames(found: list[tuple[str, list[str], float]], count: int) -> list[tuple[str, float]]:
+    """The allocating frames outside the shared helpers (see HELPERS) with the most weight."""
+    frames: collections.Counter[str] = collections.Counter()
+    for _, stack, weight in found:
+        frames[next((f for f in stack if not f.startswith(HELPERS)), stack[0] if stack else "?")] += weight
+    return frames.most_common(count)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("recording")
     parser.add_argument("--from-s", type=float, default=0.0, help="skip the recording's first seconds (JVM start)")
+    parser.add_argument("--allocations", action="store_true",
+                        help="heap allocations (bytes) instead of CPU samples, with the top allocating frames")
     args = parser.parse_args()
-    groups = breakdown(samples(args.recording, args.from_s))
+    found = samples(args.recording, args.from_s, args.allocations)
+    groups = breakdown(found)
     total = sum(sum(c.values()) for c in groups.values())
+    unit = "MB allocated" if args.allocations else "samples"
     for name, counts in groups.items():
         n = sum(counts.values())
-        print(f"{name}: {n} samples ({n / total:.0%} of all)" if total else f"{name}: none")
-        for step, count in counts.most_common():
-            print(f"  {count / n:6.1%}  {step}")
+        amount = n / 1e6 if args.allocations else n
+        print(f"{name}: {amount:,.0f} {unit} ({n / total:.0%} of all)" if total else f"{name}: none")
+        for step, weight in counts.most_common():
+            print(f"  {weight / n:6.1%}  {step}")
+    if args.allocations and total:
+        print("top allocating frames:")
+        for frame, weight in top_frames(found, 15):
+            print(f"  {weight / total:6.1%}  {frame}")
 
 
 if __name__ == "__main__":

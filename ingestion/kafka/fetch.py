@@ -110,6 +110,8 @@ class RangeFetcher:
                         return None
                     # The end of what may be read: transaction markers and aborted records before it are skipped.
                     self._position[key] = max(self._position.get(key, 0), msg.offset())
+                elif msg.offset() < self._position.get(key, 0):
+                    continue  # given once already (a consumer never should; a row twice would be a duplicate)
                 else:
                     self._position[key] = msg.offset() + 1
                     if start.get(key, 0) <= msg.offset() < until.get(key, -1):

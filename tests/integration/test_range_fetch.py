@@ -20,7 +20,9 @@ def test_ranges_at_the_start_of_a_backlog_arrive_from_every_partition(kafka_serv
     # 6 partitions of 4 MB each, far more than the consumer's 2 MiB queue: with librdkafka's 1 MiB per partition
     # and per response, the first partitions took every response and the others got nothing.
     topic = make_topic(partitions=6)
-    producer = Producer({"bootstrap.servers": kafka_servers, "linger.ms": 50, "batch.size": 65536})
+    # (idempotent: in order whatever is retried, so offset i holds the bytes of i)
+    producer = Producer({"bootstrap.servers": kafka_servers, "linger.ms": 50, "batch.size": 65536,
+                         "enable.idempotence": True})
     for partition in range(6):
         for i in range(400):
             producer.produce(topic, value=bytes([i % 251]) * 10_000, partition=partition)
