@@ -26,7 +26,8 @@ from procmon import Line, Measured
 
 HERE = Path(__file__).resolve().parent
 # `<pipeline> batch N: R rows, Q quarantined in S s (...)`, logged by the writer once a batch is committed.
-BATCH_LINE = re.compile(r"\s(?P<name>\S+) batch (?P<id>\d+): (?P<rows>\d+) rows, (?P<q>\d+) quarantined in "
+# Batch -4 is the start batch, written before the JVM (docs/architecture.md, "The start batch").
+BATCH_LINE = re.compile(r"\s(?P<name>\S+) batch (?P<id>-?\d+): (?P<rows>\d+) rows, (?P<q>\d+) quarantined in "
                         r"(?P<s>[\d.]+)s")
 DEBUG_DECODED = re.compile(r"batch (?P<id>\d+): decoded and summarized in (?P<s>[\d.]+)s")
 DEBUG_WRITTEN = re.compile(r"batch (?P<id>\d+): written in (?P<s>[\d.]+)s")
@@ -170,7 +171,7 @@ def parse_batches(lines: list[Line]) -> list[tuple[float, float, int]]:
     out = []
     for line in lines:
         m = BATCH_LINE.search(line.text)
-        if m:
+        if m and int(m["id"]) >= 0:  # the processing window is the query's: the start batch is in the wall time
             seconds = float(m["s"])
             out.append((line.at - seconds, seconds, int(m["rows"]) + int(m["q"])))
     return out
