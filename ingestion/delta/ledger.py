@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -141,8 +141,13 @@ def next_offsets(records: list[BatchRecord]) -> dict[str, dict[str, int]]:
     Records are read in version order; a `rewind` record (written with a RESTORE) resets the position to the
     coverage it states, so commits undone by the restore no longer count. Maintenance records count only as the
     baseline `coverage` starts from."""
+    return offsets_after(coverage(records))
+
+
+def offsets_after(ranges: Iterable[PartitionRange]) -> dict[str, dict[str, int]]:
+    """Per topic and partition, the offset after the range's last one, as Spark's source offsets name them."""
     out: dict[str, dict[str, int]] = {}
-    for r in coverage(records):
+    for r in ranges:
         out.setdefault(r.topic, {})[str(r.partition)] = r.last + 1
     return out
 

@@ -67,7 +67,7 @@ class StartBatch:
     @property
     def ends(self) -> dict[str, dict[str, int]]:
         """The next offset per partition, as Spark's source offsets name them."""
-        return ends_of(self.result)
+        return ledger.offsets_after(self.result.ranges)
 
 
 def write(ctx: PipelineContext, schemas: SchemaResolver) -> StartBatch | None:
@@ -87,13 +87,6 @@ def write(ctx: PipelineContext, schemas: SchemaResolver) -> StartBatch | None:
         log.info("%s: no start batch: %s", config.name, one_line(exc))
         log.debug("%s: start batch failure", config.name, exc_info=True)
         return None
-
-
-def ends_of(result: BatchResult) -> dict[str, dict[str, int]]:
-    ends: dict[str, dict[str, int]] = {}
-    for r in result.ranges:
-        ends.setdefault(r.topic, {})[str(r.partition)] = r.last + 1
-    return ends
 
 
 def _limit(config: PipelineConfig) -> int:
@@ -180,7 +173,7 @@ def _write(ctx: PipelineContext, schemas: SchemaResolver, limit: int, started: f
     seconds = time.monotonic() - started
     result = BatchResult(START_BATCH_ID, record.rows, 0, sum(s["bytes"] for s in stats), committed, True,
                          record.ranges, max(s["max_timestamp"] for s in stats), seconds, direct=True)
-    ends = ends_of(result)
+    ends = ledger.offsets_after(result.ranges)
     left = {t: {p: high - ends.get(t, {}).get(str(p), position) for p, (position, high) in parts.items()}
             for t, parts in positions.items()}
     log_result(config.name, result)
