@@ -29,13 +29,22 @@ def has_children(spark: SparkSession, location: str) -> bool:
     return bool(fs.exists(path)) and len(fs.listStatus(path)) > 0
 
 
-def read_text(spark: SparkSession, location: str) -> str:
+def read_text(spark: SparkSession, location: str, attempts: int = 3) -> str:
+    """A file's text. A file replaced while it is read (S3A's RemoteFileChangedException: another process
+    rewrote it between the open and the read, as a lease's holder does) is read again, up to `attempts` times."""
+    from py4j.protocol import Py4JJavaError
+
     fs, path = _fs(spark, location)
-    stream = fs.open(path)
-    try:
-        return str(java(spark._jvm, "org.apache.commons.io.IOUtils").toString(stream, "UTF-8"))
-    finally:
-        stream.close()
+    for attempt in range(attempts):
+        stream = fs.open(path)
+        try:
+            return str(java(spark._jvm, "org.apache.commons.io.IOUtils").toString(stream, "UTF-8"))
+        except Py4JJavaError as exc:
+            if attempt + 1 == attempts or "RemoteFileChangedException" not in str(exc.java_exception):
+                raise
+        finally:
+            stream.close()
+    raise AssertionError("unreachable")
 
 
 def create_text(spark: SparkSession, location: str, text: str, *, overwrite: bool = False) -> None:
