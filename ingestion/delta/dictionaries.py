@@ -22,20 +22,21 @@ from ingestion.runtime import hadoop
 log = logging.getLogger(__name__)
 
 PREFIX = "parquet.enable.dictionary#"
-# Below this many values a column chunk says little: small files give up dictionaries of unique values early.
-MIN_VALUES = 10_000
+# Below this many values a column chunk says little: in a small file a column of a few thousand distinct values
+# looks unique, and its dictionary would be lost for the larger files of a backlog or a compaction. A second's
+# batch at 20,000 records/s writes two files of about 10,000 (docs/performance.md#parquet-dictionaries).
+MIN_VALUES = 5_000
 
 
 def abandoned(spark: SparkSession, paths: list[str]) -> list[str]:
-    """Columns (dot paths) whose dictionary Parquet gave up in every row group of these files, judged only when
-    every chunk holds at least MIN_VALUES non-null values; booleans never have one and are left out."""
-    verdicts: dict[str, bool] = {}  # column -> every chunk so far was plain
+    """Columns (dot paths) whose dictionary Parquet gave up (before its first page or after) in every chunk of
+    these files that holds at least MIN_VALUES non-null values, and in at least one; smaller chunks say nothing
+    either way. Booleans never have a dictionary and are left out."""
+    verdicts: dict[str, bool] = {}  # column -> every chunk large enough so far was plain
     for chunk in hadoop.parquet_chunks(spark, paths):
-        if chunk.physical_type == "BOOLEAN":
+        if chunk.physical_type == "BOOLEAN" or chunk.values - max(chunk.nulls, 0) < MIN_VALUES:
             continue
-        values = chunk.values - max(chunk.nulls, 0)
-        plain = values >= MIN_VALUES and not chunk.has_dictionary
-        verdicts[chunk.column] = verdicts.get(chunk.column, True) and plain
+        verdicts[chunk.column] = verdicts.get(chunk.column, True) and chunk.dictionary_given_up
     return sorted(name for name, plain in verdicts.items() if plain)
 
 

@@ -91,7 +91,7 @@ class ColumnChunk:
     physical_type: str  # BOOLEAN, INT32, BINARY, ...
     values: int
     nulls: int  # -1 when the footer does not say
-    has_dictionary: bool
+    dictionary_given_up: bool  # data pages written plain: no dictionary page, or a fallback after the first pages
 
 
 def parquet_chunks(spark: SparkSession, locations: Iterable[str]) -> list[ColumnChunk]:
@@ -110,10 +110,12 @@ def parquet_chunks(spark: SparkSession, locations: Iterable[str]) -> list[Column
                 columns = blocks.get(b).getColumns()
                 for c in range(columns.size()):
                     chunk = columns.get(c)
+                    pages = chunk.getEncodingStats()  # None in files of writers that do not record it
+                    given_up = not chunk.hasDictionaryPage() or (
+                        pages is not None and bool(pages.hasNonDictionaryEncodedPages()))
                     chunks.append(ColumnChunk(
                         chunk.getPath().toDotString(), str(chunk.getPrimitiveType().getPrimitiveTypeName().name()),
-                        int(chunk.getValueCount()), int(chunk.getStatistics().getNumNulls()),
-                        bool(chunk.hasDictionaryPage())))
+                        int(chunk.getValueCount()), int(chunk.getStatistics().getNumNulls()), given_up))
         finally:
             reader.close()
     return chunks

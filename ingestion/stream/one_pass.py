@@ -97,7 +97,7 @@ class OnePassWrite:
         marks.append(("commit", time.monotonic()))
         log.debug("%s batch %d: one pass %s", config.name, batch_id,
                   ", ".join(f"{name} {1000 * (at - marks[i][1]):.0f} ms" for i, (name, at) in enumerate(marks[1:])))
-        if records >= dictionaries.MIN_VALUES and self._dictionaries_for is not self.targets.spec:
+        if records >= dictionaries.MIN_VALUES * len(files) and self._dictionaries_for is not self.targets.spec:
             self._dictionaries_for = self.targets.spec
             self._tune_dictionaries(txn, txn.file_paths(files), batch_id)
         return BatchResult(batch_id, record.rows, 0, int(seen["bytes"]), bronze_target.version, True, record.ranges,
@@ -105,7 +105,8 @@ class OnePassWrite:
 
     def _tune_dictionaries(self, txn: delta_txn.DeltaTxn, paths: list[str], batch_id: int) -> None:
         """Turn Parquet's dictionary off for the columns it gave up in this batch's files (see `dictionaries`),
-        once per run and schema version: the first large batch decides, later ones do not read footers again.
+        once per run and schema version: the first batch whose files hold MIN_VALUES records each (on average)
+        decides, later ones do not read footers again.
         The batch is committed already: a failure here costs only the tuning."""
         name = self.targets.config.name
         try:
