@@ -96,7 +96,7 @@ def test_sigkill_at_several_moments_then_restart_loses_and_duplicates_nothing(
     run1 = IngestProcess(config, tmp_path / "run1.log", fault="after_commit:1")
     run1.wait_for(run1.marker.exists)
     java = java_command_line(run1.proc.pid)  # a local JVM's small heap and collector
-    assert {"-Xmx1g", "-XX:+UseSerialGC", "-XX:MetaspaceSize=256m"} <= set(java), java
+    assert {"-Xmx1g", "-XX:+UseSerialGC", "-XX:NewRatio=1", "-XX:MetaspaceSize=256m"} <= set(java), java
     assert not any(o.startswith("-Xms") for o in java), java
     # While run 1 holds the pipeline, a second writer is refused at once (before a JVM), in one line naming it.
     started = time.monotonic()

@@ -41,12 +41,20 @@ def test_a_local_jvm_gets_a_small_heap_and_the_serial_collector_unless_the_pipel
 
     options = spark.builder("t", "local[2]")._options
     assert options["spark.driver.memory"] == "1g"
-    assert driver("local[2]").endswith(" -XX:+UseSerialGC")
+    young = "-XX:NewRatio=1 -XX:MaxNewSize=192m -XX:SurvivorRatio=2 -XX:TargetSurvivorRatio=90"
+    assert driver("local[2]").endswith(f" -XX:+UseSerialGC {young}")
+    # the young generation's cap follows the heap: a pipeline's or many pipelines' spark.driver.memory
+    assert "-XX:MaxNewSize=384m " in driver("local[2]", {"spark.driver.memory": "2g"})
+    assert "-XX:MaxNewSize=288m " in driver("local[2]", {"spark.driver.memory": "1536"})
+    assert "-XX:MaxNewSize=384m " in str(spark.builder("t", "local[2]", pipelines=100)._options[
+        "spark.driver.extraJavaOptions"])
     assert "-Xms" not in driver("local[2]") and "AlwaysPreTouch" not in driver("local[2]")  # no fixed heap
     # A pipeline's own collector replaces ours (two would stop the JVM from starting); its other options add up.
     assert "SerialGC" not in driver("local[2]", {"spark.driver.extraJavaOptions": "-XX:+UseG1GC -Xms1g"})
+    assert "Ratio" not in driver("local[2]", {"spark.driver.extraJavaOptions": "-XX:+UseG1GC"})  # serial's sizes
     assert driver("local[2]", {"spark.driver.extraJavaOptions": "-XX:+UseG1GC -Xms1g"}).endswith(" -XX:+UseG1GC -Xms1g")
-    assert driver("local[2]", {"spark.driver.extraJavaOptions": "-Xms1g"}).endswith(" -XX:+UseSerialGC -Xms1g")
+    assert driver("local[2]", {"spark.driver.extraJavaOptions": "-Xms1g"}).endswith(
+        f" -XX:+UseSerialGC {young} -Xms1g")
     assert "GC" not in driver("spark://127.0.0.1:7077")  # a cluster's driver: the JVM's own choice
     # no collection for class metadata while Spark, Delta and Kafka load theirs (a pipeline's own value comes last)
     assert " -XX:MetaspaceSize=256m" in driver("local[2]")
