@@ -77,15 +77,18 @@ LOCAL_DEFAULTS: dict[str, str] = {
 # sets, where G1 grew the heap to its cap and held ~40% more RSS for the same throughput
 # (docs/performance.md#memory-floor).
 LOCAL_GC = "-XX:+UseSerialGC"
-# Its generations: half the heap young up to 3/16 of the heap's cap (192 MB of 1 GiB), survivor spaces of a
-# quarter of that each, filled to 90% before anything is promoted early. What a batch's tasks hold while they run
-# (Parquet's pages and dictionaries, fetched records) lives through a few young collections; in the JVM's own
-# survivor spaces (a tenth of a third of the heap, promoting early past half full) it reached the old generation
-# at the second, filled it in seconds and made a full collection of 170 to 320 ms every seventh batch of a 1 s
-# trigger. Now it dies young. The cap leaves the old generation the room many pipelines' queries keep
-# (docs/performance.md#generations-for-a-batchs-tasks); a pipeline's own sizes come later and win.
+# Its generations in a session of one pipeline: half the heap young up to 3/16 of the heap's cap (192 MB of 1
+# GiB), survivor spaces of a quarter of that each, filled to 90% before anything is promoted early. What a batch's
+# tasks hold while they run (Parquet's pages and dictionaries, fetched records) lives through a few young
+# collections; in the JVM's own survivor spaces (a tenth of a third of the heap, promoting early past half full)
+# it reached the old generation at the second, filled it in seconds and made a full collection of 170 to 320 ms
+# every seventh batch of a 1 s trigger. Now it dies young. Measured for a session of one pipeline (and its silver
+# query); a session of 100 pipelines at a 10 s trigger did worse with it (quiet tables' p99 34 to 35 s against 24
+# s), so a session of more queries keeps the JVM's sizes (docs/performance.md#generations-for-a-batchs-tasks). A
+# pipeline's own sizes come later and win.
 LOCAL_GENERATIONS = "-XX:NewRatio=1 -XX:MaxNewSize={young}m -XX:SurvivorRatio=2 -XX:TargetSurvivorRatio=90"
 YOUNG_SHARE = 3 / 16
+GENERATIONS_MAX_QUERIES = 2
 
 
 def local_generations(driver_memory: str) -> str:
@@ -199,7 +202,9 @@ def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[s
     if local:
         driver_opts += " " + LOCAL_METASPACE
     if local and not _GC_CHOICE.search(caller.get("spark.driver.extraJavaOptions", "")):
-        driver_opts += f" {LOCAL_GC} {local_generations(settings['spark.driver.memory'])}"
+        driver_opts += f" {LOCAL_GC}"
+        if pipelines <= GENERATIONS_MAX_QUERIES:
+            driver_opts += f" {local_generations(settings['spark.driver.memory'])}"
     # Executors elsewhere than this machine keep their cluster's log settings: the file is here only.
     ahead = {"spark.driver.extraJavaOptions": (driver_opts, " "),
              "spark.executor.extraJavaOptions": (java_opts if local else limits, " ")}

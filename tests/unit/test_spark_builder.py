@@ -46,8 +46,11 @@ def test_a_local_jvm_gets_a_small_heap_and_the_serial_collector_unless_the_pipel
     # the young generation's cap follows the heap: a pipeline's or many pipelines' spark.driver.memory
     assert "-XX:MaxNewSize=384m " in driver("local[2]", {"spark.driver.memory": "2g"})
     assert "-XX:MaxNewSize=288m " in driver("local[2]", {"spark.driver.memory": "1536"})
-    assert "-XX:MaxNewSize=384m " in str(spark.builder("t", "local[2]", pipelines=100)._options[
+    assert "-XX:MaxNewSize=384m " in driver("local[2]", {"spark.driver.memory": "2g"})
+    # sized for one pipeline (and its silver query); a session of many keeps the JVM's own sizes
+    assert "-XX:MaxNewSize=192m " in str(spark.builder("t", "local[2]", pipelines=2)._options[
         "spark.driver.extraJavaOptions"])
+    assert "Ratio" not in str(spark.builder("t", "local[2]", pipelines=3)._options["spark.driver.extraJavaOptions"])
     assert "-Xms" not in driver("local[2]") and "AlwaysPreTouch" not in driver("local[2]")  # no fixed heap
     # A pipeline's own collector replaces ours (two would stop the JVM from starting); its other options add up.
     assert "SerialGC" not in driver("local[2]", {"spark.driver.extraJavaOptions": "-XX:+UseG1GC -Xms1g"})
