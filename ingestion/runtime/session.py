@@ -77,6 +77,7 @@ LOCAL_DEFAULTS: dict[str, str] = {
 # sets, where G1 grew the heap to its cap and held ~40% more RSS for the same throughput
 # (docs/performance.md#memory-floor).
 LOCAL_GC = "-XX:+UseSerialGC"
+_GC_CHOICE = re.compile(r"-XX:\+Use\w*GC\b")
 # Its generations in a session of one pipeline: half the heap young up to 3/16 of the heap's cap (192 MB of 1
 # GiB), survivor spaces of a quarter of that each, filled to 90% before anything is promoted early. What a batch's
 # tasks hold while they run (Parquet's pages and dictionaries, fetched records) lives through a few young
@@ -94,9 +95,10 @@ GENERATIONS_MAX_QUERIES = 2
 def local_generations(driver_memory: str) -> str:
     """LOCAL_GENERATIONS for a heap of `driver_memory` (Spark's form: 1g, 1536m, a bare number in MiB)."""
     size = driver_memory.strip()
-    heap_mb = (size_bytes(size) or 0) // 1024 ** 2 if not size.isdigit() else int(size)
+    heap_mb = int(size) if size.isdigit() else (size_bytes(size) or 0) // 1024 ** 2
     return LOCAL_GENERATIONS.format(young=max(int(heap_mb * YOUNG_SHARE), 64))
-_GC_CHOICE = re.compile(r"-XX:\+Use\w*GC\b")
+
+
 # The class metadata a local JVM may load before its first collection for metadata: the JVM's default (about
 # 21 MB) made two full collections (0.3 s) before a new pipeline's first batch ended, while Spark, Delta and Kafka
 # loaded their classes (docs/performance.md#a-heap-for-many-pipelines). A pipeline's own option comes later and wins.

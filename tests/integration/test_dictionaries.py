@@ -36,12 +36,12 @@ ROWS = 12_000  # one file per batch (a single task), above dictionaries.MIN_VALU
 SMALL = 8_000  # in two files, each below dictionaries.MIN_VALUES: the batch says nothing and decides nothing
 
 
-def kafka_rows(spark: Any, batch: int, rows_in_batch: int = ROWS, files: int = 1) -> Any:
+def kafka_rows(spark: Any, first_offset: int, count: int = ROWS, files: int = 1) -> Any:
     parsed = parse_schema(SCHEMA)
     ts = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     rows = []
-    for i in range(rows_in_batch):
-        offset = SMALL + batch * ROWS + i if rows_in_batch == ROWS else i
+    for i in range(count):
+        offset = first_offset + i
         out = io.BytesIO()
         schemaless_writer(out, parsed, {"id": f"reading-{offset:08d}", "site": ["a", "b", "c"][i % 3],
                                         "ok": i % 2 == 0, "pinned": offset * 7919,
@@ -75,7 +75,7 @@ def test_columns_parquet_wrote_plain_are_written_without_a_dictionary(spark: Any
     writer(kafka_rows(spark, 0, SMALL, files=2), 0)  # files too small to judge: the decision waits
     small = {f.name for f in table.glob("*.parquet")}
     assert judged == [] and len(small) == 2
-    writer(kafka_rows(spark, 0), 1)
+    writer(kafka_rows(spark, SMALL), 1)
     first = {f.name for f in table.glob("*.parquet")} - small
     properties = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{table}`").collect()}
     learnt = {k.removeprefix(dictionaries.PREFIX) for k, v in properties.items()
@@ -88,7 +88,7 @@ def test_columns_parquet_wrote_plain_are_written_without_a_dictionary(spark: Any
     # What was learnt is what Parquet did: every learnt column was written plain, none that kept its dictionary.
     assert all(not before[c] for c in learnt) and {c for c, has in before.items() if has}.isdisjoint(learnt)
 
-    writer(kafka_rows(spark, 1), 2)
+    writer(kafka_rows(spark, SMALL + ROWS), 2)
     (second,) = {f.name for f in table.glob("*.parquet")} - first - small
     after = dictionary_pages(table / second)
     # The table property reaches Parquet's writer: the user's 3-valued `region` is plain, `site` is not.

@@ -46,7 +46,6 @@ def test_a_local_jvm_gets_a_small_heap_and_the_serial_collector_unless_the_pipel
     # the young generation's cap follows the heap: a pipeline's or many pipelines' spark.driver.memory
     assert "-XX:MaxNewSize=384m " in driver("local[2]", {"spark.driver.memory": "2g"})
     assert "-XX:MaxNewSize=288m " in driver("local[2]", {"spark.driver.memory": "1536"})
-    assert "-XX:MaxNewSize=384m " in driver("local[2]", {"spark.driver.memory": "2g"})
     # sized for one pipeline (and its silver query); a session of many keeps the JVM's own sizes
     assert "-XX:MaxNewSize=192m " in str(spark.builder("t", "local[2]", pipelines=2)._options[
         "spark.driver.extraJavaOptions"])
