@@ -3,8 +3,10 @@
 `INGEST_TEST_FAULT="<point>:<batch id>"` makes the process write the file named by `INGEST_TEST_FAULT_FILE` when it
 reaches that point of that batch, then hang there, so a test can SIGKILL it exactly there. Points:
 `before_commit` (the batch's files may be written, nothing committed) and `after_commit` (Delta has committed,
-Spark's checkpoint has not); `silver_between_commits` (a silver step has committed its delete markers, not its rows;
-the id is the bronze version the step merges up to). `<point>:*` stops at the point's first occurrence.
+Spark's checkpoint has not); `files_written` (the driver-side path: a data file of the batch is in the table's
+folder, delta-rs has not committed it); `silver_between_commits` (a silver step has committed its delete markers,
+not its rows; the id is the bronze version the step merges up to). `<point>:*` stops at the point's first
+occurrence.
 """
 
 from __future__ import annotations
@@ -12,8 +14,11 @@ from __future__ import annotations
 import logging
 import os
 import time
+import uuid
 from enum import StrEnum
 from pathlib import Path
+
+import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -24,12 +29,18 @@ FAULT_FILE_ENV = "INGEST_TEST_FAULT_FILE"
 class FaultPoint(StrEnum):
     BEFORE_COMMIT = "before_commit"
     AFTER_COMMIT = "after_commit"
+    FILES_WRITTEN = "files_written"
     SILVER_BETWEEN_COMMITS = "silver_between_commits"
+
+
+def armed(point: FaultPoint, batch_id: int) -> bool:
+    """Whether a test asked for this point of this batch."""
+    return os.environ.get(FAULT_ENV) in (f"{point}:{batch_id}", f"{point}:*")
 
 
 def reached(point: FaultPoint, batch_id: int) -> None:
     """Hang here when a test asked for this point of this batch; return at once otherwise."""
-    if os.environ.get(FAULT_ENV) not in (f"{point}:{batch_id}", f"{point}:*"):
+    if not armed(point, batch_id):
         return
     marker = os.environ.get(FAULT_FILE_ENV)
     if marker:
@@ -37,3 +48,15 @@ def reached(point: FaultPoint, batch_id: int) -> None:
     log.warning("test fault point %s reached for batch %d: waiting to be killed", point, batch_id)
     while True:
         time.sleep(1)
+
+
+def leave_uncommitted_file(table_dir: Path | None, rows: pa.Table, batch_id: int) -> None:
+    """When a test asked for `files_written` of this batch: write `rows` as a data file in the (local) table's
+    folder that no commit names, as a writer killed between its file write and its commit leaves one (delta-rs
+    writes and commits in one call, with no point between them to stop at), then hang; otherwise nothing."""
+    if table_dir is None or not armed(FaultPoint.FILES_WRITTEN, batch_id):
+        return
+    import pyarrow.parquet as pq
+
+    pq.write_table(rows, table_dir / f"part-00000-{uuid.uuid4()}-c000.snappy.parquet", compression="snappy")
+    reached(FaultPoint.FILES_WRITTEN, batch_id)

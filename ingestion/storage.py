@@ -9,6 +9,7 @@ delta-rs, which names the same settings differently (`AWS_ENDPOINT_URL`, ...): `
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlparse
@@ -58,6 +59,21 @@ def delta_rs_options(spark: Mapping[str, str], location: str) -> dict[str, str]:
         keyfile = spark.get(f"{_HADOOP}google.cloud.auth.service.account.json.keyfile")
         return {"GOOGLE_SERVICE_ACCOUNT": keyfile} if keyfile else {}
     return {}
+
+
+# Settings with which delta-rs commits to S3 safely: a locking provider, its own opt-out, or conditional writes.
+_S3_COMMIT_KEYS = ("AWS_S3_LOCKING_PROVIDER", "AWS_S3_ALLOW_UNSAFE_RENAME", "conditional_put", "aws_conditional_put",
+                   "AWS_CONDITIONAL_PUT")
+
+
+def delta_rs_write_options(location: str, options: Mapping[str, str] | None) -> dict[str, str]:
+    """delta-rs's options for commits to `location`: on S3, a commit is a put-if-absent with S3's conditional
+    writes (`If-None-Match`, which S3 and the S3-compatible stores in use honour) unless the options or the
+    environment choose how delta-rs commits there (a DynamoDB locking provider, say)."""
+    out = dict(options or {})
+    if scheme(location) in S3_SCHEMES and not any(k in out or k in os.environ for k in _S3_COMMIT_KEYS):
+        out["conditional_put"] = "etag"
+    return out
 
 
 def _s3(spark: Mapping[str, str], bucket: str) -> dict[str, str]:

@@ -1,5 +1,5 @@
-"""Pure DataFrame functions from decoded rows to bronze and quarantine rows, and per-partition summaries; and the
-same bronze rows of an Arrow batch decoded in this process (`bronze_batch`), for batches written without Spark."""
+"""Pure DataFrame functions from decoded rows to bronze and quarantine rows, and per-partition summaries (their
+Arrow twins, for records the driver decodes, are in `arrow_rows`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import datetime as dt
 import json
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -31,14 +29,14 @@ def table_schemas(spec: DecodeSpec) -> tuple[T.StructType, T.StructType]:
 
 def _fields(decoded: dict[str, T.StructField], names: tuple[str, ...], key_source: str) -> list[T.StructField]:
     """The fields `_columns` and `_with_batch_values` select, in their order."""
-    sources = {**_SOURCES, "_kafka_key": key_source}
+    sources = {**SOURCES, "_kafka_key": key_source}
     taken = [T.StructField(name, decoded[sources[name]].dataType, decoded[sources[name]].nullable)
              for name in names if name not in _BATCH_COLUMNS]
     return [*taken, *_BATCH_FIELDS]
 
 
 # Where each metadata column comes from in the decoder's rows (`_batch_id` and `_ingested_at`: the batch values).
-_SOURCES = {"_kafka_topic": "topic", "_kafka_partition": "partition", "_kafka_offset": "offset",
+SOURCES = {"_kafka_topic": "topic", "_kafka_partition": "partition", "_kafka_offset": "offset",
             "_kafka_timestamp": "timestamp", "_kafka_timestamp_type": "timestampType", "_kafka_headers": "headers",
             "_kafka_tombstone": "_tombstone", "_kafka_value": "_raw_value", "_schema_id": "_schema_id",
             "_error_class": "_error_class", "_error_message": "_error_message"}
@@ -50,7 +48,7 @@ _BATCH_FIELDS = (T.StructField("_batch_id", T.LongType(), False),
 
 def _columns(names: tuple[str, ...], key_source: str) -> list[Column]:
     """The decoder columns under the table's names, in the declared order, without the batch values."""
-    sources = {**_SOURCES, "_kafka_key": key_source}
+    sources = {**SOURCES, "_kafka_key": key_source}
     return [F.col(sources[name]).alias(name) for name in names if name not in _BATCH_COLUMNS]
 
 
@@ -70,21 +68,6 @@ def quarantine_rows(decoded: DataFrame, *, batch_id: int | Column, ingested_at: 
     """Decoded rows that failed, with their raw key and value bytes and the reason."""
     rows, batch = _with_batch_values(decoded.where(F.col("_error_class").isNotNull()), batch_id, ingested_at)
     return rows.select(*_columns(QUARANTINE_COLUMNS, "key"), *batch)
-
-
-def bronze_batch(decoded: pa.RecordBatch, schema: pa.Schema, *, batch_id: int,
-                 ingested_at: dt.datetime) -> pa.Table:
-    """`bronze_rows` of decoder rows held in Arrow (`python_decoder.BatchDecoder`'s output), as a table of the
-    bronze `schema` (`table_schemas`' first, in Arrow)."""
-    rows = decoded.filter(pc.is_null(decoded.column("_error_class")))
-    payload = rows.column(PAYLOAD)
-    sources = {**_SOURCES, "_kafka_key": "_key"}
-    columns = [*payload.flatten(), *(rows.column(sources[name]) for name in METADATA_COLUMNS
-                                     if name not in _BATCH_COLUMNS)]
-    n = rows.num_rows
-    columns += [pa.array([batch_id] * n, pa.int64()),
-                pa.array([ingested_at.astimezone(dt.UTC)] * n, schema.field("_ingested_at").type)]
-    return pa.Table.from_arrays([c.cast(f.type) for c, f in zip(columns, schema, strict=True)], schema=schema)
 
 
 _INGESTED_AT = "__ingest_ingested_at"  # the one-row table's column, for a batch id column

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from py4j.protocol import Py4JError
@@ -153,21 +152,6 @@ class DeltaTxn:
             return "the rows' schema differs from the table's"
         return None
 
-    def outside_files_refusal(self) -> str | None:
-        """Why files written outside Delta's writer cannot be appended as they are, or None when they can: Delta's
-        writer also checks constraints, computes generated and identity columns, writes partition folders and
-        honours table features; a plain append needs a table that asks none of that."""
-        metadata, protocol = self._txn.metadata(), self._txn.protocol()
-        return files_refusal(partitioned=metadata.partitionColumns().nonEmpty(),
-                             protocol=(int(protocol.minReaderVersion()), int(protocol.minWriterVersion())),
-                             features=False, properties=self.properties(),
-                             schema=json.loads(metadata.schemaString()))
-
-    def add_actions(self, adds: list[dict[str, Any]]) -> list[Any]:
-        """Delta's AddFile actions of `add` actions in the log's JSON form (files written outside Delta's writer)."""
-        action = java(self._jvm, "org.apache.spark.sql.delta.actions.Action")
-        return [action.fromJson(json.dumps({"add": add})) for add in adds]
-
     def properties(self) -> dict[str, str]:
         """The table's properties as this transaction read them."""
         scala_map = self._txn.metadata().configuration()
@@ -214,34 +198,6 @@ class DeltaTxn:
     def discard(self, files: list[Any]) -> None:
         """Delete written files that will not be committed (no reader sees them: they are not in the log)."""
         hadoop.delete_files(self.spark, self.file_paths(files))
-
-
-def files_refusal(*, partitioned: bool, protocol: tuple[int, int], features: bool, properties: Mapping[str, str],
-                  schema: Any) -> str | None:
-    """`DeltaTxn.outside_files_refusal`'s rules, on a table's state however it was read (`schema` in its JSON
-    form; `features`: the protocol lists table features)."""
-    reader, writer = protocol
-    if partitioned:
-        return "the table is partitioned"
-    if writer > 4 or reader > 1 or features:
-        return f"the table's protocol ({reader}, {writer}{', table features' if features else ''})"
-    if any(key.startswith("delta.constraints.") for key in properties):
-        return "the table has CHECK constraints"
-    if _delta_field_metadata(schema):
-        return "the table's columns carry Delta metadata (invariants, generated or identity columns)"
-    return None
-
-
-def _delta_field_metadata(kind: Any) -> bool:
-    """Whether a field of a schema (JSON form) carries Delta's own metadata (`delta.invariants`,
-    `delta.generationExpression`, `delta.identity.*`, ...)."""
-    if isinstance(kind, dict):
-        if any(str(key).startswith("delta.") for key in (kind.get("metadata") or {})):
-            return True
-        return any(_delta_field_metadata(value) for key, value in kind.items() if key != "metadata")
-    if isinstance(kind, list):
-        return any(_delta_field_metadata(value) for value in kind)
-    return False
 
 
 def _write_operation(jvm: Any, user_metadata: str) -> Any:

@@ -21,6 +21,7 @@ JSON_DECODE_CLASS = "ingest.JsonDecode"
 SUMMARY_CLASS = "ingest.PartitionSummary"
 BATCH_VALUE_CLASS = "ingest.BatchValue"
 SUMMARY_FUNCTION = "ingest_partition_summary"
+PENDING_CLASS = "ingest.PendingRecords"
 
 
 def body_check(spark: SparkSession, schema: str, header: int) -> str:
@@ -73,6 +74,16 @@ def partition_summary(spark: SparkSession) -> Column:
                                F.unix_micros("timestamp"), F.col("_schema_id"))
 
     return session_cache.once(spark, SUMMARY_FUNCTION, register)
+
+
+def pending_records(spark: SparkSession, record: Column, limit: int) -> Column:
+    """The records a job did not write, brought to the driver (`data/PendingRecords.java`) as one aggregate for
+    `DataFrame.observe`: `record` is a record's text, null for the rows to skip; the result a JSON array of the
+    texts, or null when they came to more than `limit` characters. Registered once per session and limit."""
+    name = f"ingest_pending_records_{limit}"
+    jvm: Any = spark._jvm
+    session_cache.register(spark, name, lambda udf: udf.register(name, getattr(jvm, PENDING_CLASS).function(limit)))
+    return F.call_function(name, record)
 
 
 # The local properties `set_batch_values` sets, and the functions `batch_value_columns` reads them with.

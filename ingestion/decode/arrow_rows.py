@@ -1,0 +1,114 @@
+"""Kafka records held in Arrow, decoded by the driver: bronze rows, quarantine rows and the per-partition summary.
+
+The twins, in Arrow, of `bronze.bronze_rows`, `bronze.quarantine_rows` and `bronze.batch_stats`: the same decoder
+(`python_decoder.batch_decoder`, the `mapInArrow` function of the spec's format) run in this process on one batch of
+the rows Spark's Kafka source makes. The driver-side write path decodes whole small batches this way, and the Spark
+path the few records its JVM decoder could not vouch for; both land them exactly as Spark's Python workers would.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from ingestion.columns import METADATA_COLUMNS, QUARANTINE_COLUMNS
+from ingestion.decode import bronze, python_decoder
+from ingestion.decode.spec import PAYLOAD, DecodeSpec, UnknownSchemaError
+
+_SOURCES = {**bronze.SOURCES, "_kafka_key": "_key"}
+_QUARANTINE_SOURCES = {**bronze.SOURCES, "_kafka_key": "key"}
+_BATCH_COLUMNS = ("_batch_id", "_ingested_at")
+
+
+@dataclass(frozen=True)
+class DecodedRecords:
+    """One batch of records decoded by the driver."""
+
+    bronze: pa.Table  # the rows for bronze (decoded payloads and tombstones)
+    quarantine: pa.Table  # the records that failed, raw, with the reason
+    stats: list[dict[str, Any]]  # per topic partition, `bronze.batch_stats`' form, failures included
+
+    def first_failure(self) -> str | None:
+        """The first record that failed (by topic, partition, offset) and why, or None."""
+        if not self.quarantine.num_rows:
+            return None
+        rows = self.quarantine.select(["_kafka_topic", "_kafka_partition", "_kafka_offset", "_error_class",
+                                       "_error_message"]).to_pylist()
+        first = min(rows, key=lambda r: (r["_kafka_topic"], r["_kafka_partition"], r["_kafka_offset"]))
+        return (f"record {first['_kafka_topic']}/{first['_kafka_partition']}@{first['_kafka_offset']}: "
+                f"{first['_error_class']}: {first['_error_message']}")
+
+    @property
+    def unknown_ids(self) -> set[int]:
+        """Schema ids no version of the subject had when the batch was decoded (UnknownSchemaError)."""
+        return {int(i) for s in self.stats for i in s["unknown_ids"]}
+
+
+class RecordDecoder:
+    """The decoder of one spec and the Arrow schemas of its two tables, made once per schema version."""
+
+    def __init__(self, spec: DecodeSpec) -> None:
+        self.spec = spec
+        self.decoder = python_decoder.batch_decoder(spec)
+        bronze_schema, quarantine_schema = bronze.table_schemas(spec)
+        self.bronze_schema = to_arrow_schema(bronze_schema)
+        self.quarantine_schema = to_arrow_schema(quarantine_schema)
+
+    def decode(self, source: pa.RecordBatch, *, batch_id: int, ingested_at: dt.datetime) -> DecodedRecords:
+        """Kafka source rows (`columns.KAFKA_SOURCE_SCHEMA` in Arrow) decoded; a DecodeError (sink.onError: fail)
+        names the first record that failed."""
+        decoded = next(iter(self.decoder(iter([source]))))
+        return DecodedRecords(
+            table_rows(decoded, self.bronze_schema, _SOURCES, METADATA_COLUMNS, batch_id, ingested_at, failed=False),
+            table_rows(decoded, self.quarantine_schema, _QUARANTINE_SOURCES, QUARANTINE_COLUMNS, batch_id,
+                       ingested_at, failed=True),
+            partition_stats(decoded))
+
+
+def table_rows(decoded: pa.RecordBatch, schema: pa.Schema, sources: dict[str, str], names: Iterable[str],
+               batch_id: int, ingested_at: dt.datetime, *, failed: bool) -> pa.Table:
+    """Bronze's rows (`failed` False: the payload's fields, then the metadata columns) or quarantine's (`failed`
+    True) of decoder rows held in Arrow, as a table of `schema` (`bronze.table_schemas`', in Arrow)."""
+    errors = pc.is_null(decoded.column("_error_class"))
+    rows = decoded.filter(pc.invert(errors) if failed else errors)
+    columns = [] if failed else list(rows.column(PAYLOAD).flatten())
+    columns += [rows.column(sources[name]) for name in names if name not in _BATCH_COLUMNS]
+    n = rows.num_rows
+    columns += [pa.array([batch_id] * n, pa.int64()),
+                pa.array([ingested_at.astimezone(dt.UTC)] * n, schema.field("_ingested_at").type)]
+    return pa.Table.from_arrays([c.cast(f.type) for c, f in zip(columns, schema, strict=True)], schema=schema)
+
+
+def partition_stats(decoded: pa.RecordBatch) -> list[dict[str, Any]]:
+    """`bronze.batch_stats` of decoder rows held in Arrow."""
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    names = ("topic", "partition", "offset", "_schema_id", "_value_bytes", "_error_class")
+    columns = [decoded.column(name).to_pylist() for name in names]
+    stamps = pc.cast(decoded.column("timestamp"), pa.int64()).to_pylist()  # microseconds
+    unknown = UnknownSchemaError.__name__
+    for topic, partition, offset, schema_id, size, error, micros in zip(*columns, stamps, strict=True):
+        s = out.setdefault((topic, partition), {
+            "topic": topic, "partition": partition, "first": offset, "last": offset, "count": 0,
+            "failed_first": None, "failed_last": None, "failed": 0, "max_timestamp": micros, "bytes": 0,
+            "schema_ids": set(), "unknown_ids": set()})
+        s["first"], s["last"], s["count"] = min(s["first"], offset), max(s["last"], offset), s["count"] + 1
+        if micros is not None:
+            s["max_timestamp"] = micros if s["max_timestamp"] is None else max(s["max_timestamp"], micros)
+        s["bytes"] += size or 0
+        if schema_id is not None:
+            s["schema_ids"].add(schema_id)
+        if error is not None:
+            s["failed"] += 1
+            s["failed_first"] = offset if s["failed_first"] is None else min(s["failed_first"], offset)
+            s["failed_last"] = offset if s["failed_last"] is None else max(s["failed_last"], offset)
+            if error == unknown and schema_id is not None:
+                s["unknown_ids"].add(schema_id)
+    for s in out.values():
+        s["schema_ids"], s["unknown_ids"] = sorted(s["schema_ids"]), sorted(s["unknown_ids"])
+    return bronze.by_partition(list(out.values()))
