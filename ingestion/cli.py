@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
-import contextlib
 import functools
 import json
 import logging
 import sys
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -373,83 +370,21 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _run_pipelines(args: argparse.Namespace, configs: list[PipelineConfig], exporter: Any) -> int:
-    from ingestion.stream import early, metrics, pipeline
+    from ingestion.stream import launch, pipeline
 
     if args.all:
-        contexts = pipeline.check_all_can_start(configs)
-        if args.available_now:
-            positions = pipeline.all_caught_up(contexts)
-            done = [c for c, at in zip(contexts, positions, strict=True) if at is not None]
-            for ctx in done:
-                print(f"{ctx.name}: caught up, nothing to do")
-            contexts = [c for c in contexts if c not in done]
-            if not contexts:
-                return 0
-            if all(early.fits(c) for c in contexts):  # start batches read it all: perhaps no JVM at all
-                metrics.open_store_early()
-                contexts = _finished_without_jvm(contexts, exporter, write=True)
-                if not contexts:
-                    return 0
-        metrics.open_store_early()  # while the JVM boots
-        configs = [c.config for c in contexts]
-        session_ready = threading.Event()
-        with _meanwhile(lambda: early.prepare_all(contexts, session_ready)) as prepared:
-            spark = _session("ingest-all", configs, pools=[pipeline.pool_name(c) for c in configs],
-                             record_classes=True,
-                             streams=sum(1 + (c.silver is not None) for c in configs))
-            session_ready.set()
-            prepared.result()
-        if args.available_now:
-            contexts = _finished_without_jvm(contexts, exporter, write=False)
-        outcome = pipeline.run_all(spark, contexts, available_now=args.available_now, exporter=exporter) \
-            if contexts else {}
+        outcome = launch.run_all(configs, available_now=args.available_now, exporter=exporter)
         for name, ended in outcome.items():
-            print(f"{name}: {ended}")
+            print(f"{name}: {ended.reason if ended.status is pipeline.RunStatus.FINISHED and ended.reason else ended}")
         return 1 if any(o.status is pipeline.RunStatus.FAILED for o in outcome.values()) else 0
     (config,) = configs
-    ctx = pipeline.check_can_start(config)  # before anything is created or a JVM boots: Kafka, the topics, the lock
-    if args.available_now and (reached := pipeline.caught_up(ctx)) is not None:
-        where = ", ".join(f"{t}/{p}:{o}" for t, parts in sorted(reached.items()) for p, o in sorted(parts.items()))
-        log.info("%s: caught up, nothing to do (the table holds every committed record before %s); no Spark "
-                 "session started", config.name, where)
+    ran = launch.run(config, available_now=args.available_now, exporter=exporter)
+    if isinstance(ran, launch.Finished):
         return 0
-    if args.available_now and early.fits(ctx):  # one start batch reads it all: perhaps no JVM at all
-        metrics.open_store_early()  # while the batch is written
-        early.prepare(ctx)
-        if (batch := pipeline.finish_without_jvm(ctx, exporter)) is not None:
-            log.info("%s: done, 1 batch, %d rows written; no Spark session started", config.name, batch.rows)
-            return 0
-    metrics.open_store_early()  # while the JVM boots
-    with _meanwhile(lambda: early.prepare(ctx)) as prepared:  # schemas, tables and the start batch, without a JVM
-        spark = _session(f"ingest-{config.name}", [config], record_classes=True)
-        prepared.result()
-    running = pipeline.run(spark, ctx, available_now=args.available_now, exporter=exporter)
-    rows = sum(b.rows for b in running.batches if b.committed)
-    how = "stopped on request" if running.stopped_on_request else "done"
-    log.info("%s: %s, %d batches, %d rows written", config.name, how, len(running.batches), rows)
+    rows = sum(b.rows for b in ran.batches if b.committed)
+    how = "stopped on request" if ran.stopped_on_request else "done"
+    log.info("%s: %s, %d batches, %d rows written", config.name, how, len(ran.batches), rows)
     return 0
-
-
-def _finished_without_jvm(contexts: list[Any], exporter: Any, *, write: bool) -> list[Any]:
-    """Of an available-now `run --all`'s pipelines, those whose start batch (written here first with `write`)
-    has not caught them up; the others are reported done."""
-    from ingestion.stream import pipeline
-
-    left = []
-    for ctx, batch in zip(contexts, pipeline.finish_all_without_jvm(contexts, exporter, write=write), strict=True):
-        if batch is None:
-            left.append(ctx)
-        else:
-            print(f"{ctx.name}: finished, {batch.rows} rows, no Spark session needed")
-    return left
-
-
-@contextlib.contextmanager
-def _meanwhile(work: Callable[[], Any]) -> Iterator[concurrent.futures.Future[Any]]:
-    """`work` on a thread while the caller's block runs (a JVM boots in the main thread, which alone may set the
-    signal dispositions the JVM keeps); its result, or its error, from the future the block waits on."""
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="meanwhile") as pool:
-        yield pool.submit(work)
 
 
 def _all_valid() -> list[PipelineConfig]:
@@ -513,19 +448,10 @@ def _read_only(args: argparse.Namespace, answer: Callable[[Any], Any], config: P
 
 def _session(app_name: str, configs: Sequence[PipelineConfig], pools: Sequence[str] = (),
              catalog: bool | None = None, record_classes: bool = False, streams: int = 1) -> SparkSession:
-    """The Spark session of a command over these pipelines: their `spark:` settings, the jars their tables'
-    and checkpoints' stores need, the persistent catalog when one of them names its tables
-    (`sink.catalogTable`) or `catalog` says so, and the FAIR `pools` to declare. `record_classes`: a run's JVM
-    records its classpath's class archive when there is none (runtime/class_archive.py). `streams`: the
-    streaming queries it will run, which size its default heap."""
-    from ingestion.runtime.session import get_session
+    """The Spark session of a command over these pipelines (`runtime.session.pipelines_session`)."""
+    from ingestion.runtime.session import pipelines_session
 
-    if catalog is None:
-        catalog = any(c.catalog_names is not None or (c.silver is not None and c.silver.catalog_table)
-                      for c in configs)
-    return get_session(app_name, conf={k: v for c in configs for k, v in c.spark.items()},
-                       locations=[location for c in configs for location in c.locations], pools=pools,
-                       catalog=catalog, record_classes=record_classes, pipelines=streams)
+    return pipelines_session(app_name, configs, pools, catalog, record_classes, streams)
 
 
 def _pipeline_session(name: str) -> tuple[PipelineConfig, SparkSession]:

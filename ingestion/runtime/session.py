@@ -9,13 +9,14 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from html import escape
 from pathlib import Path
 
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
+from ingestion.config import PipelineConfig
 from ingestion.errors import JvmError
 from ingestion.limits import AVRO_JAVA_LIMITS
 from ingestion.paths import jar_cache
@@ -257,6 +258,21 @@ def _launch_jvm(options: dict[str, str], record_classes: bool) -> None:
         gateway, step = jvm_output.launch_gateway(options), None
     if gateway is not None:
         class_archive.started(step, gateway.proc.pid, gateway.jvm)
+
+
+def pipelines_session(app_name: str, configs: Sequence[PipelineConfig], pools: Iterable[str] = (),
+                      catalog: bool | None = None, record_classes: bool = False, streams: int = 1) -> SparkSession:
+    """The session of a command over these pipelines: their `spark:` settings, the jars their tables' and
+    checkpoints' stores need, the persistent catalog when one of them names its tables (`sink.catalogTable`, a
+    silver `catalogTable`) or `catalog` says so, and the FAIR `pools` to declare. `record_classes`: a run's JVM
+    records its classpath's class archive when there is none (class_archive.py). `streams`: the streaming queries
+    it will run, which size its default heap."""
+    if catalog is None:
+        catalog = any(c.catalog_names is not None or (c.silver is not None and c.silver.catalog_table)
+                      for c in configs)
+    return get_session(app_name, conf={k: v for c in configs for k, v in c.spark.items()},
+                       locations=[location for c in configs for location in c.locations], pools=pools,
+                       catalog=catalog, record_classes=record_classes, pipelines=streams)
 
 
 def get_catalog_session(app_name: str = "ingest", master: str | None = None, conf: Mapping[str, str] | None = None,

@@ -1,10 +1,11 @@
-"""What the two write strategies share: the pipeline's targets, the decoder choice, and a batch's result."""
+"""What the two write paths share: the pipeline's tables, the decoder choice, and a batch's outcome."""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -16,9 +17,17 @@ from ingestion.decode.spec import DecodeSpec, spec_format
 from ingestion.delta import ledger
 from ingestion.delta.append import DeltaAppend
 from ingestion.delta.ledger import BatchKind, BatchRecord, PartitionRange
+from ingestion.delta.rs_append import RsTable
 from ingestion.errors import ConfigError
 
 log = logging.getLogger(__name__)
+
+
+class WritePath(StrEnum):
+    """Which of the two write paths wrote a batch (docs/architecture.md#two-write-paths)."""
+
+    SPARK = "spark"  # a Spark job decoded and wrote it (the few records the JVM could not vouch for, in Python)
+    DRIVER = "driver"  # the driver fetched, decoded and committed it with delta-rs, without a Spark job
 
 
 @dataclass(frozen=True)
@@ -32,33 +41,61 @@ class BatchResult:
     ranges: tuple[PartitionRange, ...]
     max_timestamp: dt.datetime | None
     seconds: float
-    one_pass: bool = False  # written in one Spark job (see one_pass.OnePassWrite), not through the cache
-    direct: bool = False  # written without a Spark job (see direct.DirectWrite)
+    path: WritePath = WritePath.SPARK
+
+
+@dataclass(frozen=True)
+class Empty:
+    """A batch that holds no record to write (no offsets, or transaction markers and aborted records only)."""
+
+
+EMPTY = Empty()
+
+
+@dataclass(frozen=True)
+class Declined:
+    """A batch the driver-side path does not write, and why; nothing of it was committed (the Spark path writes
+    it)."""
+
+    reason: str
 
 
 @dataclass
 class Targets:
-    """One pipeline's tables and schemas, as both strategies write them: bronze under the checkpoint's app id,
-    quarantine under the same id with `.quarantine`."""
+    """One pipeline's tables as both paths write them: bronze under the checkpoint's app id, quarantine under the
+    same id with `.quarantine`; Spark's appends (`DeltaAppend`) and delta-rs's (`RsTable`) of each."""
 
     config: PipelineConfig
     resolver: SchemaResolver
     app_id: str
     bronze: DeltaAppend = field(init=False)
     quarantine: DeltaAppend = field(init=False)
+    bronze_rs: RsTable = field(init=False)
+    quarantine_rs: RsTable = field(init=False)
 
     def __post_init__(self) -> None:
         self.bronze = DeltaAppend(self.config.table_path, self.app_id)
-        self.quarantine = DeltaAppend(self.config.quarantine_path, f"{self.app_id}.quarantine")
+        self.quarantine = DeltaAppend(self.config.quarantine_path, quarantine_app_id(self.app_id))
+        options = self.config.storage_options() or None
+        self.bronze_rs = RsTable(self.config.table_path, options)
+        self.quarantine_rs = RsTable(self.config.quarantine_path, options)
 
     @property
     def spec(self) -> DecodeSpec:
         return self.resolver.spec
 
-    def records(self, stats: list[Any], batch_id: int) -> tuple[BatchRecord, BatchRecord | None]:
-        """The ledger records of the bronze commit and, when records failed, of the quarantine commit."""
+    def records(self, stats: list[Any], batch_id: int, app_id: str | None = None) -> tuple[BatchRecord,
+                                                                                            BatchRecord | None]:
+        """The ledger records of the bronze commit and, when records failed, of the quarantine commit (`app_id`:
+        bronze's txnAppId when not the checkpoint's, as for the start batch)."""
+        bronze_app = app_id or self.bronze.app_id
         return ledger.batch_records(stats, pipeline=self.config.name, batch_id=batch_id, kind=BatchKind.STREAM,
-                                    app_id=self.bronze.app_id, quarantine_app_id=self.quarantine.app_id)
+                                    app_id=bronze_app, quarantine_app_id=quarantine_app_id(bronze_app))
+
+
+def quarantine_app_id(app_id: str) -> str:
+    """The quarantine table's txnAppId of a bronze txnAppId."""
+    return f"{app_id}.quarantine"
 
 
 class DecoderChoice:
@@ -89,16 +126,15 @@ class DecoderChoice:
 def log_result(pipeline: str, r: BatchResult) -> None:
     spans = ", ".join(f"{x.topic}/{x.partition} {x.first}-{x.last}" for x in r.ranges)
     if r.committed:
-        log.info("%s batch %d: %d rows, %d quarantined in %.2fs (%.0f records/s%s), table version %s, offsets %s",
+        log.info("%s batch %d: %d rows, %d quarantined in %.2fs (%.0f records/s, %s), table version %s, offsets %s",
                  pipeline, r.batch_id, r.rows, r.quarantined, r.seconds,
-                 (r.rows + r.quarantined) / max(r.seconds, 1e-9), _strategy(r), r.version,
-                 spans)
+                 (r.rows + r.quarantined) / max(r.seconds, 1e-9), _path(r), r.version, spans)
     else:
         log.warning("%s batch %d: skipped by Delta, (txnAppId, txnVersion=%d) is already committed; "
                     "table version stays %s (offsets %s)", pipeline, r.batch_id, r.batch_id, r.version, spans)
 
 
-def _strategy(r: BatchResult) -> str:
+def _path(r: BatchResult) -> str:
     if r.batch_id == ledger.START_BATCH_ID:
-        return ", the start batch, before the JVM"
-    return ", direct" if r.direct else ", one pass" if r.one_pass else ""
+        return "the start batch, before the JVM"
+    return "driver" if r.path is WritePath.DRIVER else "spark"

@@ -14,21 +14,12 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ingestion import kafka, security, storage
 from ingestion.config import PipelineConfig
-from ingestion.decode.resolver import SchemaResolver
-from ingestion.delta import rs_reads
 from ingestion.errors import ConfigError
 from ingestion.kafka import KafkaSettings
 from ingestion.schema.registry import SchemaSource, source_for
-from ingestion.stream import handover
-from ingestion.stream.handover import GroupStart
-
-if TYPE_CHECKING:
-    from ingestion.stream.early import StartBatch
-    from ingestion.stream.lock import WriterLock
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +33,6 @@ class PipelineContext:
     kafka: KafkaSettings
     partitions: dict[str, list[int]]  # topic -> partitions, sorted by topic
     schemas: SchemaSource
-    # Where a new pipeline taking over from source.startFromGroup starts (resolved for a run whose table records
-    # no offsets yet), else None.
-    group_start: GroupStart | None = None
-    # The schemas `setup.prepare` resolved (and made the tables with) while the JVM booted, for the next `start`
-    # to take instead of resolving them again; None otherwise.
-    prepared: SchemaResolver | None = None
-    # The writer lock and the start batch `early.write` took and wrote while the JVM booted, for the next `start`.
-    lock: WriterLock | None = None
-    start_batch: StartBatch | None = None
 
     @property
     def name(self) -> str:
@@ -98,8 +80,6 @@ def resolve(config: PipelineConfig, *, check: bool = False, missing_ok: bool = F
     context = PipelineContext(config, settings, found, source_for(config))
     if check:
         kafka.check_pipeline(config, settings, found, context.group)
-        if config.source.start_from_group and not rs_reads.recorded_offsets(config):
-            context.group_start = handover.plan(context)  # before the JVM: an active group is refused in seconds
     return context
 
 

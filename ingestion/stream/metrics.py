@@ -11,6 +11,8 @@ Opening the store (importing mlflow, SQLAlchemy, checking the SQLite schema) tak
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import queue
@@ -18,8 +20,10 @@ import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
+from ingestion.config import PipelineConfig
 from ingestion.errors import one_line
 from ingestion.paths import state_dir
 
@@ -163,3 +167,22 @@ def _param(key: str, value: str) -> Param:
     from mlflow.entities import Param
 
     return Param(key, str(value)[:6000])
+
+
+def start_metrics(config: PipelineConfig, app_id: str, available_now: bool, starting: str | None) -> RunMetrics:
+    """The MLflow run of one `ingest run` of a pipeline, its parameters logged (no secret: the config's digest is
+    of its redacted form)."""
+    import pyspark
+
+    params = {
+        "pipeline": config.name, "topic": config.subscription,
+        "table": config.table_path,
+        "checkpoint": config.checkpoint_path, "txn_app_id": app_id,
+        "starting_offsets": starting or config.source.starting_offsets,
+        "trigger": "availableNow" if available_now else config.sink.trigger,
+        "config_digest": hashlib.sha256(json.dumps(config.redacted(), sort_keys=True).encode()).hexdigest()[:16],
+        "consumer_group": config.consumer_group,
+        "spark_version": pyspark.__version__, "delta_version": metadata.version("delta-spark"),
+        "confluent_kafka_version": metadata.version("confluent-kafka"),
+    }
+    return RunMetrics.start(config.experiment, config.name, params)

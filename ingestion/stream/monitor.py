@@ -24,7 +24,7 @@ from ingestion import kafka
 from ingestion.config import PipelineConfig
 from ingestion.errors import KafkaAccessError, one_line
 from ingestion.runtime.listener import ProgressListener
-from ingestion.stream.batch import BatchResult
+from ingestion.stream.batch import BatchResult, WritePath
 from ingestion.stream.metrics import RunMetrics
 from ingestion.stream.prometheus import LagRefresher
 
@@ -75,7 +75,7 @@ def batch_metrics(progress: Any, result: BatchResult | None, lags: dict[str, dic
     partition (`topic_lags`)."""
     read, read_rate, processed_rate = (float(progress.numInputRows), float(progress.inputRowsPerSecond or 0.0),
                                        float(progress.processedRowsPerSecond or 0.0))
-    if result is not None and result.direct:  # Spark's source read nothing: the writer fetched the records
+    if result is not None and result.path is WritePath.DRIVER:  # Spark's source read nothing: the driver fetched
         read = float(result.rows + result.quarantined)
         read_rate = processed_rate = read / max(progress.batchDuration / 1000, 1e-3)
     return _metrics(read, read_rate, processed_rate, float(progress.batchDuration), result, lags, now,

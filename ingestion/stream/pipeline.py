@@ -3,50 +3,44 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
-from importlib import metadata
-from typing import Any, TypeVar
+from typing import Any
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from ingestion import kafka, storage
+from ingestion import kafka
 from ingestion.config import PipelineConfig
-from ingestion.delta import ledger, rs_reads
-from ingestion.delta.log_checkpoints import BackgroundCheckpoints, checkpoint_if_due
+from ingestion.delta import ledger
+from ingestion.delta.log_checkpoints import BackgroundCheckpoints
 from ingestion.errors import IngestionError, KafkaAccessError, one_line
 from ingestion.kafka import access
 from ingestion.runtime import listener
-from ingestion.schema import registry
-from ingestion.silver import ledger as silver_ledger
 from ingestion.silver.follower import Lag, SilverFollower
 from ingestion.silver.ledger import SilverRecord
-from ingestion.stream import checkpoint, context, early, handover, setup, source
+from ingestion.stream import checkpoint, context, handover, setup, source
 from ingestion.stream.batch import BatchResult
 from ingestion.stream.context import PipelineContext
+from ingestion.stream.facts import Facts, Launch, Prepared, read_facts
 from ingestion.stream.lock import WriterLock
 from ingestion.stream.maintenance import ScheduledMaintenance
-from ingestion.stream.metrics import RunMetrics, end_abandoned
+from ingestion.stream.metrics import RunMetrics, end_abandoned, start_metrics
 from ingestion.stream.monitor import PipelineMonitor, Progress
 from ingestion.stream.prometheus import Exporter, LagRefresher, PipelineState, watch
 from ingestion.stream.writer import BronzeWriter
 from ingestion.units import spark_interval
 
 log = logging.getLogger(__name__)
-
-In = TypeVar("In")
-Out = TypeVar("Out")
 
 # How one of our errors raised on an executor or in foreachBatch appears in Spark's failure text.
 _OUR_ERROR = re.compile(r"^\s*ingestion\.errors\.\w+: (.*)$")
@@ -104,25 +98,30 @@ class RunningPipeline:
 
 
 def start(spark: SparkSession, target: PipelineConfig | PipelineContext, *, available_now: bool = False,
-          with_metrics: bool = True, pool: str | None = None, exporter: Exporter | None = None) -> RunningPipeline:
+          with_metrics: bool = True, pool: str | None = None, exporter: Exporter | None = None,
+          launch: Launch | None = None) -> RunningPipeline:
     """Start the streaming query of one pipeline and return at once. Kafka is asked first (the brokers and the
-    topics, unless `target` is a context that was: `check_can_start`), so a pipeline that cannot run creates
-    nothing; then the writer lock is taken (a second writer of the pipeline is refused at once). A failure after
-    that releases the lock and closes the MLflow run as FAILED. With an `exporter`, the pipeline's Prometheus
-    series follow it from `starting`."""
+    topics, unless `target` is a context that was: `launch.check_can_start`), so a pipeline that cannot run creates
+    nothing; then the writer lock is taken (a second writer of the pipeline is refused at once) and the run's facts
+    read under it, unless the launch sequence (`launch`) did both and hands them down with what it prepared. A
+    failure after that releases the lock and closes the MLflow run as FAILED. With an `exporter`, the pipeline's
+    Prometheus series follow it from `starting`."""
     prometheus = None
     try:
         ctx = context.of(target, check=True)
         prometheus = watch(exporter, ctx, available_now=available_now) if exporter is not None else None
-        lock, ctx.lock = ctx.lock, None  # held since the start batch (`early.write`), or taken now
+        lock = launch.lock if launch is not None else None  # held since the launch sequence, or taken now
         if lock is None:
             lock = WriterLock(ctx.name, ctx.config.checkpoint_path, spark)
             lock.acquire()
-        if lock.taken_from is not None:  # the last writer died holding the lock: close its MLflow run
-            end_abandoned(lock.taken_from)
+            if lock.taken_from is not None:  # the last writer died holding the lock: close its MLflow run
+                end_abandoned(lock.taken_from)
         try:
-            running = _start(spark, ctx, available_now=available_now, with_metrics=with_metrics, pool=pool,
-                             prometheus=prometheus)
+            facts = launch.facts if launch is not None and launch.lock is not None and launch.facts is not None \
+                else read_facts(ctx)  # read under the lock
+            prepared = launch.prepared if launch is not None else None
+            running = _start(spark, ctx, facts, prepared or Prepared(None), available_now=available_now,
+                             with_metrics=with_metrics, pool=pool, prometheus=prometheus)
         except BaseException:
             lock.release()
             raise
@@ -141,107 +140,7 @@ def start(spark: SparkSession, target: PipelineConfig | PipelineContext, *, avai
     return running
 
 
-def finish_without_jvm(ctx: PipelineContext, exporter: Exporter | None = None) -> BatchResult | None:
-    """End an available-now run whose start batch (`early.write`) left nothing to read, without a JVM: the
-    batch reported as a query's would be (MLflow run, consumer group, Prometheus series) and the writer lock
-    released; the batch, or None (nothing done) when there is none or records remain."""
-    start_batch = ctx.start_batch
-    if start_batch is None or ctx.lock is None or caught_up(ctx) is None:
-        return None
-    config, lock = ctx.config, ctx.lock
-    ctx.start_batch = ctx.lock = None
-    prometheus = watch(exporter, ctx, available_now=True) if exporter is not None else None
-    try:
-        if lock.taken_from is not None:  # the last writer died holding the lock: close its MLflow run
-            end_abandoned(lock.taken_from)
-        folder = storage.local_folder(config.checkpoint_path)
-        assert folder is not None
-        metrics = _start_metrics(config, checkpoint.local_app_id(folder, config.name), True, None)
-        lock.note_run(metrics.run_id, metrics.uri)
-        if prometheus is not None:
-            prometheus.metrics.set_state(PipelineState.RUNNING)
-            prometheus.start()
-        monitor = PipelineMonitor(config, ctx.kafka.client, metrics, None, prometheus)
-        monitor.on_start_batch(start_batch.result, start_batch.ends, start_batch.lags)
-        monitor.close()
-        properties = setup.table_properties(config)
-        if start_batch.result.version is not None and properties is not None:
-            checkpoint_if_due(config.table_path, start_batch.result.version, properties)
-        metrics.finish(RunStatus.FINISHED)
-        if prometheus is not None:
-            prometheus.stop(PipelineState.STOPPED)
-    finally:
-        lock.release()
-    return start_batch.result
-
-
-def finish_all_without_jvm(contexts: Sequence[PipelineContext], exporter: Exporter | None = None, *,
-                           write: bool) -> list[BatchResult | None]:
-    """`finish_without_jvm` of each context (its start batch written first with `write`), several at once."""
-    def finish(ctx: PipelineContext) -> BatchResult | None:
-        if write:
-            early.prepare(ctx)
-        return finish_without_jvm(ctx, exporter)
-
-    return _each(finish, contexts, STARTS_AT_ONCE)
-
-
-def check_can_start(config: PipelineConfig) -> PipelineContext:
-    """What `start` checks first, without a Spark session: Kafka answers, the topics exist and may be read, the
-    consumer group may be used, no other process runs the pipeline, the schema registry (if any) answers and takes
-    the credentials. A command calls it before it boots a JVM, so these failures come in seconds; the context it
-    returns (one listing of the topics) is what the run goes on with."""
-    ctx = context.resolve(config, check=True)
-    WriterLock(config.name, config.checkpoint_path).probe()
-    registry.check_registry(config)
-    return ctx
-
-
-CHECKS_AT_ONCE = 8  # pipelines `check_all_can_start` and `all_caught_up` ask Kafka about at once
 STARTS_AT_ONCE = 4  # pipelines `run_all` starts at once
-
-
-def check_all_can_start(configs: Sequence[PipelineConfig]) -> list[PipelineContext]:
-    """`check_can_start` of each pipeline, several at once: each is a few Kafka clients' setup and round trips,
-    mostly waiting (0.16 s a pipeline, 16 s for 100 one after another). The first failure in the configs' order
-    is raised."""
-    return _each(check_can_start, configs, CHECKS_AT_ONCE)
-
-
-def all_caught_up(contexts: Sequence[PipelineContext]) -> list[dict[str, dict[int, int]] | None]:
-    """`caught_up` of each context, several at once."""
-    return _each(caught_up, contexts, CHECKS_AT_ONCE)
-
-
-def _each(work: Callable[[In], Out], items: Sequence[In], width: int) -> list[Out]:
-    if len(items) <= 1:
-        return [work(item) for item in items]
-    with ThreadPoolExecutor(min(width, len(items)), thread_name_prefix=work.__name__) as pool:
-        return list(pool.map(work, items))
-
-
-def caught_up(ctx: PipelineContext) -> dict[str, dict[int, int]] | None:
-    """Per topic and partition, the offset the table has reached, when it holds every committed record Kafka has
-    now and its silver table (if any) every bronze version (an available-now run would have nothing to do); None
-    otherwise, or when that cannot be told without a JVM (no ledger yet, a table delta-rs cannot read). Read with
-    delta-rs and a Kafka consumer: no JVM."""
-    recorded = rs_reads.recorded_offsets(ctx.config)  # none yet (a new table), or unknown without a JVM
-    if not recorded:
-        return None
-    config = ctx.config
-    if config.silver_path is not None and not silver_ledger.rs_caught_up(
-            config.silver_path, config.table_path, config.storage_options() or None):
-        return None  # silver has bronze versions to merge
-    reached: dict[str, dict[int, int]] = {}
-    for topic, marks in kafka.watermarks_of(ctx.kafka.client, ctx.partitions).items():
-        done = recorded.get(topic, {})  # a topic the table never read: caught up only while it is empty
-        position = {p: max(low, done.get(str(p), low)) for p, (low, _) in marks.items()}
-        behind = {p: o for p, o in position.items() if o < marks[p][1]}
-        unread = kafka.first_unread(ctx.kafka.client, topic, behind) if behind else {}
-        if len(unread) < len(behind) or any(first is not None for first in unread.values()):
-            return None  # committed records to ingest (or a partition that did not answer)
-        reached[topic] = position
-    return reached or None
 
 
 def pool_name(config: PipelineConfig | PipelineContext) -> str:
@@ -264,28 +163,32 @@ def _started_in_pool(spark: SparkSession, stream: Any, pool: str | None) -> Stre
         context.setLocalProperty("spark.scheduler.pool", previous)  # type: ignore[arg-type]
 
 
-def _start(spark: SparkSession, ctx: PipelineContext, *, available_now: bool,
+def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Prepared, *, available_now: bool,
            with_metrics: bool, pool: str | None = None, prometheus: LagRefresher | None = None) -> RunningPipeline:
     config = ctx.config
-    schemas, ctx.prepared = ctx.prepared or setup.resolver(spark, ctx), None
-    setup.ensure_tables(spark, config, schemas.spec)
+    schemas = prepared.schemas or setup.resolver(spark, ctx)
+    setup.ensure_tables(spark, config, schemas.spec, made=prepared.schemas is not None)
     setup.widen_table(spark, config, schemas)
     location = config.checkpoint_path
-    resumed = checkpoint.has_progress(spark, location)
+    resumed = facts.checkpoint_started if facts.checkpoint_started is not None else \
+        checkpoint.has_progress(spark, location)
     app_id = checkpoint.app_id(spark, location, config.name)
-    recorded = _recorded_offsets(spark, config, needed=available_now or not resumed)
+    facts = facts.after(prepared.start_batch)
+    recorded = _recorded_offsets(spark, config, facts) if available_now or not resumed else {}
     starting = None if resumed else _resume_from_table(ctx, recorded)
     if config.source.start_from_group:
-        starting = _start_from_group(ctx, starting, resumed=resumed)
+        starting = _start_from_group(ctx, starting, resumed=resumed, planned=facts.group_start)
     log.info("%s: %s checkpoint %s, txnAppId %s%s", config.name, "resuming" if resumed else "new", location,
              app_id, f", starting from the table's offsets {starting}" if starting else "")
-    metrics = _start_metrics(config, app_id, available_now, starting) if with_metrics else None
+    metrics = start_metrics(config, app_id, available_now, starting) if with_metrics else None
     try:
-        progress = Progress(_records_to_do(ctx, recorded)) if available_now else None
+        progress = Progress(facts.records_to_do()) if available_now else None
         monitor = PipelineMonitor(config, ctx.kafka.client, metrics, progress, prometheus)
         batches: list[BatchResult] = []
+        properties = dict(facts.table.properties) if facts.table is not None and facts.table.exists else \
+            setup.table_properties(config)
         log_checkpoints = BackgroundCheckpoints.for_table(spark, config.table_path, name=config.name,
-                                                          properties=setup.table_properties(config))
+                                                          properties=properties)
         if log_checkpoints is not None and not available_now:
             log_checkpoints.warm_up()  # the JVM's first checkpoint is slow: at start, not beside the steady stream
         scheduled = ScheduledMaintenance.for_pipeline(spark, config, metrics)
@@ -301,7 +204,7 @@ def _start(spark: SparkSession, ctx: PipelineContext, *, available_now: bool,
             if scheduled is not None and result.committed:
                 scheduled.committed(result.batch_id)
 
-        start_batch, ctx.start_batch = ctx.start_batch, None
+        start_batch = prepared.start_batch
         if start_batch is not None:
             batches.append(start_batch.result)
             monitor.on_start_batch(start_batch.result, start_batch.ends, start_batch.lags)
@@ -352,11 +255,13 @@ def _silver(spark: SparkSession, config: PipelineConfig, pool: str | None, metri
 
 
 def run(spark: SparkSession, target: PipelineConfig | PipelineContext, *, available_now: bool = False,
-        exporter: Exporter | None = None) -> RunningPipeline:
-    """Run a pipeline until it stops: caught up (available-now), failed, or asked to stop (SIGINT, SIGTERM)."""
+        exporter: Exporter | None = None, launch: Launch | None = None) -> RunningPipeline:
+    """Run a pipeline's query in `spark` until it stops: caught up (available-now), failed, or asked to stop
+    (SIGINT, SIGTERM). The launch sequence (`launch.run`, the public `ingestion.run_pipeline`) calls it with what it
+    read and prepared; called directly, it reads them itself."""
     with _stop_signals() as stop_requested:
         # a signal meanwhile stops it at once
-        running = start(spark, target, available_now=available_now, exporter=exporter)
+        running = start(spark, target, available_now=available_now, exporter=exporter, launch=launch)
         ctx = running.context
         status = RunStatus.FAILED
         try:
@@ -388,12 +293,14 @@ def run(spark: SparkSession, target: PipelineConfig | PipelineContext, *, availa
 
 
 def run_all(spark: SparkSession, targets: Sequence[PipelineConfig | PipelineContext], *,
-            available_now: bool = False, exporter: Exporter | None = None) -> dict[str, RunOutcome]:
+            available_now: bool = False, exporter: Exporter | None = None,
+            launches: Sequence[Launch] | None = None) -> dict[str, RunOutcome]:
     """Run several pipelines in one Spark application, a query each (own checkpoint, own txnAppId), each query's
     jobs in its own FAIR pool (`pool_name`; declare them with `get_session(pools=...)`). A pipeline that fails is
     reported by name and stopped; the others go on. Returns pipeline name -> how it ended."""
     outcome: dict[str, RunOutcome] = {}
-    running = _start_all(spark, targets, outcome, available_now=available_now, exporter=exporter)
+    running = _start_all(spark, targets, outcome, available_now=available_now, exporter=exporter,
+                         launches=launches)
 
     def ended(r: RunningPipeline, result: RunOutcome) -> None:
         outcome[r.config.name] = result
@@ -437,16 +344,17 @@ def run_all(spark: SparkSession, targets: Sequence[PipelineConfig | PipelineCont
 
 
 def _start_all(spark: SparkSession, targets: Sequence[PipelineConfig | PipelineContext],
-               outcome: dict[str, RunOutcome], *, available_now: bool,
-               exporter: Exporter | None) -> list[RunningPipeline]:
+               outcome: dict[str, RunOutcome], *, available_now: bool, exporter: Exporter | None,
+               launches: Sequence[Launch] | None) -> list[RunningPipeline]:
     """Start every pipeline, `STARTS_AT_ONCE` at a time: a start is mostly waiting (on the JVM, Kafka, the
     tracking store), and 100 one after another took 77 s. A pipeline that cannot start is in `outcome`; the
     others run. Any other error stops the pipelines started and is raised."""
     started: list[RunningPipeline] = []
     with ThreadPoolExecutor(max(1, min(STARTS_AT_ONCE, len(targets))), thread_name_prefix="start") as pool:
+        handed = list(launches) if launches is not None else [None] * len(targets)
         futures: list[Future[RunningPipeline]] = [
             pool.submit(start, spark, target, available_now=available_now, pool=pool_name(target),
-                        exporter=exporter) for target in targets]
+                        exporter=exporter, launch=launch) for target, launch in zip(targets, handed, strict=True)]
         unexpected: BaseException | None = None
         for target, future in zip(targets, futures, strict=True):
             try:
@@ -542,30 +450,15 @@ def _stop_silver(running: RunningPipeline, status: RunStatus) -> None:
             log.error("%s: silver failed: %s", running.config.name, one_line(exc))
 
 
-def _recorded_offsets(spark: SparkSession, config: PipelineConfig, *, needed: bool) -> dict[str, dict[str, int]]:
-    """Where the table's ledger says the topic's partitions continue, when the start needs it: a new checkpoint
-    resumes there, and an available-now run counts its records to do from there. A stream that resumes its
-    checkpoint needs neither, and a table at version 0 (its creation) has no ledger. Reading the ledger is Delta's
-    commit history: read with delta-rs where it can (milliseconds; `DeltaTable.isDeltaTable` alone took about half a
-    second of each pipeline's start under `run --all`), else by Delta in the JVM (seconds in a new JVM, its history
-    reader's first use, growing with the table's versions)."""
-    if not needed:
-        return {}
-    recorded = rs_reads.recorded_offsets(config)
-    if recorded is not None:
-        return recorded
+def _recorded_offsets(spark: SparkSession, config: PipelineConfig, facts: Facts) -> dict[str, dict[str, int]]:
+    """Where the table's ledger says the topic's partitions continue (a new checkpoint resumes there, an
+    available-now run counts its records to do from there): the facts' (read with delta-rs), or read by Delta in
+    the JVM where delta-rs cannot read the table (seconds in a new JVM, growing with the table's versions)."""
+    if facts.recorded is not None:
+        return {t: dict(parts) for t, parts in facts.recorded.items()}
     if ledger.table_version(spark, config.table_path) == 0:
         return {}
     return ledger.next_offsets(ledger.history(spark, config.table_path))
-
-
-def _records_to_do(ctx: PipelineContext, recorded: dict[str, dict[str, int]]) -> int:
-    """Offsets between where the table stands (or the start of each topic) and the end of each topic."""
-    total = 0
-    for topic, marks in kafka.watermarks_of(ctx.kafka.client, ctx.partitions).items():
-        done = recorded.get(topic, {})
-        total += sum(max(0, high - max(low, done.get(str(p), low))) for p, (low, high) in marks.items())
-    return total
 
 
 def failure_reason(exc: Exception, ctx: PipelineContext | None = None) -> str:
@@ -616,7 +509,8 @@ def _resume_from_table(ctx: PipelineContext, recorded: dict[str, dict[str, int]]
     return json.dumps(positions) if positions else None
 
 
-def _start_from_group(ctx: PipelineContext, starting: str | None, *, resumed: bool) -> str | None:
+def _start_from_group(ctx: PipelineContext, starting: str | None, *, resumed: bool,
+                      planned: handover.GroupStart | None) -> str | None:
     """With source.startFromGroup: the group's positions for a new checkpoint of a table that records no offsets
     (`handover`), else the positions already decided, the key ignored with one line saying why."""
     group = ctx.config.source.start_from_group
@@ -624,24 +518,7 @@ def _start_from_group(ctx: PipelineContext, starting: str | None, *, resumed: bo
         log.info("%s: source.startFromGroup %r ignored: %s", ctx.name, group,
                  "the checkpoint goes on" if resumed else "the table records offsets, it resumes from them")
         return starting
-    start = ctx.group_start or handover.plan(ctx)
+    start = planned or handover.plan(ctx)
     log.info("%s: taking over from consumer group %r: %s", ctx.name, group,
              "; ".join(p.describe() for p in start.partitions))
     return start.positions()
-
-
-def _start_metrics(config: PipelineConfig, app_id: str, available_now: bool, starting: str | None) -> RunMetrics:
-    import pyspark
-
-    params = {
-        "pipeline": config.name, "topic": config.subscription,
-        "table": config.table_path,
-        "checkpoint": config.checkpoint_path, "txn_app_id": app_id,
-        "starting_offsets": starting or config.source.starting_offsets,
-        "trigger": "availableNow" if available_now else config.sink.trigger,
-        "config_digest": hashlib.sha256(json.dumps(config.redacted(), sort_keys=True).encode()).hexdigest()[:16],
-        "consumer_group": config.consumer_group,
-        "spark_version": pyspark.__version__, "delta_version": metadata.version("delta-spark"),
-        "confluent_kafka_version": metadata.version("confluent-kafka"),
-    }
-    return RunMetrics.start(config.experiment, config.name, params)

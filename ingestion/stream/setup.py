@@ -59,17 +59,15 @@ def plans(spark: SparkSession | None, config: PipelineConfig, spec: DecodeSpec) 
 
 def prepare(ctx: PipelineContext) -> SchemaResolver | None:
     """Without a JVM, what a run needs before its first batch and can have before its session exists: the
-    schemas (kept in `ctx.prepared` for `start`), and the tables (created with delta-rs). Run while the JVM
-    boots; None when only Spark can do it (a table delta-rs cannot read), which `ensure_tables` then does with
-    the session."""
+    schemas, and the tables (created with delta-rs). Run while the JVM boots; None when only Spark can do it (a
+    table delta-rs cannot read or make), which the query's start then does with the session."""
     try:
         schemas = resolver(None, ctx)
-        make_tables(None, ctx.config, schemas.spec)
+        made = make_tables(None, ctx.config, schemas.spec)
     except JvmFreeReadError as exc:
         log.debug("%s: %s; the tables are checked with Spark", ctx.name, exc)
         return None
-    ctx.prepared = schemas
-    return schemas
+    return schemas if made else None
 
 
 def make_tables(spark: SparkSession | None, config: PipelineConfig, spec: DecodeSpec) -> bool:
@@ -79,12 +77,13 @@ def make_tables(spark: SparkSession | None, config: PipelineConfig, spec: Decode
     return all(p.exists or p.made for p in tables.ensure_tables(spark, config, *schemas))
 
 
-def ensure_tables(spark: SparkSession, config: PipelineConfig, spec: DecodeSpec) -> list[TablePlan]:
-    """Create the tables that do not exist yet, and register them under `sink.catalogTable` when they are not;
-    the plans (with `exists` as it was before)."""
+def ensure_tables(spark: SparkSession, config: PipelineConfig, spec: DecodeSpec,
+                  made: bool = False) -> list[TablePlan]:
+    """Create the tables that do not exist yet (unless `made`: `prepare` made them), and register them under
+    `sink.catalogTable` when they are not; the plans (with `exists` as it was before; none when `made`)."""
     for name, path in catalog.pipeline_names(config):  # a name taken elsewhere stops it before anything is made
         catalog.check(spark, name, path, config.file)
-    found = tables.ensure_tables(spark, config, *bronze.table_schemas(spec))
+    found = [] if made else tables.ensure_tables(spark, config, *bronze.table_schemas(spec))
     for done in catalog.register_pipeline(spark, config):
         if done.state == "registered":
             log.info("%s: registered %s in the catalog (%s)", config.name, done.name, done.path)

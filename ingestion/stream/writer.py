@@ -1,20 +1,17 @@
-"""The exactly-once writer, called by `foreachBatch` once per micro-batch.
+"""The exactly-once writer, called by `foreachBatch` once per micro-batch: it picks one of the two write paths.
 
 Every commit carries `txnAppId` (bronze: the checkpoint's id; quarantine: the same with `.quarantine`),
-`txnVersion = batch id`, and the batch's offset ranges (the ledger) as the commit's `userMetadata`. A batch is
-written by one of three strategies over the same decode API:
+`txnVersion = batch id`, and the batch's offset ranges (the ledger) as the commit's `userMetadata`, whichever path
+makes it (docs/architecture.md#two-write-paths):
 
-- **Direct** (`direct.DirectWrite`, batches of at most `sink.directWriteMaxOffsets` offsets): no Spark job; the
-  driver fetches the planned offset ranges, decodes them in Python and commits one Parquet file. A batch it does
-  not handle goes on to the next two, nothing written.
-- **One pass** (`one_pass.OnePassWrite`, most batches): one Spark job decodes, verifies, summarizes and writes the
-  bronze files, committed through Delta's transaction API only if the JVM verified every record.
-- **Settled** (`settled.SettledWrite`): decode once into a cache (the JVM where it can verify, the Python decoder
-  for the rest), append the records that failed to quarantine, then the rest to bronze. A batch the one-pass write
-  gives back is settled, and so is the next one, until a batch has nothing for the Python decoder.
+- **Driver** (`driver_write.DriverWrite`, a batch of at most `sink.directWriteMaxOffsets` offsets): no Spark job;
+  the driver fetches the planned offset ranges, decodes them in Python and commits with delta-rs. A batch it does
+  not write (`Declined`) goes to the Spark path, nothing written.
+- **Spark** (`spark_write.SparkWrite`, every other batch): one Spark job decodes and writes the batch, the few
+  records its JVM decoder cannot vouch for decoded in Python by the driver and added to the same transaction.
 
 When Spark replays a batch after a crash between the Delta commits and its own checkpoint, the batch id is the
-same, so Delta sees a (txnAppId, txnVersion) it already holds and writes nothing; the writer logs the skip.
+same, so the table holds its (txnAppId, txnVersion) already and nothing is written; the writer logs the skip.
 """
 
 from __future__ import annotations
@@ -31,10 +28,11 @@ from pyspark.sql import DataFrame, SparkSession
 from ingestion.config import PipelineConfig
 from ingestion.decode.resolver import SchemaResolver
 from ingestion.errors import IngestionError
-from ingestion.stream.batch import BatchResult, DecoderChoice, Targets, log_result
-from ingestion.stream.direct import EMPTY, DirectWrite
-from ingestion.stream.one_pass import OnePassWrite
-from ingestion.stream.settled import SettledWrite
+from ingestion.kafka.fetch import RangeFetcher
+from ingestion.runtime import batch_plan
+from ingestion.stream.batch import BatchResult, DecoderChoice, Empty, Targets, log_result
+from ingestion.stream.driver_write import DriverWrite
+from ingestion.stream.spark_write import SparkWrite
 
 __all__ = ["BatchResult", "BronzeWriter", "StopRequested"]
 
@@ -63,14 +61,12 @@ class BronzeWriter:
         # run (a pattern's, found by Spark's listing), which the schema resolver follows from then on.
         self.on_topics = on_topics
         self.targets = Targets(config, resolver, app_id)
-        self.bronze = self.targets.bronze
-        self.quarantine = self.targets.quarantine
         self.decoder = DecoderChoice(self.targets)
-        # the direct strategy needs the run's consumer settings; without them every batch is a Spark job
-        self.direct = DirectWrite(self.targets, kafka_client)
-        self.one_pass = OnePassWrite(self.targets)
-        self.settled = SettledWrite(self.targets, self.decoder)
-        self._one_pass_next = True
+        # the driver-side path needs the run's consumer settings; without them every batch is a Spark job
+        self.max_driver_offsets = config.sink.direct_write_max_offsets if kafka_client is not None else 0
+        self.driver = DriverWrite(self.targets, RangeFetcher(kafka_client, config.consumer_group)) \
+            if kafka_client is not None and self.max_driver_offsets else None
+        self.spark = SparkWrite(self.targets, self.decoder)
         self.stop_requested = threading.Event()
         self.idle = threading.Event()  # no batch is being written
         self.idle.set()
@@ -86,20 +82,20 @@ class BronzeWriter:
 
     def _write(self, kafka_rows: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
-        spark = kafka_rows.sparkSession
         ingested_at = dt.datetime.now(dt.UTC)
-        direct = self.direct.write(kafka_rows, batch_id, ingested_at, started)
-        if direct is EMPTY:
+        result: BatchResult | None = None
+        spans = batch_plan.kafka_offset_ranges(kafka_rows) if self.driver is not None else None
+        if spans == []:  # Spark plans no input partition for a batch without offsets (a new query's first, say)
             log.debug("%s batch %d: no records, nothing to write", self.config.name, batch_id)
             return
-        result = direct if isinstance(direct, BatchResult) else None
-        if result is None and self.jvm_path(spark) and self._one_pass_next and self.one_pass.usable(spark):
-            result = self.one_pass.write(kafka_rows, batch_id, ingested_at, started)
-            self._one_pass_next = not self.one_pass.needs_python
+        if self.driver is not None and spans and sum(s.size for s in spans) <= self.max_driver_offsets:
+            written = self.driver.write(spans, batch_id, ingested_at, started)
+            if isinstance(written, Empty):
+                log.debug("%s batch %d: no records, nothing to write", self.config.name, batch_id)
+                return
+            result = written if isinstance(written, BatchResult) else None
         if result is None:
-            result = self.settled.write(kafka_rows, batch_id, ingested_at, started)
-            # The next batch tries the one-pass write again once a batch had nothing for the Python decoder.
-            self._one_pass_next = not self.settled.had_python_records
+            result = self.spark.write(kafka_rows, batch_id, ingested_at, started)
         if result is None:
             return
         log_result(self.config.name, result)
@@ -114,9 +110,10 @@ class BronzeWriter:
             self.on_batch(result)
 
     def close(self) -> None:
-        """Close what the writer holds between batches (the direct strategy's consumer)."""
-        self.direct.close()
+        """Close what the writer holds between batches (the driver path's consumer)."""
+        if self.driver is not None:
+            self.driver.close()
 
     def jvm_path(self, spark: SparkSession) -> bool:
-        """Whether records are decoded by Spark's from_avro first (decided once per schema version)."""
+        """Whether records are decoded by Spark's JVM decoder first (decided once per schema version)."""
         return self.decoder.jvm(spark)

@@ -2,8 +2,9 @@
 killed writer left RUNNING. While a run holds the pipeline, a second writer is refused at once in one line.
 
 The process group (Python driver and its Spark JVM) is killed at once, as a crashed machine would be. Fault
-points (INGEST_TEST_FAULT) hold the writer right after a Delta commit and right before one, so the kill lands
-exactly between the Delta commit and Spark's checkpoint, the window exactly-once depends on.
+points (INGEST_TEST_FAULT) hold the writer right after a Delta commit, right before one, and (the driver-side path)
+with a data file written that no commit names, so the kill lands exactly between the Delta commit and Spark's
+checkpoint, the window exactly-once depends on, and in the others.
 """
 
 from __future__ import annotations
@@ -89,8 +90,13 @@ def test_sigkill_at_several_moments_then_restart_loses_and_duplicates_nothing(
         run0 = IngestProcess(config, tmp_path / f"run0-{n}.log", fault=f"{fault}:{ledger.START_BATCH_ID}")
         run0.wait_for(run0.marker.exists)
         run0.kill()
-    assert delta_txns(table) == [] and not commits.exists()
+    # the start batch commits its own SetTransaction: the checkpoint's app id with `.start`, the version it follows
+    assert [(v, a.endswith(".start"), t) for v, a, t in delta_txns(table)] == [(1, True, 0)]
+    assert not commits.exists()
     assert sum(r.rows for r in DeltaRsReader().history(str(table))) == 100
+
+    def query_txns() -> list[int]:
+        return [v for _, a, v in delta_txns(table) if not a.endswith(".start")]
 
     # 1. Killed right after batch 1's Delta commit, before Spark's checkpoint marks batch 1 done.
     run1 = IngestProcess(config, tmp_path / "run1.log", fault="after_commit:1")
@@ -108,7 +114,7 @@ def test_sigkill_at_several_moments_then_restart_loses_and_duplicates_nothing(
     assert lines[0].startswith("error: pipeline 'orders' is already running (pid ")
     assert f"pid {run1.proc.pid} on " in lines[0]
     run1.kill()
-    assert [v for _, _, v in delta_txns(table)] == [0, 1]
+    assert query_txns() == [0, 1]
     assert not (commits / "1").exists(), "the checkpoint must not know batch 1 is done yet"
 
     # 2. Restarted: Spark replays batch 1 under the same batch id and txnAppId; Delta must skip it. Then killed
@@ -117,7 +123,17 @@ def test_sigkill_at_several_moments_then_restart_loses_and_duplicates_nothing(
     run2.wait_for(run2.marker.exists)
     run2.kill()
     assert "orders batch 1: skipped by Delta" in run2.text()
-    assert [v for _, _, v in delta_txns(table)] == [0, 1, 2]
+    assert query_txns() == [0, 1, 2]
+
+    # 2b. Killed with batch 3's data file written by the driver-side path, not committed: a file no commit names.
+    committed_files = set(table.glob("*.parquet"))
+    run2b = IngestProcess(config, tmp_path / "run2b.log", fault="files_written:3")
+    run2b.wait_for(run2b.marker.exists)
+    run2b.kill()
+    assert query_txns() == [0, 1, 2]
+    orphans = set(table.glob("*.parquet")) - committed_files
+    live = {f["path"] for f in _adds(table)}
+    assert orphans and not {f.name for f in orphans} & live
 
     # 3. More records arrive; a run is killed at an arbitrary moment, just after its first commit.
     produced += produce_orders(kafka_servers, topic, 150, schema_id=1, schema=orders_schema, first_seq=600)
@@ -137,16 +153,22 @@ def test_sigkill_at_several_moments_then_restart_loses_and_duplicates_nothing(
 
     # From the Delta log: one txn action per batch id, all under one app id, so no batch was written twice;
     # the replay of batch 1 left no trace but the skip.
-    txns = delta_txns(table)
+    txns = [t for t in delta_txns(table) if not t[1].endswith(".start")]
     app_ids = {app for _, app, _ in txns}
     versions = [v for _, _, v in txns]
     assert len(app_ids) == 1
     assert versions == sorted(set(versions)), f"a txn version was committed twice: {versions}"
     assert set(versions) == {r["_batch_id"] for r in rows} - {ledger.START_BATCH_ID}
-    # two start batches committed (run 0's first, run 1's), 100 records each, under the checkpoint's app id
+    # two start batches committed (run 0's first, run 1's), 100 records each, under the checkpoint's app id with
+    # `.start`, each with the table version it followed as its txnVersion
+    app_id = app_ids.pop()
     starts = [r for r in DeltaRsReader().history(str(table)) if r.batch_id == ledger.START_BATCH_ID]
-    assert [(r.rows, r.app_id) for r in starts] == [(100, app_ids.pop())] * 2
+    assert [(r.rows, r.app_id) for r in starts] == [(100, f"{app_id}.start")] * 2
+    assert [(a, t) for v, a, t in delta_txns(table) if a.endswith(".start")] == [
+        (f"{app_id}.start", r.version - 1) for r in starts]
     assert sum(1 for r in rows if r["_batch_id"] == ledger.START_BATCH_ID) == 200
+    # the file batch 3 left uncommitted is still no commit's: no reader sees it (VACUUM removes it)
+    assert orphans and not {f.name for f in orphans} & {f["path"] for f in _adds(table)}
 
     # Each killed run's MLflow run was ended by the next run, which took the writer lock from its dead pid.
     from mlflow.tracking import MlflowClient
@@ -158,7 +180,16 @@ def test_sigkill_at_several_moments_then_restart_loses_and_duplicates_nothing(
     assert [(r.info.status, r.data.tags.get(ENDED_BY_TAG)) for r in runs] == [
         ("KILLED", f"writer lock taken from dead pid {run1.proc.pid}"),
         ("KILLED", f"writer lock taken from dead pid {run2.proc.pid}"),
+        ("KILLED", f"writer lock taken from dead pid {run2b.proc.pid}"),
         ("KILLED", f"writer lock taken from dead pid {run3.proc.pid}"),
         ("FINISHED", None)]
     assert all(r.info.end_time is not None and r.info.end_time >= r.info.start_time for r in runs)
     assert (tmp_path / "checkpoints" / "orders" / "_ingest_writer.lock").read_text() == ""  # released cleanly
+
+
+def _adds(table: Path) -> list[dict[str, object]]:
+    """The data files the table's log names now (delta-rs)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    return pa.table(DeltaTable(str(table)).get_add_actions(flatten=True)).to_pylist()

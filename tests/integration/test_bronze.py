@@ -237,17 +237,18 @@ def test_building_a_batchs_plan_takes_few_round_trips_to_the_jvm(spark, orders_s
     assert 20 < len(commands) <= 80, len(commands)
 
 
-def test_a_one_pass_batch_takes_few_round_trips_to_the_jvm(spark, kafka_servers, make_topic, orders_schema,
-                                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_spark_path_batch_takes_few_round_trips_to_the_jvm(spark, kafka_servers, make_topic, orders_schema,
+                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
     from ingestion.stream import writer as sink
+    from ingestion.stream.batch import WritePath
 
     topic = make_topic(partitions=3)
     produced = produce_orders(kafka_servers, topic, 400, schema_id=1, schema=orders_schema)
     config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers,
                                          extra="source:\n  maxOffsetsPerTrigger: 100\n",
-                                         sink="  directWriteMaxOffsets: 0\n"))  # Spark's one-pass write
+                                         sink="  directWriteMaxOffsets: 0\n"))  # the Spark path
     in_batch = threading.local()
     per_batch: list[tuple[int, int]] = []  # (batch id, py4j commands sent by the batch's own thread)
     write = sink.BronzeWriter.__call__
@@ -266,7 +267,7 @@ def test_a_one_pass_batch_takes_few_round_trips_to_the_jvm(spark, kafka_servers,
         running = pipeline.run(spark, config, available_now=True)
 
     assert_exactly_produced(_bronze(spark, config), produced)
-    assert len(running.batches) >= 4 and all(r.one_pass for r in running.batches)
+    assert len(running.batches) >= 4 and all(r.path is WritePath.SPARK for r in running.batches)
     # 113 a batch; 174 when each select handed its columns over one by one; 340 when Java lists and maps are also
     # iterated with py4j's iterator (its end is a JVM exception that PySpark converts); ~500 when Delta's classes
     # are also looked up by their dotted names every time.

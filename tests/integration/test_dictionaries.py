@@ -22,6 +22,7 @@ from ingestion.decode.spec import DecodeSpec
 from ingestion.decode.wire import encode
 from ingestion.delta import dictionaries
 from ingestion.stream import setup
+from ingestion.stream.batch import WritePath
 from ingestion.stream.writer import BronzeWriter
 from tests.integration.test_fastpath import _config, _Specs
 
@@ -95,8 +96,8 @@ def test_columns_parquet_wrote_plain_are_written_without_a_dictionary(spark: Any
     assert not after["region"] and after["site"] and after["_kafka_topic"]
     assert not after["id"] and not after["_kafka_offset"]
 
-    assert [(r.batch_id, r.one_pass, r.rows) for r in results] == [(0, True, SMALL), (1, True, ROWS),
-                                                                    (2, True, ROWS)]
+    assert [(r.batch_id, r.path, r.rows) for r in results] == [(0, WritePath.SPARK, SMALL),
+                                                                (1, WritePath.SPARK, ROWS), (2, WritePath.SPARK, ROWS)]
     assert judged == [1]  # the first large batch decided; the next read no footers
     landed = spark.read.format("delta").load(str(table))
     assert landed.count() == SMALL + 2 * ROWS

@@ -1,5 +1,6 @@
-"""Small batches written without a Spark job (`stream.direct`): the same rows, commits and ledger as Spark's write,
-on a real broker, read back by Spark and by delta-rs."""
+"""The driver-side write path (`stream.driver_write`, delta-rs commits): the same rows, commits and ledger as the
+Spark path's, on a real broker, read back by Spark and by delta-rs; Spark's commits and delta-rs's follow each
+other on one table (both ways), with the checksums Spark's Delta agrees with."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ingestion.decode.wire import encode
 from ingestion.delta import ledger
 from ingestion.dev.samples import avro_body, order, produce_orders
 from ingestion.stream import pipeline
+from ingestion.stream.batch import WritePath
 from tests.conftest import pipeline_yaml
 from tests.helpers import assert_exactly_produced, delta_txns
 
@@ -44,7 +46,7 @@ def _odd_records(servers: str, topic: str, schema: dict[str, Any]) -> None:
     producer.flush(10)
 
 
-def test_small_batches_are_written_directly_with_the_same_rows_as_spark(spark, kafka_servers, make_topic,
+def test_small_batches_are_written_by_the_driver_with_the_same_rows_as_spark(spark, kafka_servers, make_topic,
                                                                         orders_schema, tmp_path: Path) -> None:
     topic = make_topic(partitions=3)
     produced = produce_orders(kafka_servers, topic, 250, schema_id=1, schema=orders_schema)
@@ -55,8 +57,8 @@ def test_small_batches_are_written_directly_with_the_same_rows_as_spark(spark, k
     ran = pipeline.run(spark, direct, available_now=True)
     reference = pipeline.run(spark, spark_written, available_now=True)
 
-    assert len(ran.batches) == 3 and all(r.direct and r.committed for r in ran.batches)
-    assert not any(r.direct for r in reference.batches)
+    assert len(ran.batches) == 3 and all(r.path is WritePath.DRIVER and r.committed for r in ran.batches)
+    assert all(r.path is WritePath.SPARK for r in reference.batches)
     rows = _rows(spark, direct.table_path)
     assert rows == _rows(spark, spark_written.table_path)  # every column, tombstone and headers included
     assert_exactly_produced([r for r in spark.read.format("delta").load(direct.table_path).collect()
@@ -75,7 +77,7 @@ def test_small_batches_are_written_directly_with_the_same_rows_as_spark(spark, k
     assert ledger.next_offsets(records) == ledger.next_offsets(ledger.history(spark, spark_written.table_path))
 
 
-def test_direct_files_carry_statistics_readers_skip_by_correctly(spark, kafka_servers, make_topic, orders_schema,
+def test_driver_files_carry_statistics_readers_skip_by_correctly(spark, kafka_servers, make_topic, orders_schema,
                                                                  tmp_path: Path) -> None:
     from deltalake import DeltaTable
 
@@ -85,7 +87,7 @@ def test_direct_files_carry_statistics_readers_skip_by_correctly(spark, kafka_se
 
     ran = pipeline.run(spark, config, available_now=True)
 
-    assert [r.direct for r in ran.batches] == [True] * 3
+    assert [r.path for r in ran.batches] == [WritePath.DRIVER] * 3
     adds = pa.table(DeltaTable(config.table_path).get_add_actions(flatten=True)).to_pylist()
     by_min = sorted(adds, key=lambda a: a["min._kafka_offset"])
     assert [(a["num_records"], a["min._kafka_offset"], a["max._kafka_offset"]) for a in by_min] == [
@@ -101,8 +103,8 @@ def test_direct_files_carry_statistics_readers_skip_by_correctly(spark, kafka_se
         assert table.where(table[column] == middle).count() == values.count(middle), column
 
 
-def test_a_batch_with_a_record_to_quarantine_is_written_by_spark(spark, kafka_servers, make_topic, orders_schema,
-                                                                 tmp_path: Path) -> None:
+def test_a_batch_with_a_record_to_quarantine_is_written_by_the_driver(spark, kafka_servers, make_topic,
+                                                                      orders_schema, tmp_path: Path) -> None:
     topic = make_topic(partitions=1)
     produce_orders(kafka_servers, topic, 20, schema_id=1, schema=orders_schema)
     producer = Producer({"bootstrap.servers": kafka_servers})
@@ -113,8 +115,17 @@ def test_a_batch_with_a_record_to_quarantine_is_written_by_spark(spark, kafka_se
 
     ran = pipeline.run(spark, config, available_now=True)
 
-    assert [(r.direct, r.rows, r.quarantined) for r in ran.batches] == [(False, 40, 1)]
-    assert spark.read.format("delta").load(config.quarantine_path).count() == 1
+    assert [(r.path, r.rows, r.quarantined) for r in ran.batches] == [(WritePath.DRIVER, 40, 1)]
+    bad = spark.read.format("delta").load(config.quarantine_path).collect()
+    assert [(r["_kafka_offset"], r["_error_class"], bytes(r["_kafka_value"])) for r in bad] == [
+        (20, "MalformedAvroError", b"\x00\x00\x00\x00\x01not avro")]
+    # quarantine first, then bronze: each with its own SetTransaction of the batch and its ledger record
+    assert [(a, v) for _, a, v in delta_txns(Path(config.quarantine_path))] == [(f"{ran.app_id}.quarantine", 0)]
+    assert [(a, v) for _, a, v in delta_txns(Path(config.table_path))] == [(ran.app_id, 0)]
+    (q_record,) = ledger.history(spark, config.quarantine_path)
+    assert (q_record.rows, [(r.first, r.last, r.count) for r in q_record.ranges]) == (1, [(20, 20, 1)])
+    (b_record,) = ledger.history(spark, config.table_path)
+    assert (b_record.rows, b_record.quarantined, [(r.first, r.last) for r in b_record.ranges]) == (40, 1, [(0, 40)])
 
 
 def test_transactions_are_read_committed_directly(spark, kafka_servers, make_topic, orders_schema,
@@ -136,7 +147,51 @@ def test_transactions_are_read_committed_directly(spark, kafka_servers, make_top
 
     ran = pipeline.run(spark, config, available_now=True)
 
-    assert [(r.direct, r.rows) for r in ran.batches] == [(True, 10)]
+    assert [(r.path, r.rows) for r in ran.batches] == [(WritePath.DRIVER, 10)]
     rows = spark.read.format("delta").load(config.table_path).collect()
     assert sorted(r["order_id"] for r in rows) == sorted(kept)
     assert sorted(r["_kafka_offset"] for r in rows) == [0, 1, 2, 3, 4, 12, 13, 14, 15, 16]
+
+
+def test_spark_and_delta_rs_commits_follow_each_other_with_checksums_spark_agrees_with(spark,
+                                                                                        tmp_path: Path) -> None:
+    """Each engine reads the other's commits and skips the other's (app id, version); after a delta-rs commit
+    Spark's Delta finds the version's checksum (`delta.checksums`), so its next commit neither rebuilds the table's
+    state nor misses a set transaction."""
+    from ingestion.delta.rs_append import RsTable
+    from ingestion.runtime import delta_txn
+
+    path = str(tmp_path / "t")
+    spark.range(3).selectExpr("id", "cast(id as string) s").write.format("delta").save(path)
+    table = RsTable(path)
+
+    def rs(version: int, ids: list[int]) -> Any:
+        table.current()
+        return table.append(pa.table({"id": pa.array(ids, pa.int64()), "s": [str(i) for i in ids]}), app_id="app",
+                            txn_version=version, user_metadata=f'{{"v":{version}}}')
+
+    def by_spark(version: int, first: int) -> int:
+        txn = delta_txn.DeltaTxn(spark, path)
+        if txn.committed_version("app") >= version:
+            return -1
+        files = txn.write(spark.range(first, first + 2).selectExpr("id", "cast(id as string) s").coalesce(1))
+        return txn.commit(files, app_id="app", txn_version=version, user_metadata=f'{{"v":{version}}}')
+
+    def checksum_valid(version: int) -> bool:
+        snapshot = delta_txn.latest_snapshot(spark, path)
+        assert snapshot.version() == version
+        return bool(snapshot.validateChecksum(getattr(snapshot, "validateChecksum$default$1")()))
+
+    assert rs(0, [10, 11]).version == 1 and checksum_valid(1)
+    assert delta_txn.DeltaTxn(spark, path)._checksum_transactions() == {"app": 0}  # read from the checksum
+    assert by_spark(0, 20) == -1  # delta-rs committed version 0 of the app: Spark skips it
+    assert by_spark(1, 20) == 2 and checksum_valid(2)
+    assert not rs(1, [30]).committed  # Spark committed version 1: delta-rs skips it
+    assert rs(2, [30]).version == 3 and checksum_valid(3)
+    assert by_spark(3, 40) == 4 and checksum_valid(4)
+    assert sorted(r[0] for r in spark.read.format("delta").load(path).collect()) == [0, 1, 2, 10, 11, 20, 21, 30,
+                                                                                     40, 41]
+    history = {r["version"]: r["userMetadata"] for r in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()}
+    assert [history[v] for v in (1, 2, 3, 4)] == ['{"v":0}', '{"v":1}', '{"v":2}', '{"v":3}']
+    assert [(v, a, t) for v, a, t in delta_txns(Path(path))] == [(1, "app", 0), (2, "app", 1), (3, "app", 2),
+                                                                  (4, "app", 3)]

@@ -28,6 +28,7 @@ from ingestion.decode.wire import encode
 from ingestion.delta import ledger
 from ingestion.errors import ConfigError
 from ingestion.stream import setup
+from ingestion.stream.batch import WritePath
 from ingestion.stream.writer import BronzeWriter
 from tests.conftest import pipeline_yaml
 from tests.helpers import delta_txns
@@ -269,11 +270,12 @@ def test_value_decoder_jvm_refuses_to_start_when_the_jvm_cannot_decode(spark: An
         writer.jvm_path(spark)
 
 
-def test_clean_batches_commit_in_one_pass_and_others_take_the_settled_path(spark: Any, kafka_rows: Any,
-                                                                          tmp_path: Any) -> None:
-    """One pass (write files, then commit with the ledger) for batches the JVM verifies whole; a batch with
-    anything for the Python decoder is written through the cache instead, and its discarded files are deleted.
-    Both give the rows and the ledger the Python decoder would give."""
+def test_every_batch_is_written_once_its_unverified_records_decoded_in_python_in_the_same_commit(
+        spark: Any, kafka_rows: Any, tmp_path: Any) -> None:
+    """One Spark job writes the records the JVM verifies; the others (bad input, older or unknown schema ids,
+    unusual encodings) are decoded in Python by the driver: their bronze rows join the same transaction, their
+    failures go to quarantine first. No batch is written twice, no file is discarded, and the rows and ledger are
+    the ones the Python decoder would give."""
     config = _config(tmp_path, "value:\n  format: confluent\n  subject: orders-value\n")
     s = spec()
     setup.ensure_tables(spark, config, s)
@@ -287,35 +289,49 @@ def test_clean_batches_commit_in_one_pass_and_others_take_the_settled_path(spark
     writer(clean, 0)
     writer(clean, 0)  # Spark replaying a committed batch
     writer(shifted(kafka_rows, 100), 1)  # records for the Python decoder and for quarantine
-    writer(shifted(clean, 200), 2)  # the batch after one that needed Python: settled, finds nothing pending
-    writer(shifted(clean, 300), 3)  # one pass again
+    writer(shifted(kafka_rows, 200), 2)  # again: each such batch is written once, in one pass
+    writer(shifted(clean, 300), 3)
 
-    assert [(r.batch_id, r.one_pass, r.committed) for r in results] == [
-        (0, True, True), (0, False, False), (1, False, True), (2, False, True), (3, True, True)]
-    assert [r.version for r in results] == [1, 1, 2, 3, 4]  # bronze versions (quarantine is its own table)
+    assert [(r.batch_id, r.path, r.committed) for r in results] == [
+        (0, WritePath.SPARK, True), (0, WritePath.SPARK, False), (1, WritePath.SPARK, True),
+        (2, WritePath.SPARK, True), (3, WritePath.SPARK, True)]
+    assert [r.version for r in results] == [1, 1, 2, 3, 4]  # bronze versions: one commit per batch
     assert (results[0].rows, results[0].quarantined) == (len(VERIFIED), 0)
-    assert (results[2].rows, results[2].quarantined) == (len(CASES) - 8, 8)
+    assert [(r.rows, r.quarantined) for r in results[2:4]] == [(len(CASES) - 8, 8)] * 2
     assert results[0].bytes == sum(len(CASES[o][1] or b"") for o in VERIFIED)
+    assert results[2].bytes == sum(len(v or b"") for _, v in CASES)
 
-    # Rows: as the Python decoder lands them, whichever path wrote them.
+    # Rows: as the Python decoder lands them, whichever decoder decoded them.
+    now = dt.datetime.now(dt.UTC)
     table = spark.read.format("delta").load(config.table_path)
-    python_rows = bronze.bronze_rows(decode_in_python(clean, s), batch_id=0, ingested_at=dt.datetime.now(dt.UTC))
-    strip = ["_ingested_at"]
+    strip = ["_ingested_at", "_batch_id"]
+
     def rows(frame: Any) -> list[dict[str, Any]]:
         return [r.asDict(recursive=True) for r in frame.drop(*strip).orderBy("_kafka_offset").collect()]
 
-    assert rows(table.where("_batch_id = 0")) == rows(python_rows)
-    assert table.where("_batch_id = 3").count() == len(VERIFIED)
+    for batch_id, frame in ((0, clean), (1, shifted(kafka_rows, 100)), (2, shifted(kafka_rows, 200))):
+        python = decode_in_python(frame, s)
+        assert rows(table.where(f"_batch_id = {batch_id}")) == rows(
+            bronze.bronze_rows(python, batch_id=batch_id, ingested_at=now)), batch_id
+    quarantine = spark.read.format("delta").load(config.quarantine_path)
+    assert rows(quarantine.where("_batch_id = 1")) == rows(
+        bronze.quarantine_rows(decode_in_python(shifted(kafka_rows, 100), s), batch_id=1, ingested_at=now))
 
-    # Ledger: the one-pass commit records what the cached summary would have recorded.
+    # Ledger: each commit records what the Python decoder's summary would have recorded.
     records = {r.batch_id: r for r in ledger.history(spark, config.table_path)}
-    expected, _ = ledger.batch_records(bronze.batch_stats(decode_in_python(clean, s)), pipeline=config.name, batch_id=0,
-                                       kind="stream", app_id="app", quarantine_app_id="app.quarantine")
-    assert records[0] == expected
-    assert records[3].ranges == tuple(replace(r, first=r.first + 300, last=r.last + 300) for r in expected.ranges)
-    assert [t for t in delta_txns(Path(config.table_path)) if t[2] == 0] == [(1, "app", 0)]
+    for batch_id, frame in ((0, clean), (1, shifted(kafka_rows, 100))):
+        expected, failed = ledger.batch_records(bronze.batch_stats(decode_in_python(frame, s)), pipeline=config.name,
+                                                batch_id=batch_id, kind="stream", app_id="app",
+                                                quarantine_app_id="app.quarantine")
+        assert records[batch_id] == expected
+        if failed is not None:
+            assert [r for r in ledger.history(spark, config.quarantine_path) if r.batch_id == batch_id] == [failed]
+    assert records[3].ranges == tuple(replace(r, first=r.first + 300, last=r.last + 300) for r in records[0].ranges)
+    assert [(a, v) for _, a, v in delta_txns(Path(config.table_path))] == [("app", b) for b in range(4)]
+    assert [(a, v) for _, a, v in delta_txns(Path(config.quarantine_path))] == [("app.quarantine", 1),
+                                                                              ("app.quarantine", 2)]
 
-    # The files batch 1 wrote before it turned out to need Python were deleted: every data file is in the log.
+    # Nothing was written to be thrown away: every data file is in the log.
     live = {Path(f).name for f in table.inputFiles()}
     on_disk = {f.name for f in Path(config.table_path).rglob("*.parquet") if "_delta_log" not in f.parts}
     assert on_disk == live
@@ -334,7 +350,8 @@ def test_a_table_partitioned_by_a_kafka_coordinate_commits_in_one_pass(spark: An
     clean = kafka_rows.where(F.col("offset").isin(sorted(VERIFIED)))
     writer(clean, 0)
 
-    assert [(r.batch_id, r.one_pass, r.committed, r.rows) for r in results] == [(0, True, True, len(VERIFIED))]
+    assert [(r.batch_id, r.path, r.committed, r.rows) for r in results] == [
+        (0, WritePath.SPARK, True, len(VERIFIED))]
     assert results[0].max_timestamp == dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     expected, _ = ledger.batch_records(bronze.batch_stats(decode_in_python(clean, s)), pipeline=config.name, batch_id=0,
                                        kind="stream", app_id="app", quarantine_app_id="app.quarantine")

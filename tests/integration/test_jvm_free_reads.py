@@ -12,6 +12,7 @@ import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -25,9 +26,15 @@ from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.dev.samples import avro_body, order, produce_orders
 from ingestion.ops import history, quarantine, rewind, status, verify
 from ingestion.stream import context, pipeline
+from ingestion.stream.facts import caught_up, read_facts
 from tests.conftest import pipeline_yaml
 
 pytestmark = pytest.mark.integration
+
+
+def _caught_up(config: Any) -> Any:
+    ctx = context.resolve(config)
+    return caught_up(ctx, read_facts(ctx))
 
 INGEST = str(Path(sys.executable).parent / "ingest")
 NO_JVM = {**os.environ, "JAVA_HOME": "/nonexistent-java"}  # a JVM started now would fail
@@ -61,9 +68,9 @@ def test_delta_rs_reads_the_same_ledger_as_spark_and_history_needs_no_jvm(
     assert json.loads(done.stdout) == json.loads(json.dumps([asdict(r) for r in by_spark], default=str))
 
     # Rewound to version 1, the table lacks the last 40 records: an available-now run has work (and needs a JVM).
-    assert pipeline.caught_up(context.resolve(config)) is None
+    assert _caught_up(config) is None
     pipeline.run(spark, config, available_now=True)
-    assert pipeline.caught_up(context.resolve(config)) == {topic: {p: o for p, (_, o) in kafka.watermarks(
+    assert _caught_up(config) == {topic: {p: o for p, (_, o) in kafka.watermarks(
         kafka.resolve_settings(config).client, topic).items()}}
     done = ingest("run", str(path), "--available-now")  # caught up: answered without a JVM
     assert done.returncode == 0, done.stderr[-3000:]
@@ -103,9 +110,9 @@ def test_status_verify_and_quarantine_answer_alike_from_delta_rs_and_spark(
     caught_up = status.pipeline_status(rs_reader, config)
     assert caught_up.lag_records == 0, caught_up
     assert caught_up.partitions[0].ingested_up_to < caught_up.partitions[0].latest_offset  # the aborted tail
-    assert pipeline.caught_up(context.resolve(config)) is not None
+    assert _caught_up(config) is not None
     produce_orders(kafka_servers, topic, 9, schema_id=1, schema=orders_schema, first_seq=90)  # lag: not ingested
-    assert pipeline.caught_up(context.resolve(config)) is None
+    assert _caught_up(config) is None
     now = dt.datetime.now(dt.UTC)
     assert status.pipeline_status(rs_reader, config, now) == status.pipeline_status(spark_reader, config, now)
     lagging = status.pipeline_status(rs_reader, config, now)

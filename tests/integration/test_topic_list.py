@@ -20,7 +20,8 @@ from ingestion.dev.samples import produce_orders
 from ingestion.ops import status, verify
 from ingestion.ops.onboard import onboard
 from ingestion.schema.registry import registry_client
-from ingestion.stream import context, pipeline
+from ingestion.stream import context, launch, pipeline
+from ingestion.stream.facts import caught_up, read_facts
 
 pytestmark = pytest.mark.integration
 
@@ -76,7 +77,7 @@ sink:
     assert {(p.topic, p.partition) for p in audit.partitions} == {(first, 0), (first, 1), (second, 0)}
     now = status.pipeline_status(spark, config)
     assert now.lag_records == 0 and [p.topic for p in now.partitions] == [first, first, second]
-    assert pipeline.caught_up(context.resolve(config)) is not None
+    assert caught_up(ctx := context.resolve(config), read_facts(ctx)) is not None
 
     # The same topics by a pattern: onboard lists what matches now (a dry run creates nothing).
     pattern = tmp_path / "pattern.yaml"
@@ -158,7 +159,7 @@ def test_one_run_lists_its_topics_once_and_follows_a_pattern_topic_created_mid_r
         return listed(self, *args, **kwargs)
 
     monkeypatch.setattr(AdminClient, "list_topics", counted)
-    ctx = pipeline.check_can_start(config)
+    ctx = launch.check_can_start(config)
     running = pipeline.start(spark, ctx)
     try:
         _wait_for(lambda: any(b.committed for b in running.batches), running)

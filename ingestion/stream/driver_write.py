@@ -1,0 +1,130 @@
+"""The driver-side write path: a small batch fetched, decoded and committed by the driver, without a Spark job.
+
+A Spark job costs the driver a plan, a stage, a task and Delta's write planning, about 0.3 s however few its
+records (docs/performance.md). A batch of at most `sink.directWriteMaxOffsets` offsets, and a new pipeline's first
+records before its JVM is up (`start_batch`), are written here instead: the pipeline's own consumer fetches exactly
+the batch's offset ranges (`kafka.fetch`), the Python decoder decodes them (`decode.arrow_rows`), and delta-rs
+appends the records that failed to quarantine and the rest to bronze (`delta.rs_append`), each commit with its
+`SetTransaction` and ledger record, quarantine first, as the Spark path commits them. On every store delta-rs
+writes to, partitioned tables included.
+
+A batch this path does not write is `Declined` with the reason, nothing committed, and the Spark path writes it:
+a table delta-rs cannot append to as asked (a table feature it does not write, column mapping, another schema),
+records of a schema id not resolved yet (a new version: the Spark path evolves the table), records that do not
+arrive in time, or an offset no longer in the log (Spark's source then applies `failOnDataLoss`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Sequence
+
+from ingestion import faults
+from ingestion.decode.arrow_rows import RecordDecoder
+from ingestion.delta.ledger import PartitionRange
+from ingestion.delta.rs_append import RsWriteError
+from ingestion.errors import DecodeError
+from ingestion.kafka.fetch import RangeFetcher, Span
+from ingestion.stream.batch import EMPTY, BatchResult, Declined, Empty, Targets, WritePath, quarantine_app_id
+
+log = logging.getLogger(__name__)
+
+FETCH_TIMEOUT = 5.0  # seconds for the records of a planned batch to arrive before Spark reads them instead
+
+
+class DriverWrite:
+    """The driver-side path of one pipeline (its consumer and decoder kept between batches)."""
+
+    def __init__(self, targets: Targets, fetcher: RangeFetcher) -> None:
+        self.targets = targets
+        self.fetcher = fetcher
+        self._decoder: RecordDecoder | None = None
+        self._declined: str | None = None  # the last reason, logged when it changes
+
+    def decoder(self) -> RecordDecoder:
+        """The Python decoder of the current schemas, made once per schema version."""
+        spec = self.targets.spec
+        if self._decoder is None or self._decoder.spec is not spec:
+            self._decoder = RecordDecoder(spec)
+        return self._decoder
+
+    def write(self, spans: Sequence[Span], batch_id: int, ingested_at: dt.datetime, started: float, *,
+              app_id: str | None = None, txn_version: int | None = None,
+              fetch_timeout: float = FETCH_TIMEOUT) -> BatchResult | Empty | Declined:
+        """Write the records of `spans` as batch `batch_id`, committed with SetTransaction(app id, txn version):
+        the checkpoint's app id and the batch id unless given (the start batch's are its own)."""
+        config, targets = self.targets.config, self.targets
+        bronze_app = app_id or targets.bronze.app_id
+        version = batch_id if txn_version is None else txn_version
+        decoder = self.decoder()
+        try:
+            targets.bronze_rs.current()  # the log read once per batch
+        except RsWriteError as exc:
+            return self._decline(str(exc))
+        refused = targets.bronze_rs.refusal(decoder.bronze_schema)
+        if refused is not None:
+            return self._decline(refused)
+        if targets.bronze_rs.committed_version(bronze_app) >= version:
+            table_version = targets.bronze_rs.table().version()
+            return BatchResult(batch_id, 0, 0, 0, table_version, False, _planned(spans), None,
+                               time.monotonic() - started, WritePath.DRIVER)
+        marks = [("start", started), ("checks", time.monotonic())]
+        source = self.fetcher.fetch(spans, fetch_timeout)
+        if source is None:
+            return self._decline(f"its records did not arrive in {fetch_timeout:.0f}s")
+        if not source.num_rows:  # transaction markers only: what Spark's source would read is nothing too
+            return EMPTY
+        marks.append(("fetch", time.monotonic()))
+        decoded = decoder.decode(source, batch_id=batch_id, ingested_at=ingested_at)
+        if decoded.unknown_ids:
+            return self._decline(f"schema ids {sorted(decoded.unknown_ids)} are not known yet")
+        marks.append(("decode", time.monotonic()))
+        record, failed = targets.records(decoded.stats, batch_id, bronze_app)
+        if config.sink.on_error == "fail" and (bad := decoded.first_failure()):
+            raise DecodeError(f"cannot decode {bad} (sink.onError: fail)")
+        if failed is not None:
+            try:
+                targets.quarantine_rs.current()
+            except RsWriteError as exc:
+                return self._decline(f"quarantine: {exc}")
+            if reason := targets.quarantine_rs.refusal(decoder.quarantine_schema):
+                return self._decline(f"quarantine: {reason}")
+        faults.reached(faults.FaultPoint.BEFORE_COMMIT, batch_id)
+        try:
+            if failed is not None:
+                targets.quarantine_rs.append(decoded.quarantine, app_id=quarantine_app_id(bronze_app),
+                                             txn_version=version, user_metadata=failed.to_user_metadata())
+            appended = targets.bronze_rs.append(decoded.bronze, app_id=bronze_app, txn_version=version,
+                                                user_metadata=record.to_user_metadata(), fault_id=batch_id)
+        except RsWriteError as exc:
+            # Nothing of bronze is committed; a quarantine commit that went before is skipped by its txn when the
+            # Spark path writes the batch.
+            return self._decline(str(exc))
+        targets.bronze.version = appended.version
+        faults.reached(faults.FaultPoint.AFTER_COMMIT, batch_id)
+        marks.append(("commit", time.monotonic()))
+        log.debug("%s batch %d: driver %s", config.name, batch_id,
+                  ", ".join(f"{name} {1000 * (at - marks[i][1]):.0f} ms" for i, (name, at) in enumerate(marks[1:])))
+        self._declined = None
+        stats = decoded.stats
+        return BatchResult(batch_id, record.rows, record.quarantined, sum(s["bytes"] for s in stats),
+                           appended.version, appended.committed, record.ranges,
+                           max((s["max_timestamp"] for s in stats if s["max_timestamp"] is not None), default=None),
+                           time.monotonic() - started, WritePath.DRIVER)
+
+    def _decline(self, reason: str) -> Declined:
+        if reason != self._declined:
+            log.info("%s: a batch is written with Spark, not by the driver: %s", self.targets.config.name, reason)
+        self._declined = reason
+        return Declined(reason)
+
+    def close(self) -> None:
+        self.fetcher.close()
+
+
+def _planned(spans: Sequence[Span]) -> tuple[PartitionRange, ...]:
+    """The planned offsets of a batch as ledger ranges (for the line of a batch Delta skips)."""
+    return tuple(PartitionRange(s.topic, s.partition, s.start, s.until - 1, s.until - s.start)
+                 for s in sorted(spans, key=lambda s: (s.topic, s.partition)) if s.until > s.start)

@@ -1,0 +1,252 @@
+"""The one launch sequence of a run: `ingest run` and `ingestion.run_pipeline` (and `run --all`) call it alike.
+
+1. **Checks** (`check_can_start`, seconds, before anything is created or a JVM boots): Kafka answers, the topics
+   exist and may be read, the consumer group may be used, no other process runs the pipeline, the registry answers.
+2. **The writer lock**, taken now where the checkpoint is a local folder; in object storage the query's start
+   takes it (its lease is written through the JVM's file system).
+3. **The facts, read once** under that lock (`Facts`): the offsets the table's ledger records, Kafka's bounds,
+   bronze's state, whether the checkpoint has batches. Everything after takes them; nothing reads them again.
+4. An available-now run with nothing to read ends here: **caught up**, no JVM.
+5. While the JVM boots (unless the caller brought a session), **prepared without a JVM** (`prepare`): the schemas
+   resolved and the tables made, and the **start batch** written (`start_batch`). An available-now run whose start
+   batch read everything **finishes without a JVM** (`finish_without_jvm`).
+6. **The query starts** (`pipeline.start`) with all of it handed down as one immutable `Launch`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import TypeVar
+
+from pyspark.sql import SparkSession
+
+from ingestion import storage
+from ingestion.config import PipelineConfig
+from ingestion.delta.log_checkpoints import checkpoint_if_due
+from ingestion.runtime.session import pipelines_session
+from ingestion.schema import registry
+from ingestion.stream import checkpoint, context, pipeline, setup, start_batch
+from ingestion.stream.batch import BatchResult
+from ingestion.stream.context import PipelineContext
+from ingestion.stream.facts import Launch, Prepared, caught_up, locked
+from ingestion.stream.lock import WriterLock
+from ingestion.stream.metrics import open_store_early, start_metrics
+from ingestion.stream.monitor import PipelineMonitor
+from ingestion.stream.pipeline import RunningPipeline, RunOutcome, RunStatus
+from ingestion.stream.prometheus import Exporter, PipelineState, watch
+
+log = logging.getLogger(__name__)
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+CHECKS_AT_ONCE = 8  # pipelines asked about at once before the JVM (each is mostly waiting on Kafka)
+STARTS_AT_ONCE = 4  # pipelines prepared or started at once
+
+@dataclass(frozen=True)
+class Finished:
+    """A run that needed no query: `caught_up` (nothing to read) or its start batch read everything."""
+
+    name: str
+    batch: BatchResult | None  # the start batch, None when caught up
+    reached: dict[str, dict[int, int]]  # the offset the table reached per topic and partition
+
+    @property
+    def caught_up(self) -> bool:
+        return self.batch is None
+
+
+def check_can_start(config: PipelineConfig) -> PipelineContext:
+    """What a run checks first, without a Spark session: Kafka answers, the topics exist and may be read, the
+    consumer group may be used, no other process runs the pipeline, the schema registry (if any) answers and takes
+    the credentials. These failures come in seconds; the context it returns (one listing of the topics) is what
+    the run goes on with."""
+    ctx = context.resolve(config, check=True)
+    WriterLock(config.name, config.checkpoint_path).probe()
+    registry.check_registry(config)
+    return ctx
+
+
+def check_all_can_start(configs: Sequence[PipelineConfig]) -> list[PipelineContext]:
+    """`check_can_start` of each pipeline, several at once (each is mostly waiting on Kafka: 0.16 s a pipeline,
+    16 s for 100 one after another). The first failure in the configs' order is raised."""
+    return each(check_can_start, configs, CHECKS_AT_ONCE)
+
+
+def prepare(ctx: PipelineContext, launch: Launch, *, write_start_batch: bool = True) -> Prepared:
+    """Without a JVM, what the query's start can have before its session exists: the schemas and the tables
+    (made with delta-rs), then the start batch where the checkpoint allows one. Run while the JVM boots."""
+    schemas = setup.prepare(ctx)
+    batch = None
+    facts = launch.facts
+    if schemas is not None and write_start_batch and launch.lock is not None and facts is not None \
+            and facts.recorded is not None and start_batch.allowed(ctx.config, facts.checkpoint_started):
+        batch = start_batch.write(ctx, schemas, facts.recorded, facts.bounds)
+    return Prepared(schemas, batch)
+
+
+def finish_without_jvm(ctx: PipelineContext, launch: Launch, exporter: Exporter | None = None) -> Finished | None:
+    """End an available-now run whose start batch left nothing to read, without a JVM: the batch reported as a
+    query's would be (MLflow run, consumer group, Prometheus series) and the writer lock released; None (nothing
+    done) when there is no start batch or records remain."""
+    batch = launch.prepared.start_batch if launch.prepared is not None else None
+    if batch is None or launch.lock is None or launch.facts is None:
+        return None
+    facts = launch.facts.after(batch)
+    reached = caught_up(ctx, facts)
+    if reached is None:
+        return None
+    config, lock = ctx.config, launch.lock
+    prometheus = watch(exporter, ctx, available_now=True) if exporter is not None else None
+    folder = storage.local_folder(config.checkpoint_path)
+    assert folder is not None
+    metrics = start_metrics(config, checkpoint.local_app_id(folder, config.name), True, None)
+    lock.note_run(metrics.run_id, metrics.uri)
+    if prometheus is not None:
+        prometheus.metrics.set_state(PipelineState.RUNNING)
+        prometheus.start()
+    monitor = PipelineMonitor(config, ctx.kafka.client, metrics, None, prometheus)
+    monitor.on_start_batch(batch.result, batch.ends, batch.lags)
+    monitor.close()
+    properties = facts.table.properties if facts.table is not None else None
+    if batch.result.version is not None and properties is not None:
+        checkpoint_if_due(config.table_path, batch.result.version, dict(properties))
+    metrics.finish(RunStatus.FINISHED)
+    if prometheus is not None:
+        prometheus.stop(PipelineState.STOPPED)
+    lock.release()
+    return Finished(config.name, batch.result, reached)
+
+
+def run(target: PipelineConfig | PipelineContext, *, spark: SparkSession | None = None,
+        available_now: bool = False, exporter: Exporter | None = None) -> Finished | RunningPipeline:
+    """Run one pipeline through the launch sequence (see the module) until it stops: caught up (available-now),
+    failed, or asked to stop (SIGINT, SIGTERM). `spark`: the session to run in; without one the JVM boots here
+    while the tables are prepared and the start batch is written."""
+    ctx = target if isinstance(target, PipelineContext) else check_can_start(target)
+    launch = locked(ctx)
+    try:
+        if available_now and (reached := caught_up(ctx, launch.facts)) is not None:
+            where = ", ".join(f"{t}/{p}:{o}" for t, parts in sorted(reached.items()) for p, o in sorted(parts.items()))
+            log.info("%s: caught up, nothing to do (the table holds every committed record before %s); no Spark "
+                     "session started", ctx.name, where)
+            return Finished(ctx.name, None, reached)
+        open_store_early()  # the tracking store opens while the start batch is written and the JVM boots
+        if spark is None and available_now and launch.facts is not None and start_batch.fits(
+                ctx.config, launch.facts.recorded, launch.facts.bounds, launch.facts.checkpoint_started):
+            launch = replace(launch, prepared=prepare(ctx, launch))  # one start batch reads it all: perhaps no JVM
+            if (finished := finish_without_jvm(ctx, launch, exporter)) is not None:
+                log.info("%s: done, 1 batch, %d rows written; no Spark session started", ctx.name,
+                         finished.batch.rows if finished.batch else 0)
+                return finished
+        if spark is None:
+            with _meanwhile(lambda: launch.prepared or prepare(ctx, launch)) as preparing:
+                spark = pipelines_session(f"ingest-{ctx.name}", [ctx.config], record_classes=True)
+                launch = replace(launch, prepared=preparing.result())
+        handed, launch = launch, Launch(launch.facts, launch.prepared, None)  # the lock is the query's now
+        return pipeline.run(spark, ctx, available_now=available_now, exporter=exporter, launch=handed)
+    finally:
+        if launch.lock is not None:
+            launch.lock.release()
+
+
+def run_all(targets: Sequence[PipelineConfig | PipelineContext], *, spark: SparkSession | None = None,
+            available_now: bool = False, exporter: Exporter | None = None) -> dict[str, RunOutcome]:
+    """Run several pipelines through the launch sequence in one Spark application (`pipeline.run_all`); the ones
+    an available-now run finds caught up, or finishes by their start batches, need no JVM. Returns pipeline name ->
+    how it ended."""
+    contexts = [t for t in targets if isinstance(t, PipelineContext)] if all(
+        isinstance(t, PipelineContext) for t in targets) else check_all_can_start(
+        [t.config if isinstance(t, PipelineContext) else t for t in targets])
+    launches = dict(zip((c.name for c in contexts), each(locked, contexts, CHECKS_AT_ONCE), strict=True))
+    outcome: dict[str, RunOutcome] = {}
+    try:
+        if available_now:
+            for ctx, reached in zip(contexts, each(lambda c: caught_up(c, launches[c.name].facts), contexts,
+                                                   CHECKS_AT_ONCE), strict=True):
+                if reached is not None:
+                    outcome[ctx.name] = RunOutcome(RunStatus.FINISHED, "caught up, nothing to do")
+                    _release(launches.pop(ctx.name))
+            contexts = [c for c in contexts if c.name in launches]
+            if not contexts:
+                return outcome
+        open_store_early()
+        if spark is None and available_now and all(
+                (f := launches[c.name].facts) is not None and start_batch.fits(c.config, f.recorded, f.bounds,
+                                                                                 f.checkpoint_started)
+                for c in contexts):  # start batches read it all: perhaps no JVM at all
+            for ctx, prepared in zip(contexts, each(lambda c: prepare(c, launches[c.name]), contexts, STARTS_AT_ONCE),
+                                     strict=True):
+                launches[ctx.name] = replace(launches[ctx.name], prepared=prepared)
+            contexts = _finished(contexts, launches, outcome, exporter)
+            if not contexts:
+                return outcome
+        if spark is None:
+            session_ready = threading.Event()
+
+            def prepare_all() -> None:
+                for ctx in contexts:  # start batches only until the session is up: the queries read the rest
+                    launch = launches[ctx.name]
+                    if launch.prepared is None:
+                        launches[ctx.name] = replace(launch, prepared=prepare(
+                            ctx, launch, write_start_batch=not session_ready.is_set()))
+
+            with _meanwhile(prepare_all) as preparing:
+                configs = [c.config for c in contexts]
+                spark = pipelines_session("ingest-all", configs, pools=[pipeline.pool_name(c) for c in configs],
+                                          record_classes=True,
+                                          streams=sum(1 + (c.silver is not None) for c in configs))
+                session_ready.set()
+                preparing.result()
+        if available_now:
+            contexts = _finished(contexts, launches, outcome, exporter)
+        handed = [launches.pop(c.name) for c in contexts]  # their locks are the queries' now
+        outcome.update(pipeline.run_all(spark, contexts, available_now=available_now, exporter=exporter,
+                                        launches=handed) if contexts else {})
+        return outcome
+    finally:
+        for launch in launches.values():
+            _release(launch)
+
+
+def _finished(contexts: list[PipelineContext], launches: dict[str, Launch], outcome: dict[str, RunOutcome],
+              exporter: Exporter | None) -> list[PipelineContext]:
+    """Of an available-now run's pipelines, those whose start batch has not caught them up; the others are
+    finished (`finish_without_jvm`) and in `outcome`."""
+    left = []
+    for ctx, done in zip(contexts, each(lambda c: finish_without_jvm(c, launches[c.name], exporter), contexts,
+                                        STARTS_AT_ONCE), strict=True):
+        if done is None:
+            left.append(ctx)
+            continue
+        launches.pop(ctx.name)
+        rows = done.batch.rows if done.batch is not None else 0
+        outcome[ctx.name] = RunOutcome(RunStatus.FINISHED, f"finished, {rows} rows, no Spark session needed")
+    return left
+
+
+def _release(launch: Launch) -> None:
+    if launch.lock is not None:
+        launch.lock.release()
+
+
+def each(work: Callable[[In], Out], items: Sequence[In], width: int) -> list[Out]:
+    """`work` of each item, `width` at a time; the first failure in the items' order is raised."""
+    if len(items) <= 1:
+        return [work(item) for item in items]
+    with ThreadPoolExecutor(min(width, len(items)), thread_name_prefix="launch") as pool:
+        return list(pool.map(work, items))
+
+
+@contextlib.contextmanager
+def _meanwhile(work: Callable[[], Out]) -> Iterator[concurrent.futures.Future[Out]]:
+    """`work` on a thread while the caller's block runs (a JVM boots in the main thread, which alone may set the
+    signal dispositions the JVM keeps); its result, or its error, from the future the block waits on."""
+    with ThreadPoolExecutor(1, thread_name_prefix="prepare") as pool:
+        yield pool.submit(work)

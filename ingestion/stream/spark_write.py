@@ -1,0 +1,339 @@
+"""The Spark write path: a batch worth a Spark job, decoded and written in one pass, a bad record costing a record.
+
+One Spark job decodes the batch (Spark's own decoder where it can vouch for a record: `from_avro`, the helper's
+Protobuf and JSON decoders; the Python decoder in the workers when it cannot decode the format at all), writes the
+bronze files of the records it decoded through Delta's transaction API (`runtime.delta_txn`), and observes, while
+it writes, the per-partition offset summary and the records it did not write (`helper.pending_records`, bounded).
+The driver decodes those few records with the Python decoder (`decode.arrow_rows`): their bronze rows are written
+into the same transaction, the ones that fail are appended to quarantine (delta-rs, or Spark where delta-rs
+refuses). Quarantine commits first, then bronze: its files, `SetTransaction(txnAppId, batch id)` and the ledger
+record in one commit. Nothing is written twice.
+
+Where Delta's transaction API cannot be used or the batch is not the ordinary case, the batch is written through
+Delta's public DataFrame writer instead (`CachedWrite`: decoded once into a cache, quarantine appended, then
+bronze): Delta's internal classes differ (another delta-spark), the table's schema differs from the rows' (column
+mapping, a schema change made elsewhere), Spark replays a batch already committed (Delta reports the skip), a
+record names a new schema version (the table evolves: the batch's files from the first pass are discarded, the
+only case a batch is decoded twice), or the records to decode in Python exceed `PENDING_CHARS` (a batch of mostly
+bad records: the driver never holds a batch).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import logging
+import time
+from typing import Any
+
+import pyarrow as pa
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+
+from ingestion import faults
+from ingestion.decode import bronze, jvm_decoder
+from ingestion.decode.arrow_rows import DecodedRecords, RecordDecoder
+from ingestion.decode.python_decoder import decode_in_python
+from ingestion.decode.spec import DecodeSpec
+from ingestion.delta import dictionaries
+from ingestion.delta.append import right_sized
+from ingestion.delta.rs_append import RsWriteError
+from ingestion.errors import DecodeError, one_line
+from ingestion.kafka.fetch import SOURCE_ARROW_SCHEMA
+from ingestion.runtime import delta_txn, helper, session_cache
+from ingestion.stream import setup
+from ingestion.stream.batch import BatchResult, DecoderChoice, Targets
+
+log = logging.getLogger(__name__)
+
+# The most text (JSON of raw records) the records a job did not write may come to, per batch, for the driver to
+# decode them; beyond it the batch is written through the cache (see the module).
+PENDING_CHARS = 32 * 1024 * 1024
+
+
+class SparkWrite:
+    """The Spark path of one pipeline's writer."""
+
+    def __init__(self, targets: Targets, decoder: DecoderChoice) -> None:
+        self.targets = targets
+        self.decoder = decoder
+        self.cached = CachedWrite(targets, decoder)
+        self._probe_logged = False
+        self._records: RecordDecoder | None = None
+        self._dictionaries_for: DecodeSpec | None = None  # the spec Parquet's dictionaries were tuned for
+
+    def write(self, kafka_rows: DataFrame, batch_id: int, ingested_at: dt.datetime,
+              started: float) -> BatchResult | None:
+        """Write the batch (see the module); None for a batch without records."""
+        spark = kafka_rows.sparkSession
+        if not self._usable(spark):
+            return self.cached.write(kafka_rows, batch_id, ingested_at, started)
+        config, bronze_target = self.targets.config, self.targets.bronze
+        marks = [("start", started)]
+        txn = delta_txn.DeltaTxn(spark, config.table_path)
+        observation = Observation()
+        observed = _observed(spark)
+        jvm = self.decoder.jvm(spark)
+        spec = self.targets.spec
+        decoded = (jvm_decoder.decode_in_jvm(kafka_rows, spec) if jvm else decode_in_python(kafka_rows, spec))
+        # The observation sits between the decode and bronze's filter: Spark cannot push the filter below it,
+        # so each record is decoded once.
+        rows = bronze.bronze_rows(decoded.observe(observation, *observed.values()), batch_id=batch_id,
+                                  ingested_at=ingested_at)
+        reason = txn.incompatible(rows.schema)
+        if reason is None and txn.committed_version(bronze_target.app_id) >= batch_id:
+            reason = "a batch Spark replays after a crash"  # the cached write reports Delta's skip
+        if reason is not None:
+            log.debug("%s batch %d: through the cache: %s", config.name, batch_id, reason)
+            return self.cached.write(kafka_rows, batch_id, ingested_at, started)
+        marks.append(("plan", time.monotonic()))
+        files = txn.write(right_sized(rows))
+        marks.append(("write", time.monotonic()))
+        seen = helper.observed_values(observation, observed)
+        records, pending = int(seen["records"]), int(seen["pending"])
+        if not records:
+            txn.discard(files)
+            return None
+        try:
+            written = self._pending(txn, files, seen, batch_id, ingested_at, pending)
+        except BaseException:
+            txn.discard(files)  # nothing committed: the batch fails (sink.onError: fail) or is redone
+            raise
+        if written is None:
+            txn.discard(files)
+            return self.cached.write(kafka_rows, batch_id, ingested_at, started)
+        files, python_rows = written
+        marks.append(("pending", time.monotonic()))
+        stats = _merged(bronze.observed_stats(seen["partitions"]), python_rows, int(seen["bytes"]))
+        record, failed = self.targets.records(stats, batch_id)
+        if config.sink.on_error == "fail" and python_rows is not None and (bad := python_rows.first_failure()):
+            txn.discard(files)
+            raise DecodeError(f"cannot decode {bad} (sink.onError: fail)")
+        faults.reached(faults.FaultPoint.BEFORE_COMMIT, batch_id)
+        if failed is not None and python_rows is not None:
+            self._quarantine(spark, python_rows, failed, batch_id)
+        bronze_target.version = txn.commit(files, app_id=bronze_target.app_id, txn_version=batch_id,
+                                           user_metadata=record.to_user_metadata())
+        faults.reached(faults.FaultPoint.AFTER_COMMIT, batch_id)
+        marks.append(("commit", time.monotonic()))
+        log.debug("%s batch %d: spark %s", config.name, batch_id,
+                  ", ".join(f"{name} {1000 * (at - marks[i][1]):.0f} ms" for i, (name, at) in enumerate(marks[1:])))
+        if records >= dictionaries.MIN_VALUES * len(files) and self._dictionaries_for is not self.targets.spec:
+            self._dictionaries_for = self.targets.spec
+            self._tune_dictionaries(txn, txn.file_paths(files), batch_id)
+        return BatchResult(batch_id, record.rows, record.quarantined, int(seen["bytes"]), bronze_target.version, True,
+                           record.ranges, max((s["max_timestamp"] for s in stats if s["max_timestamp"] is not None),
+                                              default=None), time.monotonic() - started)
+
+    def _usable(self, spark: SparkSession) -> bool:
+        """Whether Delta's transaction API is the expected one (logged once when not)."""
+        reason = delta_txn.probe(spark)
+        if reason is not None and not self._probe_logged:
+            log.warning("%s: every batch is written through Delta's DataFrame writer: %s", self.targets.config.name,
+                        reason)
+            self._probe_logged = True
+        return reason is None
+
+    def _pending(self, txn: delta_txn.DeltaTxn, files: list[Any], seen: dict[str, Any], batch_id: int,
+                 ingested_at: dt.datetime, pending: int) -> tuple[list[Any], DecodedRecords | None] | None:
+        """The batch's files once the records the job did not write are decoded in Python and their bronze rows
+        written into the transaction, with those records decoded; None when the batch is to be written through
+        the cache instead (a new schema version, too many of them, a count that does not add up)."""
+        config = self.targets.config
+        in_files = txn.written_records(files)
+        if in_files != int(seen["records"]) - pending:
+            log.warning("%s batch %d: %d records decoded by the job, %d in the written files: writing the batch "
+                        "through the cache", config.name, batch_id, int(seen["records"]) - pending, in_files)
+            return None
+        if not pending:
+            return files, None
+        text = seen["pending_rows"]
+        if text is None:
+            log.info("%s batch %d: %d records for the Python decoder, more than the driver takes at once: "
+                     "writing the batch through the cache", config.name, batch_id, pending)
+            return None
+        source = pending_source(text)
+        decoded = self._record_decoder().decode(source, batch_id=batch_id, ingested_at=ingested_at)
+        if decoded.unknown_ids:
+            reader = self.targets.spec.reader_schema
+            topics = {s["topic"] for s in decoded.stats if s["unknown_ids"]}
+            if self.targets.resolver.refresh(decoded.unknown_ids, topics):
+                if self.targets.spec.reader_schema != reader:
+                    return None  # the table evolves; the cached write decodes the batch with the new schemas
+                decoded = self._record_decoder().decode(source, batch_id=batch_id, ingested_at=ingested_at)
+        log.info("%s batch %d: %d of %d records decoded in Python (%d to quarantine), in the same commit",
+                 config.name, batch_id, pending, int(seen["records"]), decoded.quarantine.num_rows)
+        if decoded.bronze.num_rows:
+            frame = txn.spark.createDataFrame(decoded.bronze, schema=bronze.table_schemas(self.targets.spec)[0])
+            files = files + txn.write(frame.coalesce(1))
+        return files, decoded
+
+    def _record_decoder(self) -> RecordDecoder:
+        spec = self.targets.spec
+        if self._records is None or self._records.spec is not spec:
+            self._records = RecordDecoder(spec)
+        return self._records
+
+    def _quarantine(self, spark: SparkSession, decoded: DecodedRecords, failed: Any, batch_id: int) -> None:
+        """Append the batch's failed records to quarantine with its txn and ledger record: delta-rs, or Spark's
+        writer where delta-rs refuses."""
+        target = self.targets.quarantine
+        try:
+            self.targets.quarantine_rs.current()
+            if self.targets.quarantine_rs.refusal(decoded.quarantine.schema) is None:
+                self.targets.quarantine_rs.append(decoded.quarantine, app_id=target.app_id, txn_version=batch_id,
+                                                  user_metadata=failed.to_user_metadata())
+                return
+        except RsWriteError as exc:
+            log.debug("%s batch %d: quarantine through Spark: %s", self.targets.config.name, batch_id, exc)
+        schema = bronze.table_schemas(self.targets.spec)[1]
+        target.append(spark, spark.createDataFrame(decoded.quarantine, schema=schema), failed)
+
+    def _tune_dictionaries(self, txn: delta_txn.DeltaTxn, paths: list[str], batch_id: int) -> None:
+        """Turn Parquet's dictionary off for the columns it gave up in this batch's files (see `dictionaries`),
+        once per run and schema version: the first batch whose files hold MIN_VALUES records each (on average)
+        decides, later ones do not read footers again. The batch is committed already: a failure here costs only
+        the tuning."""
+        name = self.targets.config.name
+        try:
+            learnt = dictionaries.learn(txn.spark, self.targets.config.table_path, txn.properties(), paths)
+        except Exception as exc:  # noqa: BLE001 - an optimization; the batch stands whatever happens here
+            log.warning("%s batch %d: could not tune Parquet dictionaries: %s", name, batch_id, one_line(exc))
+            return
+        if learnt:
+            log.info("%s batch %d: Parquet wrote %d columns without their dictionary (%s); later batches do not "
+                     "build one (table property %s<column> = false)", name, batch_id, len(learnt),
+                     ", ".join(learnt), dictionaries.PREFIX)
+
+
+def pending_source(text: str) -> pa.RecordBatch:
+    """The records `helper.pending_records` brought back (`_pending_record`'s JSON), as Kafka source rows."""
+    found = json.loads(text)
+    found.sort(key=lambda r: (r["topic"], r["partition"], r["offset"]))
+
+    def raw(value: str | None) -> bytes | None:
+        return None if value is None else base64.b64decode(value)
+
+    columns: list[Any] = [
+        [raw(r.get("key")) for r in found], [raw(r.get("value")) for r in found], [r["topic"] for r in found],
+        [r["partition"] for r in found], [r["offset"] for r in found],
+        pa.array([r.get("timestamp") for r in found], pa.int64()).cast(SOURCE_ARROW_SCHEMA.field("timestamp").type),
+        [r.get("timestampType") for r in found],
+        [None if r.get("headers") is None else [{"key": h.get("key"), "value": raw(h.get("value"))}
+                                                  for h in r["headers"]] for r in found],
+    ]
+    return pa.RecordBatch.from_arrays(
+        [c if isinstance(c, pa.Array) else pa.array(c, type=f.type) for c, f in zip(columns, SOURCE_ARROW_SCHEMA,
+                                                                                     strict=True)],
+        schema=SOURCE_ARROW_SCHEMA)
+
+
+def _merged(observed: list[dict[str, Any]], python: DecodedRecords | None, value_bytes: int) -> list[dict[str, Any]]:
+    """The batch's per-partition summary: the job's (every record, offsets and schema ids), with the failures of
+    the records decoded in Python; `bytes` for the whole batch on its first partition."""
+    failures = {(s["topic"], s["partition"]): s for s in (python.stats if python is not None else ())}
+    for s in observed:
+        found = failures.get((s["topic"], s["partition"]))
+        if found is not None and found["failed"]:
+            s.update(failed=found["failed"], failed_first=found["failed_first"], failed_last=found["failed_last"],
+                     unknown_ids=found["unknown_ids"])
+            s["schema_ids"] = sorted(set(s["schema_ids"]) | set(found["schema_ids"]))
+    if observed:
+        observed[0]["bytes"] = value_bytes
+    return observed
+
+
+def _observed(spark: SparkSession) -> dict[str, Column]:
+    """What the Spark path observes of its decoded rows, by name: built once per session (a Column is only an
+    expression, and building these takes py4j round trips)."""
+    def build() -> dict[str, Column]:
+        pending = F.col("_error_class").isNotNull()
+        metrics = {"records": F.count(F.lit(1)), "pending": F.count("_error_class"),
+                   "bytes": F.coalesce(F.sum("_value_bytes"), F.lit(0)),
+                   "partitions": helper.partition_summary(spark),
+                   "pending_rows": helper.pending_records(spark, F.when(pending, _pending_record()), PENDING_CHARS)}
+        return {name: column.alias(name) for name, column in metrics.items()}
+
+    return session_cache.once(spark, "spark path observed", build)
+
+
+def _pending_record() -> Column:
+    """A record the job did not write, as the JSON of its Kafka source row (binary as base64, the timestamp in
+    microseconds): evaluated only for those records."""
+    return F.to_json(F.struct(
+        F.col("key"), F.col("_raw_value").alias("value"), F.col("topic"), F.col("partition"), F.col("offset"),
+        F.unix_micros("timestamp").alias("timestamp"), F.col("timestampType"), F.col("headers")))
+
+
+class CachedWrite:
+    """The batch decoded once into a cache, then quarantine and bronze appended through Delta's DataFrame writer
+    (each with its txnAppId/txnVersion and ledger record): the Spark path where its transaction API is not used
+    (see the module). Quarantine commits first: a bronze commit, whose ranges say where a lost checkpoint resumes,
+    then always implies its quarantine rows are committed too."""
+
+    def __init__(self, targets: Targets, decoder: DecoderChoice) -> None:
+        self.targets = targets
+        self.decoder = decoder
+        self._evolved_for: DecodeSpec | None = targets.spec  # the spec bronze's columns were last evolved for
+
+    def write(self, kafka_rows: DataFrame, batch_id: int, ingested_at: dt.datetime,
+              started: float) -> BatchResult | None:
+        spark = kafka_rows.sparkSession
+        config, resolver = self.targets.config, self.targets.resolver
+        decoded = self._decode(kafka_rows)
+        cached = [decoded]  # what to unpersist at the end
+        try:
+            stats = bronze.batch_stats(decoded)
+            unknown = {int(i) for s in stats for i in s["unknown_ids"]}
+            if unknown and resolver.refresh(unknown, {s["topic"] for s in stats if s["unknown_ids"]}):
+                decoded.unpersist()
+                decoded = self._decode(kafka_rows)
+                cached = [decoded]
+                stats = bronze.batch_stats(decoded)
+            if resolver.spec is not self._evolved_for:  # a new version, learnt here or by the Spark path's pass
+                setup.widen_table(spark, config, resolver)
+                self._evolved_for = resolver.spec
+            pending = sum(s["failed"] for s in stats)
+            if pending and self.decoder.jvm(spark):
+                decoded, python = jvm_decoder.settle_in_python(decoded, resolver.spec, kafka_rows.schema)
+                cached.append(python)
+                stats = bronze.batch_stats(decoded)
+            if not stats:
+                return None
+            if config.sink.on_error == "fail" and any(s["failed"] for s in stats):
+                raise _first_failure(decoded)
+            record, failed = self.targets.records(stats, batch_id)
+            faults.reached(faults.FaultPoint.BEFORE_COMMIT, batch_id)
+            if failed is not None:
+                self.targets.quarantine.append(
+                    spark, bronze.quarantine_rows(decoded, batch_id=batch_id, ingested_at=ingested_at), failed)
+            committed = self.targets.bronze.append(
+                spark, bronze.bronze_rows(decoded, batch_id=batch_id, ingested_at=ingested_at), record,
+                merge_schema=True)  # additive schema versions add columns; the resolver adopts no other kind
+            faults.reached(faults.FaultPoint.AFTER_COMMIT, batch_id)
+        finally:
+            for frame in cached:
+                frame.unpersist()
+        return BatchResult(batch_id, record.rows, record.quarantined, sum(s["bytes"] for s in stats),
+                           self.targets.bronze.version, committed, record.ranges,
+                           max((s["max_timestamp"] for s in stats if s["max_timestamp"] is not None), default=None),
+                           time.monotonic() - started)
+
+    def _decode(self, kafka_rows: DataFrame) -> DataFrame:
+        """The batch decoded (JVM path: unverified rows still to settle), persisted for the passes that follow."""
+        spec = self.targets.spec
+        if self.decoder.jvm(kafka_rows.sparkSession):
+            rows = jvm_decoder.decode_in_jvm(kafka_rows, spec)
+        else:
+            rows = decode_in_python(kafka_rows, spec)
+        return rows.persist(StorageLevel.MEMORY_AND_DISK)
+
+
+def _first_failure(decoded: DataFrame) -> DecodeError:
+    bad = (decoded.where(F.col("_error_class").isNotNull()).orderBy("partition", "offset")
+           .select("topic", "partition", "offset", "_error_class", "_error_message").first())
+    assert bad is not None
+    return DecodeError(f"cannot decode record {bad['topic']}/{bad['partition']}@{bad['offset']}: "
+                       f"{bad['_error_class']}: {bad['_error_message']} (sink.onError: fail)")

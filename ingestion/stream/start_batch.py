@@ -1,0 +1,151 @@
+"""The start batch: a new checkpoint's first records, written by the driver-side path while the JVM boots.
+
+A run's JVM and Spark session take seconds before the query's first batch (docs/performance.md). A pipeline whose
+checkpoint has no batches yet (a new pipeline, or a lost checkpoint) starts where the table's ledger says, or at the
+start of each partition (`startingOffsets: earliest`); this module writes that first stretch, up to
+`sink.directWriteMaxOffsets` offsets (and `source.maxOffsetsPerTrigger`), shared among the partitions as Spark
+shares a batch, through the driver-side path (`driver_write`: fetched by the pipeline's own consumer, decoded in
+Python, quarantine and bronze committed by delta-rs with their SetTransaction and ledger record). It is numbered
+`ledger.START_BATCH_ID` in `_batch_id` and the ledger; its txnAppId is the checkpoint's with `.start`, its
+txnVersion the table version it follows, so no batch of the query can be taken for it. The query then starts, as
+for any checkpoint without batches, from the offsets the table records (`launch.Facts.after`): nothing is read
+twice and nothing skipped. It is written only under the pipeline's writer lock, from the ledger read under it.
+
+Nothing is written, and the run goes on as before, when the start is not the table's offsets or the earliest ones
+(a consumer group, a timestamp, `latest`, named offsets), for a silver pipeline's bronze (its change feed is turned
+on with the session), or when the driver-side path declines (`driver_write`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ingestion import storage
+from ingestion.config import PipelineConfig
+from ingestion.decode.resolver import SchemaResolver
+from ingestion.delta import ledger
+from ingestion.delta.ledger import START_BATCH_ID
+from ingestion.errors import one_line
+from ingestion.kafka.fetch import RangeFetcher
+from ingestion.stream import checkpoint
+from ingestion.stream.batch import BatchResult, Targets, log_result
+from ingestion.stream.context import PipelineContext
+from ingestion.stream.driver_write import DriverWrite
+
+log = logging.getLogger(__name__)
+
+FETCH_TIMEOUT = 3.0  # seconds for the records to arrive; beyond it the query's first batch reads them
+
+Bounds = Mapping[str, Mapping[int, tuple[int, int]]]  # topic -> partition -> Kafka's (low, high) offsets
+Recorded = Mapping[str, Mapping[str, int]]  # topic -> partition (as text) -> the next offset the table records
+
+
+@dataclass(frozen=True)
+class Span:
+    topic: str
+    partition: int
+    start: int
+    until: int
+
+
+@dataclass(frozen=True)
+class StartBatch:
+    """The start batch written: its result, and what was left behind it per topic and partition."""
+
+    result: BatchResult
+    lags: dict[str, dict[int, int]]  # records after it when it was planned
+
+    @property
+    def ends(self) -> dict[str, dict[str, int]]:
+        """The next offset per partition, as Spark's source offsets name them."""
+        return ledger.offsets_after(self.result.ranges)
+
+
+def limit(config: PipelineConfig) -> int:
+    """The most offsets a start batch takes."""
+    return min(config.sink.direct_write_max_offsets, config.source.max_offsets_per_trigger or 2**62)
+
+
+def allowed(config: PipelineConfig, checkpoint_started: bool | None) -> bool:
+    """Whether the pipeline's settings and its checkpoint allow a start batch: a checkpoint without batches in a
+    local folder (the writer lock and the txnAppId are taken there without a JVM), not a silver pipeline's bronze."""
+    return limit(config) > 0 and storage.local_folder(config.checkpoint_path) is not None \
+        and config.silver is None and checkpoint_started is False
+
+
+def spans(config: PipelineConfig, recorded: Recorded, bounds: Bounds,
+          most: int) -> tuple[list[Span], dict[str, dict[int, tuple[int, int]]]]:
+    """The offsets of the start batch, at most `most` of them, shared among the partitions in proportion to what
+    each holds (as maxOffsetsPerTrigger shares a batch), and each partition's (position, end offset); none when the
+    start is not the table's offsets or the earliest ones, or records are gone from the log."""
+    source = config.source
+    if not recorded and (source.start_from_group or source.starting_timestamp is not None
+                         or source.starting_offsets_by_timestamp
+                         or source.starting_offsets.strip().lower() != "earliest"):
+        return [], {}
+    wanted: list[Span] = []
+    positions: dict[str, dict[int, tuple[int, int]]] = {}
+    for topic, parts in bounds.items():
+        done = recorded.get(topic, {})
+        for partition, (low, high) in sorted(parts.items()):
+            position = done.get(str(partition), low)
+            if position < low:
+                return [], {}  # records gone from the log: the query's source reports it (failOnDataLoss)
+            positions.setdefault(topic, {})[partition] = (position, high)
+            if position < high:
+                wanted.append(Span(topic, partition, position, high))
+    total = sum(s.until - s.start for s in wanted)
+    if total > most:  # shares rounded down, the offsets left over to the largest remainders: `most` in all
+        shares = [((s.until - s.start) * most // total, (s.until - s.start) * most % total) for s in wanted]
+        left = most - sum(share for share, _ in shares)
+        extra = set(sorted(range(len(wanted)), key=lambda i: -shares[i][1])[:left])
+        wanted = [Span(s.topic, s.partition, s.start, s.start + share + (i in extra))
+                  for i, (s, (share, _)) in enumerate(zip(wanted, shares, strict=True))]
+        wanted = [s for s in wanted if s.until > s.start]
+    return wanted, positions
+
+
+def fits(config: PipelineConfig, recorded: Recorded | None, bounds: Bounds, checkpoint_started: bool | None) -> bool:
+    """Whether all the pipeline has to read now fits one start batch (an available-now run may then need no JVM)."""
+    if recorded is None or not allowed(config, checkpoint_started):
+        return False
+    found, _ = spans(config, recorded, bounds, 2**62)
+    return 0 < sum(s.until - s.start for s in found) <= limit(config)
+
+
+def write(ctx: PipelineContext, schemas: SchemaResolver, recorded: Recorded, bounds: Bounds) -> StartBatch | None:
+    """Write the start batch from where `recorded` (read under the writer lock the caller holds) says the table
+    ends; None when there is none to write or the driver-side path declined it (the query's first batch reads those
+    records)."""
+    config = ctx.config
+    started = time.monotonic()
+    planned, positions = spans(config, recorded, bounds, limit(config))
+    if not planned:
+        return None
+    folder = storage.local_folder(config.checkpoint_path)
+    assert folder is not None
+    app_id = checkpoint.local_app_id(folder, config.name)
+    targets = Targets(config, schemas, app_id)
+    writer = DriverWrite(targets, RangeFetcher(ctx.kafka.client, config.consumer_group))
+    try:
+        version = targets.bronze_rs.current().version()
+        written = writer.write(planned, START_BATCH_ID, dt.datetime.now(dt.UTC), started,
+                               app_id=f"{app_id}.start", txn_version=version, fetch_timeout=FETCH_TIMEOUT)
+    except Exception as exc:
+        log.info("%s: no start batch: %s", config.name, one_line(exc))
+        log.debug("%s: start batch failure", config.name, exc_info=True)
+        return None
+    finally:
+        writer.close()
+    if not isinstance(written, BatchResult) or not written.committed:
+        log.debug("%s: no start batch: %s", config.name, written)
+        return None
+    ends = ledger.offsets_after(written.ranges)
+    left = {t: {p: high - ends.get(t, {}).get(str(p), position) for p, (position, high) in parts.items()}
+            for t, parts in positions.items()}
+    log_result(config.name, written)
+    return StartBatch(written, left)
