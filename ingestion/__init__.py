@@ -7,7 +7,8 @@ command. Everything else in the package is internal and may change between versi
 
     config = load_pipeline("orders")                # conf/pipelines/orders.yaml, or a path
     spark = get_session("my-job", conf=config.spark)
-    run_pipeline(spark, config, available_now=True)  # drain what Kafka holds now, exactly once
+    run_pipeline(spark, config, available_now=True)  # drain what Kafka holds now, exactly once (the same launch
+                                                     # sequence as `ingest run`; spark=None boots its own JVM)
     assert verify(spark, config).ok
 
 `get_session()` opens the persistent catalog (tables by name, `spark.table("bronze.orders")`; docs/catalog.md);
@@ -33,8 +34,8 @@ if TYPE_CHECKING:
     from ingestion.ops.status import pipeline_status
     from ingestion.ops.verify import audit as verify
     from ingestion.runtime.session import get_catalog_session as get_session
-    from ingestion.stream.pipeline import run as run_pipeline
-    from ingestion.stream.pipeline import run_all as run_pipelines
+    from ingestion.stream.launch import run as run_pipeline
+    from ingestion.stream.launch import run_all as run_pipelines
     from ingestion.stream.pipeline import start as start_pipeline
     from ingestion.stream.pipeline import stop as stop_pipeline
 
@@ -54,8 +55,8 @@ _LAZY = {
     "pipeline_status": ("ingestion.ops.status", "pipeline_status"),
     "replay": ("ingestion.ops.replay", "replay"),
     "rewind": ("ingestion.ops.rewind", "rewind"),
-    "run_pipeline": ("ingestion.stream.pipeline", "run"),
-    "run_pipelines": ("ingestion.stream.pipeline", "run_all"),
+    "run_pipeline": ("ingestion.stream.launch", "run"),
+    "run_pipelines": ("ingestion.stream.launch", "run_all"),
     "start_pipeline": ("ingestion.stream.pipeline", "start"),
     "stop_pipeline": ("ingestion.stream.pipeline", "stop"),
     "verify": ("ingestion.ops.verify", "audit"),

@@ -373,12 +373,12 @@ def _run_pipelines(args: argparse.Namespace, configs: list[PipelineConfig], expo
     from ingestion.stream import launch, pipeline
 
     if args.all:
-        outcome = launch.run_all(configs, available_now=args.available_now, exporter=exporter)
+        outcome = launch.run_all(None, configs, available_now=args.available_now, exporter=exporter)
         for name, ended in outcome.items():
             print(f"{name}: {ended.reason if ended.status is pipeline.RunStatus.FINISHED and ended.reason else ended}")
         return 1 if any(o.status is pipeline.RunStatus.FAILED for o in outcome.values()) else 0
     (config,) = configs
-    ran = launch.run(config, available_now=args.available_now, exporter=exporter)
+    ran = launch.run(None, config, available_now=args.available_now, exporter=exporter)
     if isinstance(ran, launch.Finished):
         return 0
     rows = sum(b.rows for b in ran.batches if b.committed)

@@ -61,6 +61,11 @@ class Finished:
     def caught_up(self) -> bool:
         return self.batch is None
 
+    @property
+    def batches(self) -> tuple[BatchResult, ...]:
+        """The batches the run wrote (a query's run has them too: `RunningPipeline.batches`)."""
+        return () if self.batch is None else (self.batch,)
+
 
 def check_can_start(config: PipelineConfig) -> PipelineContext:
     """What a run checks first, without a Spark session: Kafka answers, the topics exist and may be read, the
@@ -124,11 +129,11 @@ def finish_without_jvm(ctx: PipelineContext, launch: Launch, exporter: Exporter 
     return Finished(config.name, batch.result, reached)
 
 
-def run(target: PipelineConfig | PipelineContext, *, spark: SparkSession | None = None,
-        available_now: bool = False, exporter: Exporter | None = None) -> Finished | RunningPipeline:
+def run(spark: SparkSession | None, target: PipelineConfig | PipelineContext, *, available_now: bool = False,
+        exporter: Exporter | None = None) -> Finished | RunningPipeline:
     """Run one pipeline through the launch sequence (see the module) until it stops: caught up (available-now),
-    failed, or asked to stop (SIGINT, SIGTERM). `spark`: the session to run in; without one the JVM boots here
-    while the tables are prepared and the start batch is written."""
+    failed, or asked to stop (SIGINT, SIGTERM); `ingestion.run_pipeline`. `spark`: the session to run in; None: the
+    JVM boots here while the tables are prepared and the start batch is written. Both outcomes have `batches`."""
     ctx = target if isinstance(target, PipelineContext) else check_can_start(target)
     launch = locked(ctx)
     try:
@@ -156,7 +161,7 @@ def run(target: PipelineConfig | PipelineContext, *, spark: SparkSession | None 
             launch.lock.release()
 
 
-def run_all(targets: Sequence[PipelineConfig | PipelineContext], *, spark: SparkSession | None = None,
+def run_all(spark: SparkSession | None, targets: Sequence[PipelineConfig | PipelineContext], *,
             available_now: bool = False, exporter: Exporter | None = None) -> dict[str, RunOutcome]:
     """Run several pipelines through the launch sequence in one Spark application (`pipeline.run_all`); the ones
     an available-now run finds caught up, or finishes by their start batches, need no JVM. Returns pipeline name ->

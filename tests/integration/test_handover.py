@@ -66,7 +66,7 @@ def test_a_pipeline_takes_over_exactly_where_a_consumer_group_left_off(
     member = _member(kafka_servers, group, topic)
     try:
         with pytest.raises(IngestionError) as refused:
-            launch.run(config, available_now=True)  # before the JVM: an active group is refused in seconds
+            launch.run(None, config, available_now=True)  # before the JVM: an active group is refused in seconds
     finally:
         member.close()
     assert str(refused.value).startswith(f"{path}: source.startFromGroup: consumer group {group!r} is still "

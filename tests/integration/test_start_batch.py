@@ -95,12 +95,12 @@ def test_an_available_now_run_the_start_batch_catches_up_needs_no_jvm(spark, kaf
 
     results = []
     for first_seq in (40, 70):
-        done = launch.run(config, available_now=True)  # the launch sequence `ingest run` takes
+        done = launch.run(None, config, available_now=True)  # the launch sequence `ingest run` takes
         assert isinstance(done, launch.Finished) and done.batch is not None
         results.append(done.batch)
         produced += produce_orders(kafka_servers, topic, 30, schema_id=1, schema=orders_schema,
                                    first_seq=first_seq)
-    third = launch.run(config, available_now=True)
+    third = launch.run(None, config, available_now=True)
     assert isinstance(third, launch.Finished) and third.batch is not None  # the 30 just produced
 
     assert [r.rows for r in results] == [40, 30] and [r.version for r in results] == [1, 2]
@@ -111,7 +111,7 @@ def test_an_available_now_run_the_start_batch_catches_up_needs_no_jvm(spark, kaf
         [MlflowClient(tracking_uri()).get_experiment_by_name(config.experiment).experiment_id])
     assert sorted(r.data.metrics["rows"] for r in runs) == [30, 30, 40]
     assert all(r.info.status == "FINISHED" for r in runs)
-    caught_up = launch.run(config, available_now=True)
+    caught_up = launch.run(None, config, available_now=True)
     assert isinstance(caught_up, launch.Finished) and caught_up.caught_up
     produced += produce_orders(kafka_servers, topic, 5, schema_id=1, schema=orders_schema, first_seq=100)
     # then a query, on a checkpoint that never had a batch, goes on from the table's offsets
