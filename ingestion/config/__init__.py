@@ -10,15 +10,14 @@ import dataclasses
 import logging
 import os
 import re
-import types
-import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
 from ingestion import retention, security, storage
+from ingestion.config import coerce
 from ingestion.config.model import (
     KeyFormat,
     MaintenanceOptions,
@@ -119,8 +118,8 @@ def _with_defaults(data: dict[str, Any], path: Path, seen: tuple[Path, ...] = ()
     for key in _PER_PIPELINE:
         if key in defaults:
             raise ConfigError(f"{parent}: key {key!r} belongs in each pipeline's file, not in shared defaults "
-                              f"(value {_shown(key, defaults[key])})")
-    _build(PipelineConfig, _interpolate(defaults, parent, ""), parent, "", partial=True)
+                              f"(value {coerce.shown(key, defaults[key])})")
+    coerce.build(PipelineConfig, _interpolate(defaults, parent, ""), parent, "", partial=True)
     return _merged(defaults, data)
 
 
@@ -187,7 +186,7 @@ def parse_pipeline(data: object, file: Path) -> PipelineConfig:
     silver = data.get("silver")
     if isinstance(silver, dict) and isinstance(silver.get("key"), str):  # `key: id` for `key: [id]`
         data = {**data, "silver": {**silver, "key": [silver["key"]]}}
-    config = _build(PipelineConfig, _interpolate(data, file, ""), file, "")
+    config = coerce.build(PipelineConfig, _interpolate(data, file, ""), file, "")
     config = dataclasses.replace(config, file=file, **_topics(config, file))
     if config.topic:
         # One topic: one subject, by the strategy unless named (TopicNameStrategy: <topic>-value, <topic>-key).
@@ -299,8 +298,8 @@ def _check(config: PipelineConfig, raw_source: set[str]) -> None:
                               f"'kafka.' prefix (it is added for Spark), got {key!r}")
         why = security.unknown_setting(key)
         if why is not None:
-            raise ConfigError(f"{config.file}: unknown key 'kafka.{key}' (value {_shown(key, config.kafka[key])}): "
-                              f"{why}")
+            raise ConfigError(f"{config.file}: unknown key 'kafka.{key}' "
+                              f"(value {coerce.shown(key, config.kafka[key])}): {why}")
     problem = security.check(config.kafka)
     if problem:
         raise ConfigError(f"{config.file}: {problem}")
@@ -473,82 +472,3 @@ def _interpolate(value: Any, file: Path, where: str) -> Any:
         typed = yaml.safe_load(text) if text else text
         return typed if isinstance(typed, (int, float, bool)) else text
     return text
-
-
-def _build(cls: type[Any], data: Mapping[str, Any], file: Path, prefix: str, *, partial: bool = False) -> Any:
-    """`cls` from `data`; `partial`: only check the keys given (a defaults file), build nothing."""
-    hints = typing.get_type_hints(cls)
-    remaining = dict(data)
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.metadata.get("internal"):
-            continue
-        key = f.metadata.get("key", f.name)
-        if key not in remaining:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and not partial:
-                raise ConfigError(f"{file}: missing required key {prefix + key!r}")
-            continue
-        kwargs[f.name] = _coerce(hints[f.name], remaining.pop(key), file, prefix + key, partial=partial)
-    if remaining:
-        key, value = next(iter(remaining.items()))
-        known = sorted([*(f.metadata.get("key", f.name) for f in dataclasses.fields(cls)
-                          if not f.metadata.get("internal")), *([] if prefix else ["extends"])])  # read before
-        raise ConfigError(f"{file}: unknown key {prefix + str(key)!r} (value {_shown(str(key), value)}); "
-                          f"known keys here: {', '.join(known)}")
-    return None if partial else cls(**kwargs)
-
-
-def _coerce(hint: Any, value: Any, file: Path, key: str, *, partial: bool = False) -> Any:
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        options = [h for h in typing.get_args(hint) if h is not type(None)]
-        if value is None and len(options) < len(typing.get_args(hint)):
-            return None
-        return _coerce(options[0], value, file, key, partial=partial)
-    if origin is Literal:
-        allowed = typing.get_args(hint)
-        if value not in allowed:
-            raise ConfigError(f"{file}: key {key!r} must be one of {list(allowed)}, got {_shown(key, value)}")
-        return value
-    if dataclasses.is_dataclass(hint):
-        if not isinstance(value, dict):
-            raise ConfigError(f"{file}: key {key!r} must be a mapping, got {_shown(key, value)}")
-        return _build(typing.cast(type, hint), value, file, key + ".", partial=partial)
-    if origin is tuple:
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{file}: key {key!r} must be a list of names, got {_shown(key, value)}")
-        return tuple(value)
-    if origin in (Mapping, dict):
-        if not isinstance(value, dict):
-            raise ConfigError(f"{file}: key {key!r} must be a mapping of settings, got {_shown(key, value)}")
-        bad = {k: v for k, v in value.items() if not isinstance(v, (str, int, float, bool))}
-        if bad:
-            sub, val = next(iter(bad.items()))
-            raise ConfigError(f"{file}: key '{key}.{sub}' must be a plain value, got {_shown(sub, val)}")
-        return {str(k): _scalar_text(v) for k, v in value.items()}
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{file}: key {key!r} must be true or false, got {_shown(key, value)}")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{file}: key {key!r} must be an integer, got {_shown(key, value)}")
-        return value
-    if hint is str:
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise ConfigError(f"{file}: key {key!r} must be a string, got {_shown(key, value)}")
-        return str(value)
-    raise ConfigError(f"{file}: key {key!r} has an unsupported type {hint!r}")  # pragma: no cover
-
-
-def _shown(key: str, value: Any) -> str:
-    """A rejected value as an error message shows it: secrets (by their key, at any depth) as '***'."""
-    if _SECRET.search(key):
-        return "'***'"
-    if isinstance(value, dict):
-        return repr({k: "***" if _SECRET.search(str(k)) else v for k, v in value.items()})
-    return repr(value)
-
-
-def _scalar_text(value: str | int | float | bool) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
