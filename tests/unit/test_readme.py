@@ -121,7 +121,7 @@ def test_every_config_key_is_documented_and_every_documented_key_exists() -> Non
     documented |= {f"{k}.<setting>" for k in documented if f"{k}.<setting>" in actual}
     documented -= {k.removesuffix(".<setting>") for k in actual if k.endswith(".<setting>")}
     assert actual - documented == set(), "config keys missing from docs/configuration.md"
-    # `extends` is read by the loader before the settings are typed (ingestion/config.py `_with_defaults`)
+    # `extends` is read by the loader before the settings are typed (ingestion/config/loader.py `_with_defaults`)
     assert documented - actual - {"kafka.bootstrap.servers", "extends"} == set(), \
         "docs/configuration.md documents keys that do not exist"
 

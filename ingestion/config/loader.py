@@ -1,0 +1,190 @@
+"""Pipeline files to configs: YAML read, the defaults file inherited (`extends`, conf/defaults.yaml), `${VAR}` and
+`${VAR:-default}` replaced from the environment, deprecated key spellings renamed with a warning; then the values
+typed (`coerce`), the topics normalized and the config checked (`checks`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ingestion.config import checks, coerce
+from ingestion.config.model import PipelineConfig
+from ingestion.errors import ConfigError
+from ingestion.paths import conf_dir
+
+# The package's logger, as before the split into modules: the name on the CLI's log lines stays the same.
+log = logging.getLogger("ingestion.config")
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def load_pipeline(name_or_path: str | Path) -> PipelineConfig:
+    """Load `conf/pipelines/<name>.yaml`, or the YAML file at the given path."""
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = conf_dir() / "pipelines" / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in (conf_dir() / "pipelines").glob("*.yaml"))
+        raise ConfigError(f"no pipeline config {str(name_or_path)!r}: {path} does not exist (known: {known})")
+    return parse_pipeline(_with_defaults(_read(path), path), path)
+
+
+def inherited(data: dict[str, Any], path: Path) -> PipelineConfig:
+    """The config a file at `path` holding `data` would load as, with the defaults it would inherit."""
+    return parse_pipeline(_with_defaults(dict(data), path), path)
+
+
+DEFAULTS_FILE = "defaults.yaml"
+_PER_PIPELINE = ("name", "topic", "topics", "topicPattern")  # what a defaults file cannot hold
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc.strerror}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings at the top level, got {data!r}")
+    return data
+
+
+def _with_defaults(data: dict[str, Any], path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The file's settings over those of the file it extends: `extends: <path>` (relative to the file), or, for a
+    file in conf/pipelines/ without that key, conf/defaults.yaml when it exists (`extends: null` opts out).
+    A defaults file is checked on its own first, so a bad key in it is reported with its file's name."""
+    data = _renamed(data, path)
+    if "extends" in data:
+        parent_name = data.pop("extends")
+        if parent_name is None:
+            return data
+        if not isinstance(parent_name, str):
+            raise ConfigError(f"{path}: key 'extends' must be the path of a defaults file, got {parent_name!r}")
+        parent = (path.parent / parent_name).resolve()
+        if not parent.is_file():
+            raise ConfigError(f"{path}: key 'extends' names {parent_name!r}, but {parent} does not exist")
+    else:
+        parent = conf_dir() / DEFAULTS_FILE
+        if path.resolve().parent != (conf_dir() / "pipelines").resolve() or not parent.is_file():
+            return data
+    if parent in seen or parent == path.resolve():
+        raise ConfigError(f"{path}: 'extends' goes round in a circle through {parent}")
+    defaults = _with_defaults(_read(parent), parent, (*seen, path.resolve()))
+    for key in _PER_PIPELINE:
+        if key in defaults:
+            raise ConfigError(f"{parent}: key {key!r} belongs in each pipeline's file, not in shared defaults "
+                              f"(value {coerce.shown(key, defaults[key])})")
+    coerce.build(PipelineConfig, _interpolate(defaults, parent, ""), parent, "", partial=True)
+    return _merged(defaults, data)
+
+
+def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """`over` on top of `base`, mapping by mapping; any other value (lists too) is replaced whole."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def list_pipelines() -> list[Path]:
+    return sorted((conf_dir() / "pipelines").glob("*.yaml"))
+
+
+def load_all(paths: list[Path] | None = None) -> tuple[list[PipelineConfig], list[ConfigError]]:
+    """Every pipeline file (default: conf/pipelines/*.yaml): the valid configs, and one error per bad file. Two
+    files with the same pipeline name, table or checkpoint are both bad (each error names the other file)."""
+    configs: list[PipelineConfig] = []
+    errors: list[ConfigError] = []
+    for path in list_pipelines() if paths is None else paths:
+        try:
+            configs.append(load_pipeline(path))
+        except ConfigError as exc:
+            errors.append(exc)
+    clashing: set[Path] = set()
+    for what, key in (("name", lambda c: c.name), ("table", lambda c: c.table_path),
+                      ("checkpoint", lambda c: c.checkpoint_path), ("catalog table", lambda c: c.sink.catalog_table)):
+        seen: dict[str, PipelineConfig] = {}
+        for config in configs:
+            if not key(config):
+                continue
+            other = seen.setdefault(key(config), config)
+            if other is not config:
+                errors.append(ConfigError(f"{config.file}: pipeline {config.name!r} has the same {what} "
+                                          f"{key(config)!r} as {other.file}; each pipeline needs its own"))
+                clashing |= {config.file, other.file}
+    return [c for c in configs if c.file not in clashing], errors
+
+
+# Keys renamed to camelCase: (section, old spelling) -> new spelling; the old one is read with a warning.
+DEPRECATED_KEYS = {("sink", "on_error"): "onError"}
+
+
+def _renamed(data: dict[str, Any], file: Path) -> dict[str, Any]:
+    """`data` with deprecated spellings of keys replaced by the current ones, each with one warning line."""
+    out = dict(data)
+    for (section, old), new in DEPRECATED_KEYS.items():
+        given = out.get(section)
+        if not isinstance(given, dict) or old not in given:
+            continue
+        if new in given:
+            raise ConfigError(f"{file}: keys '{section}.{old}' and '{section}.{new}' are the same setting; keep "
+                              f"'{section}.{new}'")
+        log.warning("%s: key '%s.%s' is deprecated; write '%s.%s'", file, section, old, section, new)
+        out[section] = {(new if k == old else k): v for k, v in given.items()}
+    return out
+
+
+def parse_pipeline(data: object, file: Path) -> PipelineConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{file}: expected a mapping of settings at the top level, got {data!r}")
+    data = _renamed(data, file)
+    silver = data.get("silver")
+    if isinstance(silver, dict) and isinstance(silver.get("key"), str):  # `key: id` for `key: [id]`
+        data = {**data, "silver": {**silver, "key": [silver["key"]]}}
+    config = coerce.build(PipelineConfig, _interpolate(data, file, ""), file, "")
+    config = dataclasses.replace(config, file=file, **checks.topics(config, file))
+    if config.topic:
+        # One topic: one subject, by the strategy unless named (TopicNameStrategy: <topic>-value, <topic>-key).
+        config = dataclasses.replace(config, value=dataclasses.replace(
+            config.value, subject=config.value.subject_for(config.topic)))
+        if config.key.format in ("avro", "protobuf"):
+            config = dataclasses.replace(config, key=dataclasses.replace(
+                config.key, subject=config.key.subject_for(config.topic)))
+    source = data.get("source")
+    checks.check(config, set(source) if isinstance(source, dict) else set())
+    return config
+
+
+def _interpolate(value: Any, file: Path, where: str) -> Any:
+    if isinstance(value, dict):
+        return {k: _interpolate(v, file, f"{where}{k}.") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, file, where) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def sub(match: re.Match[str]) -> str:
+        var, default = match.group(1), match.group(2)
+        if os.environ.get(var):
+            return os.environ[var]
+        if default is not None:  # as in the shell, ${VAR:-x} also falls back when VAR is set but empty
+            return default
+        if var in os.environ:
+            return ""
+        raise ConfigError(f"{file}: key {where.rstrip('.')!r} uses ${{{var}}}, which is not set in the environment")
+
+    text = _ENV.sub(sub, value)
+    if _ENV.fullmatch(value):
+        # A value that is only `${VAR}` gets the type YAML would give the text (`${N}` -> 500 for N=500).
+        typed = yaml.safe_load(text) if text else text
+        return typed if isinstance(typed, (int, float, bool)) else text
+    return text
