@@ -925,6 +925,3 @@ def _jars(args: argparse.Namespace) -> int:
     print(f"helper: {jars.helper_jar()}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
