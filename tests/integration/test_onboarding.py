@@ -361,13 +361,14 @@ def test_plain_avro_values_with_avro_keys_or_no_keys(spark, kafka_servers, make_
 def test_onboard_dry_run_of_a_catalog_table_starts_no_derby_server(
         spark, kafka_servers, make_topic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    from ingestion import cli
+    from ingestion.cli.commands import onboard_command
+    from ingestion.cli.parser import build_parser
     from ingestion.runtime import metastore
 
     monkeypatch.setenv("INGEST_HOME", str(tmp_path / ".ingest"))
     topic = make_topic(partitions=1)
     file = pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, sink="  catalogTable: bronze.dry\n")
-    assert cli._onboard(cli._parser().parse_args(["onboard", str(file), "--dry-run"])) == 0
+    assert onboard_command.onboard_pipelines(build_parser().parse_args(["onboard", str(file), "--dry-run"])) == 0
     out = capsys.readouterr().out
     assert f"catalog table bronze.dry: would be registered for {tmp_path / 'tables' / 'orders'}" in out
     assert out.strip().splitlines()[-1].startswith("catalog names not checked against the local catalog")

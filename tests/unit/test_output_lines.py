@@ -46,7 +46,8 @@ def test_show_with_an_error_class_that_has_no_records_names_those_that_do(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from deltalake import write_deltalake
 
-    from ingestion import cli
+    from ingestion.cli.commands import quarantine_command
+    from ingestion.cli.parser import build_parser
 
     table = tmp_path / "orders_quarantine"
     write_deltalake(str(table), pa.table({
@@ -59,12 +60,12 @@ def test_show_with_an_error_class_that_has_no_records_names_those_that_do(
     file = tmp_path / "orders.yaml"
     file.write_text(f"name: orders\ntopic: orders\nkafka:\n  bootstrap.servers: 127.0.0.1:9\n"
                     f"sink:\n  table: {tmp_path / 'orders'}\n  quarantineTable: {table}\n")
-    args = cli._parser().parse_args(["quarantine", "show", str(file), "--error-class", "NoSuchClass"])
-    assert cli._quarantine_show(args) == 1
+    args = build_parser().parse_args(["quarantine", "show", str(file), "--error-class", "NoSuchClass"])
+    assert quarantine_command.quarantine_show(args) == 1
     assert capsys.readouterr().out == ("no quarantined records of error class 'NoSuchClass'; the classes "
                                        "quarantined now: UnknownSchemaError, WireFormatError\n")
-    args = cli._parser().parse_args(["quarantine", "show", str(file), "--error-class", "WireFormatError"])
-    assert cli._quarantine_show(args) == 0
+    args = build_parser().parse_args(["quarantine", "show", str(file), "--error-class", "WireFormatError"])
+    assert quarantine_command.quarantine_show(args) == 0
     assert capsys.readouterr().out == ("orders/0@3  2026-01-01 00:00:00  no schema id  WireFormatError: short\n"
                                        "    value 1 bytes 07\n")
 

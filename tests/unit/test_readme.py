@@ -57,9 +57,9 @@ def _config_keys(cls: type, prefix: str = "") -> set[str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ingestion.cli import _parser as cli_parser
+    from ingestion.cli.parser import build_parser
 
-    return cli_parser()
+    return build_parser()
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

@@ -1,0 +1,77 @@
+"""The `ingest` command. Thin: parses arguments (`parser`), calls a command (`commands/`), prints. Exit 0 ok,
+1 failure, 2 usage. Here: logging, and every failure as one line on stderr with secret values masked."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+
+from ingestion.cli.parser import build_parser
+from ingestion.errors import IngestionError, UsageError, one_line
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _logging(verbose=args.verbose)
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        _failed(str(exc), exc, args.verbose)
+        return 2
+    except IngestionError as exc:
+        return _failed(str(exc), exc, args.verbose)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - every failure ends in one line; the trace only with -v
+        return _failed(f"{type(exc).__name__}: {one_line(exc)} (run with -v for the trace)", exc, args.verbose)
+
+
+def _logging(*, verbose: bool) -> None:
+    """Progress lines (INFO) on stdout, warnings and errors on stderr; debug and librdkafka's own lines with -v."""
+    root = logging.getLogger()
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    formatter = logging.Formatter("%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    progress = logging.StreamHandler(sys.stdout)
+    progress.addFilter(lambda record: record.levelno < logging.WARNING)
+    problems = logging.StreamHandler(sys.stderr)
+    problems.setLevel(logging.WARNING)
+    for handler in (progress, problems):
+        handler.setFormatter(formatter)
+        handler.addFilter(_masked)
+        root.addHandler(handler)
+    for noisy in ("alembic", "mlflow", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    # py4j logs, with a trace, every exception raised in a Python callback (foreachBatch, the listener); the
+    # pipeline reports the cause itself in one line. Its DEBUG lines (every command sent to the JVM) drown -v.
+    logging.getLogger("py4j").setLevel(logging.WARNING if verbose else logging.CRITICAL + 1)
+    logging.getLogger("ingestion.librdkafka").setLevel(logging.DEBUG if verbose else logging.CRITICAL + 1)
+
+
+def _masked(record: logging.LogRecord) -> bool:
+    """A log record with every secret value of the loaded configs replaced by '***' (`security.mask`): no setting
+    is logged on purpose, this is the last guard for what clients put in their messages."""
+    from ingestion import security
+
+    text = record.getMessage()
+    shown = security.mask(text)
+    if shown != text:
+        record.msg, record.args = shown, None
+    if record.exc_info and record.exc_info[1] is not None:
+        import traceback
+
+        record.exc_text = security.mask("".join(traceback.format_exception(*record.exc_info)).rstrip())
+    return True
+
+
+def _failed(message: str, exc: BaseException, verbose: bool) -> int:
+    from ingestion import security
+
+    if verbose:
+        import traceback
+
+        print(security.mask("".join(traceback.format_exception(exc))), end="", file=sys.stderr)
+    print(f"error: {security.mask(message)}", file=sys.stderr)
+    return 1

@@ -1,0 +1,9 @@
+"""`python -m ingestion.cli`: the `ingest` command (the SQL server's background process and the tests start it so)."""
+
+from __future__ import annotations
+
+import sys
+
+from ingestion.cli import main
+
+sys.exit(main())

@@ -1,0 +1,78 @@
+"""The read-only commands: ingest status, history and verify (the tables against Kafka, through delta-rs or
+Spark) and ingest report (a run's batches from MLflow)."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+from typing import Any
+
+from ingestion.cli.common import all_valid, load, read_only, spark_session
+
+
+def show_status(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from ingestion.ops import status
+    from ingestion.stream import context
+
+    configs = [load(args.pipeline)] if args.pipeline else all_valid()
+    found = [read_only(args, functools.partial(_status_of, ctx=context.resolve(c)), c) for c in configs]
+    if args.json:
+        print(json.dumps([asdict(s) for s in found], indent=2))
+    else:
+        print("\n\n".join(status.render(s) for s in found))
+    return 0
+
+
+def _status_of(reader: Any, *, ctx: Any) -> Any:
+    from ingestion.ops import status
+
+    return status.pipeline_status(reader, ctx)
+
+
+def show_history(args: argparse.Namespace) -> int:
+    from ingestion.ops import history
+
+    config = load(args.pipeline)
+    if args.json:
+        print(history.to_json(read_only(args, lambda reader: history.history(reader, config), config)))
+        return 0
+    records, restorable = read_only(args, lambda reader: (history.history(reader, config),
+                                                           history.restorable(reader, config)), config)
+    print(history.render(records))
+    print(restorable)
+    return 0
+
+
+def verify_pipeline(args: argparse.Namespace) -> int:
+    from ingestion.ops import verify
+    from ingestion.stream import context
+
+    ctx = context.resolve(load(args.pipeline))
+    result = read_only(args, lambda reader: verify.audit(reader, ctx), ctx.config)
+    if ctx.config.silver is None:
+        print(json.dumps(result.to_json(), indent=2) if args.json else verify.render(result))
+        return 0 if result.ok else 1
+    from ingestion.silver import audit
+
+    found = audit.audit(spark_session(f"ingest-{ctx.name}", [ctx.config]), ctx.config)
+    if args.json:
+        print(json.dumps({**result.to_json(), "silver": found.to_json()}, indent=2))
+    else:
+        print(verify.render(result))
+        print(audit.render(found))
+    return 0 if result.ok and found.ok else 1
+
+
+def write_report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ingestion.ops import report
+    from ingestion.paths import state_dir
+
+    config = load(args.pipeline)
+    output = Path(args.output) if args.output else state_dir() / "reports" / f"{config.name}.png"
+    print(report.write_png(config, output, args.run))
+    return 0
