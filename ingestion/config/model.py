@@ -121,7 +121,7 @@ class SinkOptions:
     catalog_table: str = field(default="", metadata=_key("catalogTable"))
     quarantine_catalog_table: str = field(default="", metadata=_key("quarantineCatalogTable"))
     # A batch of at most this many Kafka offsets is fetched, decoded and written by the driver without a Spark job
-    # (docs/architecture.md#small-batches-without-a-spark-job); 0: every batch is a Spark job.
+    # (docs/architecture.md#two-write-paths); 0: every batch is a Spark job.
     direct_write_max_offsets: int = field(default=1000, metadata=_key("directWriteMaxOffsets"))
 
 

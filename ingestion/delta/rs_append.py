@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from ingestion import faults, storage
 from ingestion.delta import checksums
-from ingestion.errors import IngestionError
+from ingestion.errors import IngestionError, one_line
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -120,8 +120,7 @@ class RsTable:
                                                                                 cleanup_expired_logs=False))
         except Exception as exc:  # noqa: BLE001 - whatever delta-rs refuses is written by Spark instead
             self._table = None
-            raise RsWriteError(f"delta-rs did not append to {self.path}: {type(exc).__name__}: "
-                               f"{str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}") from None
+            raise RsWriteError(f"delta-rs did not append to {self.path}: {one_line(exc)[:300]}") from None
         version = self._committed(table, before, app_id, txn_version)
         if self.local is not None:
             checksums.write_after_append(self.local / "_delta_log", version)
