@@ -8,6 +8,8 @@ One run, one machine, one topic (produced once per size and reused), a broker of
   freshness  ours streaming (short trigger) while a producer writes at half of ours' rate: latency p50/p99
              once the stream is warm (--fresh-warmup)
   memory     ours on a topic and on one 10x larger, same maxOffsetsPerTrigger: peak RSS should stay flat
+  dirty      ours on the same events with every --bad-every-th body cut short (quarantined), beside ours on the
+             clean topic, alternating: a bad record should cost a record (records/s dirty/clean >= 0.8)
 
 Every measured thing runs in its own process, sampled for peak RSS (JVM, Python workers, driver). The
 throughput kinds repeat `--repeat` times, alternating, and medians are reported. Results go to
@@ -32,7 +34,8 @@ import bench_runs
 import datagen
 
 REPO = Path(__file__).resolve().parents[1]
-STAGES = ("limit", "baseline", "ours", "peer", "freshness", "memory", "admin", "maintain", "fairness", "prometheus")
+STAGES = ("limit", "baseline", "ours", "peer", "freshness", "memory", "admin", "maintain", "fairness", "prometheus",
+          "dirty")
 # Batches of the memory stage's smaller run (the larger has 10 times as many): enough for the JVM to reach the
 # heap it keeps for that batch size. With 2 or 3 batches the smaller run ends while the JVM is still warming up
 # (measured: 895 against 1,457 MiB at 3 against 21 batches; 1,370 against 1,346 MiB at 21 against 201).
@@ -48,6 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--records", type=int, default=3_000_000, help="records in the benchmark topic (3000000)")
     p.add_argument("--repeat", type=int, default=3, help="repetitions of each throughput measurement (3)")
     p.add_argument("--max-offsets", type=int, default=500_000, help="maxOffsetsPerTrigger of baseline and ours")
+    p.add_argument("--bad-every", type=int, default=1000,
+                   help="the dirty stage's topic: every Nth record's body cut short (1000)")
     p.add_argument("--only", default=",".join(STAGES), help=f"comma-separated stages ({','.join(STAGES)})")
     p.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results", help="results folder")
     p.add_argument("--home", type=Path, default=Path(os.environ.get("BENCH_HOME", "/tmp/bench-home")),
@@ -61,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="production seconds not counted (150): under load on 2 cores the JVM compiles for ~4 "
                         "minutes, and batches are slower until it is done; 30 measures that start instead")
     p.add_argument("--fresh-trigger", default="1 second", help="pipeline trigger for freshness ('1 second')")
+    p.add_argument("--fresh-s3", action="store_true",
+                   help="freshness with the tables and checkpoint in a bucket of a local S3 server (moto, as the "
+                        "tests use) instead of local folders")
     p.add_argument("--ours-verbose", action="store_true",
                    help="run ours, freshness and fairness with `ingest -v`: per-batch decode, write and Spark phase "
                         "times in the logs (debug logging; not the default)")
@@ -167,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": bench_report.machine(REPO),
         "config": {"records": args.records, "repeat": args.repeat, "max_offsets": args.max_offsets,
-                   "stages": sorted(stages), "subject": datagen.SUBJECT, "partitions": datagen.PARTITIONS,
+                   "stages": sorted(stages), "bad_every": args.bad_every,
+                   "subject": datagen.SUBJECT, "partitions": datagen.PARTITIONS,
                    "fields": len(datagen.schema()["fields"]), "home": str(home),
                    "ours_verbose": args.ours_verbose, "ours_spark": dict(args.ours_spark),
                    "ours_sink": dict(args.ours_sink)},
@@ -184,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         topic = datagen.ensure_topic(servers, home, args.records, log)
         results["topic"] = topic.__dict__ | {"avg_value_bytes": round(topic.avg_value_bytes, 1)}
         results["stages_s"]["broker_and_topic"] = round(time.monotonic() - t0, 1)
-        _throughput(args, stages, ctx, topic, results)
+        dirty = datagen.ensure_topic(servers, home, args.records, log, bad_every=args.bad_every) \
+            if "dirty" in stages else None
+        _throughput(args, stages, ctx, topic, results, dirty)
         if "prometheus" in stages:
             import prometheus_cost
 
@@ -196,14 +207,20 @@ def main(argv: list[str] | None = None) -> int:
         _write(args.output, results, started)
         if "freshness" in stages:
             t0 = time.monotonic()
+            s3 = _s3_server(home) if args.fresh_s3 else None
+            if s3 is not None:
+                ctx.env.update(s3.environment())
             results["freshness"] = []
             for rate, why in _fresh_rates(args, results.get("summary", {})):
                 log(f"freshness: {rate:,.0f} records/s ({why}), trigger {args.fresh_trigger!r}")
-                run = bench_runs.run_freshness(ctx, rate, args.fresh_seconds, args.fresh_warmup, args.fresh_trigger)
+                run = bench_runs.run_freshness(ctx, rate, args.fresh_seconds, args.fresh_warmup, args.fresh_trigger,
+                                               s3=s3)
                 results["freshness"].append(run | {"rate_from": why})
                 log(f"freshness at {rate:,.0f} records/s: {json.dumps(run['latency'])}")
                 _write(args.output, results, started)
             results["stages_s"]["freshness"] = round(time.monotonic() - t0, 1)
+            if s3 is not None:
+                s3.stop()
         if "memory" in stages:
             t0 = time.monotonic()
             small_n = args.memory_records or max(args.records // 10, 1000)
@@ -248,10 +265,22 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+def _s3_server(home: Path) -> Any:
+    """The tests' local S3 server (moto, tests/s3_server.py), its credentials in this process's environment and
+    every measured process's."""
+    sys.path.insert(0, str(REPO))
+    from tests.s3_server import S3Server
+
+    server = S3Server(home / "moto.log")
+    os.environ.update(server.environment())
+    log(f"local S3 server pid {server.proc.pid} on {server.endpoint}")
+    return server
+
+
 def _throughput(args: argparse.Namespace, stages: set[str], ctx: bench_runs.Context, topic: datagen.TopicData,
-                results: dict[str, Any]) -> None:
+                results: dict[str, Any], dirty: datagen.TopicData | None = None) -> None:
     kinds = [kind for kind, stage in bench_runs.KINDS.items() if stage in stages]
-    if "prometheus" in stages and "ours" not in kinds:  # with the endpoint against without it, interleaved
+    if ("prometheus" in stages or "dirty" in stages) and "ours" not in kinds:  # against ours, interleaved
         kinds.insert(0, "ours")
     if not kinds:
         return
@@ -260,7 +289,7 @@ def _throughput(args: argparse.Namespace, stages: set[str], ctx: bench_runs.Cont
         # Alternate the order so slow drift (page cache, a neighbour's load) does not favour one kind.
         for kind in kinds if rep % 2 == 0 else list(reversed(kinds)):
             t1 = time.monotonic()
-            run = bench_runs.run_kind(ctx, kind, topic, rep)
+            run = bench_runs.run_kind(ctx, kind, dirty if kind == "ours_dirty" and dirty else topic, rep)
             results["runs"].append(run)
             log(f"{kind} #{rep}: {run['records_per_s']:,.0f} records/s over {run['processing_s']:.1f}s "
                 f"(wall {run['wall_s']:.1f}s, JVM {run['peak_jvm_rss_mb']:.0f} MiB, workers "

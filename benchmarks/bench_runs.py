@@ -33,7 +33,7 @@ DEBUG_DECODED = re.compile(r"batch (?P<id>\d+): decoded and summarized in (?P<s>
 DEBUG_WRITTEN = re.compile(r"batch (?P<id>\d+): written in (?P<s>[\d.]+)s")
 # Each measured kind and the stage (--only) that runs it. `_1core`: Spark on local[1], the peer in one process.
 KINDS = {"limit_consumer": "limit", "limit_spark": "limit", "baseline": "baseline", "ours": "ours", "peer": "peer",
-         "ours_1core": "peer", "peer_1core": "peer", "ours_metrics": "prometheus"}
+         "ours_1core": "peer", "peer_1core": "peer", "ours_metrics": "prometheus", "ours_dirty": "dirty"}
 # Seconds between the prometheus stage's scrapes of `ingest run`'s endpoint (Prometheus's default is 60 s, 15 s is
 # common: every second is a harsh case).
 SCRAPE_EVERY = 1.0
@@ -143,17 +143,20 @@ def run_spark_job(ctx: Context, mode: str, topic: datagen.TopicData, rep: int) -
 
 
 def write_pipeline(ctx: Context, work: Path, topic: str, max_offsets: int, trigger: str = "10 seconds",
-                   spark: dict[str, str] | None = None, name: str = "bench", path: Path | None = None) -> Path:
+                   spark: dict[str, str] | None = None, name: str = "bench", path: Path | None = None,
+                   root: str | None = None) -> Path:
     """A pipeline YAML with every promise on: metadata columns, txn ids, recorded offsets, quarantine, metrics;
-    `spark`: the pipeline's spark: section (session settings), if any."""
+    `spark`: the pipeline's spark: section (session settings), if any; `root`: where its tables and checkpoint
+    live (an `s3a://bucket` say) instead of `work`."""
+    place = root.rstrip("/") if root else str(work)
     config = {
         "name": name, "topic": topic,
         "kafka": {"bootstrap.servers": ctx.servers, "client.id": "ingest-bench"},
         "source": {"startingOffsets": "earliest", "maxOffsetsPerTrigger": max_offsets},
         "value": {"format": "confluent", "subject": datagen.SUBJECT},
         "key": {"format": "string"},
-        "sink": {"table": str(work / "table"), "checkpointLocation": str(work / "checkpoint"),
-                 "quarantineTable": str(work / "quarantine"), "trigger": trigger, "on_error": "quarantine"},
+        "sink": {"table": f"{place}/table", "checkpointLocation": f"{place}/checkpoint",
+                 "quarantineTable": f"{place}/quarantine", "trigger": trigger, "on_error": "quarantine"},
         "metrics": {"experiment": f"bench/{work.name}", "consumerGroup": f"bench-{work.name}",
                     "commitOffsets": True},
     }
@@ -203,10 +206,10 @@ def run_ours(ctx: Context, topic: datagen.TopicData, rep: int, *, max_offsets: i
     processing_s = (max(s + d for s, d, _ in batches) - min(s for s, _, _ in batches)) if batches else 0.0
     rows = deltastats.row_count(work / "table")
     quarantined = max(deltastats.row_count(work / "quarantine"), 0)
-    problems = [f"{quarantined} records quarantined"] if quarantined else []
+    problems = [f"{quarantined} records quarantined, expected {topic.bad}"] if quarantined != topic.bad else []
     seconds = [d for _, d, _ in batches]
     result = _finish(label, rep, topic, proc, code, processing_s=processing_s, steady_rate=_steady(batches),
-                     rows=rows, problems=problems,
+                     rows=rows + quarantined, problems=problems,
                      extra={"loadavg": load, "batches": len(batches), "quarantined": quarantined,
                             "max_offsets_per_trigger": max_offsets or ctx.max_offsets,
                             "median_batch_s": round(statistics.median(seconds), 2) if seconds else None,
@@ -311,17 +314,23 @@ def run_kind(ctx: Context, kind: str, topic: datagen.TopicData, rep: int) -> dic
         return run_ours(ctx, topic, rep, label=kind, master="local[1]")
     if kind == "ours_metrics":
         return run_ours(ctx, topic, rep, label=kind, metrics_port=free_port())
+    if kind == "ours_dirty":
+        return run_ours(ctx, topic, rep, label=kind)
     return run_ours(ctx, topic, rep)
 
 
-def run_freshness(ctx: Context, rate: float, seconds: float, warmup: float, trigger: str) -> dict[str, Any]:
-    """Ours streaming with a short trigger while a producer writes at a fixed rate; produce -> visible latency."""
+def run_freshness(ctx: Context, rate: float, seconds: float, warmup: float, trigger: str,
+                  s3: Any = None) -> dict[str, Any]:
+    """Ours streaming with a short trigger while a producer writes at a fixed rate; produce -> visible latency.
+    `s3`: a local S3 server (tests/s3_server.py) to keep the tables and checkpoint in, instead of local folders."""
     from ingestion.kafka.clients import create_topic
 
     topic = f"bench-fresh-{int(time.time())}"
     create_topic({"bootstrap.servers": ctx.servers}, topic, datagen.PARTITIONS)
     work = _fresh_dir(ctx.home / "runs" / "freshness")
-    yaml_path = write_pipeline(ctx, work, topic, ctx.max_offsets, trigger=trigger)
+    store = _Store(work, s3)
+    yaml_path = write_pipeline(ctx, work, topic, ctx.max_offsets, trigger=trigger, root=store.root,
+                               spark=s3.spark_settings() if s3 is not None else None)
     verbose = ["-v"] if ctx.verbose_ours else []
     proc = Measured([ctx.ingest, *verbose, "run", str(yaml_path)], env=ctx.env, cwd=work,
                     log_file=ctx.home / "logs" / f"freshness-{rate:.0f}.log")
@@ -339,14 +348,14 @@ def run_freshness(ctx: Context, rate: float, seconds: float, warmup: float, trig
         ctx.log(f"freshness: pipeline is up; producing {rate:,.0f} records/s for {warmup + seconds:.0f}s")
         produced = datagen.produce_at_rate(ctx.servers, topic, rate, warmup + seconds)
         since = float(produced["started_at"]) + warmup
-        in_table = deltastats.row_count(work / "table")
+        in_table = store.row_count()
         from ingestion.kafka.clients import watermarks
 
         total = sum(high for _, high in watermarks({"bootstrap.servers": ctx.servers}, topic).values())
         behind = total - in_table
         drain_started = time.monotonic()
         deadline = drain_started + 600
-        while (in_table := deltastats.row_count(work / "table")) < total and time.monotonic() < deadline:
+        while (in_table := store.row_count()) < total and time.monotonic() < deadline:
             time.sleep(0.5)
         drained = {"rows_behind_when_production_stopped": behind,
                    "drain_s": round(time.monotonic() - drain_started, 1)}
@@ -357,16 +366,60 @@ def run_freshness(ctx: Context, rate: float, seconds: float, warmup: float, trig
         code = proc.wait(120)
     if code != 0:
         problems.append(f"exit code {code} after SIGINT; last lines:\n{proc.tail()}")
-    lat = deltastats.latencies(work / "table", since)
+    lat = deltastats.latencies(store.local_table(), since)
     batches = parse_batches(proc.lines)
     window = [d for _, d, _ in batches]
     result = {"topic": topic, "trigger": trigger, "target_rate": round(rate, 1), "produced": produced,
+              "store": "s3 (local moto server)" if s3 is not None else "local disk",
               "measured_from_epoch_s": since, "warmup_s": warmup, "latency": lat, "batches": len(batches), **drained,
               "median_batch_s": round(statistics.median(window), 2) if window else None,
               "ok": not problems, "problems": problems, **proc.peaks.as_dict()}
     shutil.rmtree(work, ignore_errors=True)
     _delete_topic(ctx, topic)
     return result
+
+
+class _Store:
+    """Where a measured pipeline's tables live: `work`'s folders, or a fresh bucket of a local S3 server (its table
+    then copied to `work` for the latency read, each commit file dated by its object's LastModified)."""
+
+    def __init__(self, work: Path, s3: Any) -> None:
+        self.work, self.s3 = work, s3
+        self.bucket = None
+        if s3 is not None:
+            self.bucket = f"bench-fresh-{int(time.time())}"
+            s3.client().create_bucket(Bucket=self.bucket)
+
+    @property
+    def root(self) -> str | None:
+        return f"s3a://{self.bucket}" if self.bucket else None
+
+    def row_count(self) -> int:
+        if self.bucket is None:
+            return deltastats.row_count(self.work / "table")
+        import pyarrow as pa
+        from deltalake import DeltaTable
+
+        try:
+            table = DeltaTable(f"s3://{self.bucket}/table", storage_options=self.s3.storage_options())
+        except Exception:  # noqa: BLE001 - not created yet
+            return 0
+        counts = pa.table(table.get_add_actions(flatten=True)).column("num_records").to_pylist()
+        return -1 if None in counts else sum(counts)
+
+    def local_table(self) -> Path:
+        if self.bucket is None:
+            return self.work / "table"
+        target = self.work / "table-copy"
+        client = self.s3.client()
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix="table/"):
+            for item in page.get("Contents", []):
+                path = target / item["Key"].removeprefix("table/")
+                path.parent.mkdir(parents=True, exist_ok=True)
+                client.download_file(self.bucket, item["Key"], str(path))
+                stamp = item["LastModified"].timestamp()
+                os.utime(path, (stamp, stamp))
+        return target
 
 
 def run_fairness(ctx: Context, pipelines: int, quiet_rate: float, busy_factor: float, backlog: int,

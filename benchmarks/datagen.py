@@ -111,15 +111,18 @@ class TopicData:
     key_bytes: int
     partitions: int
     produce_seconds: float
+    bad: int = 0  # records whose Avro body is cut short (the dirty topic's): quarantined, never in bronze
 
     @property
     def avg_value_bytes(self) -> float:
         return self.value_bytes / max(self.records, 1)
 
 
-def ensure_topic(servers: str, home: Path, records: int, log: Callable[[str], None] = print) -> TopicData:
-    """The benchmark topic of `records` events: reused when the marker and the broker agree, else produced."""
-    topic = f"bench-payments-{records}"
+def ensure_topic(servers: str, home: Path, records: int, log: Callable[[str], None] = print,
+                 bad_every: int = 0) -> TopicData:
+    """The benchmark topic of `records` events: reused when the marker and the broker agree, else produced.
+    `bad_every`: the same events with every `bad_every`-th body cut short by 3 bytes (a dirty topic of its own)."""
+    topic = f"bench-payments-{records}" + (f"-bad{bad_every}" if bad_every else "")
     marker = home / "topics" / f"{topic}.json"
     settings = {"bootstrap.servers": servers}
     if marker.is_file():
@@ -136,7 +139,7 @@ def ensure_topic(servers: str, home: Path, records: int, log: Callable[[str], No
             log(f"topic {topic} holds {held:,} records, marker says {data.records:,}; producing again")
         _delete_topic(settings, topic)
     create_topic(settings, topic, PARTITIONS)
-    data = _produce_all(servers, topic, records, log)
+    data = _produce_all(servers, topic, records, log, bad_every)
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text(json.dumps(asdict(data)))
     return data
@@ -156,7 +159,8 @@ def _delete_topic(settings: dict[str, Any], topic: str) -> None:
     time.sleep(1.0)  # the controller needs a moment before the name can be created again
 
 
-def _produce_all(servers: str, topic: str, records: int, log: Callable[[str], None]) -> TopicData:
+def _produce_all(servers: str, topic: str, records: int, log: Callable[[str], None],
+                 bad_every: int = 0) -> TopicData:
     from confluent_kafka import Producer
 
     producer = Producer(producer_settings(servers))
@@ -172,7 +176,10 @@ def _produce_all(servers: str, topic: str, records: int, log: Callable[[str], No
     started = time.monotonic()
     value_bytes = key_bytes = 0
     step = max(records // 20, 1)
+    bad = 0
     for i, (key, value) in enumerate(encoded_events(0, records)):
+        if bad_every and i % bad_every == bad_every - 1:
+            value, bad = value[:-3], bad + 1  # a truncated body: MalformedAvroError, quarantined
         while True:
             try:
                 producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
@@ -191,7 +198,7 @@ def _produce_all(servers: str, topic: str, records: int, log: Callable[[str], No
     if failures or delivered[0] != records:
         raise RuntimeError(f"produced {delivered[0]} of {records} records to {topic}: {failures[:3]}")
     log(f"produced {records:,} records ({value_bytes / records:.0f} value bytes each) to {topic} in {seconds:.1f}s")
-    return TopicData(topic, records, value_bytes, key_bytes, PARTITIONS, round(seconds, 2))
+    return TopicData(topic, records, value_bytes, key_bytes, PARTITIONS, round(seconds, 2), bad)
 
 
 def produce_at_rate(servers: str, topic: str, rate: float, seconds: float, pool_size: int = 20_000) -> dict[str, Any]:

@@ -16,6 +16,14 @@ def jar_cache() -> Path:
     return Path(os.environ.get("INGEST_JAR_CACHE", state_dir() / "jars"))
 
 
+def jvm_error_file() -> str:
+    """`-XX:ErrorFile=` for every JVM the project starts: a JVM that crashes writes its `hs_err` log under the state
+    folder (`logs/`), never into whatever folder the command ran in."""
+    folder = state_dir() / "logs"
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"-XX:ErrorFile={folder / 'hs_err_pid%p.log'}"
+
+
 def conf_dir() -> Path:
     """Where pipeline configs are looked up by name (`conf/pipelines/<name>.yaml`)."""
     return Path(os.environ.get("INGEST_CONF_DIR", "conf")).absolute()

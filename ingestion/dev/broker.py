@@ -22,7 +22,7 @@ from typing import Any
 from ingestion import processes
 from ingestion.dev import secure as secured
 from ingestion.errors import BrokerError
-from ingestion.paths import local_broker_dir
+from ingestion.paths import jvm_error_file, local_broker_dir
 from ingestion.runtime import jars
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,8 @@ class Broker:
             self.security.prepare()
         self._write_config(port, controller_port)
         classpath = jars.classpath(jars.BROKER_JARS)
-        java = ["java", "-Xms256m", "-Xmx768m", f"-Dlog4j2.configurationFile={self.home / 'log4j2.properties'}",
+        java = ["java", "-Xms256m", "-Xmx768m", jvm_error_file(),
+                f"-Dlog4j2.configurationFile={self.home / 'log4j2.properties'}",
                 "-cp", classpath]
         if not (self.home / "data" / "meta.properties").is_file():
             cluster_id = new_cluster_id()

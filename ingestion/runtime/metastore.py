@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ingestion.errors import IngestionError
-from ingestion.paths import state_dir
+from ingestion.paths import jvm_error_file, state_dir
 from ingestion.processes import PidFile, free_port, port_open, wait_for_port
 from ingestion.runtime import data_files, jars
 
@@ -108,7 +108,7 @@ def start(port: int | None = None, timeout: float = 60.0, folder: Path | None = 
         classpath = [*jars.resolve(jars.DERBY_JARS), *jars.pyspark_jars("derby-*.jar", "derbyshared-*.jar",
                                                                        "derbytools-*.jar")]
         logfile = folder / "derby.log"
-        command = ["java", "-Xmx256m", "-XX:+UseSerialGC", f"-Dderby.system.home={folder / 'db'}",
+        command = ["java", "-Xmx256m", "-XX:+UseSerialGC", jvm_error_file(), f"-Dderby.system.home={folder / 'db'}",
                    f"-Dderby.stream.error.file={logfile}", "-Dderby.drda.host=127.0.0.1",
                    "-cp", os.pathsep.join(map(str, classpath)), str(data_files.path(SERVER_SOURCE)),
                    str(folder / "db"), str(port), str(idle), str(folder / "clients"), str(folder / "port")]

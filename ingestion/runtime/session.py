@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from ingestion.config import PipelineConfig
 from ingestion.errors import JvmError
 from ingestion.limits import AVRO_JAVA_LIMITS
-from ingestion.paths import jar_cache
+from ingestion.paths import jar_cache, jvm_error_file
 from ingestion.runtime import class_archive, data_files, jars, jvm_output, metastore
 from ingestion.units import size_bytes
 
@@ -201,7 +201,7 @@ def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[s
     # the last; on a local master the helper jar, with the file system class above, leads the classpath).
     limits = " ".join(f"-D{key}={value}" for key, value in AVRO_JAVA_LIMITS.items())
     java_opts = f"-Dlog4j2.configurationFile={LOG4J_CONFIG} {limits}"
-    driver_opts = java_opts
+    driver_opts = f"{java_opts} {jvm_error_file()}"  # the driver's JVM is this machine's
     if local:
         driver_opts += " " + LOCAL_METASPACE
     if local and not _GC_CHOICE.search(caller.get("spark.driver.extraJavaOptions", "")):

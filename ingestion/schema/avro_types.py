@@ -15,7 +15,8 @@ from typing import Any
 from pyspark.sql import types as T
 
 from ingestion.errors import SchemaError
-from ingestion.schema.files import AvroSchema
+
+AvroSchema = Any  # parsed JSON of an .avsc: a dict, a list (union) or a str (primitive or named reference)
 
 Converter = Callable[[Any], Any]
 

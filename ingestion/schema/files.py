@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ingestion.errors import SchemaError, SubjectNotFoundError
-
-AvroSchema = Any  # parsed JSON of an .avsc: a dict, a list (union) or a str (primitive or named reference)
+from ingestion.schema import avro_types
+from ingestion.schema.avro_types import AvroSchema
 
 
 @dataclass(frozen=True)
@@ -77,8 +76,6 @@ def read_proto(file: Path, folder: Path) -> str:
 
 def _check_types(file: Path, schema: AvroSchema) -> None:
     """Every type of the schema is one Spark can hold: a SchemaError naming the file and the field otherwise."""
-    from ingestion.schema import avro_types  # it builds on this module's types
-
     try:
         avro_types.spark_type(schema)
     except SchemaError as exc:

@@ -137,3 +137,16 @@ def test_a_background_server_is_stopped_by_its_pid_only_while_the_pid_is_still_t
         assert not (tmp_path / "x.pid").exists()
     finally:
         process.kill()
+
+
+def test_every_jvm_writes_its_crash_log_under_the_state_folder(tmp_path, monkeypatch) -> None:
+    """A JVM that crashes writes `hs_err_pid<pid>.log`; by default into the folder the command ran in (a checkout
+    collected eight of them). The driver's, the broker's and the catalog server's go under `$INGEST_HOME/logs/`."""
+    from ingestion import paths
+
+    monkeypatch.setenv("INGEST_HOME", str(tmp_path))
+    wanted = f"-XX:ErrorFile={tmp_path / 'logs' / 'hs_err_pid%p.log'}"
+    assert paths.jvm_error_file() == wanted and (tmp_path / "logs").is_dir()
+    for master in ("local[2]", "spark://127.0.0.1:7077"):
+        assert wanted in spark.builder("t", master)._options["spark.driver.extraJavaOptions"].split(), master
+    assert wanted not in spark.builder("t", "local[2]")._options["spark.executor.extraJavaOptions"]
