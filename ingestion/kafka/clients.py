@@ -273,10 +273,31 @@ def watermarks_of(settings: Mapping[str, Any],
     client = consumer(settings, "ingest-watermarks")
     try:
         with refusals(settings, next(iter(topics))):
-            return {t: {p: client.get_watermark_offsets(TopicPartition(t, p), timeout=30) for p in parts}
-                    for t, parts in topics.items()}
+            return {t: {p: _watermark(client, TopicPartition(t, p)) for p in parts} for t, parts in topics.items()}
     finally:
         client.close()
+
+
+# Answers of a partition whose leader is moving or not elected yet (a topic created a moment ago, a broker
+# restarting): asked again until WATERMARK_TIMEOUT.
+_LEADER_MOVING = frozenset({"NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE", "UNKNOWN_TOPIC_OR_PART",
+                            "NOT_LEADER_OR_FOLLOWER"})
+WATERMARK_TIMEOUT = 30.0
+
+
+def _watermark(client: Any, partition: Any) -> tuple[int, int]:
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + WATERMARK_TIMEOUT
+    while True:
+        try:
+            low, high = client.get_watermark_offsets(partition, timeout=max(1.0, deadline - time.monotonic()))
+            return int(low), int(high)
+        except KafkaException as exc:
+            code = exc.args[0].name() if exc.args and hasattr(exc.args[0], "name") else ""
+            if code not in _LEADER_MOVING or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def commit_group_offsets(admin: Any, group: str, offsets: Mapping[str, Mapping[int, int]], timeout: float = 30,

@@ -166,10 +166,11 @@ def run_all(spark: SparkSession | None, targets: Sequence[PipelineConfig | Pipel
     """Run several pipelines through the launch sequence in one Spark application (`pipeline.run_all`); the ones
     an available-now run finds caught up, or finishes by their start batches, need no JVM. Returns pipeline name ->
     how it ended."""
-    contexts = [t for t in targets if isinstance(t, PipelineContext)] if all(
-        isinstance(t, PipelineContext) for t in targets) else check_all_can_start(
-        [t.config if isinstance(t, PipelineContext) else t for t in targets])
-    launches = dict(zip((c.name for c in contexts), each(locked, contexts, CHECKS_AT_ONCE), strict=True))
+    if all(isinstance(t, PipelineContext) for t in targets):
+        contexts = [t for t in targets if isinstance(t, PipelineContext)]
+    else:
+        contexts = check_all_can_start([t.config if isinstance(t, PipelineContext) else t for t in targets])
+    launches = _locked_all(contexts)
     outcome: dict[str, RunOutcome] = {}
     try:
         if available_now:
@@ -234,6 +235,20 @@ def _finished(contexts: list[PipelineContext], launches: dict[str, Launch], outc
         rows = done.batch.rows if done.batch is not None else 0
         outcome[ctx.name] = RunOutcome(RunStatus.FINISHED, f"finished, {rows} rows, no Spark session needed")
     return left
+
+
+def _locked_all(contexts: Sequence[PipelineContext]) -> dict[str, Launch]:
+    """`facts.locked` of each pipeline, several at once; when one fails, the locks the others took are released
+    and the first failure in the contexts' order is raised."""
+    with ThreadPoolExecutor(max(1, min(CHECKS_AT_ONCE, len(contexts))), thread_name_prefix="launch") as pool:
+        futures = [pool.submit(locked, ctx) for ctx in contexts]
+    failures = [f.exception() for f in futures if f.exception() is not None]
+    if failures:
+        for future in futures:
+            if future.exception() is None:
+                _release(future.result())
+        raise failures[0]  # type: ignore[misc]
+    return {ctx.name: future.result() for ctx, future in zip(contexts, futures, strict=True)}
 
 
 def _release(launch: Launch) -> None:

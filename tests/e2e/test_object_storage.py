@@ -30,7 +30,9 @@ def _pipeline(path: Path, *, topic: str, servers: str, bucket: str, spark: dict[
     config = {
         "name": "orders", "topic": topic, "kafka": {"bootstrap.servers": servers},
         "value": {"format": "confluent", "subject": "orders-value"}, "key": {"format": "string"},
-        "source": {"maxOffsetsPerTrigger": 250},
+        # Batches of 60 offsets (the driver-side path's, with delta-rs commits to the bucket): the kill below lands
+        # while there are batches left.
+        "source": {"maxOffsetsPerTrigger": 60},
         # No quarantineTable: it is kept beside bronze, in the bucket (s3a://<bucket>/tables/orders_quarantine).
         "sink": {"table": f"s3a://{bucket}/tables/orders",
                  "checkpointLocation": f"s3a://{bucket}/checkpoints/orders", "trigger": "1 second"},

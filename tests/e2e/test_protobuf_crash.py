@@ -45,7 +45,7 @@ def test_a_protobuf_pipeline_killed_after_a_commit_restarts_without_loss_or_dupl
     run1 = IngestProcess(path, tmp_path / "run1.log", fault="after_commit:1")
     run1.wait_for(run1.marker.exists)
     run1.kill()
-    assert [v for _, _, v in delta_txns(table)] == [0, 1]
+    assert [v for _, a, v in delta_txns(table) if not a.endswith(".start")] == [0, 1]
 
     run2 = IngestProcess(path, tmp_path / "run2.log")
     assert run2.proc.wait(300) == 0, run2.text()[-3000:]

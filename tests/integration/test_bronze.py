@@ -17,7 +17,7 @@ from ingestion.delta import ledger
 from ingestion.dev.samples import avro_body, order, produce_orders
 from ingestion.errors import IngestionError
 from ingestion.runtime import helper
-from ingestion.stream import checkpoint, context, pipeline, setup
+from ingestion.stream import checkpoint, context, pipeline
 from tests.conftest import pipeline_yaml
 from tests.helpers import assert_exactly_produced, py4j_commands
 
@@ -101,10 +101,13 @@ def test_restart_reuses_app_id_and_new_checkpoint_resumes_from_table(spark, kafk
     assert_exactly_produced(_bronze(spark, config), first + second + third)
 
 
-def test_the_ledger_is_read_at_start_only_when_the_start_needs_it(spark, kafka_servers, make_topic, orders_schema,
-                                                                 tmp_path: Path, monkeypatch) -> None:
+def test_a_run_reads_the_ledger_once_with_delta_rs_and_with_delta_only_where_delta_rs_cannot(
+        spark, kafka_servers, make_topic, orders_schema, tmp_path: Path, monkeypatch) -> None:
+    from dataclasses import replace
+
     from ingestion.delta import rs_reads
     from ingestion.kafka.clients import watermarks
+    from ingestion.stream.facts import read_facts
 
     topic = make_topic(partitions=3)
     produce_orders(kafka_servers, topic, 90, schema_id=1, schema=orders_schema)
@@ -115,21 +118,18 @@ def test_the_ledger_is_read_at_start_only_when_the_start_needs_it(spark, kafka_s
     monkeypatch.setattr(ledger, "history", lambda s, path: reads.append(path) or history(s, path))
     monkeypatch.setattr(rs_reads, "recorded_offsets", lambda c: rs.append(c.table_path) or recorded(c))
 
-    setup.ensure_tables(spark, config, setup.resolver(spark, context.known(config)).spec)
-    assert pipeline._recorded_offsets(spark, config, needed=True) == {}  # version 0: the creation, no ledger
-    assert reads == []
-    pipeline.run(spark, config, available_now=True)
-    reads.clear()
+    pipeline.run(spark, config, available_now=True)  # a new table: its creation, no ledger yet
+    assert (reads, rs) == ([], [])
+    pipeline.run(spark, config, available_now=True)  # a run of a table with a ledger: read once, by delta-rs
+    assert (reads, rs) == ([], [config.table_path])
     rs.clear()
 
-    assert pipeline._recorded_offsets(spark, config, needed=False) == {}  # a stream resuming its checkpoint
-    assert reads == rs == []
+    ctx = context.resolve(config)
+    facts = read_facts(ctx)
     ends = {str(p): high for p, (_, high) in watermarks({"bootstrap.servers": kafka_servers}, topic).items()}
-    assert pipeline._recorded_offsets(spark, config, needed=True) == {topic: ends}
-    assert (reads, rs) == ([], [config.table_path])  # delta-rs reads it: no Delta in the JVM
-    # A table delta-rs cannot tell about is read by Delta in the JVM, to the same offsets.
-    monkeypatch.setattr(rs_reads, "recorded_offsets", lambda c: None)
-    assert pipeline._recorded_offsets(spark, config, needed=True) == {topic: ends}
+    assert facts.recorded == {topic: ends} and (reads, rs) == ([], [config.table_path])
+    # A table delta-rs cannot tell about (facts.recorded None) is read by Delta in the JVM, to the same offsets.
+    assert pipeline._recorded_offsets(spark, config, replace(facts, recorded=None)) == {topic: ends}
     assert reads == [config.table_path]
 
 

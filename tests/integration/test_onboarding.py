@@ -165,7 +165,7 @@ def test_run_all_reports_a_failing_pipeline_by_name_and_the_other_completes(
                                        extra="source:\n  maxOffsetsPerTrigger: 10\n",
                                        sink="  directWriteMaxOffsets: 0\n"))  # Spark jobs, in its pool
     bad = load_pipeline(pipeline_yaml(tmp_path / "b", topic=bad_topic, servers=kafka_servers, name="bad",
-                                      sink="  onError: fail\n"))
+                                      sink="  onError: fail\n  directWriteMaxOffsets: 0\n"))  # Spark jobs too
 
     outcome = pipeline.run_all(spark, [good, bad], available_now=True)
 

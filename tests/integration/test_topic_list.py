@@ -77,7 +77,8 @@ sink:
     assert {(p.topic, p.partition) for p in audit.partitions} == {(first, 0), (first, 1), (second, 0)}
     now = status.pipeline_status(spark, config)
     assert now.lag_records == 0 and [p.topic for p in now.partitions] == [first, first, second]
-    assert caught_up(ctx := context.resolve(config), read_facts(ctx)) is not None
+    ctx = context.resolve(config)
+    assert caught_up(ctx, read_facts(ctx)) is not None
 
     # The same topics by a pattern: onboard lists what matches now (a dry run creates nothing).
     pattern = tmp_path / "pattern.yaml"
