@@ -63,10 +63,7 @@ def rewind(spark: SparkSession, config: PipelineConfig, *, to_version: int | Non
     _restore(spark, config.table_path, version, marker)
     q_version = None
     if ledger.is_table(spark, config.quarantine_path):
-        q_times = {int(r["version"]): r["timestamp"] for r in
-                   DeltaTable.forPath(spark, config.quarantine_path).history().select("version", "timestamp")
-                   .collect()}
-        q_version = _version_at(q_times, times[version], allow_none=True)
+        q_version = _quarantine_version(spark, config, version, times)
         if q_version is not None:
             _restore(spark, config.quarantine_path, q_version, marker)
         else:  # the quarantine table did not exist yet then: empty it
@@ -108,6 +105,37 @@ def undone_reprocesses(records: list[BatchRecord], version: int) -> list[BatchRe
         elif r.kind == BatchKind.REDECODE and r.rows:
             live.append(r)
     return [r for r in live if (r.version or 0) > version]
+
+
+def _quarantine_version(spark: SparkSession, config: PipelineConfig, version: int,
+                        times: dict[int, dt.datetime]) -> int | None:
+    """The quarantine version that goes with bronze `version`: the newest committed before bronze's next commit.
+    Compared by each commit's own clock (`commitInfo.timestamp`, milliseconds, stamped by the driver that made it),
+    not by the commit files' times: in object storage those have one-second steps, and a batch's quarantine commit
+    and the bronze commit before it often share the second (two write paths commit in milliseconds). Where delta-rs
+    cannot read the logs, by the commit files' times, as Spark's history gives them."""
+    from delta.tables import DeltaTable
+
+    options = config.storage_options() or None
+    try:
+        until = _commit_clock(config.table_path, options)[version]
+        quarantine_ms = _commit_clock(config.quarantine_path, options)
+    except Exception as exc:  # noqa: BLE001 - a log delta-rs cannot read: Spark's history, as before
+        log.debug("%s: commit clocks not read with delta-rs (%s); by Spark's history", config.name, exc)
+        q_times = {int(r["version"]): r["timestamp"] for r in
+                   DeltaTable.forPath(spark, config.quarantine_path).history().select("version", "timestamp")
+                   .collect()}
+        return _version_at(q_times, times[version], allow_none=True)
+    older = [v for v, ms in quarantine_ms.items() if ms <= until]
+    return max(older) if older else None
+
+
+def _commit_clock(path: str, options: dict[str, str] | None) -> dict[int, int]:
+    """Each version's `commitInfo.timestamp` (milliseconds), read with delta-rs."""
+    from deltalake import DeltaTable
+
+    return {int(entry["version"]): int(entry["timestamp"])
+            for entry in DeltaTable(path, storage_options=options).history()}
 
 
 def _version_at(times: dict[int, dt.datetime], when: dt.datetime | None, allow_none: bool = False) -> int | None:

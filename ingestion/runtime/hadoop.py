@@ -119,3 +119,23 @@ def parquet_chunks(spark: SparkSession, locations: Iterable[str]) -> list[Column
         finally:
             reader.close()
     return chunks
+
+
+class HadoopFiles:
+    """`state_files.StateFiles` through the JVM's Hadoop file system: the checkpoint's own files on a store this
+    process cannot reach without the JVM (`hdfs://`, `gs://`, ...)."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+
+    def read_text(self, location: str) -> str | None:
+        return read_text(self.spark, location) if exists(self.spark, location) else None
+
+    def write_text(self, location: str, text: str) -> None:
+        create_text(self.spark, location, text, overwrite=True)
+
+    def delete(self, location: str) -> None:
+        delete(self.spark, location)
+
+    def has_children(self, location: str) -> bool:
+        return has_children(self.spark, location)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ingestion import kafka, storage
+from ingestion import kafka
 from ingestion.decode.resolver import SchemaResolver
 from ingestion.delta import rs_reads, rs_tables
 from ingestion.delta.reader import JvmFreeReadError
@@ -33,7 +33,7 @@ class Facts:
     # without a JVM, a table delta-rs cannot read)
     bounds: dict[str, dict[int, tuple[int, int]]]  # Kafka's (low, high) offsets per topic and partition
     table: rs_tables.TableState | None  # bronze as delta-rs reads it (None: it cannot)
-    checkpoint_started: bool | None  # Spark's checkpoint has batches (None: in object storage, asked by the query)
+    checkpoint_started: bool | None  # Spark's checkpoint has batches (None: a store only the JVM reaches)
     group_start: GroupStart | None = None  # source.startFromGroup of a table that records no offsets yet: where
     # each partition starts (an active group refused here, in seconds, before the JVM)
 
@@ -64,8 +64,8 @@ def read_facts(ctx: PipelineContext) -> Facts:
         table = None
     recorded = rs_reads.recorded_offsets(config) if table is not None and table.exists else \
         ({} if table is not None else None)
-    folder = storage.local_folder(config.checkpoint_path)
-    started = checkpoint.local_has_progress(folder) if folder is not None else None
+    started = checkpoint.has_progress(config.checkpoint_path, config.spark) \
+        if checkpoint.reachable_without_jvm(config.checkpoint_path, config.spark) else None
     group = handover.plan(ctx) if config.source.start_from_group and recorded == {} else None
     return Facts(recorded, kafka.watermarks_of(ctx.kafka.client, ctx.partitions), table, started, group)
 
@@ -88,13 +88,14 @@ class Launch:
 
 
 def locked(ctx: PipelineContext) -> Launch:
-    """The writer lock taken, where the checkpoint allows it without a JVM, and the facts read under it; a
-    predecessor that died holding the lock has its MLflow run ended as KILLED. A checkpoint in object storage is
-    locked by the query's start (its lease is written through the JVM's file system), which reads the facts again
-    under it: these only decide whether an available-now run is caught up."""
-    if storage.local_folder(ctx.config.checkpoint_path) is None:
+    """The writer lock taken, where the checkpoint allows it without a JVM (a local folder, S3, ADLS), and the facts
+    read under it; a predecessor that died holding the lock has its MLflow run ended as KILLED. A checkpoint only
+    the JVM reaches (`hdfs://`, ...) is locked by the query's start, which reads the facts again under it: these
+    only decide whether an available-now run is caught up."""
+    config = ctx.config
+    if not checkpoint.reachable_without_jvm(config.checkpoint_path, config.spark):
         return Launch(read_facts(ctx), None, None)
-    lock = WriterLock(ctx.name, ctx.config.checkpoint_path)
+    lock = WriterLock(ctx.name, config.checkpoint_path, settings=config.spark)
     lock.acquire()
     try:
         if lock.taken_from is not None:

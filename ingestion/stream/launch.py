@@ -26,7 +26,6 @@ from typing import TypeVar
 
 from pyspark.sql import SparkSession
 
-from ingestion import storage
 from ingestion.config import PipelineConfig
 from ingestion.delta.log_checkpoints import checkpoint_if_due
 from ingestion.runtime.session import pipelines_session
@@ -73,7 +72,7 @@ def check_can_start(config: PipelineConfig) -> PipelineContext:
     the credentials. These failures come in seconds; the context it returns (one listing of the topics) is what
     the run goes on with."""
     ctx = context.resolve(config, check=True)
-    WriterLock(config.name, config.checkpoint_path).probe()
+    WriterLock(config.name, config.checkpoint_path, settings=config.spark).probe()
     registry.check_registry(config)
     return ctx
 
@@ -109,9 +108,7 @@ def finish_without_jvm(ctx: PipelineContext, launch: Launch, exporter: Exporter 
         return None
     config, lock = ctx.config, launch.lock
     prometheus = watch(exporter, ctx, available_now=True) if exporter is not None else None
-    folder = storage.local_folder(config.checkpoint_path)
-    assert folder is not None
-    metrics = start_metrics(config, checkpoint.local_app_id(folder, config.name), True, None)
+    metrics = start_metrics(config, checkpoint.app_id(config.checkpoint_path, config.name, config.spark), True, None)
     lock.note_run(metrics.run_id, metrics.uri)
     if prometheus is not None:
         prometheus.metrics.set_state(PipelineState.RUNNING)

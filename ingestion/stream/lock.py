@@ -9,15 +9,17 @@ run as KILLED (`metrics.end_abandoned`). It works where the checkpoint is a loca
 with working locks included).
 
 Object storage (`s3a://`, `abfss://`, `gs://`) has no file locks. There the lock is a lease: an object
-`<checkpoint>/_ingest_writer.lease` naming its holder and when it expires, written through Hadoop's file system
-(so every store Spark reaches works alike), renewed by a thread every third of `LEASE_SECONDS`, deleted on release.
+`<checkpoint>/_ingest_writer.lease` naming its holder and when it expires, written without a JVM where pyarrow
+reaches the store (S3, ADLS: `state_files`), else through the JVM's Hadoop file system (so every store Spark reaches
+works alike), renewed by a thread every third of `LEASE_SECONDS`, deleted on release.
 A writer takes a lease that is absent, expired, its own, or held by a process of its own host that no longer
 exists (a restart after a kill does not wait); it then reads the lease back after `SETTLE_SECONDS` and proceeds
 only if its own token is still there, so of two writers racing for it, one wins. A lease found expired or of a
 dead process is, like a lock file's record, a holder that did not release (`taken_from`). A second writer is
-refused in seconds, once its JVM has started. What the lease cannot rule out (a holder paused longer than the
-lease, clocks apart by more than it), Delta itself catches: the two writers' batches share the checkpoint's
-txnAppId, and Delta commits each (txnAppId, txnVersion) once (docs/cluster.md#one-writer-on-object-storage).
+refused in seconds (where the lease is written without a JVM, before one starts). What the lease cannot rule out
+(a holder paused longer than the lease, clocks apart by more than it), Delta itself catches: the two writers'
+batches share the checkpoint's txnAppId, and Delta commits each (txnAppId, txnVersion) once
+(docs/cluster.md#one-writer-on-object-storage).
 """
 
 from __future__ import annotations
@@ -31,14 +33,17 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from pyspark.sql import SparkSession
 
+from ingestion import state_files
 from ingestion.errors import IngestionError, one_line
-from ingestion.runtime import hadoop
+from ingestion.runtime.hadoop import HadoopFiles
+from ingestion.state_files import StateFiles
 from ingestion.storage import local_folder
 
 log = logging.getLogger(__name__)
@@ -79,10 +84,14 @@ class Holder:
 class WriterLock:
     """The lock of one pipeline's checkpoint, held from `acquire` until `release` or the process ends."""
 
-    def __init__(self, pipeline: str, checkpoint: str, spark: SparkSession | None = None) -> None:
+    def __init__(self, pipeline: str, checkpoint: str, spark: SparkSession | None = None,
+                 settings: Mapping[str, str] | None = None) -> None:
         self.pipeline = pipeline
         self.checkpoint = checkpoint
-        self.spark = spark  # reaches object storage; without it (a check before the JVM starts) only local locks
+        # How the lease's object is reached: without a JVM where pyarrow reaches the store (`settings`: the
+        # pipeline's spark: section, Hadoop's names), else through `spark`'s Hadoop file system.
+        files = state_files.for_location(checkpoint, settings) if local_folder(checkpoint) is None else None
+        self._files = files if files is not None else (HadoopFiles(spark) if spark is not None else None)
         self._file: IO[str] | None = None
         self._lease: Lease | None = None
         self._record: dict[str, object] = {}
@@ -91,8 +100,8 @@ class WriterLock:
     def acquire(self) -> None:
         folder = local_folder(self.checkpoint)
         if folder is None:
-            if self.spark is not None:
-                self._lease = Lease(self.spark, self.pipeline, self.checkpoint.rstrip("/") + "/" + LEASE_FILE)
+            if self._files is not None:
+                self._lease = Lease(self._files, self.pipeline, self.checkpoint.rstrip("/") + "/" + LEASE_FILE)
                 self._lease.acquire()
                 self.taken_from = self._lease.taken_from
             return
@@ -134,12 +143,22 @@ class WriterLock:
         if self._lease is not None:
             self._lease.note(mlflowRun=run_id, mlflowUri=_without_password(uri))
 
+    @property
+    def held(self) -> bool:
+        """Whether this process holds the lock now (a lease on a store reached only through the JVM is not taken
+        until a session is given)."""
+        return self._file is not None or self._lease is not None
+
     def probe(self) -> None:
         """Raise PipelineRunning now if another process holds the lock (without keeping it or touching its record,
         which `acquire` reads): a command refuses at once, before it starts a JVM; `acquire` then takes it."""
         folder = local_folder(self.checkpoint)
         if folder is None:
-            return  # a lease needs the JVM's file system: `acquire` checks it
+            if self._files is not None and not isinstance(self._files, HadoopFiles):
+                holder = Lease(self._files, self.pipeline, self.checkpoint.rstrip("/") + "/" + LEASE_FILE).holder()
+                if holder is not None and _alive(holder):
+                    raise Lease.refusal(self.pipeline, self.checkpoint.rstrip("/") + "/" + LEASE_FILE, holder)
+            return
         handle = self._locked(folder)
         fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
         handle.close()
@@ -158,8 +177,8 @@ class WriterLock:
 class Lease:
     """A writer's lease on object storage (see the module's docstring)."""
 
-    def __init__(self, spark: SparkSession, pipeline: str, location: str, seconds: float = LEASE_SECONDS) -> None:
-        self.spark = spark
+    def __init__(self, files: StateFiles, pipeline: str, location: str, seconds: float = LEASE_SECONDS) -> None:
+        self.files = files
         self.pipeline = pipeline
         self.location = location
         self.seconds = seconds
@@ -169,21 +188,21 @@ class Lease:
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
 
-    def _holder(self) -> dict[str, object] | None:
-        if not hadoop.exists(self.spark, self.location):
-            return None
+    def holder(self) -> dict[str, object] | None:
+        """The lease's record now, None when there is none (or not one of ours)."""
         try:
-            found = json.loads(hadoop.read_text(self.spark, self.location))
+            text = self.files.read_text(self.location)
+            found = json.loads(text) if text is not None else None
         except (ValueError, OSError):
             return None
         return found if isinstance(found, dict) else None
 
     def _write(self) -> None:
         now = time.time()
-        hadoop.create_text(self.spark, self.location, json.dumps({
+        self.files.write_text(self.location, json.dumps({
             "pipeline": self.pipeline, "token": self.token, "host": socket.gethostname(), "pid": os.getpid(),
             "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "expires": now + self.seconds,
-            **self._noted}), overwrite=True)
+            **self._noted}))
 
     def note(self, **values: str) -> None:
         """Add `values` to the lease's record (the MLflow run of its holder), written now and with each renewal."""
@@ -191,14 +210,18 @@ class Lease:
         self._write()
 
     def _refuse(self, holder: dict[str, object]) -> PipelineRunning:
+        return self.refusal(self.pipeline, self.location, holder)
+
+    @staticmethod
+    def refusal(pipeline: str, location: str, holder: dict[str, object]) -> PipelineRunning:
         left = float(str(holder.get("expires", 0))) - time.time()
         return PipelineRunning(
-            f"pipeline {self.pipeline!r} is already running ({_describe(json.dumps(holder))}; lease "
-            f"{self.location}, renewed while it runs, expires in {max(0.0, left):.0f}s if it stops); stop it "
+            f"pipeline {pipeline!r} is already running ({_describe(json.dumps(holder))}; lease "
+            f"{location}, renewed while it runs, expires in {max(0.0, left):.0f}s if it stops); stop it "
             "first, or run this one elsewhere with its own checkpoint")
 
     def acquire(self) -> None:
-        holder = self._holder()
+        holder = self.holder()
         if holder is not None and holder.get("token") != self.token and _alive(holder):
             raise self._refuse(holder)
         if holder is not None and holder.get("token") != self.token:
@@ -206,7 +229,7 @@ class Lease:
                                            "expired or ended")
         self._write()
         time.sleep(SETTLE_SECONDS)
-        holder = self._holder()
+        holder = self.holder()
         if holder is None or holder.get("token") != self.token:  # another writer took it at the same moment
             raise self._refuse(holder or {})
         self._renewer = threading.Thread(target=self._renew, name=f"lease-{self.pipeline}", daemon=True)
@@ -215,7 +238,7 @@ class Lease:
     def _renew(self) -> None:
         while not self._stop.wait(self.seconds / 3):
             try:
-                holder = self._holder()
+                holder = self.holder()
                 if holder is not None and holder.get("token") != self.token:
                     log.error("%s: another writer took the lease %s (%s); Delta's txnAppId keeps its batches from "
                               "landing twice, but stop one of them", self.pipeline, self.location,
@@ -231,9 +254,9 @@ class Lease:
         if self._renewer is not None:
             self._renewer.join(10)
         try:
-            holder = self._holder()
+            holder = self.holder()
             if holder is not None and holder.get("token") == self.token:
-                hadoop.delete(self.spark, self.location)
+                self.files.delete(self.location)
         except Exception as exc:  # noqa: BLE001 - it expires by itself
             log.warning("%s: could not delete the lease %s: %s", self.pipeline, self.location, exc)
 

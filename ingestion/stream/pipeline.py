@@ -112,7 +112,7 @@ def start(spark: SparkSession, target: PipelineConfig | PipelineContext, *, avai
         prometheus = watch(exporter, ctx, available_now=available_now) if exporter is not None else None
         lock = launch.lock if launch is not None else None  # held since the launch sequence, or taken now
         if lock is None:
-            lock = WriterLock(ctx.name, ctx.config.checkpoint_path, spark)
+            lock = WriterLock(ctx.name, ctx.config.checkpoint_path, spark, ctx.config.spark)
             lock.acquire()
             if lock.taken_from is not None:  # the last writer died holding the lock: close its MLflow run
                 end_abandoned(lock.taken_from)
@@ -171,8 +171,8 @@ def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Pr
     setup.widen_table(spark, config, schemas)
     location = config.checkpoint_path
     resumed = facts.checkpoint_started if facts.checkpoint_started is not None else \
-        checkpoint.has_progress(spark, location)
-    app_id = checkpoint.app_id(spark, location, config.name)
+        checkpoint.has_progress(location, config.spark, spark)
+    app_id = checkpoint.app_id(location, config.name, config.spark, spark)
     facts = facts.after(prepared.start_batch)
     recorded = _recorded_offsets(spark, config, facts) if available_now or not resumed else {}
     starting = None if resumed else _resume_from_table(ctx, recorded)

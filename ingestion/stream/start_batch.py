@@ -24,7 +24,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ingestion import storage
 from ingestion.config import PipelineConfig
 from ingestion.decode.resolver import SchemaResolver
 from ingestion.delta import ledger
@@ -71,9 +70,10 @@ def limit(config: PipelineConfig) -> int:
 
 
 def allowed(config: PipelineConfig, checkpoint_started: bool | None) -> bool:
-    """Whether the pipeline's settings and its checkpoint allow a start batch: a checkpoint without batches in a
-    local folder (the writer lock and the txnAppId are taken there without a JVM), not a silver pipeline's bronze."""
-    return limit(config) > 0 and storage.local_folder(config.checkpoint_path) is not None \
+    """Whether the pipeline's settings and its checkpoint allow a start batch: a checkpoint without batches whose
+    files are reached without a JVM (the writer lock and the txnAppId are taken there before it), not a silver
+    pipeline's bronze."""
+    return limit(config) > 0 and checkpoint.reachable_without_jvm(config.checkpoint_path, config.spark) \
         and config.silver is None and checkpoint_started is False
 
 
@@ -126,9 +126,7 @@ def write(ctx: PipelineContext, schemas: SchemaResolver, recorded: Recorded, bou
     planned, positions = spans(config, recorded, bounds, limit(config))
     if not planned:
         return None
-    folder = storage.local_folder(config.checkpoint_path)
-    assert folder is not None
-    app_id = checkpoint.local_app_id(folder, config.name)
+    app_id = checkpoint.app_id(config.checkpoint_path, config.name, config.spark)
     targets = Targets(config, schemas, app_id)
     writer = DriverWrite(targets, RangeFetcher(ctx.kafka.client, config.consumer_group))
     try:

@@ -120,6 +120,9 @@ def test_a_pipeline_on_s3_is_exactly_once_through_a_kill_and_every_command(
     assert done.returncode == 0, done.stderr[-2000:]
     history = json.loads(done.stdout)
     assert sum(r["rows"] for r in history) == 1_980 and sum(r["quarantined"] for r in history) == 20
+    # The first run's first records were written while its JVM booted: the start batch, committed by delta-rs to the
+    # bucket under the lease taken without a JVM.
+    assert [r["batch_id"] for r in history][:1] == [-4], history[:2]
 
     # A rewind moves the checkpoint aside in the bucket, and the run after it reads again what followed: still
     # exactly once. The rewind goes back to just before the first batch that quarantined records (the undecodable

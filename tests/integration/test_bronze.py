@@ -75,7 +75,7 @@ def test_offset_ranges_in_commit_history_match_table_contents(spark, kafka_serve
     assert recorded == {k: (min(v), max(v), len(v)) for k, v in actual.items()}
     assert sum(r.rows for r in records) == 200
     for r in records:
-        assert r.app_id == checkpoint.app_id(spark, config.checkpoint_path, config.name)
+        assert r.app_id == checkpoint.app_id(config.checkpoint_path, config.name)
         # the version as of each commit holds exactly the offsets recorded so far
         as_of = spark.read.format("delta").option("versionAsOf", r.version).load(config.table_path)
         assert as_of.count() == sum(x.rows for x in records if (x.version or 0) <= (r.version or 0))
@@ -87,11 +87,11 @@ def test_restart_reuses_app_id_and_new_checkpoint_resumes_from_table(spark, kafk
     first = produce_orders(kafka_servers, topic, 90, schema_id=1, schema=orders_schema)
     config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers))
     pipeline.run(spark, config, available_now=True)
-    app_id = checkpoint.app_id(spark, config.checkpoint_path, config.name)
+    app_id = checkpoint.app_id(config.checkpoint_path, config.name)
 
     second = produce_orders(kafka_servers, topic, 60, schema_id=1, schema=orders_schema, first_seq=90)
     pipeline.run(spark, config, available_now=True)
-    assert checkpoint.app_id(spark, config.checkpoint_path, config.name) == app_id
+    assert checkpoint.app_id(config.checkpoint_path, config.name) == app_id
 
     # Losing the checkpoint must neither replay from startingOffsets (duplicates) nor skip (gap).
     shutil.rmtree(config.checkpoint_path)

@@ -69,12 +69,45 @@ def test_rewind_then_run_holds_exactly_what_a_clean_run_holds(spark, kafka_serve
     second = pipeline.run(spark, config, available_now=True)
 
     assert second.app_id != first.app_id == at_zero.app_id
-    assert checkpoint.app_id(spark, config.checkpoint_path, config.name) == second.app_id
+    assert checkpoint.app_id(config.checkpoint_path, config.name) == second.app_id
     rows, clean_rows = _rows(spark, config), _rows(spark, clean)
     assert len(rows) == len(clean_rows) == 240
     assert _by_offset(rows) == _by_offset(clean_rows)
     assert [r.kind for r in ledger.history(spark, config.table_path)] == ["stream"] * len(first.batches) + [
         "rewind"] + ["stream"] * len(second.batches)
+
+
+def test_rewind_restores_quarantine_by_the_commits_own_clock_when_their_files_share_a_second(
+        spark, kafka_servers, make_topic, orders_schema, tmp_path: Path) -> None:
+    """Object stores date a commit file to the second, and a batch's quarantine commit follows the bronze commit
+    before it by milliseconds: the rewind must not take that quarantine commit for one of the kept batches."""
+    import os
+    import time
+
+    from confluent_kafka import Producer
+
+    topic = make_topic(partitions=1)
+    produced = produce_orders(kafka_servers, topic, 30, schema_id=1, schema=orders_schema)
+    producer = Producer({"bootstrap.servers": kafka_servers})
+    producer.produce(topic, value=b"\x00\x00\x00\x00\x01not avro", partition=0)  # offset 30, in batch 3
+    producer.flush(10)
+    produced += produce_orders(kafka_servers, topic, 9, schema_id=1, schema=orders_schema, first_seq=30)
+    config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers,
+                                         extra="source:\n  maxOffsetsPerTrigger: 10\n"))
+    pipeline.run(spark, config, available_now=True)  # driver-side batches: commits milliseconds apart
+    assert [r.quarantined for r in ledger.history(spark, config.table_path)] == [0, 0, 0, 1]
+    same_second = int(time.time())
+    for table in (config.table_path, config.quarantine_path):
+        for commit in (Path(table) / "_delta_log").glob("*.json"):
+            os.utime(commit, (same_second, same_second))
+
+    result = rewind.rewind(spark, config, to_version=3)  # bronze's third batch, before the quarantined record
+
+    assert (result.bronze_version, result.quarantine_version) == (3, 0)  # quarantine's creation: empty
+    assert spark.read.format("delta").load(config.quarantine_path).count() == 0
+    pipeline.run(spark, config, available_now=True)
+    assert_exactly_produced(_rows(spark, config), produced)
+    assert [r["_kafka_offset"] for r in spark.read.format("delta").load(config.quarantine_path).collect()] == [30]
 
 
 def test_verify_passes_clean_and_names_duplicates_losses_and_explained_gaps(

@@ -83,7 +83,8 @@ def _silver(args: argparse.Namespace) -> Any:
 def _locked(follower: Any, work: Callable[[], Any]) -> Any:
     from ingestion.stream.lock import WriterLock
 
-    lock = WriterLock(follower.config.name, follower.config.checkpoint_path, follower.session)
+    lock = WriterLock(follower.config.name, follower.config.checkpoint_path, follower.session,
+                      follower.config.spark)
     lock.acquire()
     try:
         return work()
