@@ -8,6 +8,8 @@ One run, one machine, one topic (produced once per size and reused), a broker of
   freshness  ours streaming (short trigger) while a producer writes at half of ours' rate: latency p50/p99
              once the stream is warm (--fresh-warmup)
   memory     ours on a topic and on one 10x larger, same maxOffsetsPerTrigger: peak RSS should stay flat
+  fixed      ours and the delta-rs peer on topics of two sizes (--fixed-sizes), alternating: each run's wall time
+             (process start to exit) fitted as F + N / r by least squares, F the run's fixed cost, r its rate
   dirty      ours on the same events with every --bad-every-th body cut short (quarantined), beside ours on the
              clean topic, alternating: a bad record should cost a record (records/s dirty/clean >= 0.8)
 
@@ -35,7 +37,7 @@ import datagen
 
 REPO = Path(__file__).resolve().parents[1]
 STAGES = ("limit", "baseline", "ours", "peer", "freshness", "memory", "admin", "maintain", "fairness", "prometheus",
-          "dirty")
+          "dirty", "fixed")
 # Batches of the memory stage's smaller run (the larger has 10 times as many): enough for the JVM to reach the
 # heap it keeps for that batch size. With 2 or 3 batches the smaller run ends while the JVM is still warming up
 # (measured: 895 against 1,457 MiB at 3 against 21 batches; 1,370 against 1,346 MiB at 21 against 201).
@@ -51,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--records", type=int, default=3_000_000, help="records in the benchmark topic (3000000)")
     p.add_argument("--repeat", type=int, default=3, help="repetitions of each throughput measurement (3)")
     p.add_argument("--max-offsets", type=int, default=500_000, help="maxOffsetsPerTrigger of baseline and ours")
+    p.add_argument("--fixed-sizes", type=lambda t: [int(x) for x in t.split(",")], default=[200_000, 1_000_000],
+                   help="the fixed stage's topic sizes, comma-separated (200000,1000000)")
+    p.add_argument("--fixed-kinds", default="ours,peer", help="the fixed stage's kinds (ours,peer)")
     p.add_argument("--bad-every", type=int, default=1000,
                    help="the dirty stage's topic: every Nth record's body cut short (1000)")
     p.add_argument("--only", default=",".join(STAGES), help=f"comma-separated stages ({','.join(STAGES)})")
@@ -196,6 +201,11 @@ def main(argv: list[str] | None = None) -> int:
         dirty = datagen.ensure_topic(servers, home, args.records, log, bad_every=args.bad_every) \
             if "dirty" in stages else None
         _throughput(args, stages, ctx, topic, results, dirty)
+        if "fixed" in stages:
+            t0 = time.monotonic()
+            results["fixed"] = _fixed(args, ctx)
+            results["stages_s"]["fixed"] = round(time.monotonic() - t0, 1)
+            _write(args.output, results, started)
         if "prometheus" in stages:
             import prometheus_cost
 
@@ -263,6 +273,24 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         log(f"{len(failed)} measurement(s) had problems; see results.json")
     return 1 if failed else 0
+
+
+def _fixed(args: argparse.Namespace, ctx: bench_runs.Context) -> dict[str, Any]:
+    """The fixed stage: each kind on each size, `--repeat` times, alternating; wall = F + N / r fitted per kind."""
+    kinds = [k.strip() for k in args.fixed_kinds.split(",") if k.strip()]
+    topics = [datagen.ensure_topic(ctx.servers, ctx.home, n, log) for n in args.fixed_sizes]
+    runs: list[dict[str, Any]] = []
+    for rep in range(args.repeat):
+        order = [(kind, topic) for topic in topics for kind in kinds]
+        for kind, topic in order if rep % 2 == 0 else list(reversed(order)):
+            run = bench_runs.run_kind(ctx, kind, topic, rep)
+            runs.append(run)
+            log(f"fixed: {kind} on {topic.records:,} records: wall {run['wall_s']:.1f}s, processing "
+                f"{run['processing_s']:.1f}s{'' if run['ok'] else ' PROBLEMS: ' + str(run['problems'])}")
+    fits = {kind: bench_report.fit_fixed_cost([(r["records"], r["wall_s"]) for r in runs if r["kind"] == kind])
+            for kind in kinds}
+    log(f"fixed: {json.dumps(fits)}")
+    return {"sizes": args.fixed_sizes, "runs": runs, "fits": fits}
 
 
 def _s3_server(home: Path) -> Any:

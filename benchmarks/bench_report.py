@@ -19,6 +19,7 @@ LABELS = {
     "ours_1core": "ours on one core (`local[1]`)",
     "peer_1core": "peer in one process",
     "ours_metrics": "ours with its Prometheus endpoint scraped every second (`--metrics-port`)",
+    "ours_dirty": "ours on the dirty topic (one body in --bad-every cut short, quarantined)",
 }
 MEDIAN_KEYS = ("records_per_s", "mb_per_s", "steady_records_per_s", "wall_records_per_s", "processing_s", "wall_s",
                "peak_jvm_rss_mb", "peak_workers_rss_mb", "peak_workers_pss_mb", "peak_driver_rss_mb",
@@ -118,6 +119,7 @@ def ratios(summary: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | No
 # and flat when the topic grows 10x (here: the larger topic's peak JVM RSS within 10% of the smaller's); the
 # read-only admin commands under 2 s on a table of 2,000 commits.
 MIN_RATIO = 1.5
+MAX_FIXED_S = 12.0  # a run's fixed cost on 2 cores (docs/performance.md)
 DIRTY_RATIO = 0.8  # a bad record costs a record: the dirty topic's records/s against the clean one's
 SOURCE_RATIO = 0.5
 MAX_TOTAL_RSS_MB = 1536
@@ -126,6 +128,19 @@ FRESHNESS_SLACK_S = 2.0
 FLAT_RSS = 1.10
 HALF_OF_OURS = "half of ours' median records/s"  # how a freshness run at the issue's load says where its rate came from
 _UNITS = {"ms": 0.001, "millisecond": 0.001, "s": 1.0, "sec": 1.0, "second": 1.0, "min": 60.0, "minute": 60.0}
+
+
+def fit_fixed_cost(points: list[tuple[int, float]]) -> dict[str, Any]:
+    """wall = F + N / r by least squares over (records, wall seconds) points: F (s) and r (records/s)."""
+    if len({n for n, _ in points}) < 2:
+        return {"points": len(points)}
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x, _ in points)
+    fixed = mean_y - slope * mean_x
+    return {"points": n, "fixed_s": round(fixed, 2), "records_per_s": round(1 / slope, 1) if slope > 0 else None,
+            "walls": sorted(points)}
 
 
 def trigger_seconds(trigger: str) -> float:
@@ -142,6 +157,10 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     if ratio is not None:
         out.append({"target": f"ours/baseline records/s >= {MIN_RATIO}", "measured": f"{ratio:.2f}",
                     "met": ratio >= MIN_RATIO})
+    fixed = results.get("fixed", {}).get("fits", {}).get("ours", {}).get("fixed_s")
+    if fixed is not None:
+        out.append({"target": f"ours' fixed cost F (wall = F + N / r, {results['fixed']['sizes']}) <= {MAX_FIXED_S} s",
+                    "measured": f"{fixed:.1f} s", "met": fixed <= MAX_FIXED_S})
     dirty = results.get("ratios", {}).get("ours_dirty/ours", {}).get("records_per_s")
     if dirty is not None:
         out.append({"target": f"dirty topic (a bad record in {results['config'].get('bad_every', 1000)}) / clean "
@@ -265,6 +284,7 @@ def markdown(results: dict[str, Any]) -> str:
             lines.append(f"| {name} | {_fmt(r['records_per_s'], 3)} | {_fmt(r['steady_records_per_s'], 3)} "
                          f"| {_fmt(r['wall_records_per_s'], 3)} | {_fmt(r.get('cpu_s'), 3)} |")
         lines.append("")
+    lines += _fixed_md(results.get("fixed"))
     lines += (_freshness_md(results.get("freshness")) + _memory_md(results.get("memory"))
               + _admin_md(results.get("admin")) + _maintain_md(results.get("maintain"))
               + _fairness_md(results.get("fairness")))
@@ -281,6 +301,18 @@ def markdown(results: dict[str, Any]) -> str:
                          f"| {'yes' if r['ok'] else 'NO: ' + '; '.join(r['problems'])[:200]} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _fixed_md(fixed: dict[str, Any] | None) -> list[str]:
+    if not fixed:
+        return []
+    lines = ["## Fixed cost and rate (wall = F + N / r)", "",
+             "| kind | F s | r records/s | walls (records: s) |", "| --- | ---: | ---: | --- |"]
+    for kind, fit in fixed["fits"].items():
+        walls = ", ".join(f"{n:,}: {w:.1f}" for n, w in fit.get("walls", []))
+        lines.append(f"| {LABELS.get(kind, kind)} | {_fmt(fit.get('fixed_s'), 1)} | {_fmt(fit.get('records_per_s'))} "
+                     f"| {walls} |")
+    return [*lines, ""]
 
 
 def _freshness_md(found: dict[str, Any] | list[dict[str, Any]] | None) -> list[str]:

@@ -381,7 +381,7 @@ def run_freshness(ctx: Context, rate: float, seconds: float, warmup: float, trig
 
 class _Store:
     """Where a measured pipeline's tables live: `work`'s folders, or a fresh bucket of a local S3 server (its table
-    then copied to `work` for the latency read, each commit file dated by its object's LastModified)."""
+    then copied to `work` for the latency read)."""
 
     def __init__(self, work: Path, s3: Any) -> None:
         self.work, self.s3 = work, s3
@@ -408,6 +408,8 @@ class _Store:
         return -1 if None in counts else sum(counts)
 
     def local_table(self) -> Path:
+        """The table's files here; a commit file dated by the commit's own clock (`commitInfo.timestamp`, in
+        milliseconds): the store's LastModified has one-second steps."""
         if self.bucket is None:
             return self.work / "table"
         target = self.work / "table-copy"
@@ -417,8 +419,11 @@ class _Store:
                 path = target / item["Key"].removeprefix("table/")
                 path.parent.mkdir(parents=True, exist_ok=True)
                 client.download_file(self.bucket, item["Key"], str(path))
-                stamp = item["LastModified"].timestamp()
-                os.utime(path, (stamp, stamp))
+                if path.parent.name == "_delta_log" and path.suffix == ".json" and path.stem.isdigit():
+                    info = next((json.loads(line)["commitInfo"] for line in path.read_text().splitlines()
+                                 if line.startswith('{"commitInfo"')), {})
+                    stamp = int(info.get("timestamp", item["LastModified"].timestamp() * 1000)) / 1000
+                    os.utime(path, (stamp, stamp))
         return target
 
 

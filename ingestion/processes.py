@@ -100,3 +100,15 @@ def tail(log: Path, lines: int = 15) -> str:
     if not log.is_file():
         return ""
     return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def process_age() -> float | None:
+    """Seconds since this process started (Linux's /proc), None where that cannot be read: a run's log names the
+    time it took from the process's start, imports and all."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started_ticks = int(fields[19])  # field 22 of stat(5), counted after the command name's field
+        uptime = float(Path("/proc/uptime").read_text().split()[0])  # since boot, to the hundredth of a second
+        return uptime - started_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None

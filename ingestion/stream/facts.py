@@ -37,13 +37,14 @@ class Facts:
     group_start: GroupStart | None = None  # source.startFromGroup of a table that records no offsets yet: where
     # each partition starts (an active group refused here, in seconds, before the JVM)
 
-    def after(self, batch: StartBatch | None) -> Facts:
-        """The facts once the start batch is committed: the table records its offsets too."""
-        if batch is None:
+    def after(self, batches: tuple[StartBatch, ...]) -> Facts:
+        """The facts once the start batches are committed: the table records their offsets too."""
+        if not batches:
             return self
         recorded = {t: dict(parts) for t, parts in (self.recorded or {}).items()}
-        for topic, parts in batch.ends.items():
-            recorded.setdefault(topic, {}).update(parts)
+        for batch in batches:
+            for topic, parts in batch.ends.items():
+                recorded.setdefault(topic, {}).update(parts)
         return replace(self, recorded=recorded)
 
     def records_to_do(self) -> int:
@@ -75,7 +76,8 @@ class Prepared:
     """What was done without a JVM before the query starts."""
 
     schemas: SchemaResolver | None  # resolved and the tables made; None: only Spark can (the query's start does it)
-    start_batch: StartBatch | None = None
+    start_batches: tuple[StartBatch, ...] = ()
+    seconds: float = 0.0  # how long it took
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -28,6 +29,7 @@ from pyspark.sql import SparkSession
 
 from ingestion.config import PipelineConfig
 from ingestion.delta.log_checkpoints import checkpoint_if_due
+from ingestion.processes import process_age
 from ingestion.runtime.session import pipelines_session
 from ingestion.schema import registry
 from ingestion.stream import checkpoint, context, pipeline, setup, start_batch
@@ -39,6 +41,7 @@ from ingestion.stream.metrics import open_store_early, start_metrics
 from ingestion.stream.monitor import PipelineMonitor
 from ingestion.stream.pipeline import RunningPipeline, RunOutcome, RunStatus
 from ingestion.stream.prometheus import Exporter, PipelineState, watch
+from ingestion.stream.start_batch import StartBatch
 
 log = logging.getLogger(__name__)
 
@@ -53,17 +56,13 @@ class Finished:
     """A run that needed no query: `caught_up` (nothing to read) or its start batch read everything."""
 
     name: str
-    batch: BatchResult | None  # the start batch, None when caught up
+    batches: tuple[BatchResult, ...]  # the start batches (a query's run has `RunningPipeline.batches`); none: caught
+    # up
     reached: dict[str, dict[int, int]]  # the offset the table reached per topic and partition
 
     @property
     def caught_up(self) -> bool:
-        return self.batch is None
-
-    @property
-    def batches(self) -> tuple[BatchResult, ...]:
-        """The batches the run wrote (a query's run has them too: `RunningPipeline.batches`)."""
-        return () if self.batch is None else (self.batch,)
+        return not self.batches
 
 
 def check_can_start(config: PipelineConfig) -> PipelineContext:
@@ -83,26 +82,29 @@ def check_all_can_start(configs: Sequence[PipelineConfig]) -> list[PipelineConte
     return each(check_can_start, configs, CHECKS_AT_ONCE)
 
 
-def prepare(ctx: PipelineContext, launch: Launch, *, write_start_batch: bool = True) -> Prepared:
+def prepare(ctx: PipelineContext, launch: Launch, *, write_start_batch: bool = True,
+            more: Callable[[], bool] = lambda: False) -> Prepared:
     """Without a JVM, what the query's start can have before its session exists: the schemas and the tables
-    (made with delta-rs), then the start batch where the checkpoint allows one. Run while the JVM boots."""
+    (made with delta-rs), then the start batch where the checkpoint allows one, and more of them while `more()` says
+    so (the JVM still boots). Run while the JVM boots."""
+    started = time.monotonic()
     schemas = setup.prepare(ctx)
-    batch = None
+    batches: tuple[StartBatch, ...] = ()
     facts = launch.facts
     if schemas is not None and write_start_batch and launch.lock is not None and facts is not None \
             and facts.recorded is not None and start_batch.allowed(ctx.config, facts.checkpoint_started):
-        batch = start_batch.write(ctx, schemas, facts.recorded, facts.bounds)
-    return Prepared(schemas, batch)
+        batches = start_batch.write(ctx, schemas, facts.recorded, facts.bounds, more=more)
+    return Prepared(schemas, batches, time.monotonic() - started)
 
 
 def finish_without_jvm(ctx: PipelineContext, launch: Launch, exporter: Exporter | None = None) -> Finished | None:
-    """End an available-now run whose start batch left nothing to read, without a JVM: the batch reported as a
+    """End an available-now run whose start batches left nothing to read, without a JVM: the batches reported as a
     query's would be (MLflow run, consumer group, Prometheus series) and the writer lock released; None (nothing
-    done) when there is no start batch or records remain."""
-    batch = launch.prepared.start_batch if launch.prepared is not None else None
-    if batch is None or launch.lock is None or launch.facts is None:
+    done) when there are none or records remain."""
+    batches = launch.prepared.start_batches if launch.prepared is not None else ()
+    if not batches or launch.lock is None or launch.facts is None:
         return None
-    facts = launch.facts.after(batch)
+    facts = launch.facts.after(batches)
     reached = caught_up(ctx, facts)
     if reached is None:
         return None
@@ -114,16 +116,18 @@ def finish_without_jvm(ctx: PipelineContext, launch: Launch, exporter: Exporter 
         prometheus.metrics.set_state(PipelineState.RUNNING)
         prometheus.start()
     monitor = PipelineMonitor(config, ctx.kafka.client, metrics, None, prometheus)
-    monitor.on_start_batch(batch.result, batch.ends, batch.lags)
+    for batch in batches:
+        monitor.on_start_batch(batch.result, batch.ends, batch.lags)
     monitor.close()
     properties = facts.table.properties if facts.table is not None else None
-    if batch.result.version is not None and properties is not None:
-        checkpoint_if_due(config.table_path, batch.result.version, dict(properties))
+    version = batches[-1].result.version
+    if version is not None and properties is not None:
+        checkpoint_if_due(config.table_path, version, dict(properties))
     metrics.finish(RunStatus.FINISHED)
     if prometheus is not None:
         prometheus.stop(PipelineState.STOPPED)
     lock.release()
-    return Finished(config.name, batch.result, reached)
+    return Finished(config.name, tuple(b.result for b in batches), reached)
 
 
 def run(spark: SparkSession | None, target: PipelineConfig | PipelineContext, *, available_now: bool = False,
@@ -131,28 +135,38 @@ def run(spark: SparkSession | None, target: PipelineConfig | PipelineContext, *,
     """Run one pipeline through the launch sequence (see the module) until it stops: caught up (available-now),
     failed, or asked to stop (SIGINT, SIGTERM); `ingestion.run_pipeline`. `spark`: the session to run in; None: the
     JVM boots here while the tables are prepared and the start batch is written. Both outcomes have `batches`."""
+    clock = _Clock()
     ctx = target if isinstance(target, PipelineContext) else check_can_start(target)
+    clock.mark("checks")
     launch = locked(ctx)
+    clock.mark("lock and facts")
     try:
         if available_now and (reached := caught_up(ctx, launch.facts)) is not None:
             where = ", ".join(f"{t}/{p}:{o}" for t, parts in sorted(reached.items()) for p, o in sorted(parts.items()))
             log.info("%s: caught up, nothing to do (the table holds every committed record before %s); no Spark "
                      "session started", ctx.name, where)
-            return Finished(ctx.name, None, reached)
+            return Finished(ctx.name, (), reached)
         open_store_early()  # the tracking store opens while the start batch is written and the JVM boots
         if spark is None and available_now and launch.facts is not None and start_batch.fits(
                 ctx.config, launch.facts.recorded, launch.facts.bounds, launch.facts.checkpoint_started):
-            launch = replace(launch, prepared=prepare(ctx, launch))  # one start batch reads it all: perhaps no JVM
+            # start batches read it all: perhaps no JVM
+            launch = replace(launch, prepared=prepare(ctx, launch, more=lambda: True))
             if (finished := finish_without_jvm(ctx, launch, exporter)) is not None:
-                log.info("%s: done, 1 batch, %d rows written; no Spark session started", ctx.name,
-                         finished.batch.rows if finished.batch else 0)
+                log.info("%s: done, %d batches, %d rows written; no Spark session started", ctx.name,
+                         len(finished.batches), sum(b.rows for b in finished.batches))
                 return finished
         if spark is None:
-            with _meanwhile(lambda: launch.prepared or prepare(ctx, launch)) as preparing:
+            booting = threading.Event()
+            booting.set()
+            with _meanwhile(lambda: launch.prepared or prepare(ctx, launch, more=booting.is_set)) as preparing:
                 spark = pipelines_session(f"ingest-{ctx.name}", [ctx.config], record_classes=True)
+                clock.mark("JVM and session")
+                booting.clear()  # the start batch being written is the last: the query reads the rest
                 launch = replace(launch, prepared=preparing.result())
+                clock.mark("the last start batch")
         handed, launch = launch, Launch(launch.facts, launch.prepared, None)  # the lock is the query's now
-        return pipeline.run(spark, ctx, available_now=available_now, exporter=exporter, launch=handed)
+        return pipeline.run(spark, ctx, available_now=available_now, exporter=exporter, launch=handed,
+                            on_started=lambda _: clock.started(ctx.name, handed.prepared))
     finally:
         if launch.lock is not None:
             launch.lock.release()
@@ -184,8 +198,8 @@ def run_all(spark: SparkSession | None, targets: Sequence[PipelineConfig | Pipel
                 (f := launches[c.name].facts) is not None and start_batch.fits(c.config, f.recorded, f.bounds,
                                                                                  f.checkpoint_started)
                 for c in contexts):  # start batches read it all: perhaps no JVM at all
-            for ctx, prepared in zip(contexts, each(lambda c: prepare(c, launches[c.name]), contexts, STARTS_AT_ONCE),
-                                     strict=True):
+            for ctx, prepared in zip(contexts, each(lambda c: prepare(c, launches[c.name], more=lambda: True),
+                                                    contexts, STARTS_AT_ONCE), strict=True):
                 launches[ctx.name] = replace(launches[ctx.name], prepared=prepared)
             contexts = _finished(contexts, launches, outcome, exporter)
             if not contexts:
@@ -229,7 +243,7 @@ def _finished(contexts: list[PipelineContext], launches: dict[str, Launch], outc
             left.append(ctx)
             continue
         launches.pop(ctx.name)
-        rows = done.batch.rows if done.batch is not None else 0
+        rows = sum(b.rows for b in done.batches)
         outcome[ctx.name] = RunOutcome(RunStatus.FINISHED, f"finished, {rows} rows, no Spark session needed")
     return left
 
@@ -251,6 +265,33 @@ def _locked_all(contexts: Sequence[PipelineContext]) -> dict[str, Launch]:
 def _release(launch: Launch) -> None:
     if launch.lock is not None:
         launch.lock.release()
+
+
+class _Clock:
+    """The launch's phases, timed in the launching thread, and the one line that tells them."""
+
+    def __init__(self) -> None:
+        self._at = time.monotonic()
+        self.phases: list[tuple[str, float]] = []
+
+    def mark(self, phase: str) -> None:
+        now = time.monotonic()
+        self.phases.append((phase, now - self._at))
+        self._at = now
+
+    def started(self, name: str, prepared: Prepared | None) -> None:
+        """`<pipeline>: query started 8.1 s after the process: checks 0.42 s, ...` (INFO)."""
+        self.mark("query start")
+        age = process_age()
+        beside = ""
+        if prepared is not None:
+            rows = sum(b.result.rows for b in prepared.start_batches)
+            batches = f", {len(prepared.start_batches)} start batch(es) of {rows:,} rows" if rows else ""
+            beside = f" (beside it: schemas and tables{batches} in {prepared.seconds:.1f} s)"
+        shown = ", ".join(f"{phase} {seconds:.2f} s{beside if phase == 'JVM and session' else ''}"
+                          for phase, seconds in self.phases if seconds >= 0.005)
+        log.info("%s: query started%s: %s", name, f" {age:.1f} s after the process" if age is not None else "",
+                 shown)
 
 
 def each(work: Callable[[In], Out], items: Sequence[In], width: int) -> list[Out]:

@@ -9,7 +9,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
@@ -81,6 +81,7 @@ class RunningPipeline:
     prometheus: LagRefresher | None = None
     silver: SilverFollower | None = None
     available_now: bool = False
+    stopped_in: float | None = None  # seconds `stop` took, once stopped
 
     @property
     def config(self) -> PipelineConfig:
@@ -173,7 +174,7 @@ def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Pr
     resumed = facts.checkpoint_started if facts.checkpoint_started is not None else \
         checkpoint.has_progress(location, config.spark, spark)
     app_id = checkpoint.app_id(location, config.name, config.spark, spark)
-    facts = facts.after(prepared.start_batch)
+    facts = facts.after(prepared.start_batches)
     recorded = _recorded_offsets(spark, config, facts) if available_now or not resumed else {}
     starting = None if resumed else _resume_from_table(ctx, recorded)
     if config.source.start_from_group:
@@ -204,8 +205,7 @@ def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Pr
             if scheduled is not None and result.committed:
                 scheduled.committed(result.batch_id)
 
-        start_batch = prepared.start_batch
-        if start_batch is not None:
+        for start_batch in prepared.start_batches:
             batches.append(start_batch.result)
             monitor.on_start_batch(start_batch.result, start_batch.ends, start_batch.lags)
             if log_checkpoints is not None and start_batch.result.version is not None:
@@ -255,13 +255,16 @@ def _silver(spark: SparkSession, config: PipelineConfig, pool: str | None, metri
 
 
 def run(spark: SparkSession, target: PipelineConfig | PipelineContext, *, available_now: bool = False,
-        exporter: Exporter | None = None, launch: Launch | None = None) -> RunningPipeline:
+        exporter: Exporter | None = None, launch: Launch | None = None,
+        on_started: Callable[[RunningPipeline], None] | None = None) -> RunningPipeline:
     """Run a pipeline's query in `spark` until it stops: caught up (available-now), failed, or asked to stop
     (SIGINT, SIGTERM). The launch sequence (`launch.run`, the public `ingestion.run_pipeline`) calls it with what it
     read and prepared; called directly, it reads them itself."""
     with _stop_signals() as stop_requested:
         # a signal meanwhile stops it at once
         running = start(spark, target, available_now=available_now, exporter=exporter, launch=launch)
+        if on_started is not None:
+            on_started(running)
         ctx = running.context
         status = RunStatus.FAILED
         try:
@@ -412,6 +415,7 @@ def _stop_signals() -> Iterator[threading.Event]:
 def stop(spark: SparkSession, running: RunningPipeline, status: RunStatus = RunStatus.FINISHED) -> None:
     """Stop the query (if it still runs), report its last batches, finish a Delta checkpoint being written and
     close the MLflow run."""
+    started = time.monotonic()
     if running.query.isActive:
         running.query.stop()
     if running.silver is not None:
@@ -434,6 +438,7 @@ def stop(spark: SparkSession, running: RunningPipeline, status: RunStatus = RunS
         running.prometheus.stop(PipelineState.FAILED if status is RunStatus.FAILED else PipelineState.STOPPED)
     if running.lock is not None:
         running.lock.release()
+    running.stopped_in = time.monotonic() - started
 
 
 def _stop_silver(running: RunningPipeline, status: RunStatus) -> None:

@@ -249,22 +249,21 @@ def _observed(spark: SparkSession) -> dict[str, Column]:
     """What the Spark path observes of its decoded rows, by name: built once per session (a Column is only an
     expression, and building these takes py4j round trips)."""
     def build() -> dict[str, Column]:
-        pending = F.col("_error_class").isNotNull()
         metrics = {"records": F.count(F.lit(1)), "pending": F.count("_error_class"),
                    "bytes": F.coalesce(F.sum("_value_bytes"), F.lit(0)),
                    "partitions": helper.partition_summary(spark),
-                   "pending_rows": helper.pending_records(spark, F.when(pending, _pending_record()), PENDING_CHARS)}
+                   "pending_rows": helper.pending_records(spark, F.when(F.col("_error_class").isNotNull(),
+                                                                        F.expr(_PENDING_RECORD)), PENDING_CHARS)}
         return {name: column.alias(name) for name, column in metrics.items()}
 
     return session_cache.once(spark, "spark path observed", build)
 
 
-def _pending_record() -> Column:
-    """A record the job did not write, as the JSON of its Kafka source row (binary as base64, the timestamp in
-    microseconds): evaluated only for those records."""
-    return F.to_json(F.struct(
-        F.col("key"), F.col("_raw_value").alias("value"), F.col("topic"), F.col("partition"), F.col("offset"),
-        F.unix_micros("timestamp").alias("timestamp"), F.col("timestampType"), F.col("headers")))
+# A record the job did not write, as the JSON of its Kafka source row (binary as base64, the timestamp in
+# microseconds); evaluated only for those records (observed metrics allow no FILTER clause).
+_PENDING_RECORD = ("to_json(named_struct('key', key, 'value', _raw_value, 'topic', topic, 'partition', `partition`, "
+                   "'offset', `offset`, 'timestamp', unix_micros(`timestamp`), 'timestampType', timestampType, "
+                   "'headers', headers))")
 
 
 class CachedWrite:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ingestion.config import PipelineConfig
@@ -38,6 +38,13 @@ from ingestion.stream.driver_write import DriverWrite
 log = logging.getLogger(__name__)
 
 FETCH_TIMEOUT = 3.0  # seconds for the records to arrive; beyond it the query's first batch reads them
+# The most offsets of each start batch after the first, written while the JVM still boots: about a second and a half
+# of the driver's decoding each (docs/performance.md#a-runs-fixed-cost), so the query starts soon after the session
+# is up.
+LATER_OFFSETS = 50_000
+# An available-now run with at most this many offsets to read writes them all in start batches, with no JVM: the
+# driver decodes them in less time than the JVM takes to start (docs/performance.md#a-runs-fixed-cost).
+WITHOUT_JVM_OFFSETS = 100_000
 
 Bounds = Mapping[str, Mapping[int, tuple[int, int]]]  # topic -> partition -> Kafka's (low, high) offsets
 Recorded = Mapping[str, Mapping[str, int]]  # topic -> partition (as text) -> the next offset the table records
@@ -110,35 +117,60 @@ def spans(config: PipelineConfig, recorded: Recorded, bounds: Bounds,
 
 
 def fits(config: PipelineConfig, recorded: Recorded | None, bounds: Bounds, checkpoint_started: bool | None) -> bool:
-    """Whether all the pipeline has to read now fits one start batch (an available-now run may then need no JVM)."""
+    """Whether all the pipeline has to read now is for start batches alone (at most `WITHOUT_JVM_OFFSETS`): an
+    available-now run then needs no JVM."""
     if recorded is None or not allowed(config, checkpoint_started):
         return False
     found, _ = spans(config, recorded, bounds, 2**62)
-    return 0 < sum(s.until - s.start for s in found) <= limit(config)
+    return 0 < sum(s.until - s.start for s in found) <= max(limit(config), WITHOUT_JVM_OFFSETS)
 
 
-def write(ctx: PipelineContext, schemas: SchemaResolver, recorded: Recorded, bounds: Bounds) -> StartBatch | None:
+def write(ctx: PipelineContext, schemas: SchemaResolver, recorded: Recorded, bounds: Bounds, *,
+          more: Callable[[], bool] = lambda: False) -> tuple[StartBatch, ...]:
     """Write the start batch from where `recorded` (read under the writer lock the caller holds) says the table
-    ends; None when there is none to write or the driver-side path declined it (the query's first batch reads those
-    records)."""
+    ends, then, while `more()` says so (the JVM is still booting) and records are left before `bounds`, the next
+    ones, each of up to `LATER_OFFSETS` offsets; none when there is nothing to write or the driver-side path declined
+    (the query's first batch reads those records)."""
     config = ctx.config
-    started = time.monotonic()
-    planned, positions = spans(config, recorded, bounds, limit(config))
-    if not planned:
-        return None
     app_id = checkpoint.app_id(config.checkpoint_path, config.name, config.spark)
     targets = Targets(config, schemas, app_id)
     writer = DriverWrite(targets, RangeFetcher(ctx.kafka.client, config.consumer_group))
+    written: list[StartBatch] = []
+    position = {t: dict(parts) for t, parts in recorded.items()}
+    try:
+        while not written or more():
+            batch = _one(writer, config, targets, position, bounds, limit(config) if not written else later(config))
+            if batch is None:
+                break
+            written.append(batch)
+            for topic, parts in batch.ends.items():
+                position.setdefault(topic, {}).update(parts)
+            if not any(n for parts in batch.lags.values() for n in parts.values()):
+                break  # everything up to the bounds is in the table
+    finally:
+        writer.close()
+    return tuple(written)
+
+
+def later(config: PipelineConfig) -> int:
+    """The most offsets of a start batch after the first (`LATER_OFFSETS`, or maxOffsetsPerTrigger when smaller)."""
+    return min(LATER_OFFSETS, config.source.max_offsets_per_trigger or 2**62) if limit(config) else 0
+
+
+def _one(writer: DriverWrite, config: PipelineConfig, targets: Targets, recorded: Recorded, bounds: Bounds,
+         most: int) -> StartBatch | None:
+    started = time.monotonic()
+    planned, positions = spans(config, recorded, bounds, most)
+    if not planned:
+        return None
     try:
         version = targets.bronze_rs.current().version()
         written = writer.write(planned, START_BATCH_ID, dt.datetime.now(dt.UTC), started,
-                               app_id=f"{app_id}.start", txn_version=version, fetch_timeout=FETCH_TIMEOUT)
+                               app_id=f"{targets.app_id}.start", txn_version=version, fetch_timeout=FETCH_TIMEOUT)
     except Exception as exc:
         log.info("%s: no start batch: %s", config.name, one_line(exc))
         log.debug("%s: start batch failure", config.name, exc_info=True)
         return None
-    finally:
-        writer.close()
     if not isinstance(written, BatchResult) or not written.committed:
         log.debug("%s: no start batch: %s", config.name, written)
         return None

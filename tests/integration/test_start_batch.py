@@ -19,7 +19,7 @@ from ingestion.dev.samples import produce_orders
 from ingestion.kafka import committed_offsets
 from ingestion.ops import verify
 from ingestion.runtime import delta_txn
-from ingestion.stream import launch, pipeline, start_batch
+from ingestion.stream import checkpoint, launch, pipeline, start_batch
 from ingestion.stream.facts import locked
 from ingestion.stream.metrics import tracking_uri
 from tests.conftest import pipeline_yaml
@@ -53,10 +53,10 @@ def test_the_start_batch_lands_before_the_jvm_and_the_query_goes_on_after_it(spa
     ctx = launch.check_can_start(config)
     handed = locked(ctx)
 
-    assert not _fits(config, handed)  # 250 records to read, 100 offsets a batch (maxOffsetsPerTrigger, below 120)
-    prepared = launch.prepare(ctx, handed)
-    start = prepared.start_batch
-    assert start is not None and start.result.version == 1 and start.result.rows == 100
+    assert _fits(config, handed)  # 250 records to read: for start batches alone (up to WITHOUT_JVM_OFFSETS)
+    prepared = launch.prepare(ctx, handed)  # no session coming: one start batch
+    (start,) = prepared.start_batches
+    assert start.result.version == 1 and start.result.rows == 100
     # offsets shared among the partitions in proportion to what each holds, from each one's start
     assert sorted((r.partition, r.first) for r in start.result.ranges) == [(0, 0), (1, 0), (2, 0)]
     # Spark's Delta agrees with the checksum written beside the start batch's (delta-rs) commit
@@ -82,9 +82,34 @@ def test_the_start_batch_lands_before_the_jvm_and_the_query_goes_on_after_it(spa
     again = launch.check_can_start(config)
     handed = locked(again)
     try:
-        assert handed.facts.checkpoint_started and launch.prepare(again, handed).start_batch is None
+        assert handed.facts.checkpoint_started and launch.prepare(again, handed).start_batches == ()
     finally:
         handed.lock.release()
+
+
+def test_start_batches_go_on_while_the_jvm_boots_and_a_small_backlog_needs_no_jvm(
+        spark, kafka_servers, make_topic, orders_schema, tmp_path: Path) -> None:
+    """While the session is not up (`more`), the driver writes start batch after start batch, each with its own
+    SetTransaction, from where the last ended; an available-now run with a backlog the driver takes alone needs no
+    JVM, and a query after them reads only what came since."""
+    topic = make_topic(partitions=3)
+    produced = produce_orders(kafka_servers, topic, 250, schema_id=1, schema=orders_schema)
+    config = _config(tmp_path, topic, kafka_servers, "pump", 1000)  # batches of 100 (maxOffsetsPerTrigger)
+    ctx = launch.check_can_start(config)
+    handed = locked(ctx)
+    prepared = launch.prepare(ctx, handed, more=lambda: True)  # the session never comes: up to Kafka's end
+    assert [b.result.rows for b in prepared.start_batches] == [100, 100, 50]
+    app_id = checkpoint.app_id(config.checkpoint_path, config.name)
+    assert delta_txns(Path(config.table_path)) == [(v, f"{app_id}.start", v - 1) for v in (1, 2, 3)]
+    handed.lock.release()
+    produced += produce_orders(kafka_servers, topic, 20, schema_id=1, schema=orders_schema, first_seq=250)
+
+    done = launch.run(None, config, available_now=True)  # 20 left: start batches alone
+    assert isinstance(done, launch.Finished) and [b.rows for b in done.batches] == [20]
+    ran = pipeline.run(spark, config, available_now=True)  # a query from the table's offsets: nothing to read
+    assert sum(b.rows for b in ran.batches) == 0
+    assert_exactly_produced(spark.read.format("delta").load(config.table_path).collect(), produced)
+    assert verify.audit(DeltaRsReader(), launch.check_can_start(config)).ok
 
 
 def test_an_available_now_run_the_start_batch_catches_up_needs_no_jvm(spark, kafka_servers, make_topic,
@@ -96,12 +121,12 @@ def test_an_available_now_run_the_start_batch_catches_up_needs_no_jvm(spark, kaf
     results = []
     for first_seq in (40, 70):
         done = launch.run(None, config, available_now=True)  # the launch sequence `ingest run` takes
-        assert isinstance(done, launch.Finished) and done.batch is not None
-        results.append(done.batch)
+        assert isinstance(done, launch.Finished) and len(done.batches) == 1
+        results.append(done.batches[0])
         produced += produce_orders(kafka_servers, topic, 30, schema_id=1, schema=orders_schema,
                                    first_seq=first_seq)
     third = launch.run(None, config, available_now=True)
-    assert isinstance(third, launch.Finished) and third.batch is not None  # the 30 just produced
+    assert isinstance(third, launch.Finished) and [b.rows for b in third.batches] == [30]  # the 30 just produced
 
     assert [r.rows for r in results] == [40, 30] and [r.version for r in results] == [1, 2]
     # the consumer group shows where the table is, as after a query's batch
@@ -134,7 +159,7 @@ def test_no_start_batch_where_the_start_is_not_the_table_or_the_earliest_offsets
         handed = locked(ctx)
         try:
             assert not _fits(config, handed)
-            assert launch.prepare(ctx, handed).start_batch is None
+            assert launch.prepare(ctx, handed).start_batches == ()
         finally:
             handed.lock.release()
         assert not list((Path(config.table_path) / "_delta_log").glob(f"{1:020d}.json"))

@@ -74,3 +74,16 @@ def test_a_rate_given_by_hand_is_not_judged() -> None:
     assert found[0]["met"] is None
     assert "| 9.00 s at 44,664 records/s (--fresh-rate) | n/a (not the issue's load) |" in "\n".join(
         bench_report.markdown_targets(found))
+
+
+def test_the_fixed_cost_and_rate_are_fitted_over_every_run() -> None:
+    fit = bench_report.fit_fixed_cost([(200_000, 13.8), (1_000_000, 30.2), (200_000, 14.2), (1_000_000, 29.8)])
+    assert (fit["fixed_s"], fit["records_per_s"], fit["points"]) == (10.0, 50_000.0, 4)
+    assert bench_report.fit_fixed_cost([(1_000_000, 30.0)]) == {"points": 1}  # one size: no line
+
+
+def test_the_dirty_topic_is_compared_with_the_clean_one() -> None:
+    runs = [{"kind": "ours", "ok": True, "records_per_s": 60_000.0}, {"kind": "ours_dirty", "ok": True,
+                                                                       "records_per_s": 57_000.0}]
+    ratios = bench_report.ratios(bench_report.summarize(runs))
+    assert ratios["ours_dirty/ours"]["records_per_s"] == 0.95

@@ -48,7 +48,12 @@ def _run_pipelines(args: argparse.Namespace, configs: list[PipelineConfig], expo
     ran = launch.run(None, config, available_now=args.available_now, exporter=exporter)
     if isinstance(ran, launch.Finished):
         return 0
+    from ingestion.processes import process_age
+
     rows = sum(b.rows for b in ran.batches if b.committed)
     how = "stopped on request" if ran.stopped_on_request else "done"
-    log.info("%s: %s, %d batches, %d rows written", config.name, how, len(ran.batches), rows)
+    age, stopped = process_age(), ran.stopped_in
+    log.info("%s: %s, %d batches, %d rows written%s%s", config.name, how, len(ran.batches), rows,
+             f", {age:.1f} s after the process's start" if age is not None else "",
+             f" (the query stopped in {stopped:.2f} s)" if stopped is not None else "")
     return 0
