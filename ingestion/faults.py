@@ -14,11 +14,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-import uuid
 from enum import StrEnum
 from pathlib import Path
-
-import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -48,15 +45,3 @@ def reached(point: FaultPoint, batch_id: int) -> None:
     log.warning("test fault point %s reached for batch %d: waiting to be killed", point, batch_id)
     while True:
         time.sleep(1)
-
-
-def leave_uncommitted_file(table_dir: Path | None, rows: pa.Table, batch_id: int) -> None:
-    """When a test asked for `files_written` of this batch: write `rows` as a data file in the (local) table's
-    folder that no commit names, as a writer killed between its file write and its commit leaves one (delta-rs
-    writes and commits in one call, with no point between them to stop at), then hang; otherwise nothing."""
-    if table_dir is None or not armed(FaultPoint.FILES_WRITTEN, batch_id):
-        return
-    import pyarrow.parquet as pq
-
-    pq.write_table(rows, table_dir / f"part-00000-{uuid.uuid4()}-c000.snappy.parquet", compression="snappy")
-    reached(FaultPoint.FILES_WRITTEN, batch_id)

@@ -126,6 +126,15 @@ def _container_path(location: str) -> str:
     return f"{parts.netloc.split('@')[0]}/{parts.path.lstrip('/')}".rstrip("/")
 
 
+def filesystem(location: str, options: Mapping[str, str]) -> tuple[Any, str] | None:
+    """pyarrow's file system of an object-store location and the location's path in it, for delta-rs's
+    `options` of that location; None for a store this module does not reach."""
+    scheme = storage.scheme(location)
+    if scheme in storage.S3_SCHEMES:
+        return _s3(options), _bucket_path(location)
+    return None
+
+
 def _s3(options: Mapping[str, str]) -> Any:
     """pyarrow's S3 file system for delta-rs's options of a location (credentials left out: the AWS chain)."""
     from pyarrow import fs

@@ -146,9 +146,10 @@ def _check_values(config: PipelineConfig) -> None:
     if timeout is None or timeout <= 0:
         raise ConfigError(f"{file}: key 'source.brokerTimeout' must be a positive duration such as '15 seconds', "
                           f"got {source.broker_timeout!r}")
-    if config.sink.direct_write_max_offsets < 0:
-        raise ConfigError(f"{file}: key 'sink.directWriteMaxOffsets' must be 0 or more, "
-                          f"got {config.sink.direct_write_max_offsets!r}")
+    for key, count in (("directWriteMaxOffsets", config.sink.direct_write_max_offsets),
+                       ("startBatchMaxOffsets", config.sink.start_batch_max_offsets)):
+        if count < 0:
+            raise ConfigError(f"{file}: key 'sink.{key}' must be 0 or more, got {count!r}")
     if duration_seconds(config.sink.trigger) is None:
         raise ConfigError(f"{file}: key 'sink.trigger' must be a duration such as '10 seconds', '500 milliseconds' "
                           f"or '1 minute', got {config.sink.trigger!r}")

@@ -123,6 +123,10 @@ class SinkOptions:
     # A batch of at most this many Kafka offsets is fetched, decoded and written by the driver without a Spark job
     # (docs/architecture.md#two-write-paths); 0: every batch is a Spark job.
     direct_write_max_offsets: int = field(default=1000, metadata=_key("directWriteMaxOffsets"))
+    # The most offsets a run's start batches take in all: written by the driver while the JVM boots, and all of an
+    # available-now run's backlog when it is at most this (no JVM then); 0: none
+    # (docs/architecture.md#the-start-batch-the-first-records-before-the-jvm).
+    start_batch_max_offsets: int = field(default=100_000, metadata=_key("startBatchMaxOffsets"))
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ingestion import faults, storage
+from ingestion import faults, state_files, storage
 from ingestion.delta import checksums
 from ingestion.errors import IngestionError, one_line
 
@@ -109,8 +110,9 @@ class RsTable:
         properties = CommitProperties(
             custom_metadata={"userMetadata": user_metadata},
             app_transactions=[Transaction(app_id, txn_version, int(time.time() * 1000))])
-        if fault_id is not None:
-            faults.leave_uncommitted_file(self.local, rows, fault_id)
+        if fault_id is not None and faults.armed(faults.FaultPoint.FILES_WRITTEN, fault_id):
+            self._leave_uncommitted_file(rows)
+            faults.reached(faults.FaultPoint.FILES_WRITTEN, fault_id)
         try:
             write_deltalake(table, rows, mode="append", partition_by=table.metadata().partition_columns or None,
                             commit_properties=properties,
@@ -125,6 +127,21 @@ class RsTable:
         if self.local is not None:
             checksums.write_after_append(self.local / "_delta_log", version)
         return Appended(version, committed=True)
+
+    def _leave_uncommitted_file(self, rows: pa.Table) -> None:
+        """For a test's `files_written` fault: `rows` as a data file in the table's folder that no commit names, as
+        a writer killed between its file write and its commit leaves one (delta-rs writes and commits in one call,
+        with no point between them to stop at)."""
+        import pyarrow.parquet as pq
+
+        name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+        if self.local is not None:
+            pq.write_table(rows, self.local / name, compression="snappy")
+            return
+        found = state_files.filesystem(self.path, self.storage_options or {})
+        if found is not None:
+            filesystem, folder = found
+            pq.write_table(rows, f"{folder}/{name}", compression="snappy", filesystem=filesystem)
 
     def _committed(self, table: DeltaTable, before: int, app_id: str, txn_version: int) -> int:
         """The version the append committed: the table's, unless another writer committed after it (then the

@@ -30,7 +30,7 @@ from pyspark.sql import SparkSession
 from ingestion.config import PipelineConfig
 from ingestion.delta.log_checkpoints import checkpoint_if_due
 from ingestion.processes import process_age
-from ingestion.runtime.session import pipelines_session
+from ingestion.runtime.session import pipelines_session, submitted
 from ingestion.schema import registry
 from ingestion.stream import checkpoint, context, pipeline, setup, start_batch
 from ingestion.stream.batch import BatchResult
@@ -147,6 +147,8 @@ def run(spark: SparkSession | None, target: PipelineConfig | PipelineContext, *,
                      "session started", ctx.name, where)
             return Finished(ctx.name, (), reached)
         open_store_early()  # the tracking store opens while the start batch is written and the JVM boots
+        if spark is None and submitted():  # spark-submit's JVM runs already: nothing to do while it boots
+            spark = pipelines_session(f"ingest-{ctx.name}", [ctx.config], record_classes=True)
         if spark is None and available_now and launch.facts is not None and start_batch.fits(
                 ctx.config, launch.facts.recorded, launch.facts.bounds, launch.facts.checkpoint_started):
             # start batches read it all: perhaps no JVM
@@ -194,6 +196,10 @@ def run_all(spark: SparkSession | None, targets: Sequence[PipelineConfig | Pipel
             if not contexts:
                 return outcome
         open_store_early()
+        if spark is None and submitted():  # spark-submit's JVM runs already: nothing to do while it boots
+            configs = [c.config for c in contexts]
+            spark = pipelines_session("ingest-all", configs, pools=[pipeline.pool_name(c) for c in configs],
+                                      streams=sum(1 + (c.silver is not None) for c in configs))
         if spark is None and available_now and all(
                 (f := launches[c.name].facts) is not None and start_batch.fits(c.config, f.recorded, f.bounds,
                                                                                  f.checkpoint_started)

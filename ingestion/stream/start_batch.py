@@ -42,9 +42,6 @@ FETCH_TIMEOUT = 3.0  # seconds for the records to arrive; beyond it the query's 
 # of the driver's decoding each (docs/performance.md#a-runs-fixed-cost), so the query starts soon after the session
 # is up.
 LATER_OFFSETS = 50_000
-# An available-now run with at most this many offsets to read writes them all in start batches, with no JVM: the
-# driver decodes them in less time than the JVM takes to start (docs/performance.md#a-runs-fixed-cost).
-WITHOUT_JVM_OFFSETS = 100_000
 
 Bounds = Mapping[str, Mapping[int, tuple[int, int]]]  # topic -> partition -> Kafka's (low, high) offsets
 Recorded = Mapping[str, Mapping[str, int]]  # topic -> partition (as text) -> the next offset the table records
@@ -72,8 +69,10 @@ class StartBatch:
 
 
 def limit(config: PipelineConfig) -> int:
-    """The most offsets a start batch takes."""
-    return min(config.sink.direct_write_max_offsets, config.source.max_offsets_per_trigger or 2**62)
+    """The most offsets the first start batch takes (`sink.directWriteMaxOffsets`, maxOffsetsPerTrigger and
+    `sink.startBatchMaxOffsets` when smaller)."""
+    return min(config.sink.direct_write_max_offsets, config.source.max_offsets_per_trigger or 2**62,
+               config.sink.start_batch_max_offsets)
 
 
 def allowed(config: PipelineConfig, checkpoint_started: bool | None) -> bool:
@@ -117,32 +116,35 @@ def spans(config: PipelineConfig, recorded: Recorded, bounds: Bounds,
 
 
 def fits(config: PipelineConfig, recorded: Recorded | None, bounds: Bounds, checkpoint_started: bool | None) -> bool:
-    """Whether all the pipeline has to read now is for start batches alone (at most `WITHOUT_JVM_OFFSETS`): an
+    """Whether all the pipeline has to read now is for start batches alone (at most `sink.startBatchMaxOffsets`): an
     available-now run then needs no JVM."""
     if recorded is None or not allowed(config, checkpoint_started):
         return False
     found, _ = spans(config, recorded, bounds, 2**62)
-    return 0 < sum(s.until - s.start for s in found) <= max(limit(config), WITHOUT_JVM_OFFSETS)
+    return 0 < sum(s.until - s.start for s in found) <= config.sink.start_batch_max_offsets
 
 
 def write(ctx: PipelineContext, schemas: SchemaResolver, recorded: Recorded, bounds: Bounds, *,
           more: Callable[[], bool] = lambda: False) -> tuple[StartBatch, ...]:
     """Write the start batch from where `recorded` (read under the writer lock the caller holds) says the table
     ends, then, while `more()` says so (the JVM is still booting) and records are left before `bounds`, the next
-    ones, each of up to `LATER_OFFSETS` offsets; none when there is nothing to write or the driver-side path declined
-    (the query's first batch reads those records)."""
+    ones, each of up to `LATER_OFFSETS` offsets, `sink.startBatchMaxOffsets` in all; none when there is nothing to
+    write or the driver-side path declined (the query's first batch reads those records)."""
     config = ctx.config
     app_id = checkpoint.app_id(config.checkpoint_path, config.name, config.spark)
     targets = Targets(config, schemas, app_id)
     writer = DriverWrite(targets, RangeFetcher(ctx.kafka.client, config.consumer_group))
     written: list[StartBatch] = []
     position = {t: dict(parts) for t, parts in recorded.items()}
+    budget = config.sink.start_batch_max_offsets
     try:
-        while not written or more():
-            batch = _one(writer, config, targets, position, bounds, limit(config) if not written else later(config))
+        while budget > 0 and (not written or more()):
+            most = min(limit(config) if not written else later(config), budget)
+            batch = _one(writer, config, targets, position, bounds, most)
             if batch is None:
                 break
             written.append(batch)
+            budget -= sum(r.last - r.first + 1 for r in batch.result.ranges)
             for topic, parts in batch.ends.items():
                 position.setdefault(topic, {}).update(parts)
             if not any(n for parts in batch.lags.values() for n in parts.values()):

@@ -79,7 +79,8 @@ def test_sigkill_at_several_moments_then_restart_loses_and_duplicates_nothing(
     topic = make_topic(partitions=3)
     produced = produce_orders(kafka_servers, topic, 600, schema_id=1, schema=orders_schema)
     experiment = f"ingest/crash-{topic}"
-    config = pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers,
+    # One start batch of 100 records at most (sink.startBatchMaxOffsets), the rest for the query's batches.
+    config = pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, sink="  startBatchMaxOffsets: 100\n",
                            extra=f"source:\n  maxOffsetsPerTrigger: 100\nmetrics:\n  experiment: {experiment}\n")
     table = tmp_path / "tables" / "orders"
     commits = tmp_path / "checkpoints" / "orders" / "commits"

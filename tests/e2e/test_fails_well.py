@@ -43,7 +43,8 @@ def test_sigterm_to_the_process_group_stops_cleanly(spark, kafka_servers, make_t
     topic = make_topic(partitions=3)
     produce_orders(kafka_servers, topic, 3000, schema_id=1, schema=orders_schema)
     experiment = f"ingest/sigterm-{topic}"
-    config = pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, sink="  trigger: 1 second\n",
+    config = pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers,
+                           sink="  trigger: 1 second\n  startBatchMaxOffsets: 300\n",  # the rest is the query's
                            extra=f"source:\n  maxOffsetsPerTrigger: 300\nmetrics:\n  experiment: {experiment}\n")
     with open(tmp_path / "out.log", "wb") as out, open(tmp_path / "err.log", "wb") as err:
         proc = subprocess.Popen([INGEST, "run", str(config)], stdout=out, stderr=err, stdin=subprocess.DEVNULL,

@@ -34,7 +34,8 @@ def _pipeline(path: Path, *, topic: str, servers: str, bucket: str, spark: dict[
         # while there are batches left.
         "source": {"maxOffsetsPerTrigger": 60},
         # No quarantineTable: it is kept beside bronze, in the bucket (s3a://<bucket>/tables/orders_quarantine).
-        "sink": {"table": f"s3a://{bucket}/tables/orders",
+        # One start batch (60 offsets) while the JVM boots; the rest is the query's.
+        "sink": {"startBatchMaxOffsets": 60, "table": f"s3a://{bucket}/tables/orders",
                  "checkpointLocation": f"s3a://{bucket}/checkpoints/orders", "trigger": "1 second"},
         "spark": spark,
     }
@@ -49,6 +50,14 @@ def _ingest(*args: str, cwd: Path, timeout: float = 600) -> subprocess.Completed
 def _held(bucket: str, s3: Any) -> collections.Counter[tuple[int, int]]:
     """(partition, offset) of every row of bronze and quarantine, read with delta-rs straight from the bucket."""
     return s3.coordinates(f"s3a://{bucket}/tables/orders", f"s3a://{bucket}/tables/orders_quarantine")
+
+
+def _live_files(bucket: str, s3: Any) -> set[str]:
+    """The keys of the data files bronze's log names now (delta-rs)."""
+    import pyarrow as pa
+
+    table = DeltaTable(f"s3a://{bucket}/tables/orders", storage_options=s3.storage_options())
+    return {f"tables/orders/{p}" for p in pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist()}
 
 
 def _bronze_version(bucket: str, s3: Any) -> int:
@@ -96,6 +105,27 @@ def test_a_pipeline_on_s3_is_exactly_once_through_a_kill_and_every_command(
             os.killpg(stream.pid, signal.SIGKILL)
         stream.wait(30)
     assert len(_held(bucket, s3_server)) < 2_000, "the kill should land before the topic is drained"
+
+    # Killed again with a batch's data file written to the bucket by the driver-side path and not committed.
+    live = _live_files(bucket, s3_server)
+    marker = tmp_path / "files_written.fault"
+    with open(tmp_path / "fault.log", "wb") as out:
+        faulted = subprocess.Popen([INGEST, "run", str(config), "--available-now"], stdout=out,
+                                   stderr=subprocess.STDOUT, cwd=tmp_path, stdin=subprocess.DEVNULL,
+                                   start_new_session=True,
+                                   env={**os.environ, "INGEST_TEST_FAULT": "files_written:*",
+                                        "INGEST_TEST_FAULT_FILE": str(marker)})
+    try:
+        deadline = time.monotonic() + 300
+        while not marker.exists():
+            assert faulted.poll() is None, (tmp_path / "fault.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, (tmp_path / "fault.log").read_text()[-3000:]
+            time.sleep(0.2)
+    finally:
+        os.killpg(faulted.pid, signal.SIGKILL)
+        faulted.wait(30)
+    orphans = {k for k in s3_server.keys(bucket, "tables/orders/") if k.endswith(".parquet")} - live
+    assert orphans and not orphans & _live_files(bucket, s3_server)  # a file no commit names
 
     # Restarted on the same host: the killed holder's lease does not block it; it drains the topic exactly once.
     done = _ingest("run", str(config), "--available-now", cwd=tmp_path)

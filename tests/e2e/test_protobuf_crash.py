@@ -38,7 +38,7 @@ def test_a_protobuf_pipeline_killed_after_a_commit_restarts_without_loss_or_dupl
                          partition=seq % 3)
         produced[msg.id] = shop.expected_row(msg)
     producer.flush(30)
-    path = pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers,
+    path = pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, sink="  startBatchMaxOffsets: 80\n",
                          extra="source:\n  maxOffsetsPerTrigger: 80\nvalue:\n  format: protobuf\n")
     table = tmp_path / "tables" / "orders"
 

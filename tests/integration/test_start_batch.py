@@ -53,7 +53,7 @@ def test_the_start_batch_lands_before_the_jvm_and_the_query_goes_on_after_it(spa
     ctx = launch.check_can_start(config)
     handed = locked(ctx)
 
-    assert _fits(config, handed)  # 250 records to read: for start batches alone (up to WITHOUT_JVM_OFFSETS)
+    assert _fits(config, handed)  # 250 records to read: for start batches alone (sink.startBatchMaxOffsets)
     prepared = launch.prepare(ctx, handed)  # no session coming: one start batch
     (start,) = prepared.start_batches
     assert start.result.version == 1 and start.result.rows == 100
