@@ -31,8 +31,8 @@ log = logging.getLogger(__name__)
 
 def run_demo(*, records: int = 10_000, partitions: int = 3, keep_servers: bool = False) -> int:
     from ingestion.runtime import metastore
-    from ingestion.runtime.session import get_session
-    from ingestion.stream import metrics, pipeline
+    from ingestion.runtime.session import pipelines_session
+    from ingestion.stream import launch
 
     started = time.monotonic()
     _use_packaged_files()
@@ -51,10 +51,11 @@ def run_demo(*, records: int = 10_000, partitions: int = 3, keep_servers: bool =
         produce_orders(servers, config.topic, records, schema_id=schema_id,
                        schema=subject.latest, first_seq=first)
         log.info("produced %d sample orders to %s (schema id %d)", records, config.topic, schema_id)
-        metrics.open_store_early()  # while the JVM boots
-        spark = get_session("ingest-demo", conf=config.spark, catalog=config.catalog_names is not None)
-        running = pipeline.run(spark, config, available_now=True)
-        _summary(spark, config, running.metrics.run_id if running.metrics else None, time.monotonic() - started)
+        spark = pipelines_session("ingest-demo", [config])
+        # the launch sequence `ingest run` takes, in the demo's session (its summary reads the table with it)
+        ran = launch.run(spark, config, available_now=True)
+        run_id = ran.metrics.run_id if not isinstance(ran, launch.Finished) and ran.metrics else None
+        _summary(spark, config, run_id, time.monotonic() - started)
         spark.stop()
     finally:
         if not (keep_servers or catalog_was_running) and metastore.stop() is not None:
@@ -86,8 +87,9 @@ def _summary(spark: SparkSession, config: PipelineConfig, run_id: str | None, se
     path = config.table_path
     table = reads.read_table(spark, path)
     rows = table.count() if table is not None else 0
-    version = ledger.table_version(spark, path)
-    ingested = ledger.next_offsets(ledger.history(spark, path)).get(config.topic, {})
+    records = ledger.history(spark, path)
+    version = records[-1].version if records else ledger.table_version(spark, path)  # the last batch's, as history
+    ingested = ledger.next_offsets(records).get(config.topic, {})
     ends = kafka.watermarks(kafka.resolve_settings(config).client, config.topic)
     print(f"\n=== demo summary ({seconds:.0f}s) ===")
     print(f"bronze table   {path}  ({rows} rows, version {version})")

@@ -14,6 +14,7 @@ from typing import Any
 from fastavro import parse_schema, schemaless_writer
 
 from ingestion.decode.wire import encode
+from ingestion.kafka.clients import LIBRDKAFKA_LOG
 
 STATUSES = ("PLACED", "PAID", "SHIPPED", "CANCELLED")
 
@@ -54,8 +55,10 @@ def produce_orders(servers: str, topic: str, count: int, *, schema_id: int, sche
 
     parsed = parse_schema(schema)
     rng = random.Random(seed + first_seq)
+    # librdkafka's own lines (a broker's transaction coordinator still loading: "Failed to acquire idempotence PID
+    # ... retrying") go to the logger `-v` shows, as every client of the project's does, not to the screen.
     producer = Producer({"bootstrap.servers": servers, "linger.ms": 20, "enable.idempotence": True,
-                         **(extra or {})})
+                         "logger": LIBRDKAFKA_LOG, **(extra or {})})
     landed: list[Produced] = []
     failures: list[str] = []
 

@@ -242,7 +242,10 @@ def check_subjects(config: PipelineConfig) -> None:
     import difflib
 
     if config.value.schema_file:  # json, connect-json: the file is read (and its schema checked) now
-        source_for(config).versions("")
+        try:
+            source_for(config).versions("")
+        except SchemaError as exc:
+            raise type(exc)(f"{config.file}: key 'value.schemaFile' ({config.value.schema_file!r}): {exc}") from None
         return
     if config.value.format not in ("confluent", "avro", "protobuf", "jsonschema"):
         return

@@ -112,11 +112,17 @@ class SilverFollower:
         self.position = record
         self.steps += 1
         lag = self.lag()
-        log.info("%s silver step %d: bronze versions %d-%d, %d changes on %d keys: %d inserted, %d updated, %d "
-                 "deleted%s in %.2fs, silver lag %d versions", self.spec.pipeline, self.steps, record.bronze_from + 1,
-                 record.bronze_version, record.changes, record.keys, record.inserted, record.updated, record.deleted,
-                 f"; {record.cross_partition_keys} keys in two or more Kafka partitions (no order between them)"
-                 if record.cross_partition_keys else "", time.monotonic() - started, lag.versions)
+        if record.kind is StepKind.REBUILD:
+            log.info("%s silver step %d: rebuilt from bronze version %d: %d bronze rows folded into %d rows in "
+                     "%.2fs, silver lag %d versions", self.spec.pipeline, self.steps, record.bronze_version,
+                     record.changes, record.inserted, time.monotonic() - started, lag.versions)
+        else:
+            log.info("%s silver step %d: bronze versions %d-%d, %d changes on %d keys: %d inserted, %d updated, %d "
+                     "deleted%s in %.2fs, silver lag %d versions", self.spec.pipeline, self.steps,
+                     record.bronze_from + 1, record.bronze_version, record.changes, record.keys, record.inserted,
+                     record.updated, record.deleted,
+                     f"; {record.cross_partition_keys} keys in two or more Kafka partitions (no order between them)"
+                     if record.cross_partition_keys else "", time.monotonic() - started, lag.versions)
         if self.on_step is not None:
             self.on_step(record, lag)
         return record

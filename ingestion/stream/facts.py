@@ -20,6 +20,7 @@ from ingestion.stream.context import PipelineContext
 from ingestion.stream.handover import GroupStart
 from ingestion.stream.lock import WriterLock
 from ingestion.stream.metrics import end_abandoned
+from ingestion.stream.prometheus import Exporter, LagRefresher, watch
 from ingestion.stream.start_batch import StartBatch
 
 Offsets = dict[str, dict[str, int]]  # topic -> partition (as text, as Spark's JSON names it) -> offset
@@ -87,6 +88,7 @@ class Launch:
     facts: Facts | None
     prepared: Prepared | None
     lock: WriterLock | None  # None: the query's start takes it and reads the facts again under it
+    prometheus: LagRefresher | None = None  # the pipeline's series, its lag refreshed since the launch's facts
 
 
 def locked(ctx: PipelineContext) -> Launch:
@@ -128,3 +130,15 @@ def caught_up(ctx: PipelineContext, facts: Facts | None) -> dict[str, dict[int, 
             return None  # committed records to ingest (or a partition that did not answer)
         reached[topic] = position
     return reached or None
+
+
+def watched(launch: Launch, ctx: PipelineContext, exporter: Exporter | None, *, available_now: bool) -> Launch:
+    """The launch with its pipeline's Prometheus series, the lag refreshed from Kafka from now on (the first second
+    of the run, before any JVM), the table's side from the facts."""
+    if exporter is None:
+        return launch
+    recorded = launch.facts.recorded if launch.facts is not None else None
+    refresher = watch(exporter, ctx, available_now=available_now, recorded=recorded)
+    refresher.start()
+    return replace(launch, prometheus=refresher)
+

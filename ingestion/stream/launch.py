@@ -35,7 +35,7 @@ from ingestion.schema import registry
 from ingestion.stream import checkpoint, context, pipeline, setup, start_batch
 from ingestion.stream.batch import BatchResult
 from ingestion.stream.context import PipelineContext
-from ingestion.stream.facts import Launch, Prepared, caught_up, locked
+from ingestion.stream.facts import Launch, Prepared, caught_up, locked, watched
 from ingestion.stream.lock import WriterLock
 from ingestion.stream.metrics import open_store_early, start_metrics
 from ingestion.stream.monitor import PipelineMonitor
@@ -109,7 +109,7 @@ def finish_without_jvm(ctx: PipelineContext, launch: Launch, exporter: Exporter 
     if reached is None:
         return None
     config, lock = ctx.config, launch.lock
-    prometheus = watch(exporter, ctx, available_now=True) if exporter is not None else None
+    prometheus = launch.prometheus or (watch(exporter, ctx, available_now=True) if exporter is not None else None)
     metrics = start_metrics(config, checkpoint.app_id(config.checkpoint_path, config.name, config.spark), True, None)
     lock.note_run(metrics.run_id, metrics.uri)
     if prometheus is not None:
@@ -138,13 +138,15 @@ def run(spark: SparkSession | None, target: PipelineConfig | PipelineContext, *,
     clock = _Clock()
     ctx = target if isinstance(target, PipelineContext) else check_can_start(target)
     clock.mark("checks")
-    launch = locked(ctx)
+    launch = watched(locked(ctx), ctx, exporter, available_now=available_now)
     clock.mark("lock and facts")
     try:
         if available_now and (reached := caught_up(ctx, launch.facts)) is not None:
             where = ", ".join(f"{t}/{p}:{o}" for t, parts in sorted(reached.items()) for p, o in sorted(parts.items()))
             log.info("%s: caught up, nothing to do (the table holds every committed record before %s); no Spark "
                      "session started", ctx.name, where)
+            if launch.prometheus is not None:
+                launch.prometheus.stop(PipelineState.STOPPED)
             return Finished(ctx.name, (), reached)
         open_store_early()  # the tracking store opens while the start batch is written and the JVM boots
         if spark is None and submitted():  # spark-submit's JVM runs already: nothing to do while it boots
@@ -166,9 +168,13 @@ def run(spark: SparkSession | None, target: PipelineConfig | PipelineContext, *,
                 booting.clear()  # the start batch being written is the last: the query reads the rest
                 launch = replace(launch, prepared=preparing.result())
                 clock.mark("the last start batch")
-        handed, launch = launch, Launch(launch.facts, launch.prepared, None)  # the lock is the query's now
+        handed, launch = launch, Launch(launch.facts, launch.prepared, None)  # the lock and series are the query's
         return pipeline.run(spark, ctx, available_now=available_now, exporter=exporter, launch=handed,
                             on_started=lambda _: clock.started(ctx.name, handed.prepared))
+    except BaseException:
+        if launch.prometheus is not None:
+            launch.prometheus.stop(PipelineState.FAILED)
+        raise
     finally:
         if launch.lock is not None:
             launch.lock.release()
@@ -183,7 +189,8 @@ def run_all(spark: SparkSession | None, targets: Sequence[PipelineConfig | Pipel
         contexts = [t for t in targets if isinstance(t, PipelineContext)]
     else:
         contexts = check_all_can_start([t.config if isinstance(t, PipelineContext) else t for t in targets])
-    launches = _locked_all(contexts)
+    launches = {name: watched(launch, ctx, exporter, available_now=available_now)
+                for ctx, (name, launch) in zip(contexts, _locked_all(contexts).items(), strict=True)}
     outcome: dict[str, RunOutcome] = {}
     try:
         if available_now:
@@ -269,8 +276,11 @@ def _locked_all(contexts: Sequence[PipelineContext]) -> dict[str, Launch]:
 
 
 def _release(launch: Launch) -> None:
+    """The lock released and the series stopped of a launch the queries did not take."""
     if launch.lock is not None:
         launch.lock.release()
+    if launch.prometheus is not None:
+        launch.prometheus.stop(PipelineState.STOPPED)
 
 
 class _Clock:

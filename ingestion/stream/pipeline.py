@@ -110,7 +110,8 @@ def start(spark: SparkSession, target: PipelineConfig | PipelineContext, *, avai
     prometheus = None
     try:
         ctx = context.of(target, check=True)
-        prometheus = watch(exporter, ctx, available_now=available_now) if exporter is not None else None
+        prometheus = launch.prometheus if launch is not None and launch.prometheus is not None else \
+            watch(exporter, ctx, available_now=available_now) if exporter is not None else None
         lock = launch.lock if launch is not None else None  # held since the launch sequence, or taken now
         if lock is None:
             lock = WriterLock(ctx.name, ctx.config.checkpoint_path, spark, ctx.config.spark)

@@ -134,6 +134,7 @@ class PipelineMetrics:
         self.exporter = exporter
         self.name = name
         self._partitions: set[tuple[str, str]] = set()
+        self._ends: dict[tuple[str, int], int] = {}  # Kafka's end offsets as the last refresh read them
         self._lock = threading.Lock()
         self.set_state(PipelineState.STARTING)
         e = exporter
@@ -171,6 +172,7 @@ class PipelineMetrics:
         with self._lock:
             for topic, p, end, position, records, seconds in partitions:
                 labels = (name, topic, str(p))
+                self._ends[(topic, p)] = end
                 e.kafka_end.labels(*labels).set(end)
                 e.table_offset.labels(*labels).set(position)
                 e.lag_records.labels(*labels).set(records)
@@ -182,6 +184,19 @@ class PipelineMetrics:
                     gauge.remove(name, gone_topic, gone_partition)
             self._partitions = seen
         e.refreshed.labels(name).set(time.time())
+
+    def advanced(self, topic: str, partition: int, position: int) -> None:
+        """A commit moved the table's position in a partition: its offset at once, and its lag against Kafka's end
+        as last read (the next refresh reads both again; `lag` lets no commit wait for it)."""
+        e, labels = self.exporter, (self.name, topic, str(partition))
+        with self._lock:
+            e.table_offset.labels(*labels).set(position)
+            end = self._ends.get((topic, partition))
+            if end is not None:
+                behind = max(0, end - position)
+                e.lag_records.labels(*labels).set(behind)
+                if not behind:
+                    e.lag_seconds.labels(*labels).set(0)
 
     def refresh_failed(self) -> None:
         self.exporter.refresh_failures.labels(self.name).inc()
@@ -227,11 +242,18 @@ class LagRefresher:
         if not result.committed:
             return
         with self._lock:
+            advanced = []
             for r in result.ranges:
                 parts = self._committed.setdefault(r.topic, {})
                 parts[r.partition] = max(parts.get(r.partition, 0), r.last + 1)
+                advanced.append((r.topic, r.partition, parts[r.partition]))
+        for topic, partition, position in advanced:
+            self.metrics.advanced(topic, partition, position)
 
     def start(self) -> None:
+        """Refresh on a thread of its own from now on (once: a refresher started by the launch goes on)."""
+        if self._thread is not None:
+            return
         self._thread = threading.Thread(target=self._loop, name=f"lag-{self.metrics.name}", daemon=True)
         self._thread.start()
 
@@ -292,15 +314,18 @@ def table_positions(config: PipelineConfig) -> Positions:
     return {t: {int(p): o for p, o in parts.items()} for t, parts in recorded.items()}
 
 
-def watch(exporter: Exporter, ctx: PipelineContext, *, available_now: bool = False) -> LagRefresher:
+def watch(exporter: Exporter, ctx: PipelineContext, *, available_now: bool = False,
+          recorded: Mapping[str, Mapping[str, int]] | None = None) -> LagRefresher:
     """A pipeline's series and its lag refresher (not started). The Kafka side of the lag comes from the run's
-    context: its client settings, and its topics and partitions (grown as the run finds a pattern's new topics)."""
+    context: its client settings, and its topics and partitions (grown as the run finds a pattern's new topics);
+    the table's side from `recorded` (the run's facts: the ledger's next offsets), else the ledger read once."""
     config = ctx.config
     trigger = None if available_now else duration_seconds(config.sink.trigger)
     metrics = exporter.pipeline(config.name, trigger)
     interval = duration_seconds(config.metrics.prometheus.lag_interval) or 15.0
-    refresher = LagRefresher(metrics, ctx.kafka.client, lambda: ctx.partitions, lambda: table_positions(config),
-                             interval)
+    known = None if recorded is None else {t: {int(p): o for p, o in parts.items()} for t, parts in recorded.items()}
+    refresher = LagRefresher(metrics, ctx.kafka.client, lambda: ctx.partitions,
+                             (lambda: known) if known is not None else lambda: table_positions(config), interval)
     refresher.final_refresh = available_now
     return refresher
 

@@ -33,7 +33,8 @@ def resolver(spark: SparkSession | None, ctx: PipelineContext, also: list[str] |
         return SchemaResolver(config, ctx.schemas, table_payload=payload_columns(spark, config), topics=topics)
     except SchemaError as exc:
         subjects = config.value_subjects(topics)
-        where = (f"key 'value.subject' ({subjects[0]!r})" if len(subjects) == 1 else
+        where = (f"key 'value.schemaFile' ({config.value.schema_file!r})" if config.value.schema_file else
+                 f"key 'value.subject' ({subjects[0]!r})" if len(subjects) == 1 else
                  f"subjects {subjects} of {config.reads}")
         raise SchemaError(f"{config.file}: {where}: {exc}") from None
 

@@ -118,8 +118,8 @@ def spans(config: PipelineConfig, recorded: Recorded, bounds: Bounds,
 def fits(config: PipelineConfig, recorded: Recorded | None, bounds: Bounds, checkpoint_started: bool | None) -> bool:
     """Whether all the pipeline has to read now is for start batches alone (at most `sink.startBatchMaxOffsets`): an
     available-now run then needs no JVM."""
-    if recorded is None or not allowed(config, checkpoint_started):
-        return False
+    if recorded is None or not allowed(config, checkpoint_started) or config.catalog_names is not None:
+        return False  # (tables named in the catalog: the query's start registers them, through the JVM)
     found, _ = spans(config, recorded, bounds, 2**62)
     return 0 < sum(s.until - s.start for s in found) <= config.sink.start_batch_max_offsets
 

@@ -49,6 +49,9 @@ def test_lag_is_read_from_kafka_per_partition_with_no_batch_and_drops_to_zero_af
 
     refresher.batch(BatchResult(batch_id=0, rows=3, quarantined=0, bytes=6, version=1, committed=True,
                                 ranges=(PartitionRange(topic, 0, 2, 4, 3),), max_timestamp=None, seconds=0.1))
+    # at the commit, before any refresh: the table's offset and the lag against Kafka's end as last read
+    assert (value("ingest_table_offset", 0), value("ingest_lag_records", 0), value("ingest_lag_seconds", 0)) == (
+        5.0, 0.0, 0.0)
     refresher.refresh(now=now)
     assert [value("ingest_lag_records", p) for p in (0, 1)] == [0.0, 0.0]  # reported at zero, not dropped
     assert [value("ingest_lag_seconds", p) for p in (0, 1)] == [0.0, 0.0]
@@ -122,3 +125,39 @@ def test_run_all_feeds_one_registry_labelled_by_pipeline_from_start_to_stop(
     jvm_listeners = list(spark._jsparkSession.streams().listListeners())
     assert sum(1 for x in jvm_listeners if "PythonStreamingQueryListenerWrapper" in x.getClass().getName()) == 1
     assert isinstance(routes(spark), ProgressRouter) and not routes(spark)._by_name
+
+
+def test_a_runs_lag_series_are_there_before_its_jvm_starts(kafka_servers: str, make_topic: Callable[..., str],
+                                                              orders_schema: Any, tmp_path: Path) -> None:
+    """The launch starts the pipeline's series and its lag refresher right after its facts (`facts.watched`),
+    before anything waits on a JVM; an available-now run whose start batches take it all then ends with no lag."""
+    import time
+    from dataclasses import replace
+
+    from ingestion.config import load_pipeline
+    from ingestion.dev.samples import produce_orders
+    from ingestion.stream import launch
+    from ingestion.stream.facts import locked, watched
+    from tests.conftest import pipeline_yaml
+
+    topic = make_topic(partitions=2)
+    produce_orders(kafka_servers, topic, 40, schema_id=1, schema=orders_schema)
+    config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers))
+    exporter = Exporter()
+
+    def lag() -> float | None:
+        found = [exporter.registry.get_sample_value("ingest_lag_records", {"pipeline": config.name, "topic": topic,
+                                                                            "partition": str(p)}) for p in (0, 1)]
+        return None if None in found else sum(v or 0.0 for v in found)
+
+    ctx = launch.check_can_start(config)
+    handed = watched(locked(ctx), ctx, exporter, available_now=True)
+    deadline = time.monotonic() + 5
+    while lag() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert lag() == 40.0  # within 5 s of the launch, nothing written yet
+    handed = replace(handed, prepared=launch.prepare(ctx, handed, more=lambda: True))
+    done = launch.finish_without_jvm(ctx, handed, exporter)
+    assert done is not None and sum(b.rows for b in done.batches) == 40
+    assert lag() == 0.0
+    assert exporter.registry.get_sample_value("ingest_rows_total", {"pipeline": config.name}) == 40.0

@@ -132,3 +132,19 @@ def test_a_missing_subject_is_named_with_the_closest_before_a_jvm_starts(tmp_pat
     check_registry(load_pipeline(file), subject_may_be_missing=True)  # onboard --register-schemas makes it
     file.write_text("name: orders\ntopic: orders\nkafka:\n  bootstrap.servers: 127.0.0.1:9\n")
     check_registry(load_pipeline(file))  # orders-value, by the topic's name: there
+
+
+def test_a_missing_schema_file_names_the_pipeline_file_the_key_and_the_path(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from ingestion.config import load_pipeline
+    from ingestion.schema.registry import check_subjects
+
+    monkeypatch.setenv("INGEST_SCHEMAS_DIR", str(tmp_path / "schemas"))
+    pipeline = tmp_path / "events.yaml"
+    pipeline.write_text("name: events\ntopic: events\nkafka:\n  bootstrap.servers: 127.0.0.1:9\n"
+                        "value:\n  format: json\n  schemaFile: events/event.json\n")
+    with pytest.raises(SchemaError) as refused:
+        check_subjects(load_pipeline(pipeline))
+    message = str(refused.value)
+    assert message.startswith(f"{pipeline}: key 'value.schemaFile' ('events/event.json'): ")
+    assert str(tmp_path / "schemas" / "events" / "event.json") in message and "\n" not in message
