@@ -83,8 +83,9 @@ class SilverSpec:
                                   f"{'Kafka key' if where is bronze else 'row'} (fields: {row.fieldNames()})")
         if self.sequence_by and field_type(bronze, self.sequence_by) is None and (
                 self.envelope != "debezium" or field_type(row, self.sequence_by) is None):
+            columns = [c for c in bronze.fieldNames() if c not in METADATA_COLUMNS]
             raise ConfigError(f"{self.file}: key 'silver.sequenceBy' names {self.sequence_by!r}, which is not a "
-                              f"field of bronze's rows (columns: {[c for c in names if c not in METADATA_COLUMNS]})")
+                              f"field of bronze's rows (columns: {columns})")
         clash = sorted(set(row.fieldNames()) & {*DEBEZIUM_COLUMNS, SEQUENCE, *KAFKA_COLUMNS, *HISTORY_COLUMNS})
         if clash:
             raise ConfigError(f"{self.file}: the rows' fields {clash} clash with silver's own columns")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ingestion import kafka, security, storage
 from ingestion.config import PipelineConfig
+from ingestion.decode.resolver import SchemaResolver
 from ingestion.errors import ConfigError
 from ingestion.kafka import KafkaSettings
 from ingestion.schema.registry import SchemaSource, source_for
@@ -33,6 +34,7 @@ class PipelineContext:
     kafka: KafkaSettings
     partitions: dict[str, list[int]]  # topic -> partitions, sorted by topic
     schemas: SchemaSource
+    checked: SchemaResolver | None = None  # the schemas a run's checks resolved (`launch.check_can_start`)
 
     @property
     def name(self) -> str:

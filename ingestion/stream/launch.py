@@ -1,7 +1,9 @@
 """The one launch sequence of a run: `ingest run` and `ingestion.run_pipeline` (and `run --all`) call it alike.
 
 1. **Checks** (`check_can_start`, seconds, before anything is created or a JVM boots): Kafka answers, the topics
-   exist and may be read, the consumer group may be used, no other process runs the pipeline, the registry answers.
+   exist and may be read, the consumer group may be used, no other process runs the pipeline, the registry answers,
+   and what `onboard --dry-run` checks (`setup.check`: the schemas resolve to columns the table takes, the
+   partition and silver columns exist), so a config mistake leaves no table, checkpoint, catalog entry or MLflow run.
 2. **The writer lock**, taken now where the checkpoint is a local folder; in object storage the query's start
    takes it (its lease is written through the JVM's file system).
 3. **The facts, read once** under that lock (`Facts`): the offsets the table's ledger records, Kafka's bounds,
@@ -68,12 +70,13 @@ class Finished:
 def check_can_start(config: PipelineConfig) -> PipelineContext:
     """What a run checks first, without a Spark session: Kafka answers, the topics exist and may be read, the
     consumer group may be used, no other process runs the pipeline, the schema registry (if any) answers and takes
-    the credentials. These failures come in seconds; the context it returns (one listing of the topics) is what
-    the run goes on with."""
+    the credentials, and the schemas, tables and silver section pass `onboard --dry-run`'s checks. These failures
+    come in seconds, before anything is created; the context it returns (one listing of the topics, the schemas
+    resolved) is what the run goes on with."""
     ctx = context.resolve(config, check=True)
     WriterLock(config.name, config.checkpoint_path, settings=config.spark).probe()
     registry.check_registry(config)
-    return ctx
+    return replace(ctx, checked=setup.check(ctx))
 
 
 def check_all_can_start(configs: Sequence[PipelineConfig]) -> list[PipelineContext]:

@@ -159,6 +159,8 @@ class WriterLock:
                 if holder is not None and _alive(holder):
                     raise Lease.refusal(self.pipeline, self.checkpoint.rstrip("/") + "/" + LEASE_FILE, holder)
             return
+        if not (folder / LOCK_FILE).exists():
+            return  # no process holds a lock it has no file for (and a probe creates nothing)
         handle = self._locked(folder)
         fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
         handle.close()

@@ -18,6 +18,7 @@ from ingestion.delta import catalog, tables
 from ingestion.delta.reader import JvmFreeReadError
 from ingestion.delta.tables import TablePlan
 from ingestion.errors import SchemaError
+from ingestion.silver.spec import SilverSpec
 from ingestion.stream.context import PipelineContext
 
 log = logging.getLogger(__name__)
@@ -58,12 +59,30 @@ def plans(spark: SparkSession | None, config: PipelineConfig, spec: DecodeSpec) 
     return tables.plans(spark, config, *bronze.table_schemas(spec))
 
 
-def prepare(ctx: PipelineContext) -> SchemaResolver | None:
-    """Without a JVM, what a run needs before its first batch and can have before its session exists: the
-    schemas, and the tables (created with delta-rs). Run while the JVM boots; None when only Spark can do it (a
-    table delta-rs cannot read or make), which the query's start then does with the session."""
+def check(ctx: PipelineContext) -> SchemaResolver | None:
+    """What `onboard --dry-run` checks, made by a run before it creates anything (a table, a checkpoint, a catalog
+    entry, an MLflow run): the subjects or schema file resolve to columns the table can take, `sink.partitionBy`
+    names bronze columns, the tables' retention settings hold, and the `silver:` section's key and ordering name
+    bronze columns. Returns the schemas (the run goes on with them), None when only Spark can read a table (its
+    checks then come at the query's start)."""
     try:
         schemas = resolver(None, ctx)
+        found = plans(None, ctx.config, schemas.spec)
+    except JvmFreeReadError as exc:
+        log.debug("%s: %s; the tables are checked with Spark", ctx.name, exc)
+        return None
+    if ctx.config.silver is not None:
+        SilverSpec.of(ctx.config).check(found[0].schema)
+    return schemas
+
+
+def prepare(ctx: PipelineContext) -> SchemaResolver | None:
+    """Without a JVM, what a run needs before its first batch and can have before its session exists: the
+    schemas (as the run's checks resolved them, `ctx.checked`), and the tables (created with delta-rs). Run while
+    the JVM boots; None when only Spark can do it (a table delta-rs cannot read or make), which the query's start
+    then does with the session."""
+    try:
+        schemas = ctx.checked or resolver(None, ctx)
         made = make_tables(None, ctx.config, schemas.spec)
     except JvmFreeReadError as exc:
         log.debug("%s: %s; the tables are checked with Spark", ctx.name, exc)

@@ -34,14 +34,15 @@ INGEST = str(Path(sys.executable).parent / "ingest")
 class IngestProcess:
     started: ClassVar[list[IngestProcess]] = []  # killed after each test, whatever its outcome
 
-    def __init__(self, config: Path, log: Path, fault: str | None = None) -> None:
+    def __init__(self, config: Path, log: Path, fault: str | None = None, *, streaming: bool = False) -> None:
         self.log = log
         self.marker = log.with_suffix(".fault")
         env = dict(os.environ)
         if fault:
             env.update({"INGEST_TEST_FAULT": fault, "INGEST_TEST_FAULT_FILE": str(self.marker)})
         with open(log, "wb") as out:
-            self.proc = subprocess.Popen([INGEST, "run", str(config), "--available-now"], stdout=out,
+            self.proc = subprocess.Popen([INGEST, "run", str(config), *([] if streaming else ["--available-now"])],
+                                         stdout=out,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                          start_new_session=True)
         IngestProcess.started.append(self)
@@ -171,6 +172,15 @@ def test_sigkill_at_several_moments_then_restart_loses_and_duplicates_nothing(
     # the file batch 3 left uncommitted is still no commit's: no reader sees it (VACUUM removes it)
     assert orphans and not {f.name for f in orphans} & {f["path"] for f in _adds(table)}
 
+    # 5. A streaming run killed with nothing left to read; the next run finds the table caught up and needs no JVM,
+    #    and still ends the killed run's MLflow run (it takes the writer lock from the dead pid first).
+    run5 = IngestProcess(config, tmp_path / "run5.log", streaming=True)
+    run5.wait_for(lambda: "query started" in run5.text())
+    run5.kill()
+    run6 = IngestProcess(config, tmp_path / "run6.log")
+    assert run6.proc.wait(120) == 0, run6.text()[-3000:]
+    assert "caught up, nothing to do" in run6.text() and "no Spark session started" in run6.text()
+
     # Each killed run's MLflow run was ended by the next run, which took the writer lock from its dead pid.
     from mlflow.tracking import MlflowClient
 
@@ -183,7 +193,8 @@ def test_sigkill_at_several_moments_then_restart_loses_and_duplicates_nothing(
         ("KILLED", f"writer lock taken from dead pid {run2.proc.pid}"),
         ("KILLED", f"writer lock taken from dead pid {run2b.proc.pid}"),
         ("KILLED", f"writer lock taken from dead pid {run3.proc.pid}"),
-        ("FINISHED", None)]
+        ("FINISHED", None),
+        ("KILLED", f"writer lock taken from dead pid {run5.proc.pid}")]
     assert all(r.info.end_time is not None and r.info.end_time >= r.info.start_time for r in runs)
     assert (tmp_path / "checkpoints" / "orders" / "_ingest_writer.lock").read_text() == ""  # released cleanly
 
