@@ -14,11 +14,13 @@ costs CPU that the batches beside it lose, and a reader replays at most a minute
 small commits. A table whose own interval is `EVERY` or less (one created before, or one where
 `sink.tableProperties` sets `delta.checkpointInterval`) keeps Delta's checkpoints inside commits only.
 
-Local tables with a legacy protocol (what ingest creates unless a column or a property needs table features) are
-checkpointed by delta-rs (`rs_tables.checkpoint`): the same checkpoint, written in milliseconds without a Spark
-job, where Spark's Delta spends about a second of CPU rebuilding the state with Spark jobs
-(docs/performance.md#delta-log-checkpoints-through-delta-rs). The others (table features, object storage) get
-Spark's Delta's. The first checkpoint a JVM writes is the slowest: it loads Delta's checkpoint code, and its CPU
+Tables with a legacy protocol (what ingest creates unless a column or a property needs table features), local or
+in object storage, are checkpointed by delta-rs (`rs_tables.checkpoint`): the same checkpoint, written in
+milliseconds without a Spark job, where Spark's Delta spends about a second of CPU rebuilding the state with Spark
+jobs (docs/performance.md#delta-log-checkpoints-through-delta-rs). The others (table features) get Spark's Delta's.
+In object storage this also keeps the driver-side path's appends short: each lists and replays the commits since
+the newest checkpoint, and Spark's snapshot, which delta-rs's commits leave behind, is no checkpoint source there.
+The first checkpoint a JVM writes is the slowest: it loads Delta's checkpoint code, and its CPU
 slows the batches next to it; the backlog they leave set the p99 freshness. A streaming run of such a table
 therefore writes one at start (`warm_up`), where it overlaps the JVM's own warm-up, unless the table's current
 version has one already.
@@ -62,9 +64,10 @@ class BackgroundCheckpoints:
     by one background thread."""
 
     def __init__(self, spark: SparkSession, path: str, *, name: str, every: int = EVERY,
-                 min_seconds: float = MIN_SECONDS) -> None:
+                 min_seconds: float = MIN_SECONDS, options: Mapping[str, str] | None = None) -> None:
         self.spark = spark
         self.path = path
+        self.options = dict(options or {})  # delta-rs's storage options of a table in object storage
         self.name = name
         self.every = every
         self.min_seconds = min_seconds
@@ -80,8 +83,8 @@ class BackgroundCheckpoints:
         self._known = self._pool.submit(self._read_checkpointed)
 
     @classmethod
-    def for_table(cls, spark: SparkSession, path: str, *, name: str,
-                  properties: Mapping[str, str] | None = None) -> BackgroundCheckpoints | None:
+    def for_table(cls, spark: SparkSession, path: str, *, name: str, properties: Mapping[str, str] | None = None,
+                  options: Mapping[str, str] | None = None) -> BackgroundCheckpoints | None:
         """Background checkpoints for the table at `path` when Delta itself checkpoints it less often than every
         `EVERY` versions (its `delta.checkpointInterval`, from `properties` when the caller read them, else from
         Delta in the JVM), else None."""
@@ -89,11 +92,11 @@ class BackgroundCheckpoints:
             delta_txn.table_property(spark, path, PROPERTY)
         if int(interval or EVERY) <= EVERY:
             return None
-        return cls(spark, path, name=name)
+        return cls(spark, path, name=name, options=options)
 
     def _read_checkpointed(self) -> None:
         try:
-            found = rs_tables.last_checkpoint(self.path)  # a local table's _last_checkpoint, without the JVM
+            found = rs_tables.last_checkpoint(self.path, self.options)  # _last_checkpoint, without the JVM
             self._checkpointed = found if found is not None else \
                 delta_txn.last_checkpoint_version(self.spark, self.path)
         except Exception as exc:  # noqa: BLE001 - then the first checkpoint comes `every` versions from now
@@ -145,14 +148,14 @@ class BackgroundCheckpoints:
         latest version through Spark's Delta only."""
         started = time.monotonic()
         if committed is not None and committed > self._checkpointed:  # on the thread, after `_read_checkpointed`
-            written = rs_tables.checkpoint(self.path, committed)
+            written = rs_tables.checkpoint(self.path, committed, self.options)
             if written is not None:
                 self._last = self._checkpointed = written
                 self.written.append(written)
                 log.info("%s: Delta checkpoint at version %d written by delta-rs in %.2fs, beside the batches",
                          self.name, written, time.monotonic() - started)
                 return
-        elif committed is None and rs_tables.checkpointed_by_rs(self.path):
+        elif committed is None and rs_tables.checkpointed_by_rs(self.path, self.options):
             return  # nothing to warm up
         version = delta_txn.written_version(self.spark, self.path)  # the state the latest commit here left
         if version <= self._checkpointed:
@@ -185,12 +188,13 @@ class BackgroundCheckpoints:
         self._pool.shutdown(wait=False)
 
 
-def checkpoint_if_due(path: str, version: int, properties: Mapping[str, str]) -> int | None:
-    """After a commit made without a JVM (`stream.early`'s start batch, which no Delta writer checkpoints
-    inline): the checkpoint the table is due at `version` (`EVERY` versions since the last, or its own shorter
-    `delta.checkpointInterval`), written through delta-rs; the version checkpointed, or None."""
+def checkpoint_if_due(path: str, version: int, properties: Mapping[str, str],
+                      options: Mapping[str, str] | None = None) -> int | None:
+    """After commits made without a JVM (the start batches of a run that needs no JVM, which no Delta writer
+    checkpoints inline): the checkpoint the table is due at `version` (`EVERY` versions since the last, or its own
+    shorter `delta.checkpointInterval`), written through delta-rs; the version checkpointed, or None."""
     every = min(int(properties.get(PROPERTY) or EVERY), EVERY)
-    last = rs_tables.last_checkpoint(path)
+    last = rs_tables.last_checkpoint(path, options)
     if last is None or version - max(0, last) < every:
         return None
-    return rs_tables.checkpoint(path, version)
+    return rs_tables.checkpoint(path, version, options)

@@ -24,7 +24,7 @@ from pyspark.sql import types as T
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
-from ingestion import storage
+from ingestion import state_files, storage
 from ingestion.delta.reader import JvmFreeReadError
 
 log = logging.getLogger(__name__)
@@ -117,23 +117,24 @@ _LEGACY_PROTOCOL_KEYS = frozenset({"minReaderVersion", "minWriterVersion"})
 _CHECKPOINTED_WRITER_VERSIONS = frozenset({1, 2, 3, 4})
 
 
-def checkpoint(path: str, version: int | None = None) -> int | None:
-    """Write the Delta log checkpoint of a local table at `version` (its latest when None) through delta-rs, then
-    drop the log files older than its `delta.logRetentionDuration` (30 days by default) unless
+def checkpoint(path: str, version: int | None = None, options: Mapping[str, str] | None = None) -> int | None:
+    """Write the Delta log checkpoint of a table at `version` (its latest when None) through delta-rs, then drop
+    the log files older than its `delta.logRetentionDuration` (30 days by default) unless
     `delta.enableExpiredLogCleanup` is false, as Spark's Delta does after each of its checkpoints; the version
-    checkpointed, or None when the table is left to Spark's Delta (object storage, a reader version above 1, a
-    writer version above 4 or table features, a table delta-rs cannot read or checkpoint).
+    checkpointed, or None when the table is left to Spark's Delta (a reader version above 1, a writer version above
+    4 or table features, a table delta-rs cannot read or checkpoint). `options`: delta-rs's storage options of a
+    table in object storage.
 
     A checkpoint is Parquet of the table's state: the same protocol, metadata, files with their statistics, set
     transactions and tombstones whichever library writes it, and Spark's Delta starts from it alike. delta-rs
     replays the log in Rust, in milliseconds, where Spark's Delta runs Spark jobs that generate code for the whole
     action schema in every task: about 1 s of CPU per checkpoint in a warm JVM
-    (docs/performance.md#delta-log-checkpoints-through-delta-rs)."""
+    (docs/performance.md#delta-log-checkpoints-through-delta-rs). In object storage it matters more: commits made by
+    delta-rs leave Spark's snapshot behind, and every reader (delta-rs's next append included) lists and replays the
+    commits since the newest checkpoint."""
     folder = storage.local_folder(path)
-    if folder is None:
-        return None
     try:
-        table = _checkpointable(path, version)
+        table = _checkpointable(path, version, options)
         if table is None:
             return None
         table.create_checkpoint()
@@ -144,7 +145,8 @@ def checkpoint(path: str, version: int | None = None) -> int | None:
     if table.metadata().configuration.get("delta.enableExpiredLogCleanup", "true").strip().lower() != "false":
         try:
             table.cleanup_metadata()
-            _drop_orphans(folder / "_delta_log")
+            if folder is not None:
+                _drop_orphans(folder / "_delta_log")
         except Exception as exc:  # noqa: BLE001 - the checkpoint stands; expired files go with the next one
             log.warning("delta-rs checkpointed %s at version %d but did not remove expired log files: %s: %s",
                         path, written, type(exc).__name__, exc)
@@ -173,35 +175,41 @@ def _drop_orphans(log_folder: Path) -> None:
             (log_folder / name).unlink(missing_ok=True)
 
 
-def checkpointed_by_rs(path: str) -> bool:
+def checkpointed_by_rs(path: str, options: Mapping[str, str] | None = None) -> bool:
     """Whether `checkpoint` writes the checkpoints of the table at `path` (as it is now)."""
-    if storage.local_folder(path) is None:
-        return False
     try:
-        return _checkpointable(path) is not None
+        return _checkpointable(path, None, options) is not None
     except Exception:  # noqa: BLE001 - a table delta-rs cannot read is Spark's
         return False
 
 
-def _checkpointable(path: str, version: int | None = None) -> DeltaTable | None:
+def _checkpointable(path: str, version: int | None = None,
+                    options: Mapping[str, str] | None = None) -> DeltaTable | None:
     """The table at `path` (at `version`) as delta-rs reads it, when its protocol is one `checkpoint` writes."""
     from deltalake import DeltaTable
 
-    table = DeltaTable(path, version=version)
+    table = DeltaTable(path, version=version, storage_options=dict(options) if options else None)
     protocol = table.protocol()
     legacy = protocol.min_reader_version == 1 and protocol.min_writer_version in _CHECKPOINTED_WRITER_VERSIONS \
         and not protocol.writer_features and not protocol.reader_features
     return table if legacy else None
 
 
-def last_checkpoint(path: str) -> int | None:
-    """The version of a local table's newest checkpoint as its `_delta_log/_last_checkpoint` says (-1: none), or
-    None for a table in object storage."""
-    table = storage.local_folder(path)
-    if table is None:
-        return None
+def last_checkpoint(path: str, options: Mapping[str, str] | None = None) -> int | None:
+    """The version of a table's newest checkpoint as its `_delta_log/_last_checkpoint` says (-1: none), or None
+    when it cannot be read without a JVM (a store other than a local disk or S3)."""
+    folder = storage.local_folder(path)
     try:
-        return int(json.loads((table / "_delta_log" / "_last_checkpoint").read_text())["version"])
+        if folder is not None:
+            text = (folder / "_delta_log" / "_last_checkpoint").read_text()
+        else:
+            found = state_files.filesystem(path, options or {})
+            if found is None:
+                return None
+            filesystem, where = found
+            with filesystem.open_input_stream(f"{where}/_delta_log/_last_checkpoint") as stream:
+                text = stream.read().decode()
+        return int(json.loads(text)["version"])
     except FileNotFoundError:
         return -1
     except (ValueError, KeyError, TypeError):

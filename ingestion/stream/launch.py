@@ -125,7 +125,7 @@ def finish_without_jvm(ctx: PipelineContext, launch: Launch, exporter: Exporter 
     properties = facts.table.properties if facts.table is not None else None
     version = batches[-1].result.version
     if version is not None and properties is not None:
-        checkpoint_if_due(config.table_path, version, dict(properties))
+        checkpoint_if_due(config.table_path, version, dict(properties), config.storage_options())
     metrics.finish(RunStatus.FINISHED)
     if prometheus is not None:
         prometheus.stop(PipelineState.STOPPED)

@@ -190,7 +190,7 @@ def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Pr
         properties = dict(facts.table.properties) if facts.table is not None and facts.table.exists else \
             setup.table_properties(config)
         log_checkpoints = BackgroundCheckpoints.for_table(spark, config.table_path, name=config.name,
-                                                          properties=properties)
+                                                          properties=properties, options=config.storage_options())
         if log_checkpoints is not None and not available_now:
             log_checkpoints.warm_up()  # the JVM's first checkpoint is slow: at start, not beside the steady stream
         scheduled = ScheduledMaintenance.for_pipeline(spark, config, metrics)

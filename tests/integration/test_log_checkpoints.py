@@ -273,8 +273,28 @@ def test_delta_rs_checkpoints_remove_expired_log_files_as_spark_would(spark, tmp
     assert txn.committed_version("a") == 12
 
 
-def test_tables_in_object_storage_or_with_features_are_left_to_spark(spark, tmp_path: Path) -> None:
-    assert rs_tables.checkpoint("s3a://bucket/table") is None and rs_tables.last_checkpoint("s3a://b/t") is None
+def test_tables_in_s3_are_checkpointed_by_delta_rs(s3_server: Any, make_bucket: Any) -> None:
+    """delta-rs's appends leave Spark's snapshot behind, so in object storage delta-rs writes the checkpoints too:
+    without them every append lists and replays all the commits since the first."""
+    import pyarrow as pa
+    from deltalake import DeltaTable as RsTable
+    from deltalake import write_deltalake
+
+    uri, options = f"s3a://{make_bucket()}/tables/orders", s3_server.storage_options()
+    assert rs_tables.last_checkpoint(uri, options) == -1  # no table, no checkpoint
+    for i in range(13):
+        write_deltalake(uri, pa.table({"id": [i]}), mode="append", storage_options=options)
+    assert rs_tables.checkpointed_by_rs(uri, options)
+    assert rs_tables.checkpoint(uri, 12, options) == 12 and rs_tables.last_checkpoint(uri, options) == 12
+    names = [o["Key"] for o in s3_server.client().list_objects_v2(Bucket=uri.split("/")[2])["Contents"]]
+    assert "tables/orders/_delta_log/00000000000000000012.checkpoint.parquet" in names
+    assert sorted(RsTable(uri, storage_options=options).to_pyarrow_table().column("id").to_pylist()) == list(
+        range(13))
+    assert log_checkpoints.checkpoint_if_due(uri, 12, {}, options) is None  # version 12 has one already
+    assert rs_tables.last_checkpoint("gs://bucket/table") is None  # a store reached only through the JVM
+
+
+def test_tables_with_features_are_left_to_spark(spark, tmp_path: Path) -> None:
     table = tmp_path / "t"
     _with_features(spark, table)
     assert rs_tables.checkpoint(str(table)) is None and _checkpointed(table) == []
