@@ -86,7 +86,7 @@ def check_all_can_start(configs: Sequence[PipelineConfig]) -> list[PipelineConte
 
 
 def prepare(ctx: PipelineContext, launch: Launch, *, write_start_batch: bool = True,
-            more: Callable[[], bool] = lambda: False) -> Prepared:
+            more: Callable[[], bool] = lambda: False, step: int = start_batch.LATER_OFFSETS) -> Prepared:
     """Without a JVM, what the query's start can have before its session exists: the schemas and the tables
     (made with delta-rs), then the start batch where the checkpoint allows one, and more of them while `more()` says
     so (the JVM still boots). Run while the JVM boots."""
@@ -96,7 +96,7 @@ def prepare(ctx: PipelineContext, launch: Launch, *, write_start_batch: bool = T
     facts = launch.facts
     if schemas is not None and write_start_batch and launch.lock is not None and facts is not None \
             and facts.recorded is not None and start_batch.allowed(ctx.config, facts.checkpoint_started):
-        batches = start_batch.write(ctx, schemas, facts.recorded, facts.bounds, more=more)
+        batches = start_batch.write(ctx, schemas, facts.recorded, facts.bounds, more=more, step=step)
     return Prepared(schemas, batches, time.monotonic() - started)
 
 
@@ -165,7 +165,8 @@ def run(spark: SparkSession | None, target: PipelineConfig | PipelineContext, *,
         if spark is None:
             booting = threading.Event()
             booting.set()
-            with _meanwhile(lambda: launch.prepared or prepare(ctx, launch, more=booting.is_set)) as preparing:
+            with _meanwhile(lambda: launch.prepared or prepare(
+                    ctx, launch, more=booting.is_set, step=start_batch.BESIDE_JVM_OFFSETS)) as preparing:
                 spark = pipelines_session(f"ingest-{ctx.name}", [ctx.config], record_classes=True)
                 clock.mark("JVM and session")
                 booting.clear()  # the start batch being written is the last: the query reads the rest
