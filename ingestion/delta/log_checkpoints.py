@@ -8,11 +8,12 @@ long as the others, so at a short trigger every 10th batch stalls and sets the p
 Bronze tables that ingest creates therefore set `delta.checkpointInterval` to `INLINE_INTERVAL` (1000): Delta's
 own checkpoint inside a commit becomes rare, and writers other than ingest still write one now and then. While a
 pipeline runs, `BackgroundCheckpoints` writes one on a background thread, from the snapshot the last commit left,
-once `EVERY` (10) versions and `MIN_SECONDS` (60) have passed since the last. At the default 10-second trigger
-that is every 10 versions, as Delta would; at a 1-second trigger it is once a minute, because a checkpoint still
-costs CPU that the batches beside it lose, and a reader replays at most a minute of
-small commits. A table whose own interval is `EVERY` or less (one created before, or one where
-`sink.tableProperties` sets `delta.checkpointInterval`) keeps Delta's checkpoints inside commits only.
+once `EVERY` (10) versions and `MIN_SECONDS` (60; `RS_MIN_SECONDS`, 10, where delta-rs writes them) have passed
+since the last. At the default 10-second trigger that is every 10 versions, as Delta would; at a 1-second trigger it
+is once a minute through Spark's Delta, because a checkpoint still costs CPU that the batches beside it lose, and a
+reader replays at most a minute of small commits. A table whose own interval is `EVERY` or less (one created
+before, or one where `sink.tableProperties` sets `delta.checkpointInterval`) keeps Delta's checkpoints inside
+commits only.
 
 Tables with a legacy protocol (what ingest creates unless a column or a property needs table features), local or
 in object storage, are checkpointed by delta-rs (`rs_tables.checkpoint`): the same checkpoint, written in
@@ -55,7 +56,9 @@ log = logging.getLogger(__name__)
 PROPERTY = "delta.checkpointInterval"
 INLINE_INTERVAL = "1000"  # bronze's value: ingest writes the checkpoints in between
 EVERY = 10  # Delta's default interval (the one a table without the property has), kept by the background thread
-MIN_SECONDS = 60.0  # and at most one checkpoint a minute
+MIN_SECONDS = 60.0  # and at most one checkpoint a minute through Spark's Delta
+RS_MIN_SECONDS = 10.0  # or every ten seconds through delta-rs (milliseconds of CPU; in object storage each append
+# lists and replays the commits since the newest checkpoint: about 6 ms each on a local S3 server)
 POOL = "delta-checkpoints"  # Spark scheduler pool of the checkpoint jobs (data/fairscheduler.xml on local masters)
 
 
@@ -80,6 +83,7 @@ class BackgroundCheckpoints:
         # because the JVM's first log handle of the table costs seconds in a new JVM (Delta's initialization),
         # which then goes by beside the query's start instead of before it.
         self._checkpointed, self._last = -1, 0
+        self._by_rs = False  # whether delta-rs writes this table's checkpoints (read on the thread too)
         self._known = self._pool.submit(self._read_checkpointed)
 
     @classmethod
@@ -103,6 +107,7 @@ class BackgroundCheckpoints:
             log.warning("%s: could not read the newest Delta checkpoint of %s: %s", self.name, self.path,
                         one_line(exc))
         self._last = max(0, self._checkpointed)
+        self._by_rs = rs_tables.checkpointed_by_rs(self.path, self.options)
 
     @property
     def checkpointed(self) -> int:
@@ -123,7 +128,8 @@ class BackgroundCheckpoints:
         with self._lock:
             if version - self.last < self.every:
                 return None
-            if self._started_at is not None and now - self._started_at < self.min_seconds:
+            gap = min(self.min_seconds, RS_MIN_SECONDS) if self._by_rs else self.min_seconds
+            if self._started_at is not None and now - self._started_at < gap:
                 return None
             return self._start(now, version)
 
@@ -155,8 +161,9 @@ class BackgroundCheckpoints:
                 log.info("%s: Delta checkpoint at version %d written by delta-rs in %.2fs, beside the batches",
                          self.name, written, time.monotonic() - started)
                 return
-        elif committed is None and rs_tables.checkpointed_by_rs(self.path, self.options):
-            return  # nothing to warm up
+        elif committed is None and self._by_rs:
+            self._started_at = None  # nothing to warm up: the first checkpoint comes `every` versions from now
+            return
         version = delta_txn.written_version(self.spark, self.path)  # the state the latest commit here left
         if version <= self._checkpointed:
             return  # no commit since the last checkpoint

@@ -131,6 +131,28 @@ def test_at_most_one_checkpoint_per_min_seconds(spark, tmp_path: Path) -> None:
     assert eager.written == [40] and _checkpointed(table) == [30, 40]
 
 
+def test_delta_rs_checkpoints_come_every_rs_min_seconds(spark, tmp_path: Path, monkeypatch) -> None:
+    """Checkpoints delta-rs writes cost milliseconds: the minute between Spark's is `RS_MIN_SECONDS` for them."""
+    table = tmp_path / "t"
+    spark.range(3).write.format("delta").option(log_checkpoints.PROPERTY, log_checkpoints.INLINE_INTERVAL) \
+        .save(str(table))
+    for batch in range(1, 21):
+        commit.DeltaTxn(spark, str(table)).commit([], app_id="a", txn_version=batch, user_metadata="{}")
+    monkeypatch.setattr(log_checkpoints, "RS_MIN_SECONDS", 0.5)
+    checkpoints = BackgroundCheckpoints(spark, str(table), name="t")  # MIN_SECONDS: a minute
+    assert checkpoints.warm_up() is not None  # nothing to warm up for delta-rs: it does not hold the next back
+    started = checkpoints.committed(10)
+    assert started is not None
+    started.result(60)
+    assert checkpoints.committed(20) is None  # within RS_MIN_SECONDS of the last
+    time.sleep(0.6)
+    started = checkpoints.committed(20)
+    assert started is not None
+    started.result(60)
+    checkpoints.close()
+    assert checkpoints.written == [10, 20] and _checkpointed(table) == [10, 20]
+
+
 @pytest.mark.parametrize("interval", [None, "10", "5"])
 def test_tables_delta_checkpoints_often_enough_are_left_to_delta(spark, tmp_path: Path,
                                                                  interval: str | None) -> None:
