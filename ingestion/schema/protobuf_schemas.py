@@ -188,6 +188,13 @@ def parse_document(text: str) -> tuple[bytes, str]:
         raise SchemaError(f"not a Protobuf schema document: {exc}") from None
 
 
+def file_names(text: str) -> list[str]:
+    """The names of the files a document holds: its file and every file it imports, dependencies first."""
+    from google.protobuf import descriptor_pb2
+
+    return [f.name for f in descriptor_pb2.FileDescriptorSet.FromString(parse_document(text)[0]).file]
+
+
 @functools.lru_cache(maxsize=64)
 def file_descriptor(text: str) -> Any:
     """The main FileDescriptor of a document, in a descriptor pool of its own (one per document and process)."""
