@@ -24,15 +24,17 @@ class UnknownMessageError(LookupError):
 
 
 class MessageTypeError(LookupError):
-    """The message indexes name a message other than the table's (`value.messageName`)."""
+    """The message indexes name a message other than the table's (docs/protobuf.md#which-message)."""
 
 
 class _Messages:
     """Parsers of one subject's versions: (schema id, indexes) -> (descriptor, message class, converter,
     whether every body is walked), built on first use on the executor."""
 
-    def __init__(self, schemas: dict[int, str], message_name: str, what: str) -> None:
+    def __init__(self, schemas: dict[int, str], message_name: str, what: str, pinned: bool = False) -> None:
         self.schemas, self.message_name, self.what = schemas, message_name, what
+        # why the table holds its message, as a MessageTypeError says it
+        self.why = f" ({what.strip() or 'value'}.messageName)" if pinned else ""
         self._parsers: dict[tuple[int, tuple[int, ...]], tuple[Any, Any, Any, bool]] = {}
 
     def parse(self, value: bytes) -> tuple[int, Any]:
@@ -70,7 +72,7 @@ class _Messages:
                                       f"{schema_id} (top-level: {', '.join(protobuf_schemas.message_names(text))})")
         if descriptor.full_name != self.message_name:
             raise MessageTypeError(f"{self.what}message indexes {list(indexes)} name {descriptor.full_name}, the "
-                                   f"table holds {self.message_name} (value.messageName)")
+                                   f"table holds {self.message_name}{self.why}")
         parser = (descriptor, message_factory.GetMessageClass(descriptor), protobuf_types.converter(descriptor),
                   _has_proto2_strings(descriptor))
         self._parsers[(schema_id, indexes)] = parser
@@ -106,7 +108,7 @@ class ProtobufBatchDecoder(BatchDecoder):
         from pyspark.sql.pandas.types import to_arrow_type
 
         spec = self.spec
-        self._values = _Messages(spec.writer_schemas, spec.message_name, "")
+        self._values = _Messages(spec.writer_schemas, spec.message_name, "", spec.message_pinned)
         self._payload_type = to_arrow_type(spec.payload_type)
         self._key_type = to_arrow_type(spec.key_type)
         if spec.key_format == "protobuf":

@@ -82,8 +82,9 @@ def onboard(spark: SparkSession | Callable[[], SparkSession], target: PipelineCo
             _register(config, subject, report, dry_run=dry_run)
         if dry_run:  # resolve from the files that would have been registered
             source = FolderSource(suffix_of(config.value.format))
-    payload = session.either(lambda spark: setup.payload_columns(spark, config))
-    schemas = SchemaResolver(config, source, table_payload=payload, topics=tuple(topics))
+    payload, recorded = session.either(lambda spark: setup.bronze_now(spark, config))
+    schemas = SchemaResolver(config, source, table_payload=payload, topics=tuple(topics), table_message=recorded,
+                             sample=setup.earliest_records(ctx))
     where = config.value.registry.get("url", "") or str(schemas_dir())
     writers = schemas.spec.writer_schemas
     reader_id = max(i for i, text in writers.items() if text == schemas.spec.reader_schema)

@@ -156,14 +156,15 @@ def spec(writers: dict[int, str] | None = None) -> DecodeSpec:
                       fail_fast=False, key_format="string", value_format="protobuf", message_name=shop.ORDER)
 
 
-def decode(values: list[bytes | None], writers: dict[int, str] | None = None) -> pa.RecordBatch:
+def decode(values: list[bytes | None], writers: dict[int, str] | None = None,
+           spec_: DecodeSpec | None = None) -> pa.RecordBatch:
     n = len(values)
     batch = pa.RecordBatch.from_arrays([
         pa.array([f"k{i}".encode() for i in range(n)], pa.binary()), pa.array(values, pa.binary()),
         pa.array(["t"] * n), pa.array([0] * n, pa.int32()), pa.array(range(n), pa.int64()),
         pa.array([0] * n, pa.timestamp("us", tz="UTC")), pa.array([0] * n, pa.int32()),
         pa.array([[]] * n, KAFKA_SCHEMA.field("headers").type)], schema=KAFKA_SCHEMA)
-    decoder = ProtobufBatchDecoder(spec(writers))
+    decoder = ProtobufBatchDecoder(spec_ or spec(writers))
     decoder._prepare()
     return decoder.decode_batch(batch)
 
