@@ -243,4 +243,4 @@ class SchemaResolver:
                           fail_fast=False, key_format=self.config.key.format, plain_schema_id=plain_id,
                           key_schemas=key_schemas, key_reader=key_reader, value_format=self.config.value.format,
                           message_name=self._message if protobuf else "", key_message_name=self._key_message,
-                          message_pinned=self._pinned)
+                          message_pinned=self._pinned, strict=protobuf and self.config.value.strict)
