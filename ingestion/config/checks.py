@@ -122,9 +122,10 @@ def _check_subjects(config: PipelineConfig) -> None:
     if registry_key is not None and value.format not in registry_key:
         raise ConfigError(f"{config.file}: key 'key.format' is {config.key.format} with value.format "
                           f"{value.format}: a schema-registry key is decoded in the value's format")
-    if value.message_name and value.format != "protobuf":
-        raise ConfigError(f"{config.file}: key 'value.messageName' is for value.format protobuf, got format "
-                          f"{value.format!r}")
+    for key, given in (("messageName", value.message_name), ("strict", value.strict)):
+        if given and value.format != "protobuf":
+            raise ConfigError(f"{config.file}: key 'value.{key}' is for value.format protobuf, got format "
+                              f"{value.format!r}")
     file_formats = ("json", "connect-json")
     if (value.format in file_formats) != bool(value.schema_file):
         raise ConfigError(f"{config.file}: key 'value.schemaFile' " + (

@@ -71,6 +71,9 @@ class ValueFormat:
     # format protobuf: the message the table holds (full name such as shop.v1.Order, or a unique simple name);
     # empty: the file's one message no other uses, else its first (docs/protobuf.md#which-message).
     message_name: str = field(default="", metadata=_key("messageName"))
+    # format protobuf: a body with an unknown field (a number its message does not define, or a known one sent in
+    # another wire type, which Protobuf reads as unknown and drops) is quarantined as UnknownFieldError.
+    strict: bool = False
     # format json / connect-json: the table's schema file (a JSON Schema; a Kafka Connect schema for
     # connect-json), absolute or relative to the schemas folder.
     schema_file: str = field(default="", metadata=_key("schemaFile"))

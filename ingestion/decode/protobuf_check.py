@@ -8,7 +8,9 @@ deeper than Protobuf's limit of 100. It accepts what Protobuf accepts (a field o
 unknown field, as is any unknown number), which the differential test holds it to against upb.
 
 The decoder parses with upb first and walks a body only when upb refuses it, or when the schema has proto2
-`string` fields (upb does not check their UTF-8; this project refuses them everywhere).
+`string` fields (upb does not check their UTF-8; this project refuses them everywhere). A `value.strict` pipeline
+walks every body upb accepts once more with `unknown_field`, which names the first unknown field (a number the
+message does not define, or a known number of another wire type than its type's), at any depth.
 """
 
 from __future__ import annotations
@@ -28,9 +30,21 @@ class MalformedProtobufError(ValueError):
     """The body is not a valid Protobuf encoding of the message its header names (the message: `path: fault`)."""
 
 
+class UnknownFieldError(ValueError):
+    """`value.strict`: the body holds a field its message does not define, or a known field of another wire type
+    (both unknown fields to Protobuf, which drops them); the message: `path: fault`."""
+
+
 class _Fault(Exception):
     def __init__(self, path: str, fault: str) -> None:
         super().__init__(f"{path or 'body'}: {fault}")
+
+
+class _Unknown(_Fault):
+    """An unknown field, a fault only in a strict walk."""
+
+
+WIRE_TYPES = {0: "varint", 1: "fixed64", 2: "length-delimited", 3: "start-group", 5: "fixed32"}
 
 
 def fault(data: bytes, message: Any) -> str | None:
@@ -40,6 +54,27 @@ def fault(data: bytes, message: Any) -> str | None:
     except _Fault as exc:
         return str(exc)
     return None
+
+
+def unknown_field(data: bytes, message: Any) -> str | None:
+    """The first unknown field of a body Protobuf accepts (`path: fault`, the path `#<number>` for a number the
+    message does not define), or None when it has none (or is not valid at all: `fault` names that)."""
+    try:
+        _message(data, 0, len(data), message, "", 0, None, strict=True)
+    except _Unknown as exc:
+        return str(exc)
+    except _Fault:
+        return None
+    return None
+
+
+def _unknown(field: Any, message: Any, number: int, wire_type: int, where: str) -> _Unknown:
+    if field is None:
+        return _Unknown(where, f"field number {number} ({WIRE_TYPES.get(wire_type, wire_type)}) is not a field of "
+                               f"{message.full_name if message is not None else 'the group'}")
+    expected = _expected_wire_type(field)
+    return _Unknown(where, f"wire type {wire_type} ({WIRE_TYPES.get(wire_type, wire_type)}) where its type "
+                           f"{pt.type_name(field)} takes wire type {expected} ({WIRE_TYPES[expected]})")
 
 
 def _varint(data: bytes, pos: int, end: int, path: str, what: str) -> tuple[int, int]:
@@ -68,8 +103,9 @@ def _expected_wire_type(field: Any) -> int:
 
 
 def _message(data: bytes, pos: int, end: int, message: Any, path: str, depth: int,
-             group: int | None) -> int:
-    """Walk one message's fields from `pos` to `end` (or to the end-group tag of field `group`); the end."""
+             group: int | None, strict: bool = False) -> int:
+    """Walk one message's fields from `pos` to `end` (or to the end-group tag of field `group`); the end.
+    `strict`: an unknown field is an `_Unknown` fault."""
     if depth > MAX_DEPTH:
         raise _Fault(path, f"nested deeper than Protobuf's limit of {MAX_DEPTH}")
     fields = message.fields_by_number if message is not None else {}
@@ -92,6 +128,8 @@ def _message(data: bytes, pos: int, end: int, message: Any, path: str, depth: in
             raise _Fault(where, "end-group tag without a matching start-group tag")
         known = field is not None and (wire_type == _expected_wire_type(field) or (
             wire_type == 2 and _packable(field)))
+        if not known and strict:
+            raise _unknown(field, message, number, wire_type, where)
         if not known:
             pos = _skip(data, pos, end, wire_type, number, where, depth)
             continue
@@ -99,7 +137,7 @@ def _message(data: bytes, pos: int, end: int, message: Any, path: str, depth: in
         seen[number] = count + 1
         if _repeated(field) and not pt._is_map(field) and not (wire_type == 2 and _packable(field)):
             where = f"{where}[{count}]"
-        pos = _field(data, pos, end, field, wire_type, where, depth)
+        pos = _field(data, pos, end, field, wire_type, where, depth, strict)
     if group is not None:
         raise _Fault(path, f"group of field {group} is not closed before the end")
     return pos
@@ -120,7 +158,8 @@ def _length(data: bytes, pos: int, end: int, where: str) -> tuple[int, int]:
     return length, pos
 
 
-def _field(data: bytes, pos: int, end: int, field: Any, wire_type: int, where: str, depth: int) -> int:
+def _field(data: bytes, pos: int, end: int, field: Any, wire_type: int, where: str, depth: int,
+           strict: bool = False) -> int:
     if wire_type == 0:
         return _varint(data, pos, end, where, "value")[1]
     if wire_type == 1 or wire_type == 5:
@@ -129,11 +168,11 @@ def _field(data: bytes, pos: int, end: int, field: Any, wire_type: int, where: s
             raise _Fault(where, f"fixed {size}-byte value is cut short")
         return pos + size
     if wire_type == 3:
-        return _message(data, pos, end, field.message_type, where, depth + 1, field.number)
+        return _message(data, pos, end, field.message_type, where, depth + 1, field.number, strict)
     length, pos = _length(data, pos, end, where)
     stop = pos + length
     if field.type in (pt.MESSAGE, pt.GROUP):
-        _message(data, pos, stop, field.message_type, where, depth + 1, None)
+        _message(data, pos, stop, field.message_type, where, depth + 1, None, strict)
     elif field.type == pt.STRING:
         try:
             bytes(data[pos:stop]).decode("utf-8")

@@ -4,14 +4,15 @@ batch at a time, with the same output rows and error columns as the Avro decoder
 Each record's header names a schema id and, by its message indexes, a message of that version's file; the
 message must be the table's (`spec.message_name`, by full name), then the body is parsed with a dynamic message
 class of that version, and its fields fill the table's columns by name: a field the version lacks reads null, a
-field the table lacks (in a version the table did not follow) is dropped, as are unknown fields.
+field the table lacks (in a version the table did not follow) is dropped, as are unknown fields, unless
+`value.strict` makes a body with one an `UnknownFieldError`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ingestion.decode.protobuf_check import MalformedProtobufError, fault
+from ingestion.decode.protobuf_check import MalformedProtobufError, UnknownFieldError, fault, unknown_field
 from ingestion.decode.protobuf_wire import read_indexes, split_indexes
 from ingestion.decode.python_decoder import BatchDecoder
 from ingestion.decode.spec import DecodeSpec, KeyDecodeError, RecordTooLargeError, UnknownSchemaError
@@ -24,15 +25,18 @@ class UnknownMessageError(LookupError):
 
 
 class MessageTypeError(LookupError):
-    """The message indexes name a message other than the table's (`value.messageName`)."""
+    """The message indexes name a message other than the table's (docs/protobuf.md#which-message)."""
 
 
 class _Messages:
     """Parsers of one subject's versions: (schema id, indexes) -> (descriptor, message class, converter,
     whether every body is walked), built on first use on the executor."""
 
-    def __init__(self, schemas: dict[int, str], message_name: str, what: str) -> None:
-        self.schemas, self.message_name, self.what = schemas, message_name, what
+    def __init__(self, schemas: dict[int, str], message_name: str, what: str, pinned: bool = False,
+                 strict: bool = False) -> None:
+        self.schemas, self.message_name, self.what, self.strict = schemas, message_name, what, strict
+        # why the table holds its message, as a MessageTypeError says it
+        self.why = f" ({what.strip() or 'value'}.messageName)" if pinned else ""
         self._parsers: dict[tuple[int, tuple[int, ...]], tuple[Any, Any, Any, bool]] = {}
 
     def parse(self, value: bytes) -> tuple[int, Any]:
@@ -53,6 +57,10 @@ class _Messages:
             found = fault(data, descriptor)
             if found:
                 raise MalformedProtobufError(found)
+        if self.strict:
+            unknown = unknown_field(data, descriptor)
+            if unknown:
+                raise UnknownFieldError(unknown)
         try:
             return convert(message)
         except protobuf_types.InvalidValueError as exc:
@@ -70,7 +78,7 @@ class _Messages:
                                       f"{schema_id} (top-level: {', '.join(protobuf_schemas.message_names(text))})")
         if descriptor.full_name != self.message_name:
             raise MessageTypeError(f"{self.what}message indexes {list(indexes)} name {descriptor.full_name}, the "
-                                   f"table holds {self.message_name} (value.messageName)")
+                                   f"table holds {self.message_name}{self.why}")
         parser = (descriptor, message_factory.GetMessageClass(descriptor), protobuf_types.converter(descriptor),
                   _has_proto2_strings(descriptor))
         self._parsers[(schema_id, indexes)] = parser
@@ -106,7 +114,7 @@ class ProtobufBatchDecoder(BatchDecoder):
         from pyspark.sql.pandas.types import to_arrow_type
 
         spec = self.spec
-        self._values = _Messages(spec.writer_schemas, spec.message_name, "")
+        self._values = _Messages(spec.writer_schemas, spec.message_name, "", spec.message_pinned, spec.strict)
         self._payload_type = to_arrow_type(spec.payload_type)
         self._key_type = to_arrow_type(spec.key_type)
         if spec.key_format == "protobuf":

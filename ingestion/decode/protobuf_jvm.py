@@ -4,9 +4,9 @@ records it can vouch for; the Python decoder (`protobuf_decoder`) settles the re
 A record is decoded in the JVM when its header is, byte for byte, the table's schema id followed by the table's
 message indexes as Confluent's serializers write them, and it is within `value.maxBytes`. The Java function walks
 the body with the same strict check as Python (`protobuf_check`), parses it and builds the row with the same
-rules as `protobuf_types.converter`; it returns null for anything it cannot vouch for, and such records, like
-every other header (older versions, other messages, unusual index encodings, bad framing), go to Python, the
-authority on what is wrong with a record.
+rules as `protobuf_types.converter`; it returns null for anything it cannot vouch for (with `value.strict`, every
+body with an unknown field), and such records, like every other header (older versions, other messages, unusual
+index encodings, bad framing), go to Python, the authority on what is wrong with a record.
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def _header(spec: DecodeSpec, schema_id: int) -> bytes:
 
 def _udf(spark: SparkSession, spec: DecodeSpec) -> str:
     fds, _ = protobuf_schemas.parse_document(spec.reader_schema)
-    return helper.protobuf_decoder(spark, fds, spec.message_name, len(_header(spec, 0)), spec.payload_type)
+    return helper.protobuf_decoder(spark, fds, spec.message_name, len(_header(spec, 0)), spec.payload_type,
+                                   spec.strict)
 
 
 def decode_in_jvm(kafka_rows: DataFrame, spec: DecodeSpec) -> DataFrame:

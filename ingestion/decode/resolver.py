@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pyspark.sql import types as T
 
 from ingestion.config import PipelineConfig
+from ingestion.decode import protobuf_message
 from ingestion.decode.spec import DecodeSpec, payload_struct, protobuf_struct
 from ingestion.errors import SchemaError, SubjectNotFoundError
 from ingestion.schema import avro_types, protobuf_schemas
@@ -73,6 +75,10 @@ class SchemaResolver:
     source: SchemaSource
     table_payload: T.StructType | None = None  # the payload columns the table has now, if it exists
     topics: tuple[str, ...] | None = None  # the topics read now (default: the config's named topics)
+    # value.format protobuf: the message the table records (its property; "" when none or no table), and the values
+    # of the topic's earliest records, asked for a new table only when the file leaves its message open
+    table_message: str = ""
+    sample: Callable[[], Sequence[bytes]] | None = None
     spec: DecodeSpec = field(init=False)
 
     def __post_init__(self) -> None:
@@ -80,8 +86,11 @@ class SchemaResolver:
         self._unresolved: dict[int, float] = {}  # schema id -> when the subjects were last asked for it
         self._unread: set[str] = set()  # topics followed whose subjects were not read yet
         self._message = ""  # value.format protobuf: the message the table holds, chosen once
+        self._pinned = False
         self._key_message = ""
         versions = self._versions(strict=True)
+        if self.config.value.format == "protobuf":
+            self._choose_message(versions)
         self.spec = self._build(versions, self._reader(versions, current=None))
 
     @property
@@ -176,8 +185,8 @@ class SchemaResolver:
         return current
 
     def _payload(self, text: str) -> T.StructType | None:
-        """The payload columns of a version; for Protobuf, of the table's message (chosen from the first version
-        asked, by value.messageName or protobuf_schemas.table_message), None when the version lacks it."""
+        """The payload columns of a version; for Protobuf, of the table's message (`_choose_message`), None when
+        the version lacks it."""
         value_format = self.config.value.format
         if value_format in ("jsonschema", "json", "connect-json"):
             if protobuf_schemas.is_document(text) or not text.startswith(('{"jsonschema":', '{"connect":')):
@@ -193,12 +202,20 @@ class SchemaResolver:
             return avro_types.spark_schema(json.loads(text))
         if not protobuf_schemas.is_document(text):
             raise SchemaError("value.format is protobuf, but the subject holds a schema that is not Protobuf")
-        if not self._message:
-            self._message = protobuf_schemas.table_message(text, self.config.value.message_name)
-            log.info("%s: the table holds Protobuf message %s", self.config.name, self._message)
         if protobuf_schemas.find_message(text, self._message) is None:
             return None
         return protobuf_struct(text, self._message)
+
+    def _choose_message(self, versions: dict[int, str]) -> None:
+        """The message the table holds (`protobuf_message.choose`), from the newest version, once."""
+        newest = versions[max(versions)]
+        if not protobuf_schemas.is_document(newest):
+            raise SchemaError("value.format is protobuf, but the subject holds a schema that is not Protobuf")
+        choice = protobuf_message.choose(newest, versions, pinned=self.config.value.message_name,
+                                         recorded=self.table_message, table_exists=self.table_payload is not None,
+                                         sample=self.sample)
+        self._message, self._pinned = choice.name, choice.pinned
+        log.info("%s: the table holds Protobuf message %s (%s)", self.config.name, choice.name, choice.reason)
 
     def _build(self, writers: dict[int, str], reader: str) -> DecodeSpec:
         protobuf = self.config.value.format == "protobuf"
@@ -225,4 +242,5 @@ class SchemaResolver:
         return DecodeSpec(writer_schemas=dict(writers), reader_schema=reader, max_bytes=self.config.value.max_bytes,
                           fail_fast=False, key_format=self.config.key.format, plain_schema_id=plain_id,
                           key_schemas=key_schemas, key_reader=key_reader, value_format=self.config.value.format,
-                          message_name=self._message if protobuf else "", key_message_name=self._key_message)
+                          message_name=self._message if protobuf else "", key_message_name=self._key_message,
+                          message_pinned=self._pinned, strict=protobuf and self.config.value.strict)

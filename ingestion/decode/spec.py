@@ -55,6 +55,8 @@ class DecodeSpec:
     value_format: str = "confluent"  # confluent | avro | protobuf | jsonschema | json | connect-json
     message_name: str = ""  # value.format protobuf: the full name of the message the table holds
     key_message_name: str = ""  # key.format protobuf: the key's message
+    message_pinned: bool = False  # value.format protobuf: `message_name` is value.messageName's
+    strict: bool = False  # value.format protobuf: unknown fields are UnknownFieldError (value.strict)
 
     @property
     def key_type(self) -> T.DataType:

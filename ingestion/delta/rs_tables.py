@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 from ingestion import state_files, storage
 from ingestion.delta.reader import JvmFreeReadError
+from ingestion.schema import protobuf_schemas
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +65,11 @@ def create(path: str, schema: T.StructType, *, partition_by: Sequence[str] = (),
     if not _legacy(schema, properties):
         return False
     try:
+        # raise_if_key_not_exists=False: delta-rs refuses any key but Delta's unless told, and the project's own
+        # (TABLE_PROPERTY) is not one; the keys reaching here are LEGACY_PROPERTIES only (`_legacy`).
         DeltaTable.create(path, Schema.from_json(schema.json()), mode="ignore", partition_by=list(partition_by) or None,
                           configuration=dict(properties), description=comment or None,
-                          storage_options=dict(storage_options or {}) or None)
+                          storage_options=dict(storage_options or {}) or None, raise_if_key_not_exists=False)
     except Exception as exc:  # noqa: BLE001 - whatever delta-rs refuses, Spark's Delta is asked instead
         log.debug("delta-rs did not create %s (%s: %s); creating it with Spark", path, type(exc).__name__, exc)
         return False
@@ -221,7 +224,7 @@ def last_checkpoint(path: str, options: Mapping[str, str] | None = None) -> int 
 LEGACY_PROPERTIES = frozenset({
     "delta.checkpointInterval", "delta.deletedFileRetentionDuration", "delta.logRetentionDuration",
     "delta.setTransactionRetentionDuration", "delta.dataSkippingStatsColumns", "delta.dataSkippingNumIndexedCols",
-    "delta.autoOptimize.autoCompact", "delta.appendOnly"})
+    "delta.autoOptimize.autoCompact", "delta.appendOnly", protobuf_schemas.TABLE_PROPERTY})
 _FEATURE_TYPES = (T.TimestampNTZType, T.VariantType)
 
 

@@ -20,6 +20,7 @@ from ingestion.delta import catalog, log_checkpoints, rs_tables
 from ingestion.delta.reader import JvmFreeReadError
 from ingestion.errors import ConfigError
 from ingestion.runtime.delta_txn import is_table, table_property
+from ingestion.schema import protobuf_schemas
 
 AUTO_COMPACT = "delta.autoOptimize.autoCompact"
 CHANGE_FEED = "delta.enableChangeDataFeed"
@@ -58,9 +59,10 @@ class TablePlan:
 
 
 def plans(spark: SparkSession | None, config: PipelineConfig, bronze_schema: T.StructType,
-          quarantine_schema: T.StructType) -> list[TablePlan]:
-    """What bronze and quarantine look like (or would look like) for rows of these schemas. The tables' state
-    is read with delta-rs; `spark` (if any) reads what delta-rs cannot."""
+          quarantine_schema: T.StructType, bronze_properties: Mapping[str, str] | None = None) -> list[TablePlan]:
+    """What bronze and quarantine look like (or would look like) for rows of these schemas; `bronze_properties`:
+    what bronze records of its rows besides (the Protobuf message it holds). The tables' state is read with
+    delta-rs; `spark` (if any) reads what delta-rs cannot."""
     unknown = [c for c in config.sink.partition_by if c not in bronze_schema.fieldNames()]
     if unknown:
         raise ConfigError(f"{config.file}: key 'sink.partitionBy' names {unknown}, which are not bronze columns "
@@ -73,6 +75,7 @@ def plans(spark: SparkSession | None, config: PipelineConfig, bronze_schema: T.S
         bronze_props.setdefault(CHANGE_FEED, "true")
     if not any(key in props for key in STATS_PROPERTIES):
         bronze_props[STATS_PROPERTY] = ",".join(stats_columns(bronze_schema, config.sink.partition_by))
+    bronze_props |= dict(bronze_properties or {})
     found = []
     for path, schema, partition_by, properties, quarantine in (
             (config.table_path, bronze_schema, config.sink.partition_by, bronze_props, False),
@@ -88,7 +91,7 @@ def plans(spark: SparkSession | None, config: PipelineConfig, bronze_schema: T.S
 
 def table_state(spark: SparkSession | None, config: PipelineConfig, path: str) -> rs_tables.TableState:
     """The table at `path` through delta-rs, or through Spark's Delta (when given) where delta-rs cannot read it
-    (its properties then only the retention ones, which `plans` checks)."""
+    (its properties then only the retention ones, which `plans` checks, and the Protobuf message it holds)."""
     try:
         return rs_tables.state(path, config.storage_options())
     except JvmFreeReadError:
@@ -96,7 +99,8 @@ def table_state(spark: SparkSession | None, config: PipelineConfig, path: str) -
             raise
     if not is_table(spark, path):
         return rs_tables.TableState(exists=False)
-    properties = {key: value for key in _RETENTION_KEYS if (value := table_property(spark, path, key)) is not None}
+    properties = {key: value for key in (*_RETENTION_KEYS, protobuf_schemas.TABLE_PROPERTY)
+                  if (value := table_property(spark, path, key)) is not None}
     return rs_tables.TableState(True, spark.read.format("delta").load(path).schema, properties)
 
 
@@ -124,12 +128,13 @@ def check_table_retention(spark: SparkSession, config: PipelineConfig, path: str
 
 
 def ensure_tables(spark: SparkSession | None, config: PipelineConfig, bronze_schema: T.StructType,
-                  quarantine_schema: T.StructType) -> list[TablePlan]:
+                  quarantine_schema: T.StructType, bronze_properties: Mapping[str, str] | None = None
+                  ) -> list[TablePlan]:
     """Create the tables that do not exist yet, with delta-rs (no JVM: a commit of the protocol and metadata)
     or, where delta-rs refuses and `spark` is given, with Spark's Delta; the plans, with `exists` as it was
     before and `made` for those made now. Without `spark`, a table delta-rs refused stays to make."""
     found = []
-    for plan in plans(spark, config, bronze_schema, quarantine_schema):
+    for plan in plans(spark, config, bronze_schema, quarantine_schema, bronze_properties):
         if not plan.exists:
             made = rs_tables.create(plan.path, plan.schema, partition_by=plan.partition_by,
                                     properties=plan.properties, comment=plan.comment,

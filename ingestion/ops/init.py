@@ -56,7 +56,11 @@ def draft(topic: str, name: str | None = None) -> Draft:
              f"name: {name}",
              f"topic: {_yaml_text(topic)}"]
     newest = versions[max(versions)]
-    if protobuf_schemas.is_document(newest):
+    if protobuf_schemas.is_document(newest) and len(protobuf_schemas.candidates(newest)) > 1:
+        lines.append(f"value: {{format: protobuf}}  # a Protobuf subject; its file has "
+                     f"{', '.join(protobuf_schemas.message_names(newest))}: the table holds the message the topic's "
+                     "first records name (docs/protobuf.md#which-message); messageName pins one")
+    elif protobuf_schemas.is_document(newest):
         message = protobuf_schemas.table_message(newest)
         lines.append(f"value: {{format: protobuf, messageName: {message}}}  # a Protobuf subject; its file has "
                      f"{', '.join(protobuf_schemas.message_names(newest))}")

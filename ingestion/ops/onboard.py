@@ -21,7 +21,7 @@ from ingestion.delta.reader import JvmFreeReadError
 from ingestion.errors import IngestionError, TopicNotFoundError
 from ingestion.paths import schemas_dir
 from ingestion.schema import json_schemas
-from ingestion.schema.files import read_proto
+from ingestion.schema.files import read_proto, suffix_of
 from ingestion.schema.registry import FolderSource, registry_client, registry_failure, source_for
 from ingestion.stream import handover, setup
 from ingestion.stream.context import PipelineContext, resolve
@@ -81,9 +81,10 @@ def onboard(spark: SparkSession | Callable[[], SparkSession], target: PipelineCo
         for subject in subjects:
             _register(config, subject, report, dry_run=dry_run)
         if dry_run:  # resolve from the files that would have been registered
-            source = FolderSource()
-    payload = session.either(lambda spark: setup.payload_columns(spark, config))
-    schemas = SchemaResolver(config, source, table_payload=payload, topics=tuple(topics))
+            source = FolderSource(suffix_of(config.value.format))
+    payload, recorded = session.either(lambda spark: setup.bronze_now(spark, config))
+    schemas = SchemaResolver(config, source, table_payload=payload, topics=tuple(topics), table_message=recorded,
+                             sample=setup.earliest_records(ctx))
     where = config.value.registry.get("url", "") or str(schemas_dir())
     writers = schemas.spec.writer_schemas
     reader_id = max(i for i, text in writers.items() if text == schemas.spec.reader_schema)
@@ -229,8 +230,9 @@ def _register(config: PipelineConfig, subject: str, report: OnboardReport, *, dr
     client = registry_client(config.value.registry)
     known = set(source_for(config).versions(subject).values()) if _has_subject(client, config, subject) else set()
     folder = schemas_dir() / subject
-    for file in sorted([*folder.glob("*.avsc"), *folder.glob("*.proto"), *folder.glob("*.json")],
-                       key=lambda f: int(f.stem)):
+    # Only the versions (`<id>.proto`): a file they import beside them is not one (docs/protobuf.md#schemas).
+    for file in sorted([f for suffix in ("*.avsc", "*.proto", "*.json") for f in folder.glob(suffix)
+                        if f.stem.isdigit()], key=lambda f: int(f.stem)):
         protobuf = file.suffix == ".proto"  # registered as its text; imports of own files are not registered
         kind = {".proto": "PROTOBUF", ".json": "JSON"}.get(file.suffix, "AVRO")
         if kind == "JSON":

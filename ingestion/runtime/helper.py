@@ -36,15 +36,15 @@ def body_check(spark: SparkSession, schema: str, header: int) -> str:
 
 
 def protobuf_decoder(spark: SparkSession, descriptor_set: bytes, message: str, header: int,
-                     row_type: Any) -> str:
+                     row_type: Any, strict: bool = False) -> str:
     """Register the Protobuf decoder (`data/ProtobufDecode.java`) of one message of a descriptor set, for values
     whose first `header` bytes are the framing, as a session function returning `row_type` (a StructType) or null
-    for what it cannot vouch for; its name."""
+    for what it cannot vouch for (with `strict`, any body with an unknown field too); its name."""
     digest = hashlib.sha1(descriptor_set + message.encode() + row_type.json().encode()).hexdigest()[:12]
-    name = f"ingest_protobuf_{digest}_{header}"
+    name = f"ingest_protobuf_{digest}_{header}{'_strict' if strict else ''}"
     jvm: Any = spark._jvm
     session_cache.register(spark, name, lambda udf: udf.register(
-        name, getattr(jvm, PROTOBUF_DECODE_CLASS)(bytearray(descriptor_set), message, header),
+        name, getattr(jvm, PROTOBUF_DECODE_CLASS)(bytearray(descriptor_set), message, header, strict),
         java(jvm, "org.apache.spark.sql.types.DataType").fromJson(row_type.json())))
     return name
 

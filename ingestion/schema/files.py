@@ -1,9 +1,10 @@
 """Where writer schemas come from, looked up on the driver only.
 
 The schema folder mirrors a registry: `schemas/<subject>/<schema id>.avsc` (Avro) or `<schema id>.proto`
-(Protobuf; imports are found beside the file, then from the folder's root). Ids are global, as in a Confluent
-Schema Registry: the same id under two subjects must be the same schema. The newest id of a subject is its
-current version, the reader schema the table is built from.
+(Protobuf; imports are found beside the file, then from the folder's root: a `.proto` file beside the versions
+that is not named by an id is not a version but a file they import). Ids are global, as in a Confluent Schema
+Registry: the same id under two subjects must be the same schema. The newest id of a subject is its current
+version, the reader schema the table is built from.
 """
 
 from __future__ import annotations
@@ -33,19 +34,31 @@ class Subject:
         return json.loads(self.versions[self.latest_id])
 
 
-def load_subject(folder: Path, subject: str) -> Subject:
-    """Read every `<id>.avsc` (or `<id>.proto`) of a subject; raise SchemaError naming the file when one is
-    invalid."""
+# The file a subject's versions are named like, by value format (what errors show as the example).
+SUFFIXES = {"protobuf": ".proto", "jsonschema": ".json"}
+
+
+def suffix_of(value_format: str) -> str:
+    """The extension of a schema file of this value format in the schemas folder (`.avsc` for Avro)."""
+    return SUFFIXES.get(value_format, ".avsc")
+
+
+def load_subject(folder: Path, subject: str, suffix: str = ".avsc") -> Subject:
+    """Read every `<id>.avsc` (or `<id>.proto`, `<id>.json`) of a subject; raise SchemaError naming the file when
+    one is invalid. `suffix`: the extension the messages name as the example (the pipeline's value format's)."""
     directory = folder / subject
-    # A .json file not named by an id is a document the versions' `$ref`s name (json_schemas.read_file reads it).
-    files = sorted([*directory.glob("*.avsc"), *directory.glob("*.proto"),
+    # A .json file not named by an id is a document the versions' `$ref`s name (json_schemas.read_file reads it);
+    # a .proto file not named by an id, one the versions import (checked below).
+    files = sorted([*directory.glob("*.avsc"), *(f for f in directory.glob("*.proto") if f.stem.isdigit()),
                     *(f for f in directory.glob("*.json") if f.stem.isdigit())]) if directory.is_dir() else []
     if not files:
-        raise SubjectNotFoundError(f"no schemas for subject {subject!r}: expected files like {directory / '1.avsc'}")
+        raise SubjectNotFoundError(f"no schemas for subject {subject!r}: expected files like "
+                                   f"{directory / ('1' + suffix)}")
     versions: dict[int, str] = {}
     for file in files:
         if not file.stem.isdigit():
-            raise SchemaError(f"{file}: schema files are named by their schema id, like 1.avsc; got {file.name!r}")
+            raise SchemaError(f"{file}: schema files are named by their schema id, like 1{file.suffix}; got "
+                              f"{file.name!r}")
         if file.suffix == ".proto":
             versions[int(file.stem)] = read_proto(file, folder)
             continue
@@ -60,8 +73,25 @@ def load_subject(folder: Path, subject: str) -> Subject:
             raise SchemaError(f"{file}: not valid JSON: {exc}") from None
         _check_types(file, parsed)
         versions[int(file.stem)] = canonical_json(parsed)
+    _check_imports(directory, versions)
     _check_global_ids(folder, subject, versions)
     return Subject(subject, dict(sorted(versions.items())))
+
+
+def _check_imports(directory: Path, versions: dict[int, str]) -> None:
+    """Every `.proto` file beside the versions that is not named by an id is imported by one of them (by its name,
+    as `import "common.proto";` names it): anything else is a version misnamed, refused naming the file."""
+    others = [f for f in sorted(directory.glob("*.proto")) if not f.stem.isdigit()]
+    if not others:
+        return
+    from ingestion.schema import protobuf_schemas
+
+    imported = {name for text in versions.values() if protobuf_schemas.is_document(text)
+                for name in protobuf_schemas.file_names(text)}
+    for file in others:
+        if file.name not in imported:
+            raise SchemaError(f"{file}: schema files are named by their schema id, like 1.proto; got "
+                              f"{file.name!r}, which no version of the subject imports")
 
 
 def read_proto(file: Path, folder: Path) -> str:

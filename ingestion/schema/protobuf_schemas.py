@@ -29,6 +29,9 @@ from typing import Any
 from ingestion.errors import SchemaError
 
 DOCUMENT_KEY = "protobuf"
+# The bronze table property that records the message the table holds, written when the table is created: a
+# restart keeps the message whatever the topic's earliest records are by then (docs/protobuf.md#which-message).
+TABLE_PROPERTY = "ingest.protobuf.message"
 
 
 def is_document(text: str) -> bool:
@@ -188,6 +191,13 @@ def parse_document(text: str) -> tuple[bytes, str]:
         raise SchemaError(f"not a Protobuf schema document: {exc}") from None
 
 
+def file_names(text: str) -> list[str]:
+    """The names of the files a document holds: its file and every file it imports, dependencies first."""
+    from google.protobuf import descriptor_pb2
+
+    return [f.name for f in descriptor_pb2.FileDescriptorSet.FromString(parse_document(text)[0]).file]
+
+
 @functools.lru_cache(maxsize=64)
 def file_descriptor(text: str) -> Any:
     """The main FileDescriptor of a document, in a descriptor pool of its own (one per document and process)."""
@@ -257,20 +267,28 @@ def _all_messages(file: Any) -> list[Any]:
     return out
 
 
+def candidates(text: str) -> list[str]:
+    """Full names of the messages a table of this document may hold when nothing pins one: the file's top-level
+    messages that no other message of the file uses as a field type (every top-level message when each is used),
+    in file order. More than one: the file leaves the table's message open."""
+    file = file_descriptor(text)
+    tops = list(file.message_types_by_name.values())
+    if not tops:
+        raise SchemaError(f"Protobuf file {file.name!r} defines no message")
+    used = {f.message_type.full_name for m in _all_messages(file) for f in m.fields if f.message_type is not None}
+    roots = [str(m.full_name) for m in tops if m.full_name not in used]
+    return roots or [str(m.full_name) for m in tops]
+
+
 def table_message(text: str, pinned: str = "") -> str:
-    """The message a table of this document holds: the pinned one (`value.messageName`), else the file's only
-    top-level message that no other message of the file uses as a field type, else its first top-level message
-    (Confluent's default for a schema without a message name). SchemaError when the pin names no message."""
+    """The message a table of this document holds when no record tells: the pinned one (`value.messageName`), else
+    the file's only candidate (`candidates`), else its first top-level message (Confluent's default for a schema
+    without a message name). SchemaError when the pin names no message."""
     if pinned:
         found = find_message(text, pinned)
         if found is None:
             raise SchemaError(f"value.messageName {pinned!r} is no message of {parse_document(text)[1]!r} (it has "
                               f"{', '.join(message_names(text))})")
         return str(found.full_name)
-    file = file_descriptor(text)
-    tops = list(file.message_types_by_name.values())
-    if not tops:
-        raise SchemaError(f"Protobuf file {file.name!r} defines no message")
-    used = {f.message_type.full_name for m in _all_messages(file) for f in m.fields if f.message_type is not None}
-    roots = [m for m in tops if m.full_name not in used]
-    return str(roots[0].full_name if len(roots) == 1 else tops[0].full_name)
+    names = candidates(text)
+    return names[0] if len(names) == 1 else message_names(text)[0]

@@ -22,6 +22,19 @@ Converter = Callable[[Any], Any]
 DOUBLE, FLOAT, INT64, UINT64, INT32, FIXED64, FIXED32, BOOL, STRING, GROUP, MESSAGE, BYTES, UINT32, ENUM, \
     SFIXED32, SFIXED64, SINT32, SINT64 = range(1, 19)
 
+_TYPE_NAMES = ("double", "float", "int64", "uint64", "int32", "fixed64", "fixed32", "bool", "string", "group",
+               "message", "bytes", "uint32", "enum", "sfixed32", "sfixed64", "sint32", "sint64")
+
+
+def type_name(field: Any) -> str:
+    """A field's type as a .proto file names it (a message or an enum by its full name)."""
+    if field.type in (MESSAGE, GROUP):
+        return str(field.message_type.full_name)
+    if field.type == ENUM:
+        return str(field.enum_type.full_name)
+    return _TYPE_NAMES[field.type - 1]
+
+
 UINT64_TYPE = T.DecimalType(20, 0)  # exact: 2**64 - 1 has 20 digits; a long would turn the top half negative
 _SCALARS: dict[int, T.DataType] = {
     DOUBLE: T.DoubleType(), FLOAT: T.FloatType(), INT64: T.LongType(), SINT64: T.LongType(), SFIXED64: T.LongType(),

@@ -23,7 +23,7 @@ from ingestion.config import PipelineConfig
 from ingestion.errors import SchemaError, SubjectNotFoundError, one_line
 from ingestion.paths import schemas_dir
 from ingestion.schema import json_schemas, protobuf_schemas
-from ingestion.schema.files import canonical_json, load_subject, read_proto
+from ingestion.schema.files import canonical_json, load_subject, read_proto, suffix_of
 from ingestion.security import redact_url
 
 _CLIENTS: dict[str, Any] = {}
@@ -93,12 +93,15 @@ class SchemaSource(Protocol):
 
 
 @dataclass
+@dataclass(frozen=True)
 class FolderSource:
-    """`schemas/<subject>/<id>.avsc` (or `.proto`), read again on every call so files added while running are
-    seen."""
+    """`schemas/<subject>/<id>.avsc` (or `.proto`, `.json`), read again on every call so files added while running
+    are seen. `suffix`: the extension of the pipeline's format, named in the error about a missing subject."""
+
+    suffix: str = ".avsc"
 
     def versions(self, subject: str) -> dict[int, str]:
-        return load_subject(schemas_dir(), subject).versions
+        return load_subject(schemas_dir(), subject, self.suffix).versions
 
     def subjects(self) -> list[str]:
         return sorted(p.name for p in schemas_dir().glob("*")
@@ -211,7 +214,7 @@ def source_for(config: PipelineConfig) -> SchemaSource:
     if config.value.schema_file:
         return SchemaFileSource(config.value.schema_file, connect=config.value.format == "connect-json")
     if not config.value.registry:
-        return FolderSource()
+        return FolderSource(suffix_of(config.value.format))
     return RegistrySource(registry_client(config.value.registry), config.value.registry)
 
 

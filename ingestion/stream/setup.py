@@ -5,10 +5,12 @@ quarantine re-decode alike."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
+from ingestion import kafka
 from ingestion.columns import METADATA_COLUMNS
 from ingestion.config import PipelineConfig
 from ingestion.decode import bronze
@@ -18,10 +20,15 @@ from ingestion.delta import catalog, tables
 from ingestion.delta.reader import JvmFreeReadError
 from ingestion.delta.tables import TablePlan
 from ingestion.errors import SchemaError
+from ingestion.schema import protobuf_schemas
 from ingestion.silver.spec import SilverSpec
 from ingestion.stream.context import PipelineContext
 
 log = logging.getLogger(__name__)
+
+
+# How many of each partition's earliest records name a Protobuf table's message when its file leaves it open.
+SAMPLE_PER_PARTITION = 5
 
 
 def resolver(spark: SparkSession | None, ctx: PipelineContext, also: list[str] | None = None) -> SchemaResolver:
@@ -30,8 +37,10 @@ def resolver(spark: SparkSession | None, ctx: PipelineContext, also: list[str] |
     SchemaError names the pipeline file and the subject(s)."""
     config = ctx.config
     topics = tuple(sorted(set(ctx.topics) | set(also or ())))
+    payload, message = bronze_now(spark, config)
     try:
-        return SchemaResolver(config, ctx.schemas, table_payload=payload_columns(spark, config), topics=topics)
+        return SchemaResolver(config, ctx.schemas, table_payload=payload, topics=topics, table_message=message,
+                              sample=earliest_records(ctx))
     except SchemaError as exc:
         subjects = config.value_subjects(topics)
         where = (f"key 'value.schemaFile' ({config.value.schema_file!r})" if config.value.schema_file else
@@ -42,8 +51,29 @@ def resolver(spark: SparkSession | None, ctx: PipelineContext, also: list[str] |
 
 def payload_columns(spark: SparkSession | None, config: PipelineConfig) -> T.StructType | None:
     """The payload columns bronze has now (everything but the metadata columns), or None without a table."""
-    schema = tables.table_state(spark, config, config.table_path).schema
-    return None if schema is None else T.StructType([f for f in schema.fields if f.name not in METADATA_COLUMNS])
+    return bronze_now(spark, config)[0]
+
+
+def bronze_now(spark: SparkSession | None, config: PipelineConfig) -> tuple[T.StructType | None, str]:
+    """Bronze's payload columns now (None without a table) and the Protobuf message it records ("" when none)."""
+    state = tables.table_state(spark, config, config.table_path)
+    if state.schema is None:
+        return None, ""
+    payload = T.StructType([f for f in state.schema.fields if f.name not in METADATA_COLUMNS])
+    return payload, state.properties.get(protobuf_schemas.TABLE_PROPERTY, "")
+
+
+def earliest_records(ctx: PipelineContext) -> Callable[[], list[bytes]]:
+    """The values of the earliest records of the topics the context reads (a few per partition, with the
+    pipeline's own client settings), fetched when called: a new Protobuf table's message is the one they name
+    when its file leaves it open (`decode.protobuf_message`)."""
+    return lambda: kafka.earliest_values(ctx.kafka.client, ctx.partitions, per_partition=SAMPLE_PER_PARTITION,
+                                         timeout=min(ctx.kafka.timeout, 10.0))
+
+
+def bronze_properties(spec: DecodeSpec) -> dict[str, str]:
+    """What bronze records of its rows when it is created: the Protobuf message it holds."""
+    return {protobuf_schemas.TABLE_PROPERTY: spec.message_name} if spec.value_format == "protobuf" else {}
 
 
 def table_properties(config: PipelineConfig) -> dict[str, str] | None:
@@ -56,7 +86,7 @@ def table_properties(config: PipelineConfig) -> dict[str, str] | None:
 
 def plans(spark: SparkSession | None, config: PipelineConfig, spec: DecodeSpec) -> list[TablePlan]:
     """Bronze's and quarantine's plans for the rows of this spec."""
-    return tables.plans(spark, config, *bronze.table_schemas(spec))
+    return tables.plans(spark, config, *bronze.table_schemas(spec), bronze_properties(spec))
 
 
 def check(ctx: PipelineContext) -> SchemaResolver | None:
@@ -94,7 +124,7 @@ def make_tables(spark: SparkSession | None, config: PipelineConfig, spec: Decode
     """Create the tables that do not exist yet: with delta-rs, or with `spark` (when given) where delta-rs
     refuses; whether both exist now. Catalog names are `ensure_tables`' work."""
     schemas = bronze.table_schemas(spec)
-    return all(p.exists or p.made for p in tables.ensure_tables(spark, config, *schemas))
+    return all(p.exists or p.made for p in tables.ensure_tables(spark, config, *schemas, bronze_properties(spec)))
 
 
 def ensure_tables(spark: SparkSession, config: PipelineConfig, spec: DecodeSpec,
@@ -103,7 +133,7 @@ def ensure_tables(spark: SparkSession, config: PipelineConfig, spec: DecodeSpec,
     `sink.catalogTable` when they are not; the plans (with `exists` as it was before; none when `made`)."""
     for name, path in catalog.pipeline_names(config):  # a name taken elsewhere stops it before anything is made
         catalog.check(spark, name, path, config.file)
-    found = [] if made else tables.ensure_tables(spark, config, *bronze.table_schemas(spec))
+    found = [] if made else tables.ensure_tables(spark, config, *bronze.table_schemas(spec), bronze_properties(spec))
     for done in catalog.register_pipeline(spark, config):
         if done.state == "registered":
             log.info("%s: registered %s in the catalog (%s)", config.name, done.name, done.path)

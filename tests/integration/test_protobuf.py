@@ -126,3 +126,23 @@ def _diff(a: Any, b: Any, path: str = "") -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         return [d for k in a for d in _diff(a[k], b.get(k), f"{path}.{k}")]
     return [] if a == b or (a != a and b != b) else [f"{path}: {a!r} != {b!r}"]  # NaN is NaN
+
+
+def test_with_value_strict_both_decoders_quarantine_the_same_unknown_fields(spark) -> None:
+    """value.strict: the JVM decoder vouches for no body with an unknown field, and the rows, error classes and
+    messages of both paths are the same on valid Orders, every unknown-field case and mutated bodies."""
+    from tests.unit.test_protobuf_strict import UNKNOWN, strict_spec
+
+    valid = [framed(shop.order(seq).SerializeToString()) for seq in range(30)]
+    unknown = [framed(body) for body, _ in UNKNOWN.values()]
+    values = [*valid, *unknown, *(framed(b) for b in _mutated(47)[:1500])]
+    strict = strict_spec()
+    jvm_rows, python_rows, unverified = decode_both_ways(spark, strict, values)
+    assert not unverified & set(range(len(valid)))
+    assert set(range(len(valid), len(valid) + len(unknown))) <= unverified
+    differences = [(a["offset"], found) for a, b in zip(jvm_rows, python_rows, strict=True)
+                   if (found := _diff(a.asDict(recursive=True), b.asDict(recursive=True)))]
+    assert not differences, "\n".join(map(str, differences[:8]))
+    classes = [r["_error_class"] for r in jvm_rows]
+    assert classes[len(valid):len(valid) + len(unknown)] == ["UnknownFieldError"] * len(unknown)
+    assert classes.count("UnknownFieldError") > len(unknown)  # mutated bodies with unknown fields too

@@ -128,7 +128,9 @@ def test_a_table_made_without_a_jvm_is_the_one_spark_makes(spark, tmp_path: Path
     schema = T.StructType([T.StructField("id", T.LongType(), False),
                            T.StructField("at", T.TimestampNTZType() if ntz else T.TimestampType()),
                            T.StructField("inner", T.StructType([T.StructField("x", T.LongType(), False)]))])
-    plan = tables.TablePlan(str(tmp_path / "rs"), schema, ("id",), {"delta.checkpointInterval": "7"}, False, "hi")
+    # the project's own property (a Protobuf table's message) keeps the legacy protocol in both
+    properties = {"delta.checkpointInterval": "7", protobuf_schemas.TABLE_PROPERTY: "bar.shop.Order"}
+    plan = tables.TablePlan(str(tmp_path / "rs"), schema, ("id",), properties, False, "hi")
     made = rs_tables.create(plan.path, plan.schema, partition_by=plan.partition_by, properties=plan.properties,
                             comment=plan.comment)
     assert made is not ntz

@@ -1,5 +1,6 @@
-"""A Protobuf schema for the tests (`shop.proto`: two top-level messages, the topic's is the second) and its
-message classes, built at run time from the .proto text the way the pipeline builds its own."""
+"""Protobuf schemas for the tests and their message classes, built at run time from the .proto text the way the
+pipeline builds its own: `shop.proto` (two top-level messages, the topic's is the second and uses the first) and
+`two.proto` (two top-level messages neither of which uses the other: the records' message indexes decide)."""
 
 from __future__ import annotations
 
@@ -92,3 +93,45 @@ def expected_row(msg: Any) -> dict[str, Any]:
         row["channel"] = msg.channel
         row["ship_to"]["zip"] = msg.ship_to.zip
     return row
+
+
+# two.proto: two top-level messages, neither used by the other; the topic's records are the second's (index [1]).
+TWO_FILE = "bar/shop.proto"
+AUDIT, TWO_ORDER = "bar.shop.Audit", "bar.shop.Order"
+
+
+def two_document() -> str:
+    return protobuf_schemas.document(TWO_FILE, {TWO_FILE: (PROTO.parent / "two.proto").read_text()})
+
+
+def two_class(name: str = TWO_ORDER) -> Any:
+    from google.protobuf import message_factory
+
+    return message_factory.GetMessageClass(protobuf_schemas.find_message(two_document(), name))
+
+
+def two_order(seq: int) -> Any:
+    msg = two_class()(id=f"b{seq}", kind=seq % 3, big=2**64 - 1 - seq, blob=bytes([seq % 256, 255]),
+                      weight=seq / 4)
+    for i in range(seq % 3):
+        msg.lines.add(sku=f"sku-{seq}-{i}", qty=2**32 - 1 - i)
+    msg.totals["net"], msg.totals["tax"] = seq * 100, -seq
+    msg.placed_at.seconds, msg.placed_at.nanos = 1_750_000_000 + seq, 987_654_321
+    if seq % 2:
+        msg.note, msg.card = f"note {seq} ✓", f"card-{seq}"
+    else:
+        msg.voucher = f"voucher-{seq}"
+    return msg
+
+
+def two_expected_row(msg: Any) -> dict[str, Any]:
+    """What bronze holds for a bar.shop.Order, as Spark's Row gives it back (asDict(recursive=True))."""
+    return {
+        "id": msg.id, "kind": ["KIND_UNSPECIFIED", "PICKUP", "DELIVERY"][msg.kind],
+        "lines": [{"sku": line.sku, "qty": line.qty} for line in msg.lines], "totals": dict(msg.totals),
+        "placed_at": dt.datetime(1970, 1, 1) + dt.timedelta(seconds=msg.placed_at.seconds,
+                                                            microseconds=msg.placed_at.nanos // 1000),
+        "big": msg.big, "note": msg.note if msg.HasField("note") else None,
+        "card": msg.card if msg.HasField("card") else None, "voucher": msg.voucher if msg.HasField("voucher") else None,
+        "blob": msg.blob, "weight": msg.weight,
+    }

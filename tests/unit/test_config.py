@@ -282,7 +282,7 @@ def test_redacted_hides_secrets_keeps_the_rest(tmp_path: Path) -> None:
     assert out["name"] == "demo"
     assert out["value"] == {"format": "confluent", "subject": "demo-value", "max_bytes": 8 * 1024 * 1024,
                             "decoder": "auto", "registry": {}, "subject_name_strategy": "TopicNameStrategy",
-                            "record_name": "", "message_name": "", "schema_file": ""}
+                            "record_name": "", "message_name": "", "strict": False, "schema_file": ""}
     assert "hunter2" not in repr(out)
 
 

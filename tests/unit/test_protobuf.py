@@ -69,6 +69,47 @@ def test_the_schemas_folder_takes_proto_files_with_imports_beside_them(tmp_path:
         source.versions("orders-value")
 
 
+def test_a_file_imported_beside_the_versions_is_not_a_version_and_a_stray_one_is_refused(
+        tmp_path: Any, monkeypatch: Any) -> None:
+    """docs/protobuf.md: imports are looked up beside the file (`schemas/<subject>/common.proto`), then from the
+    folder's root; only `<id>.proto` files are versions, and the messages name `.proto`, not `.avsc`."""
+    from ingestion.errors import SubjectNotFoundError
+    from ingestion.schema.registry import FolderSource, check_subjects
+
+    folder = tmp_path / "schemas"
+    subject = folder / "shipments-value"
+    subject.mkdir(parents=True)
+    (subject / "common.proto").write_text(shop.common_text())
+    (subject / "2.proto").write_text(shop.proto_text().replace('import "shop/v1/common.proto";',
+                                                               'import "common.proto";'))
+    monkeypatch.setenv("INGEST_SCHEMAS_DIR", str(folder))
+    source = FolderSource(".proto")
+    versions = source.versions("shipments-value")
+    assert list(versions) == [2]
+    assert protobuf_schemas.file_names(versions[2])[-2:] == ["common.proto", "2.proto"]
+    order = protobuf_schemas.find_message(versions[2], shop.ORDER)
+    assert protobuf_types.spark_schema(order).simpleString() == ORDER_COLUMNS
+
+    stray = subject / "draft.proto"
+    stray.write_text('syntax = "proto3";\nmessage Draft { string x = 1; }\n')
+    with pytest.raises(SchemaError) as refused:
+        source.versions("shipments-value")
+    assert str(refused.value) == (f"{stray}: schema files are named by their schema id, like 1.proto; got "
+                                  "'draft.proto', which no version of the subject imports")
+    stray.unlink()
+
+    with pytest.raises(SubjectNotFoundError) as missing:
+        source.versions("returns-value")
+    assert str(missing.value) == ("no schemas for subject 'returns-value': expected files like "
+                                  f"{folder / 'returns-value' / '1.proto'}")
+    config = _config(tmp_path, "format: protobuf\nsubject: returns-value")
+    with pytest.raises(SubjectNotFoundError) as named:
+        check_subjects(config)
+    assert str(named.value) == (f"{config.file}: key 'value.subject' ('returns-value'): no schemas for subject "
+                                f"'returns-value': expected files like {folder / 'returns-value' / '1.proto'}; "
+                                "closest: shipments-value")
+
+
 def _types(body: str, name: str = "t.M") -> str:
     imports = "".join(f'import "google/protobuf/{wk}.proto";\n'
                       for wk in ("any", "duration", "struct", "empty", "wrappers"))
@@ -115,14 +156,15 @@ def spec(writers: dict[int, str] | None = None) -> DecodeSpec:
                       fail_fast=False, key_format="string", value_format="protobuf", message_name=shop.ORDER)
 
 
-def decode(values: list[bytes | None], writers: dict[int, str] | None = None) -> pa.RecordBatch:
+def decode(values: list[bytes | None], writers: dict[int, str] | None = None,
+           spec_: DecodeSpec | None = None) -> pa.RecordBatch:
     n = len(values)
     batch = pa.RecordBatch.from_arrays([
         pa.array([f"k{i}".encode() for i in range(n)], pa.binary()), pa.array(values, pa.binary()),
         pa.array(["t"] * n), pa.array([0] * n, pa.int32()), pa.array(range(n), pa.int64()),
         pa.array([0] * n, pa.timestamp("us", tz="UTC")), pa.array([0] * n, pa.int32()),
         pa.array([[]] * n, KAFKA_SCHEMA.field("headers").type)], schema=KAFKA_SCHEMA)
-    decoder = ProtobufBatchDecoder(spec(writers))
+    decoder = ProtobufBatchDecoder(spec_ or spec(writers))
     decoder._prepare()
     return decoder.decode_batch(batch)
 

@@ -38,7 +38,8 @@ import org.apache.spark.sql.api.java.UDF1;
  * rules (uint64 as decimal, enums by name or the number as text, Timestamp in years 1 to 9999 at microseconds,
  * Duration's range, maps in key order by code point, wrappers as their value, Any as (type_url, value), a message
  * without fields as true). Null sends the record to Python, the authority on what is wrong with it: null never
- * loses a record.
+ * loses a record. A strict decoder ({@code value.strict}) vouches for no body with an unknown field (a number the
+ * message does not define, or a known number of another wire type): Python quarantines those.
  */
 public final class ProtobufDecode implements UDF1<byte[], Row> {
     private static final long serialVersionUID = 1L;
@@ -50,18 +51,25 @@ public final class ProtobufDecode implements UDF1<byte[], Row> {
     private final byte[] descriptorSet;
     private final String messageName;
     private final int offset;
+    private final boolean strict;
     private transient Descriptor root;
 
     /**
      * @param descriptorSet a serialized FileDescriptorSet holding the message's file and its imports
      * @param messageName   the message's full name
      * @param offset        bytes before the body (the header: magic byte, schema id, message indexes)
+     * @param strict        vouch for no body with an unknown field, at any depth
      */
-    public ProtobufDecode(byte[] descriptorSet, String messageName, int offset) {
+    public ProtobufDecode(byte[] descriptorSet, String messageName, int offset, boolean strict) {
         this.descriptorSet = descriptorSet;
         this.messageName = messageName;
         this.offset = offset;
+        this.strict = strict;
         this.root = compile(descriptorSet, messageName);  // fail on the driver when it does not build
+    }
+
+    public ProtobufDecode(byte[] descriptorSet, String messageName, int offset) {
+        this(descriptorSet, messageName, offset, false);
     }
 
     static Descriptor compile(byte[] descriptorSet, String messageName) {
@@ -114,7 +122,7 @@ public final class ProtobufDecode implements UDF1<byte[], Row> {
             root = compile(descriptorSet, messageName);
         }
         try {
-            Walk walk = new Walk(value);
+            Walk walk = new Walk(value, strict);
             walk.message(offset, value.length, root, 0, -1);
             DynamicMessage message = DynamicMessage.parseFrom(root,
                 ByteString.copyFrom(value, offset, value.length - offset));
@@ -136,10 +144,12 @@ public final class ProtobufDecode implements UDF1<byte[], Row> {
 
     private static final class Walk {
         final byte[] data;
+        final boolean strict;
         long varint;
 
-        Walk(byte[] data) {
+        Walk(byte[] data, boolean strict) {
             this.data = data;
+            this.strict = strict;
         }
 
         int varint(int pos, int end) {
@@ -189,6 +199,9 @@ public final class ProtobufDecode implements UDF1<byte[], Row> {
                     && (wireType == expected(field) || (wireType == 2 && packable(field)));
                 if (!known && message != null && message.getOptions().getMapEntry()) {
                     throw new Bad();  // upb leaves such an entry out of the map (kept as an unknown field): Python
+                }
+                if (!known && strict) {
+                    throw new Bad();  // value.strict: Python names the field (UnknownFieldError)
                 }
                 if (!known) {
                     pos = skip(pos, end, wireType, number, depth);
