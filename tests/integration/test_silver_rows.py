@@ -57,14 +57,16 @@ def _state(spark: Any, path: str | None) -> dict[str, tuple[Any, ...]]:
     return {r["order_id"]: (r["status"], r["amount"]) for r in spark.read.format("delta").load(path).collect()}
 
 
-def test_plain_rows_tombstones_delete_conditions_and_kafka_order(spark, tmp_path: Path) -> None:
+def test_plain_rows_tombstones_delete_conditions_and_kafka_order(spark, tmp_path: Path, caplog) -> None:
     bronze = tmp_path / "bronze"  # partition 0's offset 1 is missing (a gap a replay fills later)
     _append(spark, bronze, [(0, 0, "a", ("a", "new", 10)), (1, 0, "c", ("c", "new", 30)),
                             (0, 2, "a", ("a", "paid", 11))])
     config = _config(tmp_path, "  key: order_id\n  deleteWhen: status = 'cancelled'\n")
     follower = SilverFollower(spark, config)
-    follower.drain()  # the first step rebuilds from bronze as it is
+    with caplog.at_level("INFO", logger="ingestion.silver.follower"):
+        follower.drain()  # the first step rebuilds from bronze as it is
     assert _state(spark, config.silver_path) == {"a": ("paid", 11), "c": ("new", 30)}
+    assert "orders silver step 1: rebuilt from bronze version 0: 3 bronze rows folded into 2 rows" in caplog.text
     # Any Delta reader reads it, and `ingest status` reads its ledger without a JVM.
     assert sorted(deltalake.DeltaTable(config.silver_path).to_pyarrow_table().column("order_id").to_pylist()) == [
         "a", "c"]
