@@ -54,6 +54,11 @@ class DecodeError(IngestionError):
     """A Kafka record cannot be decoded; the message names topic, partition and offset."""
 
 
+class ExpectationError(IngestionError):
+    """A row broke a data-quality rule whose onViolation is `fail`: the message names the rule, the record (topic,
+    partition, offset) and the values of the columns the rule reads."""
+
+
 class JvmError(IngestionError):
     """A JVM artifact could not be resolved from Maven."""
 

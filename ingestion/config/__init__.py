@@ -27,6 +27,7 @@ from ingestion.config.loader import (
     parse_pipeline,
 )
 from ingestion.config.model import (
+    Expectation,
     KeyFormat,
     MaintenanceOptions,
     MetricsOptions,
@@ -43,6 +44,7 @@ from ingestion.units import duration_seconds  # stream.maintenance imports it fr
 __all__ = [
     "DEFAULTS_FILE",
     "DEPRECATED_KEYS",
+    "Expectation",
     "KeyFormat",
     "MaintenanceOptions",
     "MetricsOptions",

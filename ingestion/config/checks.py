@@ -276,5 +276,25 @@ def _check_silver(config: PipelineConfig) -> None:
                           f"{silver.table!r}")
 
 
+_RULE_NAME = re.compile(r"[a-z0-9_]+")
+
+
+def _check_expectations(config: PipelineConfig) -> None:
+    """Each rule named `[a-z0-9_]+`, once per pipeline, with an expression; the expression itself is compiled
+    against bronze's columns before a run creates anything (`decode.expectations.compile_rules`)."""
+    seen: set[str] = set()
+    for i, rule in enumerate(config.expectations):
+        where = f"{config.file}: key 'expectations[{i}]"
+        if not _RULE_NAME.fullmatch(rule.name):
+            raise ConfigError(f"{where}.name' must be lower-case letters, digits and '_', got {rule.name!r}")
+        if rule.name in seen:
+            raise ConfigError(f"{where}.name': each rule needs its own name, got {rule.name!r} twice")
+        seen.add(rule.name)
+        if not rule.expect.strip():
+            raise ConfigError(f"{where}.expect' (rule {rule.name!r}) must be a SQL condition such as 'qty > 0', "
+                              f"got {rule.expect!r}")
+
+
 # After the checks across sections (`_check_contradictions`), in this order.
-CHECKS: tuple[Check, ...] = (_check_values, _check_maintenance, _check_prometheus, _check_silver)
+CHECKS: tuple[Check, ...] = (_check_values, _check_maintenance, _check_prometheus, _check_silver,
+                             _check_expectations)

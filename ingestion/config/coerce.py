@@ -63,6 +63,11 @@ def _coerce(hint: Any, value: Any, file: Path, key: str, *, partial: bool = Fals
         if not isinstance(value, dict):
             raise ConfigError(f"{file}: key {key!r} must be a mapping, got {shown(key, value)}")
         return build(typing.cast(type, hint), value, file, key + ".", partial=partial)
+    if origin is tuple and dataclasses.is_dataclass(typing.get_args(hint)[0]):  # a list of sections
+        if not isinstance(value, list):
+            raise ConfigError(f"{file}: key {key!r} must be a list of mappings, got {shown(key, value)}")
+        item = typing.cast(type, typing.get_args(hint)[0])
+        return tuple(_coerce(item, v, file, f"{key}[{i}]", partial=partial) for i, v in enumerate(value))
     if origin is tuple:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{file}: key {key!r} must be a list of names, got {shown(key, value)}")

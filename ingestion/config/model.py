@@ -204,6 +204,18 @@ class SilverOptions:
 
 
 @dataclass(frozen=True)
+class Expectation:
+    """A data-quality rule on every bronze row (docs/expectations.md): a row violates it when `expect`, a Spark SQL
+    boolean over the row's columns, is false or null. `warn`: the row lands and is counted; `quarantine`: the
+    record goes to the quarantine table (`ExpectationFailed`) instead of bronze; `fail`: the batch stops, nothing
+    of it committed."""
+
+    name: str
+    expect: str
+    on_violation: Literal["warn", "quarantine", "fail"] = field(default="warn", metadata=_key("onViolation"))
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     """One pipeline: the topics it reads (exactly one of `topic`, `topics`, `topicPattern`) into one bronze table.
 
@@ -226,6 +238,7 @@ class PipelineConfig:
     spark: Mapping[str, str] = field(default_factory=dict)
     maintenance: MaintenanceOptions = field(default_factory=MaintenanceOptions)
     silver: SilverOptions | None = None
+    expectations: tuple[Expectation, ...] = ()
     file: Path = field(default=Path("<memory>"), metadata={"internal": True})
 
     @property

@@ -13,12 +13,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from ingestion.columns import METADATA_COLUMNS, QUARANTINE_COLUMNS
-from ingestion.decode import bronze, python_decoder
+from ingestion.decode import bronze, expectations, python_decoder
+from ingestion.decode.expectations import NO_RULES, Counts, Rules
 from ingestion.decode.spec import PAYLOAD, DecodeSpec, UnknownSchemaError
 
 _SOURCES = {**bronze.SOURCES, "_kafka_key": "_key"}
@@ -33,13 +35,17 @@ class DecodedRecords:
     bronze: pa.Table  # the rows for bronze (decoded payloads and tombstones)
     quarantine: pa.Table  # the records that failed, raw, with the reason
     stats: list[dict[str, Any]]  # per topic partition, `bronze.batch_stats`' form, failures included
+    counts: Counts | None = None  # the expectations' counts, when the pipeline has rules
+    rule_failure: str | None = None  # the line of the first row that broke a `fail` rule
 
     def first_failure(self) -> str | None:
-        """The first record that failed (by topic, partition, offset) and why, or None."""
-        if not self.quarantine.num_rows:
+        """The first record that failed to decode (by topic, partition, offset) and why, or None (a row a rule
+        refused is not a failure to decode)."""
+        rows = [r for r in self.quarantine.select(["_kafka_topic", "_kafka_partition", "_kafka_offset",
+                                                   "_error_class", "_error_message"]).to_pylist()
+                if r["_error_class"] != expectations.EXPECTATION_FAILED]
+        if not rows:
             return None
-        rows = self.quarantine.select(["_kafka_topic", "_kafka_partition", "_kafka_offset", "_error_class",
-                                       "_error_message"]).to_pylist()
         first = min(rows, key=lambda r: (r["_kafka_topic"], r["_kafka_partition"], r["_kafka_offset"]))
         return (f"record {first['_kafka_topic']}/{first['_kafka_partition']}@{first['_kafka_offset']}: "
                 f"{first['_error_class']}: {first['_error_message']}")
@@ -53,8 +59,9 @@ class DecodedRecords:
 class RecordDecoder:
     """The decoder of one spec and the Arrow schemas of its two tables, made once per schema version."""
 
-    def __init__(self, spec: DecodeSpec) -> None:
+    def __init__(self, spec: DecodeSpec, rules: Rules = NO_RULES) -> None:
         self.spec = spec
+        self.rules = rules
         self.decoder = python_decoder.batch_decoder(spec)
         bronze_schema, quarantine_schema = bronze.table_schemas(spec)
         self.bronze_schema = to_arrow_schema(bronze_schema)
@@ -64,11 +71,40 @@ class RecordDecoder:
         """Kafka source rows (`columns.KAFKA_SOURCE_SCHEMA` in Arrow) decoded; a DecodeError (sink.onError: fail)
         names the first record that failed."""
         decoded = next(iter(self.decoder(iter([source]))))
+        bronze_rows = table_rows(decoded, self.bronze_schema, _SOURCES, METADATA_COLUMNS, batch_id, ingested_at,
+                                 failed=False)
+        counts, failure = None, None
+        if self.rules:
+            verdict = expectations.evaluate(self.rules, bronze_rows)
+            counts, failure = verdict.counts(), expectations.first_failure(self.rules, verdict, bronze_rows)
+            flagged = verdict.flagged
+            if flagged.any():
+                decoded = _flagged(decoded, source, flagged, verdict.messages())
+                bronze_rows = bronze_rows.filter(pa.array(~flagged))
         return DecodedRecords(
-            table_rows(decoded, self.bronze_schema, _SOURCES, METADATA_COLUMNS, batch_id, ingested_at, failed=False),
+            bronze_rows,
             table_rows(decoded, self.quarantine_schema, _QUARANTINE_SOURCES, QUARANTINE_COLUMNS, batch_id,
                        ingested_at, failed=True),
-            partition_stats(decoded))
+            partition_stats(decoded), counts, failure)
+
+
+def _flagged(decoded: pa.RecordBatch, source: pa.RecordBatch, flagged: np.ndarray,
+             messages: list[str | None]) -> pa.RecordBatch:
+    """Decoder rows with those of bronze's rows (in order, the rows without an error) that `flagged` selects made
+    failures: `_error_class` ExpectationFailed, `_error_message` the rules they broke, `_raw_value` their value
+    (the decoder keeps it for failures only; its rows are the source's, one for one)."""
+    ok = np.flatnonzero(pc.is_null(decoded.column("_error_class")).to_numpy(zero_copy_only=False))
+    mask = np.zeros(decoded.num_rows, dtype=bool)
+    mask[ok[flagged]] = True
+    classes = decoded.column("_error_class").to_pylist()
+    texts = decoded.column("_error_message").to_pylist()
+    for row, message in zip(ok[flagged], (m for m, f in zip(messages, flagged, strict=True) if f), strict=True):
+        classes[row], texts[row] = expectations.EXPECTATION_FAILED, message
+    arrays = dict(zip(decoded.schema.names, decoded.columns, strict=True))
+    arrays["_error_class"] = pa.array(classes, pa.string())
+    arrays["_error_message"] = pa.array(texts, pa.string())
+    arrays["_raw_value"] = pc.if_else(pa.array(mask), source.column("value"), decoded.column("_raw_value"))
+    return pa.RecordBatch.from_arrays(list(arrays.values()), names=list(arrays))
 
 
 def table_rows(decoded: pa.RecordBatch, schema: pa.Schema, sources: dict[str, str], names: Iterable[str],

@@ -41,6 +41,13 @@ SOURCES = {"_kafka_topic": "topic", "_kafka_partition": "partition", "_kafka_off
             "_kafka_tombstone": "_tombstone", "_kafka_value": "_raw_value", "_schema_id": "_schema_id",
             "_error_class": "_error_class", "_error_message": "_error_message"}
 _BATCH_COLUMNS = ("_batch_id", "_ingested_at")
+
+
+def decoder_sources() -> dict[str, str]:
+    """Where each of bronze's metadata columns comes from in the decoder's rows (the batch values aside)."""
+    return {**SOURCES, "_kafka_key": "_key"}
+
+
 # Their fields, not null: `helper.batch_value_columns` (or a one-row table of non-null parameters) gives them.
 _BATCH_FIELDS = (T.StructField("_batch_id", T.LongType(), False),
                  T.StructField("_ingested_at", T.TimestampType(), False))

@@ -68,6 +68,10 @@ class BatchRecord:
     # as of table version `as_of` instead, so offsets stay known after Delta's log cleanup deletes older commits.
     baseline: tuple[PartitionRange, ...] = ()
     as_of: int | None = None
+    # Data-quality expectations (docs/expectations.md), on a stream batch's bronze commit: the rows the rules were
+    # checked on, and per rule the rows that broke it.
+    checked: int = 0
+    violated: tuple[tuple[str, int], ...] = ()
     version: int | None = field(default=None, compare=False)
     committed_at: dt.datetime | None = field(default=None, compare=False)
 
@@ -78,6 +82,10 @@ class BatchRecord:
         if self.as_of is None:  # a batch's document stays as it always was
             body.pop("baseline")
             body.pop("as_of")
+        body.pop("checked")
+        body.pop("violated")
+        if self.checked or self.violated:
+            body["expectations"] = {"checked": self.checked, "violated": dict(self.violated)}
         return json.dumps({METADATA_KEY: body}, separators=(",", ":"))
 
     @classmethod
@@ -94,7 +102,10 @@ class BatchRecord:
                 ranges=tuple(PartitionRange(**r) for r in body["ranges"]),
                 quarantined=int(body.get("quarantined", 0)),
                 baseline=tuple(PartitionRange(**r) for r in body.get("baseline", ())),
-                as_of=None if body.get("as_of") is None else int(body["as_of"]), version=version,
+                as_of=None if body.get("as_of") is None else int(body["as_of"]),
+                checked=int(body.get("expectations", {}).get("checked", 0)),
+                violated=tuple((str(k), int(v)) for k, v in body.get("expectations", {}).get("violated", {}).items()),
+                version=version,
                 committed_at=committed_at,
             )
         except (ValueError, KeyError, TypeError):  # another tool's userMetadata, or not JSON at all
@@ -102,9 +113,10 @@ class BatchRecord:
 
 
 def batch_records(stats: Sequence[Mapping[str, Any]], *, pipeline: str, batch_id: int, kind: BatchKind, app_id: str,
-                  quarantine_app_id: str) -> tuple[BatchRecord, BatchRecord | None]:
+                  quarantine_app_id: str, checked: int = 0,
+                  violated: Mapping[str, int] | None = None) -> tuple[BatchRecord, BatchRecord | None]:
     """The records of a bronze commit and, when some failed, of its quarantine commit, from the per-partition
-    summary of `bronze.batch_stats`."""
+    summary of `bronze.batch_stats`; the expectations' counts (`checked`, `violated` per rule) on bronze's."""
     ranges = tuple(sorted((PartitionRange(s["topic"], s["partition"], s["first"], s["last"], s["count"])
                            for s in stats), key=lambda r: (r.topic, r.partition)))
     failed_ranges = tuple(sorted(
@@ -114,10 +126,11 @@ def batch_records(stats: Sequence[Mapping[str, Any]], *, pipeline: str, batch_id
     schema_ids = tuple(sorted({i for s in stats for i in s["schema_ids"] if i is not None}))
     record = BatchRecord(pipeline=pipeline, app_id=app_id, batch_id=batch_id, kind=kind,
                          rows=sum(r.count for r in ranges) - failed, schema_ids=schema_ids, ranges=ranges,
-                         quarantined=failed)
+                         quarantined=failed, checked=checked, violated=tuple((violated or {}).items()))
     if not failed:
         return record, None
-    return record, replace(record, app_id=quarantine_app_id, rows=failed, ranges=failed_ranges)
+    return record, replace(record, app_id=quarantine_app_id, rows=failed, ranges=failed_ranges, checked=0,
+                           violated=())
 
 
 is_table = delta_txn.is_table

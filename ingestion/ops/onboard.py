@@ -96,6 +96,10 @@ def onboard(spark: SparkSession | Callable[[], SparkSession], target: PipelineCo
     else:
         report.say("subject", ", ".join(subjects), f"subject{'s' if len(subjects) > 1 else ''} {shown} at {where}: "
                    f"schema ids {sorted(writers)}; the table follows id {reader_id}{message}")
+    rules = setup.check_rules(config, schemas.spec)
+    if rules:
+        report.say("expectations", config.name, f"expectations: {len(rules.rules)} rule(s) compile against the "
+                   f"table's columns ({', '.join(f'{r.name}: {r.on_violation}' for r in rules.rules)})")
     # Before the tables are created, which registers them too (setup.ensure_tables).
     named = [(name, path, catalog.check(session.get(), name, path, config.file).state)
              for name, path in catalog.pipeline_names(config)]

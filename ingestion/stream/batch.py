@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -11,7 +12,9 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from ingestion.config import PipelineConfig
-from ingestion.decode import jvm_decoder
+from ingestion.decode import bronze as bronze_rows
+from ingestion.decode import expectations, jvm_decoder
+from ingestion.decode.expectations import Counts, Rules
 from ingestion.decode.resolver import SchemaResolver
 from ingestion.decode.spec import DecodeSpec, spec_format
 from ingestion.delta import ledger
@@ -42,6 +45,9 @@ class BatchResult:
     max_timestamp: dt.datetime | None
     seconds: float
     path: WritePath = WritePath.SPARK
+    # data-quality expectations: the rows checked, and per rule the rows that broke it (docs/expectations.md)
+    checked: int = 0
+    violated: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,7 @@ class Targets:
     quarantine: DeltaAppend = field(init=False)
     bronze_rs: RsTable = field(init=False)
     quarantine_rs: RsTable = field(init=False)
+    _rules: tuple[DecodeSpec, Rules] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.bronze = DeltaAppend(self.config.table_path, self.app_id)
@@ -84,13 +91,23 @@ class Targets:
     def spec(self) -> DecodeSpec:
         return self.resolver.spec
 
-    def records(self, stats: list[Any], batch_id: int, app_id: str | None = None) -> tuple[BatchRecord,
-                                                                                            BatchRecord | None]:
+    @property
+    def rules(self) -> Rules:
+        """The pipeline's expectations compiled against bronze's columns of the current schemas (once per spec)."""
+        spec = self.spec
+        if self._rules is None or self._rules[0] is not spec:
+            self._rules = (spec, expectations.compile_rules(self.config, bronze_rows.table_schemas(spec)[0]))
+        return self._rules[1]
+
+    def records(self, stats: list[Any], batch_id: int, app_id: str | None = None,
+                counts: Counts | None = None) -> tuple[BatchRecord, BatchRecord | None]:
         """The ledger records of the bronze commit and, when records failed, of the quarantine commit (`app_id`:
-        bronze's txnAppId when not the checkpoint's, as for the start batch)."""
+        bronze's txnAppId when not the checkpoint's, as for the start batch; `counts`: the expectations')."""
         bronze_app = app_id or self.bronze.app_id
         return ledger.batch_records(stats, pipeline=self.config.name, batch_id=batch_id, kind=BatchKind.STREAM,
-                                    app_id=bronze_app, quarantine_app_id=quarantine_app_id(bronze_app))
+                                    app_id=bronze_app, quarantine_app_id=quarantine_app_id(bronze_app),
+                                    checked=counts.checked if counts else 0,
+                                    violated=counts.violated if counts else None)
 
 
 def quarantine_app_id(app_id: str) -> str:

@@ -25,7 +25,7 @@ from ingestion import faults
 from ingestion.decode.arrow_rows import RecordDecoder
 from ingestion.delta.ledger import PartitionRange
 from ingestion.delta.rs_append import RsWriteError
-from ingestion.errors import DecodeError
+from ingestion.errors import DecodeError, ExpectationError
 from ingestion.kafka.fetch import RangeFetcher, Span
 from ingestion.stream.batch import EMPTY, BatchResult, Declined, Empty, Targets, WritePath, quarantine_app_id
 
@@ -47,7 +47,7 @@ class DriverWrite:
         """The Python decoder of the current schemas, made once per schema version."""
         spec = self.targets.spec
         if self._decoder is None or self._decoder.spec is not spec:
-            self._decoder = RecordDecoder(spec)
+            self._decoder = RecordDecoder(spec, self.targets.rules)
         return self._decoder
 
     def write(self, spans: Sequence[Span], batch_id: int, ingested_at: dt.datetime, started: float, *,
@@ -81,7 +81,9 @@ class DriverWrite:
         if decoded.unknown_ids:
             return self._decline(f"schema ids {sorted(decoded.unknown_ids)} are not known yet")
         marks.append(("decode", time.monotonic()))
-        record, failed = targets.records(decoded.stats, batch_id, bronze_app)
+        if decoded.rule_failure is not None:
+            raise ExpectationError(decoded.rule_failure)
+        record, failed = targets.records(decoded.stats, batch_id, bronze_app, decoded.counts)
         if config.sink.on_error == "fail" and (bad := decoded.first_failure()):
             raise DecodeError(f"cannot decode {bad} (sink.onError: fail)")
         if failed is not None:
@@ -112,7 +114,7 @@ class DriverWrite:
         return BatchResult(batch_id, record.rows, record.quarantined, sum(s["bytes"] for s in stats),
                            appended.version, appended.committed, record.ranges,
                            max((s["max_timestamp"] for s in stats if s["max_timestamp"] is not None), default=None),
-                           time.monotonic() - started, WritePath.DRIVER)
+                           time.monotonic() - started, WritePath.DRIVER, record.checked, dict(record.violated))
 
     def _decline(self, reason: str) -> Declined:
         if reason != self._declined:

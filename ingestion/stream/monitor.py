@@ -104,6 +104,9 @@ def _metrics(read: float, read_rate: float, processed_rate: float, duration_ms: 
             "table_version": float(result.version if result.version is not None else -1),
             "lag_seconds": max(0.0, behind),
         })
+        if result.committed and (result.checked or result.violated):  # data-quality expectations
+            values["expectation_rows_checked"] = float(result.checked)
+            values.update({f"expectation_{name}_violated": float(n) for name, n in result.violated.items()})
     return values
 
 

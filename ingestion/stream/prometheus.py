@@ -64,6 +64,8 @@ class Exporter:
         self.rows = Counter("ingest_rows", "Rows written to the table", per, registry=r)
         self.quarantined = Counter("ingest_quarantined_rows", "Rows written to the quarantine table", per,
                                    registry=r)
+        self.expectation_rows = Counter("ingest_expectation_rows", "Rows a data-quality rule was checked on, by "
+                                        "outcome (passed, violated)", [*per, "rule", "outcome"], registry=r)
         self.value_bytes = Counter("ingest_value_bytes", "Bytes of Kafka record values read", per, registry=r)
         self.duration = Histogram("ingest_batch_duration_seconds", "Time to write one batch", per,
                                   buckets=DURATION_BUCKETS, registry=r)
@@ -158,6 +160,9 @@ class PipelineMetrics:
         e.rows.labels(name).inc(result.rows)
         e.quarantined.labels(name).inc(result.quarantined)
         e.value_bytes.labels(name).inc(result.bytes)
+        for rule, violated in result.violated.items():
+            e.expectation_rows.labels(name, rule, "violated").inc(violated)
+            e.expectation_rows.labels(name, rule, "passed").inc(result.checked - violated)
         e.duration.labels(name).observe(result.seconds)
         e.last_commit.labels(name).set(time.time())
         if result.version is not None:

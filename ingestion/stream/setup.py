@@ -13,7 +13,7 @@ from pyspark.sql import types as T
 from ingestion import kafka
 from ingestion.columns import METADATA_COLUMNS
 from ingestion.config import PipelineConfig
-from ingestion.decode import bronze
+from ingestion.decode import bronze, expectations
 from ingestion.decode.resolver import SchemaResolver
 from ingestion.decode.spec import DecodeSpec
 from ingestion.delta import catalog, tables
@@ -89,14 +89,21 @@ def plans(spark: SparkSession | None, config: PipelineConfig, spec: DecodeSpec) 
     return tables.plans(spark, config, *bronze.table_schemas(spec), bronze_properties(spec))
 
 
+def check_rules(config: PipelineConfig, spec: DecodeSpec) -> expectations.Rules:
+    """The pipeline's expectations compiled against bronze's columns of `spec`: a ConfigError names the file, the
+    rule and the reason for an expression that does not parse, is not a condition or names an unknown column."""
+    return expectations.compile_rules(config, bronze.table_schemas(spec)[0])
+
+
 def check(ctx: PipelineContext) -> SchemaResolver | None:
     """What `onboard --dry-run` checks, made by a run before it creates anything (a table, a checkpoint, a catalog
-    entry, an MLflow run): the subjects or schema file resolve to columns the table can take, `sink.partitionBy`
-    names bronze columns, the tables' retention settings hold, and the `silver:` section's key and ordering name
-    bronze columns. Returns the schemas (the run goes on with them), None when only Spark can read a table (its
-    checks then come at the query's start)."""
+    entry, an MLflow run): the subjects or schema file resolve to columns the table can take, the expectations
+    compile against bronze's columns, `sink.partitionBy` names bronze columns, the tables' retention settings hold,
+    and the `silver:` section's key and ordering name bronze columns. Returns the schemas (the run goes on with
+    them), None when only Spark can read a table (its checks then come at the query's start)."""
     try:
         schemas = resolver(None, ctx)
+        check_rules(ctx.config, schemas.spec)
         found = plans(None, ctx.config, schemas.spec)
     except JvmFreeReadError as exc:
         log.debug("%s: %s; the tables are checked with Spark", ctx.name, exc)

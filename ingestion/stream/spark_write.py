@@ -33,14 +33,15 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from ingestion import faults
-from ingestion.decode import bronze, jvm_decoder
+from ingestion.decode import bronze, expectations, jvm_decoder
 from ingestion.decode.arrow_rows import DecodedRecords, RecordDecoder
+from ingestion.decode.expectations import Counts, Rules
 from ingestion.decode.python_decoder import decode_in_python
 from ingestion.decode.spec import DecodeSpec
 from ingestion.delta import dictionaries
 from ingestion.delta.append import right_sized
 from ingestion.delta.rs_append import RsWriteError
-from ingestion.errors import DecodeError, one_line
+from ingestion.errors import DecodeError, ExpectationError, one_line
 from ingestion.kafka.fetch import SOURCE_ARROW_SCHEMA
 from ingestion.runtime import delta_txn, helper, session_cache
 from ingestion.stream import setup
@@ -63,6 +64,16 @@ class SparkWrite:
         self._probe_logged = False
         self._records: RecordDecoder | None = None
         self._dictionaries_for: DecodeSpec | None = None  # the spec Parquet's dictionaries were tuned for
+        self._rules_checked: DecodeSpec | None = None  # the spec the rules were last compiled by Spark for
+
+    def rules(self, spark: SparkSession) -> Rules:
+        """The expectations, compiled by Spark too once per schema version (`expectations.check_in_spark`)."""
+        rules = self.targets.rules
+        if rules and self._rules_checked is not self.targets.spec:
+            expectations.check_in_spark(spark, rules, bronze.table_schemas(self.targets.spec)[0],
+                                        self.targets.config.file)
+            self._rules_checked = self.targets.spec
+        return rules
 
     def write(self, kafka_rows: DataFrame, batch_id: int, ingested_at: dt.datetime,
               started: float) -> BatchResult | None:
@@ -76,11 +87,16 @@ class SparkWrite:
         observation = Observation()
         observed = _observed(spark)
         jvm = self.decoder.jvm(spark)
-        spec = self.targets.spec
-        decoded = (jvm_decoder.decode_in_jvm(kafka_rows, spec) if jvm else decode_in_python(kafka_rows, spec))
+        spec, rules = self.targets.spec, self.rules(spark)
+        source = expectations.with_raw_value(kafka_rows, rules)
+        decoded = (jvm_decoder.decode_in_jvm(source, spec) if jvm else decode_in_python(source, spec))
+        counted: list[Column] = []
+        if rules:  # a row a blocking rule refuses is one the job does not write: the driver settles it
+            decoded = expectations.flag_rows(decoded, rules, bronze.decoder_sources())
+            counted = expectations.spark_counts(decoded, rules, unflagged=True)
         # The observation sits between the decode and bronze's filter: Spark cannot push the filter below it,
         # so each record is decoded once.
-        rows = bronze.bronze_rows(decoded.observe(observation, *observed.values()), batch_id=batch_id,
+        rows = bronze.bronze_rows(decoded.observe(observation, *observed.values(), *counted), batch_id=batch_id,
                                   ingested_at=ingested_at)
         reason = txn.incompatible(rows.schema)
         if reason is None and txn.committed_version(bronze_target.app_id) >= batch_id:
@@ -91,7 +107,7 @@ class SparkWrite:
         marks.append(("plan", time.monotonic()))
         files = txn.write(right_sized(rows))
         marks.append(("write", time.monotonic()))
-        seen = helper.observed_values(observation, observed)
+        seen = helper.observed_values(observation, [*observed, *(c for c in _names(rules))])
         records, pending = int(seen["records"]), int(seen["pending"])
         if not records:
             txn.discard(files)
@@ -106,8 +122,16 @@ class SparkWrite:
             return self.cached.write(kafka_rows, batch_id, ingested_at, started)
         files, python_rows = written
         marks.append(("pending", time.monotonic()))
+        counts = None
+        if rules:
+            counts = expectations.counts_of(seen, rules)
+            if python_rows is not None and python_rows.counts is not None:
+                counts = counts.add(python_rows.counts)
+            if python_rows is not None and python_rows.rule_failure is not None:
+                txn.discard(files)
+                raise ExpectationError(python_rows.rule_failure)
         stats = _merged(bronze.observed_stats(seen["partitions"]), python_rows, int(seen["bytes"]))
-        record, failed = self.targets.records(stats, batch_id)
+        record, failed = self.targets.records(stats, batch_id, counts=counts)
         if config.sink.on_error == "fail" and python_rows is not None and (bad := python_rows.first_failure()):
             txn.discard(files)
             raise DecodeError(f"cannot decode {bad} (sink.onError: fail)")
@@ -125,7 +149,8 @@ class SparkWrite:
             self._tune_dictionaries(txn, txn.file_paths(files), batch_id)
         return BatchResult(batch_id, record.rows, record.quarantined, int(seen["bytes"]), bronze_target.version, True,
                            record.ranges, max((s["max_timestamp"] for s in stats if s["max_timestamp"] is not None),
-                                              default=None), time.monotonic() - started)
+                                              default=None), time.monotonic() - started,
+                           checked=record.checked, violated=dict(record.violated))
 
     def _usable(self, spark: SparkSession) -> bool:
         """Whether Delta's transaction API is the expected one (logged once when not)."""
@@ -173,7 +198,7 @@ class SparkWrite:
     def _record_decoder(self) -> RecordDecoder:
         spec = self.targets.spec
         if self._records is None or self._records.spec is not spec:
-            self._records = RecordDecoder(spec)
+            self._records = RecordDecoder(spec, self.targets.rules)
         return self._records
 
     def _quarantine(self, spark: SparkSession, decoded: DecodedRecords, failed: Any, batch_id: int) -> None:
@@ -230,6 +255,11 @@ def pending_source(text: str) -> pa.RecordBatch:
         schema=SOURCE_ARROW_SCHEMA)
 
 
+def _names(rules: Rules) -> list[str]:
+    """The names of `expectations.spark_counts`' values."""
+    return ["rules_checked", *(f"rule_{i}" for i in range(len(rules.rules)))] if rules else []
+
+
 def _merged(observed: list[dict[str, Any]], python: DecodedRecords | None, value_bytes: int) -> list[dict[str, Any]]:
     """The batch's per-partition summary: the job's (every record, offsets and schema ids), with the failures of
     the records decoded in Python; `bytes` for the whole batch on its first partition."""
@@ -281,6 +311,7 @@ class CachedWrite:
               started: float) -> BatchResult | None:
         spark = kafka_rows.sparkSession
         config, resolver = self.targets.config, self.targets.resolver
+        kafka_rows = expectations.with_raw_value(kafka_rows, self.targets.rules)
         decoded = self._decode(kafka_rows)
         cached = [decoded]  # what to unpersist at the end
         try:
@@ -303,7 +334,15 @@ class CachedWrite:
                 return None
             if config.sink.on_error == "fail" and any(s["failed"] for s in stats):
                 raise _first_failure(decoded)
-            record, failed = self.targets.records(stats, batch_id)
+            counts = None
+            rules = self.targets.rules
+            if rules:
+                decoded = expectations.flag_rows(decoded, rules, bronze.decoder_sources()).persist(
+                    StorageLevel.MEMORY_AND_DISK)
+                cached.append(decoded)
+                counts = self._rules_counted(decoded, rules)
+                stats = bronze.batch_stats(decoded)
+            record, failed = self.targets.records(stats, batch_id, counts=counts)
             faults.reached(faults.FaultPoint.BEFORE_COMMIT, batch_id)
             if failed is not None:
                 self.targets.quarantine.append(
@@ -318,7 +357,26 @@ class CachedWrite:
         return BatchResult(batch_id, record.rows, record.quarantined, sum(s["bytes"] for s in stats),
                            self.targets.bronze.version, committed, record.ranges,
                            max((s["max_timestamp"] for s in stats if s["max_timestamp"] is not None), default=None),
-                           time.monotonic() - started)
+                           time.monotonic() - started, checked=record.checked, violated=dict(record.violated))
+
+    def _rules_counted(self, flagged: DataFrame, rules: Rules) -> Counts:
+        """The rules' counts over the batch's flagged rows; an ExpectationError for a row a `fail` rule refuses,
+        its line made by the driver's evaluation of that record (as the other paths make it)."""
+        counts = expectations.counts_of(flagged.agg(*expectations.spark_counts(flagged, rules, unflagged=False))
+                                        .first().asDict(), rules)  # type: ignore[union-attr]
+        failing = [i for i, r in enumerate(rules.rules) if r.on_violation == "fail" and counts.violated[r.name]]
+        if not failing:
+            return counts
+        refused = F.lit(False)
+        for i in failing:
+            refused = refused | F.col(expectations.RULE_COLUMN.format(i))
+        first = (flagged.where(refused).orderBy("topic", "partition", "offset").limit(1)
+                 .select(F.expr(_PENDING_RECORD).alias("r")).first())
+        assert first is not None
+        record = RecordDecoder(self.targets.spec, rules).decode(
+            pending_source(f"[{first['r']}]"), batch_id=0, ingested_at=dt.datetime.now(dt.UTC))
+        raise ExpectationError(record.rule_failure or f"expectation {rules.rules[failing[0]].name!r} failed for "
+                               f"a record of the batch (onViolation: fail; nothing of the batch was committed)")
 
     def _decode(self, kafka_rows: DataFrame) -> DataFrame:
         """The batch decoded (JVM path: unverified rows still to settle), persisted for the passes that follow."""

@@ -127,8 +127,8 @@ def test_unknown_top_level_key(tmp_path: Path) -> None:
     assert str(path) in message
     assert "unknown key 'sinks'" in message
     assert "(value {'table': 'x'})" in message
-    assert ("known keys here: extends, kafka, key, maintenance, metrics, name, silver, sink, source, spark, topic, "
-            "topicPattern, topicSettings, topics, value") in message
+    assert ("known keys here: expectations, extends, kafka, key, maintenance, metrics, name, silver, sink, source, "
+            "spark, topic, topicPattern, topicSettings, topics, value") in message
 
 
 def test_unknown_nested_key_typo(tmp_path: Path) -> None:
@@ -438,3 +438,30 @@ def test_two_pipelines_with_one_catalog_name_are_both_refused(tmp_path: Path) ->
     assert configs == []
     assert [str(e) for e in errors] == [f"{second}: pipeline 'other' has the same catalog table 'bronze.x' as "
                                         f"{first}; each pipeline needs its own"]
+
+
+# --- expectations (docs/expectations.md) ---------------------------------------------------------------------------
+
+def test_expectations_are_read_with_warn_by_default(tmp_path: Path) -> None:
+    config = load_pipeline(write(tmp_path, MINIMAL + "expectations:\n  - name: positive_qty\n    expect: qty > 0\n"
+                                 "  - name: has_customer\n    expect: customer IS NOT NULL\n"
+                                 "    onViolation: quarantine\n"))
+    assert [(e.name, e.expect, e.on_violation) for e in config.expectations] == [
+        ("positive_qty", "qty > 0", "warn"), ("has_customer", "customer IS NOT NULL", "quarantine")]
+
+
+@pytest.mark.parametrize(("rules", "message"), [
+    ("  - name: Bad-Name\n    expect: x > 0\n", "key 'expectations[0].name' must be lower-case letters, digits and "
+     "'_', got 'Bad-Name'"),
+    ("  - name: a\n    expect: x > 0\n  - name: a\n    expect: y > 0\n",
+     "key 'expectations[1].name': each rule needs its own name, got 'a' twice"),
+    ("  - name: a\n    expect: '  '\n", "key 'expectations[0].expect' (rule 'a') must be a SQL condition"),
+    ("  - name: a\n    expect: x > 0\n    onViolation: drop\n",
+     "key 'expectations[0].onViolation' must be one of ['warn', 'quarantine', 'fail'], got 'drop'"),
+    ("  - name: a\n", "missing required key 'expectations[0].expect'"),
+    ("  name: a\n", "key 'expectations' must be a list of mappings"),
+])
+def test_bad_expectations_are_refused_at_load(tmp_path: Path, rules: str, message: str) -> None:
+    path = write(tmp_path, MINIMAL + "expectations:\n" + rules)
+    found = config_error(path)
+    assert found.startswith(f"{path}: ") and message in found, found
