@@ -196,6 +196,32 @@ def evaluate(rules: Rules, rows: pa.Table) -> Verdict:
     return Verdict(rules, violated, int((~tombstones).sum()))
 
 
+@dataclass(frozen=True)
+class TableViolations:
+    """A blocking rule's verdict on a table's rows: how many break it, and the first of them (topic, partition,
+    offset)."""
+
+    rule: str
+    rows: int
+    first: tuple[tuple[str, int, int], ...]
+
+
+def violations_in_table(rules: Rules, dataset: Any, *, shown: int = 10) -> list[TableViolations]:
+    """Per blocking rule (`quarantine`, `fail`), the rows of a table (a pyarrow dataset, scanned by DuckDB for the
+    columns the rules and the coordinates name only) that break it: none should be in bronze."""
+    found = []
+    with _connection() as con:
+        con.register("bronze", dataset)
+        for rule in rules.blocking:
+            where = _violates(rule.expect)
+            count = con.execute(f"SELECT count(*) FROM bronze WHERE {where}").fetchone()
+            first = con.execute(f"SELECT _kafka_topic, _kafka_partition, _kafka_offset FROM bronze WHERE {where} "
+                                f"ORDER BY 1, 2, 3 LIMIT {int(shown)}").fetchall()
+            found.append(TableViolations(rule.name, int(count[0]) if count else 0,
+                                         tuple((str(t), int(p), int(o)) for t, p, o in first)))
+    return found
+
+
 def _violates(expect: str) -> str:
     """SQL true when a row breaks the rule: its condition false or null; never for a tombstone."""
     return f"NOT coalesce(_kafka_tombstone, false) AND NOT coalesce(({expect}), false)"

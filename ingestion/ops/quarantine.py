@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 
 from ingestion.columns import COORDINATES
 from ingestion.config import PipelineConfig
-from ingestion.decode import bronze
+from ingestion.decode import bronze, expectations
 from ingestion.decode.python_decoder import decode_in_python
 from ingestion.delta import ledger, reads
 from ingestion.delta.append import commit_metadata
@@ -116,7 +116,14 @@ def redecode(spark: SparkSession, target: PipelineConfig | PipelineContext) -> R
     # evolves the table here.
     setup.widen_table(spark, config, schemas)
     spec = schemas.spec
-    decoded = decode_in_python(as_kafka_rows(quarantined), spec).persist(StorageLevel.MEMORY_AND_DISK)
+    # The expectations as they are now (docs/expectations.md): a record one refuses stays in quarantine (its class
+    # and rules updated), one that passes them now (a rule relaxed or removed) moves to bronze.
+    rules = setup.check_rules(config, spec)
+    kafka_rows = expectations.with_raw_value(as_kafka_rows(quarantined), rules)
+    decoded = decode_in_python(kafka_rows, spec)
+    if rules:
+        decoded = expectations.flag_rows(decoded, rules, bronze.decoder_sources()).select(*decoded.columns)
+    decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         renamed = decoded.withColumnsRenamed({"topic": KEYS[0], "partition": KEYS[1], "offset": KEYS[2]})
         bronze_table = reads.read_table(spark, config.table_path)

@@ -19,7 +19,8 @@ from typing import Any
 
 from ingestion import kafka
 from ingestion.config import PipelineConfig
-from ingestion.delta import ledger
+from ingestion.decode.expectations import BLOCKING, TableViolations, compile_rules, violations_in_table
+from ingestion.delta import ledger, rs_tables
 from ingestion.delta.reader import HeldPartition, TableReader
 from ingestion.ops.readers import Source, as_reader
 from ingestion.stream import context
@@ -57,15 +58,19 @@ class Audit:
     partitions: list[PartitionAudit]
     topics: list[str] = field(default_factory=list)  # the topics audited
     gone_topics: list[str] = field(default_factory=list)  # in the ledger, matched once, deleted since: not audited
+    # per `quarantine`/`fail` expectation, the bronze rows that break it (none should: they belong in quarantine)
+    expectations: list[TableViolations] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return all(p.ok for p in self.partitions)
+        return all(p.ok for p in self.partitions) and not any(v.rows for v in self.expectations)
 
     def to_json(self) -> dict[str, Any]:
         return {"pipeline": self.pipeline, "topic": self.topic, "topics": self.topics,
                 "gone_topics": self.gone_topics, "ok": self.ok,
-                "partitions": [{**asdict(p), "ok": p.ok} for p in self.partitions]}
+                "partitions": [{**asdict(p), "ok": p.ok} for p in self.partitions],
+                "expectations": [{"rule": v.rule, "bronze_rows": v.rows, "first": [list(c) for c in v.first]}
+                                 for v in self.expectations]}
 
 
 def audit(source: Source, target: PipelineConfig | PipelineContext) -> Audit:
@@ -102,7 +107,22 @@ def audit(source: Source, target: PipelineConfig | PipelineContext) -> Audit:
         if committed is not None and span is not None and span[0] <= span[1]:
             held = reader.held_between(tables, part.topic, part.partition, span[0], span[1])
             part.not_committed = [list(run) for run in _runs(sorted(held - committed))][:MAX_SHOWN]
-    return Audit(config.name, config.subscription, [p for p, _ in parts], topics, gone)
+    return Audit(config.name, config.subscription, [p for p, _ in parts], topics, gone, _expectations(config))
+
+
+def _expectations(config: PipelineConfig) -> list[TableViolations]:
+    """Bronze's rows checked against the pipeline's `quarantine` and `fail` rules as they are now, on the table
+    itself (DuckDB over delta-rs, no JVM): a row that breaks one should be in quarantine, not in bronze."""
+    if not any(e.on_violation in BLOCKING for e in config.expectations):
+        return []
+    from deltalake import DeltaTable
+
+    state = rs_tables.state(config.table_path, config.storage_options())
+    if state.schema is None:
+        return []
+    rules = compile_rules(config, state.schema)
+    table = DeltaTable(config.table_path, storage_options=config.storage_options() or None)
+    return violations_in_table(rules, table.to_pyarrow_dataset())
 
 
 def _partitions(reader: TableReader, config: PipelineConfig, topic: str, marks: dict[int, tuple[int, int]],
@@ -287,4 +307,8 @@ def render(result: Audit) -> str:
             lines.append(f"    not checked for aborted records (too large to read back): {p.commits_unchecked}")
         for reason, spans in p.explained.items():
             lines.append(f"    explained gaps ({reason}): {spans}")
+    for v in result.expectations:
+        shown = ", ".join(f"{t}/{p}@{o}" for t, p, o in v.first)
+        lines.append(f"  expectation {v.rule!r}: " + (f"{v.rows} bronze row(s) break it: VIOLATION (first: {shown})"
+                                                     if v.rows else "no bronze row breaks it: ok"))
     return "\n".join(lines)

@@ -193,3 +193,39 @@ def test_a_bad_rule_is_refused_by_onboard_and_run_before_anything_exists(
         assert reason.lower() in lines[0].lower(), lines[0]
         assert not (tmp_path / "tables").exists() and not (tmp_path / "checkpoints").exists()
         assert not (tmp_path / "home" / "mlflow").exists()
+
+
+def test_verify_checks_bronze_against_the_rules_and_reprocess_follows_them_as_they_are_now(
+        spark, kafka_servers, make_topic, orders_schema, tmp_path: Path) -> None:
+    from ingestion.ops import quarantine, verify
+
+    topic = make_topic(partitions=1)
+    produced = _produce(kafka_servers, topic, orders_schema, _orders(30))
+    path = pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, name="rules_verify", extra=RULES)
+    config = load_pipeline(path)
+    pipeline.run(spark, config, available_now=True)
+    found = verify.audit(DeltaRsReader(), config)
+    assert found.ok and [(v.rule, v.rows) for v in found.expectations] == [("positive_amount", 0), ("recent", 0)]
+
+    # A rule relaxed (the 1990 orders may stay) and one removed: the records they held move to bronze exactly once,
+    # a record another rule still refuses stays, its rule names updated.
+    path.write_text(path.read_text().replace(RULES, 'expectations:\n  - name: positive_amount\n'
+                                                    '    expect: "amount > 0"\n    onViolation: quarantine\n'))
+    relaxed = load_pipeline(path)
+    result = quarantine.redecode(spark, relaxed)
+    negative = {p.offset for p, _ in produced if p.record["amount"] <= 0}
+    assert (result.examined, result.redecoded, result.still_failing, result.errors_changed) == (9, 3, 6, 1)
+    bronze = spark.read.format("delta").load(config.table_path).collect()
+    assert_exactly_produced(bronze, [p for p, _ in produced if p.offset not in negative])
+    held = {r["_kafka_offset"]: r["_error_message"] for r in
+            spark.read.format("delta").load(config.quarantine_path).collect()}
+    assert held == dict.fromkeys(negative, "positive_amount")  # seq 16 broke both: now only the one left
+    assert verify.audit(DeltaRsReader(), relaxed).ok
+
+    # A rule tightened after the rows landed: verify finds the bronze rows that break it, on the table itself.
+    path.write_text(path.read_text().replace('"amount > 0"', '"amount > 100"'))
+    tightened = verify.audit(DeltaRsReader(), load_pipeline(path))
+    big = sorted(p.offset for p, _ in produced if 0 < p.record["amount"] <= 100)
+    assert not tightened.ok and tightened.expectations[0].rows == len(big) > 0
+    assert [o for _, _, o in tightened.expectations[0].first] == big[:10]
+    assert "expectation 'positive_amount': " in verify.render(tightened)
