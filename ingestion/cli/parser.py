@@ -138,9 +138,10 @@ def _add_report(commands: Commands) -> None:
 
 def _add_sql(commands: Commands) -> None:
     sql = commands.add_parser(
-        "sql", help="SQL over every pipeline's tables by name (sink.catalogTable, else <name>, <name>_quarantine); "
-        "a SELECT / WITH query on them (VERSION AS OF n included) is answered by DuckDB without a JVM, in about a "
-        "second; Spark SQL answers the rest (TIMESTAMP AS OF, other statements and tables, what DuckDB refuses)")
+        "sql", help="SQL over every pipeline's tables by name (sink.catalogTable and silver.catalogTable, else "
+        "<name>, <name>_quarantine, <name>_silver); a SELECT / WITH query (VERSION AS OF n included) is answered by "
+        "DuckDB without a JVM, in about a second; Spark SQL answers only what DuckDB cannot (TIMESTAMP AS OF, other "
+        "statements, what DuckDB refuses), after a line saying why; an unknown table is one line naming the known")
     sql.add_argument("query")
     sql.add_argument("--engine", choices=("auto", "duckdb", "spark"), default="auto",
                      help="auto (default): DuckDB where it can answer, else Spark; spark: Spark SQL's dialect and "

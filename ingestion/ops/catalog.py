@@ -1,6 +1,7 @@
 """Pipeline tables by name for `ingest sql` and `ingest sql-server`: the catalog names of `sink.catalogTable`
 (registered at onboard or first run, ensured here), and for pipelines without one their short names (`orders`,
-`orders_quarantine` in the `default` database), so `SELECT ... FROM orders VERSION AS OF 3` keeps working."""
+`orders_quarantine` in the `default` database), so `SELECT ... FROM orders VERSION AS OF 3` keeps working; a silver
+table by `silver.catalogTable`, else as `orders_silver` (`names`)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from pyspark.sql import SparkSession
 from ingestion.config import PipelineConfig
 from ingestion.delta import catalog, ledger
 from ingestion.errors import IngestionError, one_line
-from ingestion.ops.names import table_name
+from ingestion.ops.names import pipeline_tables, silver_name, table_name, unknown_table
 
-__all__ = ["register", "table_name", "time_travel_failure"]
+__all__ = ["missing_table", "register", "table_name", "time_travel_failure"]
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,14 @@ def register(spark: SparkSession, configs: list[PipelineConfig]) -> dict[str, st
                            (table_name(config, "_quarantine"), config.quarantine_path)):
             if _short_name(spark, name, path, config):
                 registered[name] = path
+    for config in configs:
+        silver = silver_name(config)
+        if silver is None or not ledger.is_table(spark, silver[1]):
+            continue
+        if config.silver is not None and config.silver.catalog_table:
+            registered[silver[0]] = catalog.register(spark, silver[0], silver[1], config.file).path
+        elif _short_name(spark, silver[0], silver[1], config):
+            registered[silver[0]] = silver[1]
     return registered
 
 
@@ -48,6 +57,16 @@ def _short_name(spark: SparkSession, name: str, path: str, config: PipelineConfi
         spark.sql(f"DROP TABLE {catalog.quoted(name)}")  # an external table: only the name goes
     catalog.register(spark, name, path, config.file)
     return True
+
+
+def missing_table(exc: BaseException, configs: list[PipelineConfig]) -> IngestionError | None:
+    """Spark's failure for a table its catalog does not have as one line naming the pipelines' tables; None for
+    any other failure."""
+    if "TABLE_OR_VIEW_NOT_FOUND" not in str(exc):
+        return None
+    found = re.search(r"The table or view (\S+) cannot be found", str(exc))
+    name = found.group(1).replace("`", "") if found else "?"
+    return IngestionError(unknown_table(name, pipeline_tables(configs)))
 
 
 # Delta's errors for a version it cannot read any more: beyond the deleted-file retention, files vacuumed,

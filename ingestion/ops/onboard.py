@@ -66,8 +66,9 @@ def onboard(spark: SparkSession | Callable[[], SparkSession], target: PipelineCo
             dry_run: bool = False, create_topic: bool = False, register_schemas: bool = False) -> OnboardReport:
     """Check and create what the pipeline needs. `spark`: a session, or a function that makes one, called only
     when a step needs a JVM (catalog names, a table delta-rs cannot read or make): tables are read and made with
-    delta-rs (`delta.rs_tables`), so a pipeline without catalog names is onboarded without a JVM."""
-    session = _Session(spark)
+    delta-rs (`delta.rs_tables`), so a pipeline without catalog names is onboarded without a JVM. A dry run never
+    makes one: catalog names are reported unchecked, and a table delta-rs cannot read is an IngestionError."""
+    session = _Session(spark, dry_run=dry_run)
     ctx = target if isinstance(target, PipelineContext) else check_kafka(target, create_topic=create_topic)
     config = ctx.config
     report = OnboardReport()
@@ -100,8 +101,9 @@ def onboard(spark: SparkSession | Callable[[], SparkSession], target: PipelineCo
     if rules:
         report.say("expectations", config.name, f"expectations: {len(rules.rules)} rule(s) compile against the "
                    f"table's columns ({', '.join(f'{r.name}: {r.on_violation}' for r in rules.rules)})")
-    # Before the tables are created, which registers them too (setup.ensure_tables).
-    named = [(name, path, catalog.check(session.get(), name, path, config.file).state)
+    # Before the tables are created, which registers them too (setup.ensure_tables). Asking the catalog takes a
+    # JVM (Spark's catalog client), which a dry run does not start.
+    named = [(name, path, "unchecked" if dry_run else catalog.check(session.get(), name, path, config.file).state)
              for name, path in catalog.pipeline_names(config)]
     found = session.either(lambda spark: setup.plans(spark, config, schemas.spec))
     for plan in found:
@@ -121,7 +123,8 @@ def onboard(spark: SparkSession | Callable[[], SparkSession], target: PipelineCo
         if state == "exists":
             report.say("catalog", name, f"catalog table {name}: registered for {path}, left as it is")
         elif dry_run:
-            report.say("catalog", name, f"catalog table {name}: would be registered for {path}", State.WOULD_CHANGE)
+            report.say("catalog", name, f"catalog table {name}: would be registered for {path} (not checked "
+                       "against the catalog: a dry run starts no JVM)", State.WOULD_CHANGE)
         else:
             catalog.register(session.get(), name, path, config.file)
             report.say("catalog", name, f"catalog table {name}: registered for {path}", State.CHANGED)
@@ -136,11 +139,12 @@ R = TypeVar("R")
 
 
 class _Session:
-    """A session made the first time a step needs one."""
+    """A session made the first time a step needs one (never in a dry run)."""
 
-    def __init__(self, spark: SparkSession | Callable[[], SparkSession]) -> None:
+    def __init__(self, spark: SparkSession | Callable[[], SparkSession], *, dry_run: bool = False) -> None:
         self._made = None if callable(spark) else spark
         self._make = spark if callable(spark) else None
+        self._dry_run = dry_run
 
     def get(self) -> SparkSession:
         if self._made is None:
@@ -152,7 +156,10 @@ class _Session:
         """`read` through delta-rs (given no session), else through Spark where delta-rs cannot."""
         try:
             return read(self._made)
-        except JvmFreeReadError:
+        except JvmFreeReadError as exc:
+            if self._dry_run and self._made is None:
+                raise IngestionError(f"{exc}; a dry run starts no JVM to read it with Spark (`ingest onboard` "
+                                     "without --dry-run does)") from None
             return read(self.get())
 
 

@@ -1,12 +1,15 @@
-"""`ingest sql`: a read-only query answered by DuckDB over the pipelines' tables when it can (no JVM, about a
-second), by Spark SQL otherwise; and a result written to Parquet (nested types intact) or CSV (nested values as
-JSON text).
+"""`ingest sql`: a read-only query answered by DuckDB over the pipelines' tables (no JVM, about a second), by Spark
+SQL only where DuckDB cannot; and a result written to Parquet (nested types intact) or CSV (nested values as JSON
+text).
 
-DuckDB sees each table the query names, by the name Spark's catalog gives it (`sink.catalogTable`, else the short
-`orders` / `orders_quarantine`), at its latest version or at the version `VERSION AS OF n` names: the Parquet
-files delta-rs lists from the Delta log for that version. Spark answers whatever else: statements other than
-SELECT / WITH, `TIMESTAMP AS OF`, tables that are not a pipeline's, partitioned tables, tables on object storage,
-and anything DuckDB refuses to parse or plan.
+DuckDB sees each pipeline table the query names, by its SQL name (`names.pipeline_tables`: the catalog names of
+`sink.catalogTable` and `silver.catalogTable`, else the short `orders` / `orders_quarantine` / `orders_silver`), at
+its latest version or at the version `VERSION AS OF n` names: the Parquet files delta-rs lists from the Delta log
+for that version. Spark's `backquoted` identifiers become DuckDB's "quoted" ones, and a column whose name DuckDB
+reserves (`at`, `left`, `order`) is quoted when the query does not parse otherwise. A table no pipeline has is an
+`UnknownTable` naming the ones there are. Spark answers the rest (`NotForDuckDB` says why): statements other than
+SELECT / WITH / VALUES, `TIMESTAMP AS OF`, tables by path, partitioned tables, tables on object storage, and what
+DuckDB refuses to parse or plan (a function of Spark's dialect).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import pyarrow as pa
 
 from ingestion.config import PipelineConfig
 from ingestion.errors import IngestionError
-from ingestion.ops.names import table_name
+from ingestion.ops.names import pipeline_tables, unknown_table
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,14 @@ class NotForDuckDB(Exception):  # a reason to use Spark, not an error the user s
     """Why DuckDB does not answer a query (Spark does)."""
 
 
+class UnknownTable(IngestionError):
+    """The query names a table no pipeline has (one line naming the ones there are)."""
+
+    def __init__(self, name: str, tables: dict[str, str]) -> None:
+        super().__init__(unknown_table(name, tables, hint=" (`--engine spark` asks Spark's catalog for others)"))
+        self.name = name
+
+
 @dataclass(frozen=True)
 class TableRef:
     name: str  # as Spark's catalog knows it
@@ -47,30 +58,16 @@ class TableRef:
     version: int | None
 
 
-def pipeline_tables(configs: list[PipelineConfig]) -> dict[str, str]:
-    """The tables' names as `ingest sql` registers them in Spark ({name: path}), lower case."""
-    out: dict[str, str] = {}
-    for config in configs:
-        if config.catalog_names is not None:
-            for name, path in zip(config.catalog_names, (config.table_path, config.quarantine_path), strict=True):
-                out[name.lower()] = path
-        else:
-            out[table_name(config).lower()] = config.table_path
-            out[table_name(config, "_quarantine").lower()] = config.quarantine_path
-    return out
-
-
 def rewrite(query: str, tables: dict[str, str]) -> tuple[str, list[TableRef]]:
-    """The query with each pipeline table (and its `VERSION AS OF n`) replaced by a view name DuckDB gets; the
-    tables in the order of their view names. NotForDuckDB when Spark must answer."""
+    """The query with each pipeline table (and its `VERSION AS OF n`) replaced by a view name DuckDB gets, and
+    Spark's `backquoted` identifiers quoted as DuckDB quotes them; the tables in the order of their view names.
+    NotForDuckDB when Spark must answer; UnknownTable for `VERSION AS OF` on a table no pipeline has."""
     bare = _COMMENT_OR_LITERAL.sub(lambda m: m.group(1) or " ", query)  # comments out, literals kept
     if not _READ_ONLY.match(_LITERAL.sub("''", bare)):
         raise NotForDuckDB("not a SELECT or WITH query")
     if _SPARK_ONLY.search(_LITERAL.sub("''", bare)):
         raise NotForDuckDB("TIMESTAMP AS OF or a table by path")
-    names = "|".join(re.escape(n) for n in sorted(tables, key=len, reverse=True))
-    if not names:
-        raise NotForDuckDB("no pipeline tables")
+    names = "|".join(re.escape(n) for n in sorted(tables, key=len, reverse=True)) or r"(?!x)x"
     pattern = re.compile(rf"(?<![\w.`])`?({names})`?(?![\w`])(\s+VERSION\s+AS\s+OF\s+(\d+))?", re.I)
     refs: dict[tuple[str, int | None], TableRef] = {}
     views: dict[tuple[str, int | None], str] = {}
@@ -84,61 +81,139 @@ def rewrite(query: str, tables: dict[str, str]) -> tuple[str, list[TableRef]]:
             refs[key] = TableRef(name, tables[name], version)
         return views[key]
 
+    def outside_literals(text: str) -> str:
+        text = pattern.sub(replace, text)
+        stray = re.search(r"([\w.`]+)\s+VERSION\s+AS\s+OF\b", text, re.I)
+        if stray:
+            raise UnknownTable(stray.group(1).replace("`", ""), tables)
+        return re.sub(r"`((?:[^`]|``)*)`", lambda m: _identifier(m.group(1).replace("``", "`")), text)
+
     parts, last = [], 0
     for literal in _LITERAL.finditer(bare):  # names inside string literals stay as they are
-        parts.append(pattern.sub(replace, bare[last:literal.start()]))
+        parts.append(outside_literals(bare[last:literal.start()]))
         parts.append(literal.group(0))
         last = literal.end()
-    parts.append(pattern.sub(replace, bare[last:]))
-    if not views:
-        raise NotForDuckDB("the query names no pipeline table")
-    if re.search(r"\bVERSION\s+AS\s+OF\b", "".join(parts), re.I):
-        raise NotForDuckDB("VERSION AS OF on a table that is not a pipeline's")
+    parts.append(outside_literals(bare[last:]))
     return "".join(parts), [refs[k] for k in views]
 
 
 def duckdb_answer(query: str, configs: list[PipelineConfig]) -> pa.Table:
     """The query's result from DuckDB over the tables' Parquet files (at the version asked for, as the Delta log
-    read by delta-rs lists them); NotForDuckDB when Spark must answer."""
+    read by delta-rs lists them); NotForDuckDB when Spark must answer, UnknownTable when it names a table no
+    pipeline has."""
     import duckdb
 
-    text, refs = rewrite(query, pipeline_tables(configs))
+    tables = pipeline_tables(configs)
+    text, refs = rewrite(query, tables)
     con = duckdb.connect()
     # Spark's order of nulls (first when ascending, last when descending) and its session time zone.
     con.execute("SET default_null_order = 'nulls_first_on_asc_last_on_desc'")
     con.execute("SET TimeZone = 'UTC'")
+    columns: set[str] = set()
     for i, ref in enumerate(refs):
         con.execute(f"CREATE TEMP VIEW __ingest_{i} AS {_scan(con, ref)}")
+        columns |= {str(row[0]) for row in con.sql(f"DESCRIBE __ingest_{i}").fetchall()}
     try:
         return con.sql(text).fetch_arrow_table()
+    except duckdb.ParserException as exc:
+        quoted = quote_reserved(text, columns, _reserved(con))
+        if quoted != text:  # a column named like one of DuckDB's keywords (`at`, `left`): quoted, it parses
+            try:
+                return con.sql(quoted).fetch_arrow_table()
+            except Exception:  # noqa: BLE001 - the first refusal is the one to tell
+                pass
+        raise NotForDuckDB(_first_line(exc)) from None
+    except duckdb.CatalogException as exc:
+        missing = re.search(r"Table with name (.+?) does not exist", str(exc))
+        if missing:
+            raise UnknownTable(_as_named(missing.group(1), text), tables) from None
+        raise NotForDuckDB(_first_line(exc)) from None
     except Exception as exc:  # noqa: BLE001 - DuckDB's or Arrow's (a data file gone): Spark answers, or says why
-        raise NotForDuckDB(f"DuckDB: {(str(exc).splitlines() or [type(exc).__name__])[0]}") from None
+        raise NotForDuckDB(_first_line(exc)) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"DuckDB: {(str(exc).splitlines() or [type(exc).__name__])[0]}"
+
+
+def _as_named(table: str, text: str) -> str:
+    """A table DuckDB did not find as the query names it (with its database: `silver.customers`)."""
+    found = re.search(rf"(?<![\w.\"])((?:\w+\.)*{re.escape(table)})(?![\w\"])", text)
+    return found.group(1) if found else table
+
+
+def _reserved(con: Any) -> set[str]:
+    """The words DuckDB does not take as a bare column name."""
+    rows = con.sql("SELECT keyword_name FROM duckdb_keywords() WHERE keyword_category IN ('reserved', "
+                   "'type_function')").fetchall()
+    return {str(row[0]).lower() for row in rows}
+
+
+def quote_reserved(text: str, columns: set[str], reserved: set[str]) -> str:
+    """`text` with each bare word that is both a column of the query's tables and a word DuckDB reserves quoted
+    (`min(at)` -> `min("at")`), outside string literals and quoted names; not a function's name (`left(s, 1)`)."""
+    words = {c.lower() for c in columns} & reserved
+    if not words:
+        return text
+    word = re.compile(r"(?<![\w.\"])(\w+)(?![\w\"])(?!\s*\()")
+
+    def quote(match: re.Match[str]) -> str:
+        return _identifier(match.group(1)) if match.group(1).lower() in words else match.group(1)
+
+    parts, last = [], 0
+    for literal in re.finditer(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"", text):
+        parts.append(word.sub(quote, text[last:literal.start()]))
+        parts.append(literal.group(0))
+        last = literal.end()
+    parts.append(word.sub(quote, text[last:]))
+    return "".join(parts)
 
 
 def _scan(con: Any, ref: TableRef) -> str:
     """A SELECT of the table's columns, in the table's order, over its data files at the version (a column no file
-    holds yet is null). The tables this project writes have neither deletion vectors nor column mapping, so a
-    version's rows are its files' rows. Not through delta-rs's pyarrow dataset: its threads aborted the process at
-    exit 1 time in 20 here ("terminate called without an active exception", docs/performance.md)."""
+    holds yet is null; a table without files, none). The tables this project writes have neither deletion vectors
+    nor column mapping, so a version's rows are its files' rows. Not through delta-rs's pyarrow dataset: its threads
+    aborted the process at exit 1 time in 20 here ("terminate called without an active exception",
+    docs/performance.md)."""
     from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
 
     if "://" in ref.path and not ref.path.startswith("file:"):
         raise NotForDuckDB(f"{ref.name} is on object storage")
     try:
         table = DeltaTable(ref.path, version=ref.version)
-    except Exception as exc:  # noqa: BLE001 - no table, a version gone, a feature delta-rs lacks: Spark says which
+    except TableNotFoundError:
+        if ref.version is None:
+            raise IngestionError(f"table {ref.name} has no Delta table at {ref.path} yet (`ingest onboard` or "
+                                 "`ingest run` its pipeline)") from None
+        raise NotForDuckDB(f"delta-rs cannot read {ref.name} at version {ref.version}") from None
+    except Exception as exc:  # noqa: BLE001 - a version gone, a feature delta-rs lacks: Spark says which
         raise NotForDuckDB(f"delta-rs cannot read {ref.name}: {exc}") from None
     if table.metadata().partition_columns:
         raise NotForDuckDB(f"{ref.name} is partitioned")
     files = table.file_uris()
     if not files:
-        raise NotForDuckDB(f"{ref.name} has no data files at that version")
+        return _empty(ref, table.schema().to_json())
     listed = "[" + ", ".join(_literal(f.removeprefix("file://")) for f in files) + "]"
     scan = f"read_parquet({listed}, union_by_name = true)"
     present = {row[0] for row in con.sql(f"DESCRIBE SELECT * FROM {scan}").fetchall()}
     names = [field.name for field in table.schema().fields]
     columns = ", ".join(_identifier(n) if n in present else f"NULL AS {_identifier(n)}" for n in names)
     return f"SELECT {columns} FROM {scan}"
+
+
+def _empty(ref: TableRef, schema: str) -> str:
+    """A SELECT of no rows with the table's columns and types (a table with no data files yet)."""
+    from pyspark.sql import types as T
+
+    from ingestion.silver.fold_sql import NotInDuckDB, sql_type
+
+    try:
+        fields = T.StructType.fromJson(json.loads(schema)).fields
+        columns = ", ".join(f"CAST(NULL AS {sql_type(f.dataType)}) AS {_identifier(f.name)}" for f in fields)
+    except NotInDuckDB as exc:
+        raise NotForDuckDB(f"{ref.name}: {exc}") from None
+    return f"SELECT {columns} WHERE FALSE"
 
 
 def _literal(text: str) -> str:

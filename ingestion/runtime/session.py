@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import re
 import signal
@@ -270,9 +271,21 @@ def pipelines_session(app_name: str, configs: Sequence[PipelineConfig], pools: I
     if catalog is None:
         catalog = any(c.catalog_names is not None or (c.silver is not None and c.silver.catalog_table)
                       for c in configs)
+    _quiet_query_context_logs()
     return get_session(app_name, conf={k: v for c in configs for k, v in c.spark.items()},
                        locations=[location for c in configs for location in c.locations], pools=pools,
                        catalog=catalog, record_classes=record_classes, pipelines=streams)
+
+
+def _quiet_query_context_logs() -> None:
+    """PySpark logs every AnalysisException it raises, with its query context and the Java stack trace, as a JSON
+    line of about 10 KB on stderr (`SQLQueryContextLogger`), before the exception reaches the command, which says
+    it in one line. Off for the commands' sessions, unless the root logger is at DEBUG (`ingest -v`)."""
+    from pyspark.logger import PySparkLogger
+
+    level = logging.NOTSET if logging.getLogger().isEnabledFor(logging.DEBUG) else logging.CRITICAL + 1
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(level)
 
 
 def get_catalog_session(app_name: str = "ingest", master: str | None = None, conf: Mapping[str, str] | None = None,

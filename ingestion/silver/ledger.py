@@ -83,8 +83,9 @@ def position(spark: SparkSession, path: str) -> SilverRecord | None:
 
 
 def rs_records(path: str, storage_options: dict[str, str] | None = None,
-               limit: int = 50) -> list[tuple[int, SilverRecord]] | None:
-    """As `records`, read with delta-rs (no JVM): None when there is no table at `path`."""
+               limit: int | None = 50) -> list[tuple[int, SilverRecord]] | None:
+    """As `records` (the newest `limit` commits; None: all), read with delta-rs (no JVM): None when there is no
+    table at `path`."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 

@@ -187,3 +187,93 @@ def test_status_verify_and_quarantine_answer_alike_from_delta_rs_and_spark(
             p["lag_seconds"] = p["lag_seconds"] > 0
     assert answered == expected
     assert "warning" not in done.stderr.lower(), done.stderr
+
+
+EVENT = {"type": "record", "name": "Event", "fields": [  # `at` is a word DuckDB reserves
+    {"name": "kind", "type": "string"}, {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "n", "type": "long"}]}
+
+
+def test_a_silver_pipeline_answers_verify_status_and_sql_by_every_name_without_a_jvm(
+        spark, kafka_servers, make_topic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pipeline with silver (upsert by `kind`, a tombstone deleting one key): `verify` (silver's fold checked row
+    by row in DuckDB), `silver status`, `status`, `history` and `sql` over bronze, quarantine and silver by their
+    catalog names answer with no JVM to start; a row of silver changed behind its back (through delta-rs) fails
+    `verify` naming its key; a table no pipeline has is one line naming those there are."""
+    from deltalake import DeltaTable
+
+    from ingestion.silver import audit
+
+    (tmp_path / "schemas" / "events-value").mkdir(parents=True)
+    (tmp_path / "schemas" / "events-value" / "1.avsc").write_text(json.dumps(EVENT))
+    monkeypatch.setenv("INGEST_SCHEMAS_DIR", str(tmp_path / "schemas"))
+    topic = make_topic(partitions=1)
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    events = [(kind, start + dt.timedelta(minutes=i)) for i, kind in enumerate("abcabcab")]
+    producer = Producer({"bootstrap.servers": kafka_servers})
+    for n, (kind, at) in enumerate(events):
+        producer.produce(topic, key=kind.encode(), value=encode(1, avro_body(EVENT, {"kind": kind, "at": at, "n": n})))
+    producer.produce(topic, key=b"c", value=None)  # deletes c
+    producer.flush(30)
+    silver = "silver:\n  key: [kind]\n"
+    value = "value:\n  format: confluent\n  subject: events-value\n"
+    path = pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, name="events", extra=value + silver)
+    config = load_pipeline(path)
+    pipeline.run(spark, config, available_now=True)
+    expected = {"a": (events[6][1], 6), "b": (events[7][1], 7)}
+    bronze_version = DeltaTable(config.table_path).version()
+
+    env = {**os.environ, "JAVA_HOME": "/nonexistent-java", "INGEST_CONF_DIR": str(tmp_path / "conf")}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([INGEST, *args], capture_output=True, text=True, env=env, timeout=120)
+
+    done = run("verify", str(path), "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout)["silver"]
+    assert found == audit.audit(spark, config).to_json()  # Spark's fold, the same findings
+    assert (found["ok"], found["rows"], found["bronze_version"]) == (True, 2, bronze_version)
+    done = run("silver", "status", str(path), "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    state = json.loads(done.stdout)
+    assert (state["bronze_version"], state["rows"], state["lag_versions"], state["mode"]) == (bronze_version, 2, 0,
+                                                                                               "upsert")
+    assert state["steps"] and state["steps"][0]["bronze_version"] == bronze_version
+    done = run("status", str(path), "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)[0]["silver"]["bronze_version"] == bronze_version
+    done = run("history", str(path))
+    assert done.returncode == 0 and "offsets (partition:first-last)" in done.stdout, done.stderr[-3000:]
+
+    # `ingest sql` over the catalog names (a pipeline file of conf/pipelines/ that has them), answered by DuckDB.
+    (tmp_path / "conf" / "pipelines").mkdir(parents=True)
+    (tmp_path / "conf" / "pipelines" / "events.yaml").write_text(
+        path.read_text().replace(silver, silver + "  catalogTable: silver.events\n")
+        .replace("sink:\n", "sink:\n  catalogTable: bronze.events\n", 1))
+    done = run("sql", "SELECT kind, min(at), count(*) FROM bronze.events GROUP BY 1 ORDER BY 1")
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-3000:]
+    shown = lambda at: [f"{at:%Y-%m-%d}", f"{at:%H:%M:%S}+00:00"]  # noqa: E731
+    assert [line.split() for line in done.stdout.splitlines()[1:]] == [
+        ["NULL", "NULL", "1"],  # the tombstone
+        ["a", *shown(events[0][1]), "3"], ["b", *shown(events[1][1]), "3"], ["c", *shown(events[2][1]), "2"]]
+    done = run("sql", "SELECT kind, at, n FROM silver.events ORDER BY kind")
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-3000:]
+    assert [line.split() for line in done.stdout.splitlines()[1:]] == [
+        [kind, *shown(at), str(n)] for kind, (at, n) in sorted(expected.items())]
+    done = run("sql", "SELECT count(*) FROM bronze.events_quarantine")
+    assert done.returncode == 0 and done.stdout.splitlines()[1].strip() == "0", done.stderr[-3000:]
+    done = run("sql", "SELECT count(*) FROM events_silver")
+    assert done.returncode == 1
+    assert done.stderr == ("error: no table 'events_silver': the pipelines' tables are bronze.events, "
+                           "bronze.events_quarantine, silver.events (`--engine spark` asks Spark's catalog for "
+                           "others)\n")
+
+    # A row changed behind silver's back: verify names its key (and exits 1), still without a JVM.
+    assert config.silver_path is not None
+    DeltaTable(config.silver_path).update(updates={"n": "60"}, predicate="kind = 'a'")
+    done = run("verify", str(path))
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert (f"silver {config.silver_path}: 2 rows at bronze version {bronze_version}, 2 expected from bronze: 2 rows "
+            "differ") in done.stdout
+    assert "as bronze has them, missing or different in silver: kind='a'" in done.stdout
+    assert "in silver, not as bronze has them: kind='a'" in done.stdout

@@ -358,22 +358,43 @@ def test_plain_avro_values_with_avro_keys_or_no_keys(spark, kafka_servers, make_
     assert len(rows) == 4 and {r["_kafka_key"] for r in rows} == {None}
 
 
-def test_onboard_dry_run_of_a_catalog_table_starts_no_derby_server(
-        spark, kafka_servers, make_topic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    from ingestion.cli.commands import onboard_command
-    from ingestion.cli.parser import build_parser
+def test_onboard_dry_run_of_catalog_names_and_silver_starts_no_jvm(
+        spark, kafka_servers, make_topic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ingest onboard --dry-run` of a pipeline with catalog names and a silver section, as a user runs it: the
+    bronze schema, the tables, the names (not checked: that takes a JVM) and silver's key checked against bronze's
+    columns, with no JVM to start and no Derby server; a wrong silver key is one line naming the file and key."""
+    import os
+    import subprocess
+    import sys
+
     from ingestion.runtime import metastore
 
-    monkeypatch.setenv("INGEST_HOME", str(tmp_path / ".ingest"))
+    home = tmp_path / ".ingest"
+    monkeypatch.setenv("INGEST_HOME", str(home))
+    env = {**os.environ, "JAVA_HOME": "/nonexistent-java"}  # a JVM would fail to start
     topic = make_topic(partitions=1)
-    file = pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, sink="  catalogTable: bronze.dry\n")
-    assert onboard_command.onboard_pipelines(build_parser().parse_args(["onboard", str(file), "--dry-run"])) == 0
-    out = capsys.readouterr().out
-    assert f"catalog table bronze.dry: would be registered for {tmp_path / 'tables' / 'orders'}" in out
-    assert out.strip().splitlines()[-1].startswith("catalog names not checked against the local catalog")
-    assert metastore.running() is None and not (tmp_path / ".ingest" / "metastore").exists()
+    file = pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, sink="  catalogTable: bronze.dry\n",
+                         extra="silver:\n  key: [order_id]\n  catalogTable: silver.dry\n")
+    ingest = str(Path(sys.executable).parent / "ingest")
+    done = subprocess.run([ingest, "onboard", str(file), "--dry-run"], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert f"table {tmp_path / 'tables' / 'orders'}:" in out and "order_id: string" in out  # the bronze schema
+    assert (f"catalog table bronze.dry: would be registered for {tmp_path / 'tables' / 'orders'} (not checked against "
+            "the catalog: a dry run starts no JVM)") in out
+    assert (f"silver {tmp_path / 'tables' / 'orders'}_silver: keyed by ['order_id'], upsert, envelope none, "
+            "ordered by Kafka offsets; made from bronze by the first run") in out
+    assert out.strip().splitlines()[-1] == "dry run: 4 change(s) not made"  # two tables, two names
+    assert metastore.running() is None and not (home / "metastore").exists()
     assert not ledger.is_table(spark, str(tmp_path / "tables" / "orders"))
+
+    file.write_text(file.read_text().replace("key: [order_id]", "key: [customer]"))
+    done = subprocess.run([ingest, "onboard", str(file), "--dry-run"], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"error: {file}: key 'silver.key' names 'customer', which is not a field of the "
+                                  "row") and len(done.stderr.splitlines()) == 1, done.stderr
 
 
 def test_the_documented_test_record_snippet_lands_in_bronze(spark, kafka_servers, make_topic,

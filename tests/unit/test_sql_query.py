@@ -1,16 +1,19 @@
 """`ingest sql` without a JVM: which queries DuckDB answers (pipeline tables by their catalog names, VERSION AS
-OF included) and which go to Spark; nested values as JSON text in CSV."""
+OF included, columns named like DuckDB's keywords) and which go to Spark; an unknown table in one line; nested
+values as JSON text in CSV."""
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from ingestion.ops.sql_query import NotForDuckDB, TableRef, as_text, rewrite
+from ingestion.errors import IngestionError
+from ingestion.ops.sql_query import NotForDuckDB, TableRef, UnknownTable, as_text, quote_reserved, rewrite
 
 TABLES = {"bronze.orders": "/t/orders", "bronze.orders_quarantine": "/t/orders_q", "payments": "/t/payments"}
 
@@ -30,13 +33,64 @@ def test_pipeline_tables_and_their_versions_become_views() -> None:
     ("SHOW TABLES", "not a SELECT or WITH query"),
     ("SELECT * FROM payments TIMESTAMP AS OF '2026-01-01'", "TIMESTAMP AS OF or a table by path"),
     ("SELECT * FROM delta.`/t/payments`", "TIMESTAMP AS OF or a table by path"),
-    ("SELECT 1", "the query names no pipeline table"),
-    ("SELECT * FROM other VERSION AS OF 2 JOIN payments", "VERSION AS OF on a table that is not a pipeline's"),
 ])
 def test_what_spark_answers(query: str, reason: str) -> None:
     with pytest.raises(NotForDuckDB) as caught:
         rewrite(query, TABLES)
     assert str(caught.value) == reason
+
+
+def test_spark_quoting_becomes_duckdbs_and_a_query_of_no_table_is_duckdbs() -> None:
+    assert rewrite("SELECT `at`, `a``b` FROM `payments` WHERE s = '`x`'", TABLES) == (
+        'SELECT "at", "a`b" FROM __ingest_0 WHERE s = \'`x`\'', [TableRef("payments", "/t/payments", None)])
+    assert rewrite("SELECT 1", TABLES) == ("SELECT 1", [])
+
+
+def test_version_as_of_a_table_no_pipeline_has_is_an_unknown_table_naming_the_known_ones() -> None:
+    with pytest.raises(UnknownTable) as caught:
+        rewrite("SELECT * FROM silver.other VERSION AS OF 2 JOIN payments", TABLES)
+    assert str(caught.value) == ("no table 'silver.other': the pipelines' tables are bronze.orders, "
+                                 "bronze.orders_quarantine, payments (`--engine spark` asks Spark's catalog for "
+                                 "others)")
+
+
+def test_columns_named_like_duckdb_keywords_are_quoted_where_bare() -> None:
+    reserved = {"at", "left", "order", "from"}
+    text = ("SELECT kind, min(at), t.at, left(s, 1), \"order\", 'at' FROM __ingest_0 t "
+            "LEFT JOIN x ON at > 1 ORDER BY at")
+    assert quote_reserved(text, {"kind", "AT", "s"}, reserved) == (
+        "SELECT kind, min(\"at\"), t.at, left(s, 1), \"order\", 'at' FROM __ingest_0 t "
+        "LEFT JOIN x ON \"at\" > 1 ORDER BY \"at\"")
+    assert quote_reserved(text, {"kind"}, reserved) == text
+
+
+def test_duckdb_answers_over_a_column_named_at_and_names_an_unknown_table(tmp_path: Path) -> None:
+    """A real Delta table (written by delta-rs) with columns `kind` and `at`: DuckDB, which reserves `at`, answers
+    the query as Spark would; a table no pipeline has is one line naming the pipelines' tables."""
+    from deltalake import write_deltalake
+
+    from ingestion.config import load_pipeline
+    from ingestion.ops.sql_query import duckdb_answer
+
+    at = [dt.datetime(2026, 1, d, tzinfo=dt.UTC) for d in (3, 1, 2)]
+    write_deltalake(str(tmp_path / "events"), pa.table({"kind": ["a", "b", "a"], "at": at}))
+    file = tmp_path / "events.yaml"
+    file.write_text(f"name: events\ntopic: events\nsink:\n  table: {tmp_path / 'events'}\n"
+                    "  catalogTable: bronze.events\nsilver:\n  key: [kind]\n  catalogTable: silver.events\n")
+    configs = [load_pipeline(file)]
+    found = duckdb_answer("SELECT kind, min(at) AS first, count(*) AS n FROM bronze.events GROUP BY 1 ORDER BY 1",
+                          configs)
+    assert found.to_pylist() == [{"kind": "a", "first": at[2], "n": 2}, {"kind": "b", "first": at[1], "n": 1}]
+    for name in ("events", "events_silver", "silver.nosuch"):
+        with pytest.raises(UnknownTable) as caught:
+            duckdb_answer(f"SELECT count(*) FROM {name}", configs)
+        assert str(caught.value) == (f"no table {name!r}: the pipelines' tables are bronze.events, "
+                                     "bronze.events_quarantine, silver.events (`--engine spark` asks Spark's "
+                                     "catalog for others)")
+    with pytest.raises(IngestionError, match=r"table silver.events has no Delta table at .*events_silver yet"):
+        duckdb_answer("SELECT count(*) FROM silver.events", configs)
+    with pytest.raises(NotForDuckDB, match="DuckDB: Catalog Error: Scalar Function with name no_such_fn"):
+        duckdb_answer("SELECT no_such_fn(kind) FROM bronze.events", configs)
 
 
 def test_nested_values_are_json_text_and_bytes_base64() -> None:

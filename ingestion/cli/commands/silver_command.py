@@ -1,13 +1,17 @@
-"""ingest silver run, rebuild and status: a pipeline's current-state table, outside `ingest run`."""
+"""ingest silver run, rebuild and status: a pipeline's current-state table, outside `ingest run` (status read with
+delta-rs, without a JVM)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from ingestion.cli.common import pipeline_session
+
+log = logging.getLogger("ingestion")
 
 
 def silver_run(args: argparse.Namespace) -> int:
@@ -38,35 +42,33 @@ def silver_rebuild(args: argparse.Namespace) -> int:
 
 
 def silver_status(args: argparse.Namespace) -> int:
+    from ingestion.cli.common import load
+    from ingestion.delta.reader import JvmFreeReadError
+    from ingestion.ops import silver_status as status
+
+    config = load(args.pipeline)
+    try:
+        found = status.silver_state(config)
+    except JvmFreeReadError as exc:
+        log.warning("%s; reading silver with Spark instead", exc)
+        found = _spark_state(args)
+    print(json.dumps(found.to_json(), indent=2) if args.json else status.render(found))
+    return 0
+
+
+def _spark_state(args: argparse.Namespace) -> Any:
+    """`silver status`'s answer read with Spark (where delta-rs cannot read a table)."""
+    from ingestion.ops.silver_status import SilverState
     from ingestion.silver import ledger
 
     follower = _silver(args)
-    found = ledger.records(follower.session, follower.spec.path, limit=50)
+    steps = ledger.records(follower.session, follower.spec.path, limit=50)
     at = follower.current()
     lag = follower.lag()
     rows = follower.table.read().count() if follower.table.exists() else 0
-    cross = sum(r.cross_partition_keys for _, r in found)
-    out = {"pipeline": follower.spec.pipeline, "table": follower.spec.path, "mode": follower.spec.mode,
-           "bronze_version": at.bronze_version if at else None, "epoch": at.epoch if at else None, "rows": rows,
-           "lag_versions": lag.versions, "lag_seconds": round(lag.seconds, 1),
-           "cross_partition_keys": cross,
-           "steps": [{"version": v, **{k: str(x) if k == "kind" else x for k, x in vars(r).items()}}
-                     for v, r in found[:10]]}
-    if args.json:
-        print(json.dumps(out, indent=2))
-        return 0
-    if at is None:
-        print(f"silver {follower.spec.path}: no table yet (ingest run {follower.spec.pipeline})")
-        return 0
-    print(f"silver {follower.spec.path} ({follower.spec.mode}): {rows:,} rows at bronze version {at.bronze_version} "
-          f"(epoch {at.epoch}), lag {lag.versions} bronze versions ({lag.seconds:.0f}s)")
-    if cross:
-        print(f"  {cross} keys had changes in two or more Kafka partitions in the last steps: Kafka orders none of "
-              f"them (set silver.sequenceBy to a field that does)")
-    for version, r in found[:10]:
-        print(f"  version {version}: {r.kind} bronze {r.bronze_from + 1}-{r.bronze_version}, {r.changes:,} changes, "
-              f"{r.inserted:,} inserted, {r.updated:,} updated, {r.deleted:,} deleted")
-    return 0
+    return SilverState(follower.spec.pipeline, follower.spec.path, follower.spec.mode,
+                       at.bronze_version if at else None, at.epoch if at else None, rows, lag.versions, lag.seconds,
+                       sum(r.cross_partition_keys for _, r in steps), steps)
 
 
 def _silver(args: argparse.Namespace) -> Any:

@@ -26,7 +26,7 @@ def sql(args: argparse.Namespace) -> int:
         except sql_query.NotForDuckDB as why:
             if args.engine == "duckdb":
                 raise IngestionError(f"DuckDB cannot answer this query ({why}); --engine spark or auto does") from None
-            log.info("Spark SQL answers: %s", why)
+            log.warning("DuckDB cannot answer this query (%s): Spark SQL answers it (a JVM starts)", why)
     from ingestion.ops import catalog  # Spark's side: imported only when Spark answers
 
     spark = spark_session("ingest-sql", configs, catalog=True)
@@ -39,6 +39,9 @@ def sql(args: argparse.Namespace) -> int:
         gone = catalog.time_travel_failure(spark, tables, args.query, exc)
         if gone is not None:
             raise gone from None
+        missing = catalog.missing_table(exc, configs)
+        if missing is not None:
+            raise missing from None
         raise
 
 

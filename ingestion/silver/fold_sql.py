@@ -1,0 +1,210 @@
+"""The fold of bronze by key and sequence (`changes.fold`) as one DuckDB query over bronze's rows: what `verify`
+compares silver with, without a JVM. Each rule of `changes` has its counterpart here, in the same order (the
+change rows, the keyed ones, the ordering, the newest change per key or the intervals), and the tests hold both
+folds equal on the same bronze (tombstones, delete conditions, Debezium's envelope, Kafka order and a field's).
+
+`NotInDuckDB` says why a fold cannot be written for DuckDB (a type it has no name for here, a `deleteWhen`
+condition DuckDB does not parse); the caller then folds with Spark.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import types as T
+
+from ingestion.silver.spec import DELETE, KAFKA_COLUMNS, KAFKA_KEY, SEQUENCE, SilverSpec, field_type
+
+BRONZE = "__bronze"  # the relation of bronze's rows the query reads
+
+
+class NotInDuckDB(Exception):  # a reason to fold with Spark, not an error the user sees
+    """Why the fold of this bronze is not written for DuckDB."""
+
+
+def name(text: str) -> str:
+    return '"' + text.replace('"', '""') + '"'
+
+
+def path(dotted: str, root: str | None = None) -> str:
+    """A (nested) field by its dotted path: `a.b` is field b of column a (never table a's column b); with `root`,
+    every part is a field of that expression."""
+    parts = dotted.split(".")
+    out = root if root is not None else name(parts.pop(0))
+    for part in parts:
+        out = f"struct_extract({out}, {_literal(part)})"
+    return out
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def fold_query(spec: SilverSpec, bronze: T.StructType) -> tuple[str, list[str]]:
+    """The query (over `BRONZE`, bronze's rows) of what silver holds, and its columns, as `changes.fold` gives
+    them: upsert, each live key's newest change; history, every change with its interval."""
+    rows, columns = changes_query(spec, bronze)
+    keys = [f"__k{i}" for i in range(len(spec.key))]
+    by_key = ", ".join(keys)
+    known = " AND ".join(f"{k} IS NOT NULL" for k in keys)
+    keyed = (f"SELECT *, {', '.join(f'{path(p)} AS {k}' for p, k in zip(spec.key, keys, strict=True))} "
+             f"FROM __changes")
+    # A key's changes in one Kafka partition are ordered by offset; in several, by Kafka timestamp (`_positioned`).
+    multi = ("(min(_kafka_partition) OVER __w <> max(_kafka_partition) OVER __w OR "
+             "min(_kafka_topic) OVER __w <> max(_kafka_topic) OVER __w)")
+    position = (name(SEQUENCE) if spec.sequence_by else
+                f"CASE WHEN NOT {multi} THEN _kafka_offset ELSE epoch_us(_kafka_timestamp) END")
+    positioned = (f"SELECT *, {position} AS __position FROM ({keyed}) WHERE {known} "
+                  f"WINDOW __w AS (PARTITION BY {by_key})")
+    head = f"WITH __changes AS ({rows}), __positioned AS ({positioned}) "
+    shown = [c for c in columns if c not in (DELETE, "_valid_from")]
+    # Ties (the same position and offset in two partitions) are Spark's to break as it likes; here by coordinates.
+    ties = "_kafka_topic, _kafka_partition"
+    if spec.history:
+        window = (f"PARTITION BY {by_key} ORDER BY __position ASC NULLS FIRST, _kafka_offset ASC, "
+                  f"{ties}")
+        select = ", ".join(name(c) for c in shown)
+        query = (f"{head}SELECT {select}, {name(DELETE)} AS _deleted, _valid_from, "
+                 f"CASE WHEN {name(DELETE)} THEN _valid_from ELSE lead(_valid_from) OVER __h END AS _valid_to, "
+                 f"(NOT {name(DELETE)} AND lead(1) OVER __h IS NULL) AS _is_current "
+                 f"FROM __positioned WINDOW __h AS ({window})")
+        return query, [*shown, "_deleted", "_valid_from", "_valid_to", "_is_current"]
+    newest = (f"row_number() OVER (PARTITION BY {by_key} ORDER BY __position DESC NULLS LAST, "
+              f"_kafka_offset DESC, {ties} DESC)")
+    select = ", ".join(name(c) for c in shown)
+    query = (f"{head}SELECT {select} FROM (SELECT *, {newest} AS __rank FROM __positioned) "
+             f"WHERE __rank = 1 AND NOT {name(DELETE)}")
+    return query, shown
+
+
+def changes_query(spec: SilverSpec, bronze: T.StructType) -> tuple[str, list[str]]:
+    """`changes.changes` over `BRONZE`: one change row per bronze row that carries one; the query and its
+    columns (the row's fields, silver's metadata columns, `_delete`, and `_valid_from` in history mode)."""
+    spec.check(bronze)
+    row_type = spec.row_type(bronze)
+    names = bronze.fieldNames()
+    selected: list[tuple[str, str]] = []  # (expression, column)
+    if spec.envelope == "debezium":
+        where = "op IN ('c', 'u', 'r', 'd') AND NOT _kafka_tombstone"
+        delete = "(op = 'd')"
+        selected += [(_image(f.name), f.name) for f in row_type.fields]
+        selected += [("op", "_op"), (name("source") if "source" in names else "CAST(NULL AS VARCHAR)", "_source"),
+                     (name("ts_ms") if "ts_ms" in names else "CAST(NULL AS BIGINT)", "_ts_ms")]
+    else:
+        where = "TRUE"
+        delete = "_kafka_tombstone"
+        selected += [(_filled(f, spec, bronze), f.name) for f in row_type.fields]
+    if spec.delete_when:
+        delete = f"({delete} OR coalesce(({_condition(spec.delete_when)}), FALSE))"
+    if spec.sequence_by:
+        selected.append((_sequence(spec, bronze), SEQUENCE))
+    selected += [(name(c), c) for c in KAFKA_COLUMNS]
+    selected.append((delete, DELETE))
+    if spec.history:
+        selected.append((_valid_from(spec, bronze), "_valid_from"))
+    columns = [c for _, c in selected]
+    return f"SELECT {', '.join(f'{e} AS {name(c)}' for e, c in selected)} FROM {BRONZE} WHERE {where}", columns
+
+
+def _condition(text: str) -> str:
+    """`silver.deleteWhen`, written in Spark SQL, for DuckDB: `quoted` identifiers in double quotes. Where the
+    dialects part, DuckDB refuses to parse or bind it and Spark folds instead."""
+    out, quoted = [], False
+    for part in text.split("'"):
+        out.append(part if quoted else part.replace("`", '"'))
+        quoted = not quoted
+    return "'".join(out)
+
+
+def _image(field: str) -> str:
+    return f"struct_extract(CASE WHEN op = 'd' THEN \"before\" ELSE \"after\" END, {_literal(field)})"
+
+
+def _sequence(spec: SilverSpec, bronze: T.StructType) -> str:
+    """The `sequenceBy` field: of the bronze row (an envelope field such as source.lsn), else of the row's
+    image (`changes._sequence`)."""
+    assert spec.sequence_by
+    if field_type(bronze, spec.sequence_by) is not None:
+        return path(spec.sequence_by)
+    first, *rest = spec.sequence_by.split(".")
+    return path(".".join(rest), _image(first)) if rest else _image(first)
+
+
+def _valid_from(spec: SilverSpec, bronze: T.StructType) -> str:
+    """`changes.valid_from`: the Debezium source's ts_ms, else the envelope's; the `sequenceBy` field when it is a
+    time; else the Kafka timestamp. Times as TIMESTAMPTZ (the session's time zone is UTC, as Spark's is)."""
+    if spec.envelope == "debezium":
+        times = []
+        source = field_type(bronze, "source")
+        if isinstance(source, T.StructType) and "ts_ms" in source.fieldNames():
+            times.append(f"CAST(epoch_ms(CAST({path('source.ts_ms')} AS BIGINT)) AS TIMESTAMPTZ)")
+        if "ts_ms" in bronze.fieldNames():
+            times.append("CAST(epoch_ms(CAST(ts_ms AS BIGINT)) AS TIMESTAMPTZ)")
+        return f"coalesce({', '.join([*times, '_kafka_timestamp'])})"
+    if spec.sequence_by:
+        kind = field_type(bronze, spec.sequence_by)
+        if kind is None and spec.envelope == "debezium":
+            kind = field_type(spec.row_type(bronze), spec.sequence_by)
+        if isinstance(kind, T.TimestampType | T.TimestampNTZType | T.DateType):
+            return f"coalesce(CAST({_sequence(spec, bronze)} AS TIMESTAMPTZ), _kafka_timestamp)"
+    return "_kafka_timestamp"
+
+
+def _filled(field: T.StructField, spec: SilverSpec, bronze: T.StructType) -> str:
+    """`changes._filled`: a top-level field of the row; a tombstone's key fields taken from the Kafka key."""
+    keys = [p for p in spec.key if p.split(".")[0] == field.name]
+    column = name(field.name)
+    if not keys:
+        return column
+    filled = column
+    for key in keys:
+        fallback = _from_kafka_key(key, spec, bronze)
+        if fallback is not None:
+            filled = _with_path(filled, field.dataType, key.split(".")[1:], fallback)
+    return f"CASE WHEN _kafka_tombstone THEN {filled} ELSE {column} END"
+
+
+def _from_kafka_key(key: str, spec: SilverSpec, bronze: T.StructType) -> str | None:
+    target = field_type(spec.row_type(bronze), key)
+    key_type = bronze[KAFKA_KEY].dataType
+    if isinstance(key_type, T.StructType):
+        found = field_type(key_type, key)
+        return None if found is None or target is None else f"CAST({path(key, name(KAFKA_KEY))} AS {sql_type(target)})"
+    if len(spec.key) == 1 and target is not None and not isinstance(target, T.StructType):
+        text = f"decode({name(KAFKA_KEY)})" if isinstance(key_type, T.BinaryType) else name(KAFKA_KEY)
+        return f"CAST({text} AS {sql_type(target)})"
+    return None
+
+
+def _with_path(column: str, kind: T.DataType, rest: list[str], value: str) -> str:
+    """`changes._with_path`: `column` with the nested field at `rest` set to `value` where it is null, the records
+    on the way built where they are null themselves."""
+    if not rest:
+        return f"coalesce({column}, {value})"
+    if not isinstance(kind, T.StructType):
+        raise NotInDuckDB(f"the key path part {rest[0]!r} is not in a record")
+    fields = [f"{name(f.name)} := " + (_with_path(f"struct_extract({column}, {_literal(f.name)})", f.dataType,
+                                                  rest[1:], value) if f.name == rest[0]
+                                       else f"struct_extract({column}, {_literal(f.name)})")
+              for f in kind.fields]
+    return f"struct_pack({', '.join(fields)})"
+
+
+_SCALARS: dict[type[T.DataType], str] = {
+    T.BooleanType: "BOOLEAN", T.ByteType: "TINYINT", T.ShortType: "SMALLINT", T.IntegerType: "INTEGER",
+    T.LongType: "BIGINT", T.FloatType: "FLOAT", T.DoubleType: "DOUBLE", T.StringType: "VARCHAR",
+    T.BinaryType: "BLOB", T.DateType: "DATE", T.TimestampType: "TIMESTAMPTZ", T.TimestampNTZType: "TIMESTAMP"}
+
+
+def sql_type(kind: T.DataType) -> str:
+    """DuckDB's name of a Spark type (the types bronze's columns have)."""
+    if isinstance(kind, T.DecimalType):
+        return f"DECIMAL({kind.precision}, {kind.scale})"
+    if isinstance(kind, T.StructType):
+        return f"STRUCT({', '.join(f'{name(f.name)} {sql_type(f.dataType)}' for f in kind.fields)})"
+    if isinstance(kind, T.ArrayType):
+        return f"{sql_type(kind.elementType)}[]"
+    if isinstance(kind, T.MapType):
+        return f"MAP({sql_type(kind.keyType)}, {sql_type(kind.valueType)})"
+    found = _SCALARS.get(type(kind))
+    if found is None:
+        raise NotInDuckDB(f"no DuckDB type for {kind.simpleString()}")
+    return found
