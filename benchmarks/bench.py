@@ -12,6 +12,8 @@ One run, one machine, one topic (produced once per size and reused), a broker of
              (process start to exit) fitted as F + N / r by least squares, F the run's fixed cost, r its rate
   dirty      ours on the same events with every --bad-every-th body cut short (quarantined), beside ours on the
              clean topic, alternating: a bad record should cost a record (records/s dirty/clean >= 0.8)
+  rules      ours with five data-quality expectations that every row passes, beside ours without, alternating
+             (records/s with/without >= 0.9)
 
 Every measured thing runs in its own process, sampled for peak RSS (JVM, Python workers, driver). The
 throughput kinds repeat `--repeat` times, alternating, and medians are reported. Results go to
@@ -37,7 +39,7 @@ import datagen
 
 REPO = Path(__file__).resolve().parents[1]
 STAGES = ("limit", "baseline", "ours", "peer", "freshness", "memory", "admin", "maintain", "fairness", "prometheus",
-          "dirty", "fixed")
+          "dirty", "fixed", "rules")
 # Batches of the memory stage's smaller run (the larger has 10 times as many): enough for the JVM to reach the
 # heap it keeps for that batch size. With 2 or 3 batches the smaller run ends while the JVM is still warming up
 # (measured: 895 against 1,457 MiB at 3 against 21 batches; 1,370 against 1,346 MiB at 21 against 201).
@@ -308,7 +310,7 @@ def _s3_server(home: Path) -> Any:
 def _throughput(args: argparse.Namespace, stages: set[str], ctx: bench_runs.Context, topic: datagen.TopicData,
                 results: dict[str, Any], dirty: datagen.TopicData | None = None) -> None:
     kinds = [kind for kind, stage in bench_runs.KINDS.items() if stage in stages]
-    if ("prometheus" in stages or "dirty" in stages) and "ours" not in kinds:  # against ours, interleaved
+    if ({"prometheus", "dirty", "rules"} & stages) and "ours" not in kinds:  # against ours, interleaved
         kinds.insert(0, "ours")
     if not kinds:
         return

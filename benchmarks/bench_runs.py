@@ -33,7 +33,18 @@ DEBUG_DECODED = re.compile(r"batch (?P<id>\d+): decoded and summarized in (?P<s>
 DEBUG_WRITTEN = re.compile(r"batch (?P<id>\d+): written in (?P<s>[\d.]+)s")
 # Each measured kind and the stage (--only) that runs it. `_1core`: Spark on local[1], the peer in one process.
 KINDS = {"limit_consumer": "limit", "limit_spark": "limit", "baseline": "baseline", "ours": "ours", "peer": "peer",
-         "ours_1core": "peer", "peer_1core": "peer", "ours_metrics": "prometheus", "ours_dirty": "dirty"}
+         "ours_1core": "peer", "peer_1core": "peer", "ours_metrics": "prometheus", "ours_dirty": "dirty",
+         "ours_rules": "rules"}
+# The rules stage's five expectations (docs/expectations.md) on the payments topic: every row passes them (the cost
+# is evaluating them; rows that break a rule would change what is written), two quarantine rules among them so the
+# Spark path also keeps the raw value beside the decoder's rows.
+RULES = [
+    {"name": "positive_amount", "expect": "amount >= 0", "onViolation": "quarantine"},
+    {"name": "has_currency", "expect": "length(currency) > 0", "onViolation": "quarantine"},
+    {"name": "risk_in_range", "expect": "risk_score BETWEEN 0 AND 1"},
+    {"name": "installments_set", "expect": "installments > 0"},
+    {"name": "recent", "expect": "event_time > TIMESTAMP '2000-01-01 00:00:00'"},
+]
 # Seconds between the prometheus stage's scrapes of `ingest run`'s endpoint (Prometheus's default is 60 s, 15 s is
 # common: every second is a harsh case).
 SCRAPE_EVERY = 1.0
@@ -144,7 +155,7 @@ def run_spark_job(ctx: Context, mode: str, topic: datagen.TopicData, rep: int) -
 
 def write_pipeline(ctx: Context, work: Path, topic: str, max_offsets: int, trigger: str = "10 seconds",
                    spark: dict[str, str] | None = None, name: str = "bench", path: Path | None = None,
-                   root: str | None = None) -> Path:
+                   root: str | None = None, expectations: list[dict[str, str]] | None = None) -> Path:
     """A pipeline YAML with every promise on: metadata columns, txn ids, recorded offsets, quarantine, metrics;
     `spark`: the pipeline's spark: section (session settings), if any; `root`: where its tables and checkpoint
     live (an `s3a://bucket` say) instead of `work`."""
@@ -164,6 +175,8 @@ def write_pipeline(ctx: Context, work: Path, topic: str, max_offsets: int, trigg
                            for key, value in ctx.ours_sink.items()})
     if spark or ctx.ours_spark:
         config["spark"] = {**ctx.ours_spark, **(spark or {})}
+    if expectations:
+        config["expectations"] = expectations
     path = path or work / "pipeline.yaml"
     path.write_text(json.dumps(config, indent=2))  # JSON is YAML
     return path
@@ -182,9 +195,11 @@ def parse_batches(lines: list[Line]) -> list[tuple[float, float, int]]:
 
 def run_ours(ctx: Context, topic: datagen.TopicData, rep: int, *, max_offsets: int | None = None,
              label: str = "ours", gc_log: bool = False, spark: dict[str, str] | None = None,
-             master: str | None = None, metrics_port: int | None = None) -> dict[str, Any]:
+             master: str | None = None, metrics_port: int | None = None,
+             expectations: list[dict[str, str]] | None = None) -> dict[str, Any]:
     work = _fresh_dir(ctx.home / "runs" / f"{label}-{rep}")
-    yaml_path = write_pipeline(ctx, work, topic.topic, max_offsets or ctx.max_offsets, spark=spark)
+    yaml_path = write_pipeline(ctx, work, topic.topic, max_offsets or ctx.max_offsets, spark=spark,
+                               expectations=expectations)
     load = _loadavg()
     verbose = ["-v"] if ctx.verbose_ours else []
     env, gc_logs = dict(ctx.env), ctx.home / "logs" / f"{label}-{rep}-gc"
@@ -316,6 +331,8 @@ def run_kind(ctx: Context, kind: str, topic: datagen.TopicData, rep: int) -> dic
         return run_ours(ctx, topic, rep, label=kind, metrics_port=free_port())
     if kind == "ours_dirty":
         return run_ours(ctx, topic, rep, label=kind)
+    if kind == "ours_rules":
+        return run_ours(ctx, topic, rep, label=kind, expectations=RULES)
     return run_ours(ctx, topic, rep)
 
 
