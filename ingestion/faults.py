@@ -4,7 +4,8 @@
 reaches that point of that batch, then hang there, so a test can SIGKILL it exactly there. Points:
 `before_commit` (the batch's files may be written, nothing committed) and `after_commit` (Delta has committed,
 Spark's checkpoint has not); `files_written` (the driver-side path: a data file of the batch is in the table's
-folder, delta-rs has not committed it); `silver_between_commits` (a silver step has committed its delete markers,
+folder, delta-rs has not committed it); `quarantine_committed` (the batch's quarantine commit is made, bronze's
+is not); `silver_between_commits` (a silver step has committed its delete markers,
 not its rows; the id is the bronze version the step merges up to). `<point>:*` stops at the point's first
 occurrence.
 """
@@ -27,6 +28,7 @@ class FaultPoint(StrEnum):
     BEFORE_COMMIT = "before_commit"
     AFTER_COMMIT = "after_commit"
     FILES_WRITTEN = "files_written"
+    QUARANTINE_COMMITTED = "quarantine_committed"
     SILVER_BETWEEN_COMMITS = "silver_between_commits"
 
 

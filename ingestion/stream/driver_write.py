@@ -98,6 +98,7 @@ class DriverWrite:
             if failed is not None:
                 targets.quarantine_rs.append(decoded.quarantine, app_id=quarantine_app_id(bronze_app),
                                              txn_version=version, user_metadata=failed.to_user_metadata())
+                faults.reached(faults.FaultPoint.QUARANTINE_COMMITTED, batch_id)
             appended = targets.bronze_rs.append(decoded.bronze, app_id=bronze_app, txn_version=version,
                                                 user_metadata=record.to_user_metadata(), fault_id=batch_id)
         except RsWriteError as exc:

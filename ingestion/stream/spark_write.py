@@ -138,6 +138,7 @@ class SparkWrite:
         faults.reached(faults.FaultPoint.BEFORE_COMMIT, batch_id)
         if failed is not None and python_rows is not None:
             self._quarantine(spark, python_rows, failed, batch_id)
+            faults.reached(faults.FaultPoint.QUARANTINE_COMMITTED, batch_id)
         bronze_target.version = txn.commit(files, app_id=bronze_target.app_id, txn_version=batch_id,
                                            user_metadata=record.to_user_metadata())
         faults.reached(faults.FaultPoint.AFTER_COMMIT, batch_id)
@@ -347,6 +348,7 @@ class CachedWrite:
             if failed is not None:
                 self.targets.quarantine.append(
                     spark, bronze.quarantine_rows(decoded, batch_id=batch_id, ingested_at=ingested_at), failed)
+                faults.reached(faults.FaultPoint.QUARANTINE_COMMITTED, batch_id)
             committed = self.targets.bronze.append(
                 spark, bronze.bronze_rows(decoded, batch_id=batch_id, ingested_at=ingested_at), record,
                 merge_schema=True)  # additive schema versions add columns; the resolver adopts no other kind
