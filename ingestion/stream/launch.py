@@ -86,7 +86,7 @@ def check_all_can_start(configs: Sequence[PipelineConfig]) -> list[PipelineConte
 
 
 def prepare(ctx: PipelineContext, launch: Launch, *, write_start_batch: bool = True,
-            more: Callable[[], bool] = lambda: False, step: int = start_batch.LATER_OFFSETS) -> Prepared:
+            more: Callable[[], bool] = lambda: False) -> Prepared:
     """Without a JVM, what the query's start can have before its session exists: the schemas and the tables
     (made with delta-rs), then the start batch where the checkpoint allows one, and more of them while `more()` says
     so (the JVM still boots). Run while the JVM boots."""
@@ -96,7 +96,7 @@ def prepare(ctx: PipelineContext, launch: Launch, *, write_start_batch: bool = T
     facts = launch.facts
     if schemas is not None and write_start_batch and launch.lock is not None and facts is not None \
             and facts.recorded is not None and start_batch.allowed(ctx.config, facts.checkpoint_started):
-        batches = start_batch.write(ctx, schemas, facts.recorded, facts.bounds, more=more, step=step)
+        batches = start_batch.write(ctx, schemas, facts.recorded, facts.bounds, more=more)
     return Prepared(schemas, batches, time.monotonic() - started)
 
 
@@ -163,15 +163,13 @@ def run(spark: SparkSession | None, target: PipelineConfig | PipelineContext, *,
                          len(finished.batches), sum(b.rows for b in finished.batches))
                 return finished
         if spark is None:
-            booting = threading.Event()
-            booting.set()
-            with _meanwhile(lambda: launch.prepared or prepare(
-                    ctx, launch, more=booting.is_set, step=start_batch.BESIDE_JVM_OFFSETS)) as preparing:
+            # One start batch beside the booting JVM, not more: on 2 cores the two share the CPU, and every start
+            # batch after the first delayed the session by about as long as it took (docs/performance.md).
+            with _meanwhile(lambda: launch.prepared or prepare(ctx, launch)) as preparing:
                 spark = pipelines_session(f"ingest-{ctx.name}", [ctx.config], record_classes=True)
                 clock.mark("JVM and session")
-                booting.clear()  # the start batch being written is the last: the query reads the rest
                 launch = replace(launch, prepared=preparing.result())
-                clock.mark("the last start batch")
+                clock.mark("the start batch")
         handed, launch = launch, Launch(launch.facts, launch.prepared, None)  # the lock and series are the query's
         return pipeline.run(spark, ctx, available_now=available_now, exporter=exporter, launch=handed,
                             on_started=lambda _: clock.started(ctx.name, handed.prepared))

@@ -38,12 +38,9 @@ from ingestion.stream.driver_write import DriverWrite
 log = logging.getLogger(__name__)
 
 FETCH_TIMEOUT = 3.0  # seconds for the records to arrive; beyond it the query's first batch reads them
-# The most offsets of each start batch after the first: about a second and a half of the driver's decoding each on a
-# quiet machine (docs/performance.md#a-runs-fixed-cost) when no JVM boots beside them; while one boots, the two
-# share the cores and a batch takes three times as long, and the query waits for the one being written when the
-# session is up: those are a third as large.
+# The most offsets of each start batch after the first, in a run that needs no JVM: about a second and a half of the
+# driver's decoding each (docs/performance.md#a-runs-fixed-cost).
 LATER_OFFSETS = 50_000
-BESIDE_JVM_OFFSETS = 15_000
 
 Bounds = Mapping[str, Mapping[int, tuple[int, int]]]  # topic -> partition -> Kafka's (low, high) offsets
 Recorded = Mapping[str, Mapping[str, int]]  # topic -> partition (as text) -> the next offset the table records
@@ -127,10 +124,10 @@ def fits(config: PipelineConfig, recorded: Recorded | None, bounds: Bounds, chec
 
 
 def write(ctx: PipelineContext, schemas: SchemaResolver, recorded: Recorded, bounds: Bounds, *,
-          more: Callable[[], bool] = lambda: False, step: int = LATER_OFFSETS) -> tuple[StartBatch, ...]:
+          more: Callable[[], bool] = lambda: False) -> tuple[StartBatch, ...]:
     """Write the start batch from where `recorded` (read under the writer lock the caller holds) says the table
     ends, then, while `more()` says so (the JVM is still booting) and records are left before `bounds`, the next
-    ones, each of up to `step` offsets, `sink.startBatchMaxOffsets` in all; none when there is nothing to
+    ones, each of up to `LATER_OFFSETS` offsets, `sink.startBatchMaxOffsets` in all; none when there is nothing to
     write or the driver-side path declined (the query's first batch reads those records)."""
     config = ctx.config
     app_id = checkpoint.app_id(config.checkpoint_path, config.name, config.spark)
@@ -141,7 +138,7 @@ def write(ctx: PipelineContext, schemas: SchemaResolver, recorded: Recorded, bou
     budget = config.sink.start_batch_max_offsets
     try:
         while budget > 0 and (not written or more()):
-            most = min(limit(config) if not written else later(config, step), budget)
+            most = min(limit(config) if not written else later(config), budget)
             batch = _one(writer, config, targets, position, bounds, most)
             if batch is None:
                 break
@@ -156,9 +153,9 @@ def write(ctx: PipelineContext, schemas: SchemaResolver, recorded: Recorded, bou
     return tuple(written)
 
 
-def later(config: PipelineConfig, step: int = LATER_OFFSETS) -> int:
-    """The most offsets of a start batch after the first (`step`, or maxOffsetsPerTrigger when smaller)."""
-    return min(step, config.source.max_offsets_per_trigger or 2**62) if limit(config) else 0
+def later(config: PipelineConfig) -> int:
+    """The most offsets of a start batch after the first (`LATER_OFFSETS`, or maxOffsetsPerTrigger when smaller)."""
+    return min(LATER_OFFSETS, config.source.max_offsets_per_trigger or 2**62) if limit(config) else 0
 
 
 def _one(writer: DriverWrite, config: PipelineConfig, targets: Targets, recorded: Recorded, bounds: Bounds,
