@@ -89,7 +89,9 @@ HADOOP_VERSION = "3.4.1"
 AWS_SDK_BUNDLE_VERSION = "2.24.6"
 S3A_JARS = ArtifactSet(
     "s3a",
-    (f"org.apache.hadoop:hadoop-aws:{HADOOP_VERSION}", f"software.amazon.awssdk:bundle:{AWS_SDK_BUNDLE_VERSION}"),
+    (f"org.apache.hadoop:hadoop-aws:{HADOOP_VERSION}", f"software.amazon.awssdk:bundle:{AWS_SDK_BUNDLE_VERSION}",
+     # Spark's checkpoint file manager for stores without an atomic rename (`session.ABORTABLE_CHECKPOINTS`)
+     f"org.apache.spark:spark-hadoop-cloud_{SCALA_BINARY}:{SPARK_VERSION}"),
     transitive=False,
 )
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
+from ingestion import storage
 from ingestion.config import PipelineConfig
 from ingestion.errors import JvmError
 from ingestion.limits import AVRO_JAVA_LIMITS
@@ -261,6 +262,24 @@ def _launch_jvm(options: dict[str, str], record_classes: bool) -> None:
         class_archive.started(step, gateway.proc.pid, gateway.jvm)
 
 
+# Spark writes a streaming checkpoint's files (offsets, commits, metadata) to a temporary name and renames it; on S3A a
+# rename is a copy and a delete, and the requests around them (HEAD, LIST) cost about 0.3 s a batch on a local S3
+# server. Where every checkpoint of the session is in S3, the files are written in place with S3A's abortable
+# streams instead (spark-hadoop-cloud's manager: an object appears whole when its stream closes, or not at all).
+CHECKPOINT_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+ABORTABLE_CHECKPOINTS = "org.apache.spark.internal.io.cloud.AbortableStreamBasedCheckpointFileManager"
+
+
+def checkpoint_settings(configs: Sequence[PipelineConfig]) -> dict[str, str]:
+    """The checkpoint file manager of a session whose checkpoints are all in S3 (unless a pipeline's `spark:`
+    section chooses one)."""
+    if not configs or any(CHECKPOINT_MANAGER in c.spark for c in configs):
+        return {}
+    if all(storage.scheme(c.checkpoint_path) in storage.S3_SCHEMES for c in configs):
+        return {CHECKPOINT_MANAGER: ABORTABLE_CHECKPOINTS}
+    return {}
+
+
 def pipelines_session(app_name: str, configs: Sequence[PipelineConfig], pools: Iterable[str] = (),
                       catalog: bool | None = None, record_classes: bool = False, streams: int = 1) -> SparkSession:
     """The session of a command over these pipelines: their `spark:` settings, the jars their tables' and
@@ -272,7 +291,8 @@ def pipelines_session(app_name: str, configs: Sequence[PipelineConfig], pools: I
         catalog = any(c.catalog_names is not None or (c.silver is not None and c.silver.catalog_table)
                       for c in configs)
     _quiet_query_context_logs()
-    return get_session(app_name, conf={k: v for c in configs for k, v in c.spark.items()},
+    return get_session(app_name, conf={**checkpoint_settings(configs), **{k: v for c in configs
+                                                                          for k, v in c.spark.items()}},
                        locations=[location for c in configs for location in c.locations], pools=pools,
                        catalog=catalog, record_classes=record_classes, pipelines=streams)
 

@@ -150,3 +150,19 @@ def test_every_jvm_writes_its_crash_log_under_the_state_folder(tmp_path, monkeyp
     for master in ("local[2]", "spark://127.0.0.1:7077"):
         assert wanted in spark.builder("t", master)._options["spark.driver.extraJavaOptions"].split(), master
     assert wanted not in spark.builder("t", "local[2]")._options["spark.executor.extraJavaOptions"]
+
+
+def test_checkpoints_all_in_s3_are_written_in_place_not_renamed(tmp_path) -> None:
+    from ingestion.config import load_pipeline
+
+    def config(name: str, checkpoint: str, extra: str = "") -> object:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(f"name: {name}\ntopic: t\nsink:\n  table: s3a://lake/{name}\n"
+                        f"  checkpointLocation: {checkpoint}\n{extra}")
+        return load_pipeline(path)
+
+    in_s3, local = config("a", "s3a://lake/_checkpoints/a"), config("b", str(tmp_path / "checkpoints" / "b"))
+    assert spark.checkpoint_settings([in_s3]) == {spark.CHECKPOINT_MANAGER: spark.ABORTABLE_CHECKPOINTS}
+    assert spark.checkpoint_settings([in_s3, local]) == {}  # one session, one manager: a local folder has no S3A
+    chosen = config("c", "s3a://lake/_checkpoints/c", f"spark:\n  {spark.CHECKPOINT_MANAGER}: my.Manager\n")
+    assert spark.checkpoint_settings([chosen]) == {}  # the pipeline's own choice stands
