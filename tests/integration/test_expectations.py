@@ -27,6 +27,7 @@ from ingestion.dev.samples import Produced, avro_body, order
 from ingestion.stream import pipeline
 from ingestion.stream.batch import WritePath
 from ingestion.stream.metrics import tracking_uri
+from ingestion.stream.prometheus import Exporter
 from tests.conftest import pipeline_yaml
 from tests.helpers import assert_exactly_produced
 
@@ -94,7 +95,8 @@ def test_quarantine_rules_keep_rows_out_of_bronze_and_warn_rules_count(
     config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, name=f"rules_{path}",
                                          sink=PATHS[path], extra=RULES))
 
-    ran = pipeline.run(spark, config, available_now=True)
+    exporter = Exporter()
+    ran = pipeline.run(spark, config, available_now=True, exporter=exporter)
 
     assert {b.path for b in ran.batches if b.rows + b.quarantined} == {WritePath(path)}
     refused = {p.offset: (p, value, _expected_rules(p.record)) for p, value in produced if _expected_rules(p.record)}
@@ -120,6 +122,12 @@ def test_quarantine_rules_keep_rows_out_of_bronze_and_warn_rules_count(
               for n in violated}
     assert logged == violated
     assert sum(m.value for m in client.get_metric_history(runs[0].info.run_id, "expectation_rows_checked")) == 30
+    for rule, count in violated.items():  # Prometheus: the same counts, and the rows that passed
+        sample = {"pipeline": config.name, "rule": rule}
+        assert exporter.registry.get_sample_value("ingest_expectation_rows_total", {**sample, "outcome": "violated"}) \
+            == count
+        assert exporter.registry.get_sample_value("ingest_expectation_rows_total", {**sample, "outcome": "passed"}) \
+            == 30 - count
     records = [r for r in DeltaRsReader().history(config.table_path) if r.batch_id != -1]
     assert sum(r.checked for r in records) == 30
     assert {n: sum(dict(r.violated).get(n, 0) for r in records) for n in violated} == violated
@@ -143,6 +151,13 @@ def test_a_fail_rule_stops_the_run_naming_the_rule_and_record_with_nothing_commi
                               f"of the batch was committed)")
     assert spark.read.format("delta").load(config.table_path).count() == 0
     assert spark.read.format("delta").load(config.quarantine_path).count() == 0
+    if path == "driver":  # the command, resuming the checkpoint: exit 1 and the same line, nothing else on stderr
+        done = subprocess.run([INGEST, "run", str(config.file), "--available-now"], capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and outcome.reason in lines[0], done.stderr
+        assert spark.read.format("delta").load(config.table_path).count() == 0
 
 
 def test_spark_and_duckdb_flag_the_same_rows(spark) -> None:
