@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,8 +77,23 @@ def draft(topic: str, name: str | None = None) -> Draft:
             lines.append(f"key: {{format: {key_format}}}  # subject {key_subject} exists")
     elif config.key.format == "bytes":
         lines.append(f"# keys: no subject {key_subject}, so _kafka_key keeps the bytes (key.format: string for text)")
+    field = _first_field(newest)
+    rule = re.sub(r"[^a-z0-9_]", "_", field.lower())
+    lines += ["# expectations:  # data-quality rules on every row (docs/expectations.md); onViolation: warn | "
+              "quarantine | fail",
+              f'#   - {{name: {rule}_given, expect: "{field} IS NOT NULL", onViolation: warn}}']
     text = "\n".join(lines) + "\n"
     return Draft(inherited(_parsed(text), path), text)
+
+
+def _first_field(schema: str) -> str:
+    """The first field of an Avro record schema, for the draft's example rule ("id" for other schemas)."""
+    try:
+        fields = json.loads(schema).get("fields") or []
+        name = fields[0]["name"] if fields else "id"
+    except (ValueError, AttributeError, KeyError, TypeError, IndexError):
+        return "id"
+    return name if isinstance(name, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else "id"
 
 
 def write(drafts: list[Draft]) -> list[Path]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+import yaml
 from deltalake import DeltaTable, QueryBuilder
 
 from ingestion.dev.samples import produce_orders
@@ -58,11 +59,15 @@ def test_init_writes_short_files_that_onboard_and_run_take_unchanged(kafka_serve
     files = [conf / "pipelines" / f"{topic}.yaml" for topic in topics]
     for path, partitions in zip(files, (1, 2, 3), strict=True):
         text = path.read_text()
-        assert len(text.splitlines()) <= 5, text
+        assert len([line for line in text.splitlines() if not line.startswith("#")]) <= 4, text
+        assert "#   - {name: " in text, text  # a commented expectation to start from
         assert f": {partitions} partitions; values by subject {path.stem}-value (1 version, newest id 1)" in text, text
     assert "next: ingest onboard" in done.stdout
 
     before = files[0].read_text()
+    example = before.replace("# expectations:", "expectations:").replace("#   - {", "  - {")
+    assert yaml.safe_load(example)["expectations"] == [  # uncommented, a rule on the schema's first field
+        {"name": "order_id_given", "expect": "order_id IS NOT NULL", "onViolation": "warn"}]
     files[0].write_text(before + "# a user's note\n")
     done = ingest("init", topics[0])
     assert done.returncode == 0 and "exists, left as it is" in done.stdout, done.stdout + done.stderr
