@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from ingestion.config import load_pipeline
 from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.ops import verify
 from tests.conftest import pipeline_yaml
-from tests.helpers import assert_exactly_produced
+from tests.helpers import assert_exactly_produced, wait_while_running
 from tests.integration.test_expectations import RULES, _expected_rules, _orders, _produce
 
 pytestmark = pytest.mark.e2e
@@ -41,11 +40,7 @@ def test_a_kill_between_the_quarantine_and_bronze_commits_loses_and_duplicates_n
         proc = subprocess.Popen([INGEST, "run", str(file), "--available-now"], stdout=out, stderr=subprocess.STDOUT,
                                 env=env, start_new_session=True)
     try:
-        deadline = time.monotonic() + 240
-        while not marker.exists():
-            assert proc.poll() is None, (tmp_path / "killed.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, (tmp_path / "killed.log").read_text()[-3000:]
-            time.sleep(0.1)
+        wait_while_running(marker.exists, proc, tmp_path / "killed.log", "the quarantine_committed fault", 240)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from confluent_kafka import Producer
 from deltalake import DeltaTable
 
 from ingestion.dev.samples import produce_orders
+from tests.helpers import wait_while_running
 
 pytestmark = pytest.mark.e2e
 
@@ -91,11 +91,8 @@ def test_a_pipeline_on_s3_is_exactly_once_through_a_kill_and_every_command(
         stream = subprocess.Popen([INGEST, "run", str(config)], stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path,
                                   stdin=subprocess.DEVNULL, start_new_session=True)
     try:
-        deadline = time.monotonic() + 300
-        while _bronze_version(bucket, s3_server) < 2:
-            assert stream.poll() is None, (tmp_path / "stream.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, (tmp_path / "stream.log").read_text()[-3000:]
-            time.sleep(0.5)
+        wait_while_running(lambda: _bronze_version(bucket, s3_server) >= 2, stream, tmp_path / "stream.log",
+                           "bronze version 2", 300)
         second = _ingest("run", str(config), "--available-now", cwd=tmp_path)
         assert second.returncode == 1, second.stdout[-2000:] + second.stderr[-2000:]
         assert "already running" in second.stderr and "_ingest_writer.lease" in second.stderr, second.stderr
@@ -116,11 +113,7 @@ def test_a_pipeline_on_s3_is_exactly_once_through_a_kill_and_every_command(
                                    env={**os.environ, "INGEST_TEST_FAULT": "files_written:*",
                                         "INGEST_TEST_FAULT_FILE": str(marker)})
     try:
-        deadline = time.monotonic() + 300
-        while not marker.exists():
-            assert faulted.poll() is None, (tmp_path / "fault.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, (tmp_path / "fault.log").read_text()[-3000:]
-            time.sleep(0.2)
+        wait_while_running(marker.exists, faulted, tmp_path / "fault.log", "the files_written fault", 300)
     finally:
         os.killpg(faulted.pid, signal.SIGKILL)
         faulted.wait(30)
