@@ -174,3 +174,44 @@ def test_a_new_pipeline_replay_and_reprocess_give_the_same_table(evolved: dict[s
         assert list(other_failed) == [text], other
         assert other_schema["after"].dataType == schema["after"].dataType, other
     assert (evolved["redecoded"].redecoded, evolved["redecoded"].still_failing) == (1, 1)
+
+
+def test_a_json_schema_file_gains_a_nested_optional_property(spark: Any, kafka_servers: str, tmp_path: Path) -> None:
+    """value.format json: a new version of the schema file with a nested optional property takes the records
+    before and after it (the first batch by the driver, the second by Spark's JVM decoder as the table evolves):
+    those without it read null, none quarantined."""
+    from confluent_kafka import Producer
+
+    topic = f"t-json-evolve-{uuid.uuid4().hex[:8]}"
+    create_topic({"bootstrap.servers": kafka_servers}, topic, 1)
+    city = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    schema = tmp_path / "people.schema.json"
+    schema.write_text(json.dumps({"type": "object", "required": ["id"], "properties": {
+        "id": {"type": "integer"}, "home": city}}))
+    producer = Producer({"bootstrap.servers": kafka_servers})
+    docs = [{"id": 1, "home": {"city": "Oslo"}}, {"id": 2}]
+    for doc in docs:
+        producer.produce(topic, value=json.dumps(doc).encode())
+    producer.flush(30)
+    config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, name="people",
+                                         extra=f"value:\n  format: json\n  schemaFile: {schema}\n"))
+    pipeline.run(spark, config, available_now=True)
+    zip_code = {"type": ["string", "null"]}
+    schema.write_text(json.dumps({"type": "object", "required": ["id"], "properties": {
+        "id": {"type": "integer"}, "home": {**city, "properties": {"city": {"type": "string"}, "zip": zip_code}}}}))
+    later = [{"id": 3, "home": {"city": "Bergen", "zip": "5003"}}, {"id": 4, "home": {"city": "Moss"}}]
+    for doc in later:
+        producer.produce(topic, value=json.dumps(doc).encode())
+    producer.flush(30)
+    pipeline.run(spark, config, available_now=True)
+    rows = {r["id"]: r["home"] and r["home"].asDict()
+            for r in spark.read.format("delta").load(config.table_path).collect()}
+    assert spark.read.format("delta").load(config.quarantine_path).count() == 0
+    assert rows == {1: {"city": "Oslo", "zip": None}, 2: None, 3: {"city": "Bergen", "zip": "5003"},
+                    4: {"city": "Moss", "zip": None}}
+    # a new pipeline over the whole topic with the new file reads the old records as null too
+    fresh = load_pipeline(pipeline_yaml(tmp_path / "fresh", topic=topic, servers=kafka_servers, name="people",
+                                        extra=f"value:\n  format: json\n  schemaFile: {schema}\n"))
+    pipeline.run(spark, fresh, available_now=True)
+    assert {r["id"]: r["home"] and r["home"].asDict()
+            for r in spark.read.format("delta").load(fresh.table_path).collect()} == rows
