@@ -209,3 +209,29 @@ def test_a_changed_type_is_refused_naming_the_field_and_a_widening_follows_the_s
     assert widening.widened_columns(resolver.spec.payload_type) == [("before.points", T.LongType()),
                                                                     ("after.points", T.LongType())]
     assert _decode(widening.spec, [wide, new])[1]["_payload"]["after"]["points"] == 7
+
+
+def test_debeziums_avro_connect_names_map_as_their_json_names() -> None:
+    """The AvroConverter's `connect.name` beside a plain Avro type: the same Spark types and values as the JSON
+    names, the field named in a refusal."""
+    from ingestion.schema import avro_types
+
+    zoned = ["null", {"type": "string", "connect.name": debezium_types.ZONED_TIMESTAMP}]
+    amount = {"type": "record", "name": "VariableScaleDecimal", "namespace": "io.debezium.data",
+              "connect.name": debezium_types.VARIABLE_SCALE_DECIMAL,
+              "fields": [{"name": "scale", "type": "int"}, {"name": "value", "type": "bytes"}]}
+    schema = {"type": "record", "name": "Value", "fields": [
+        {"name": "at", "type": zoned}, {"name": "amount", "type": ["null", amount]},
+        {"name": "again", "type": ["null", "io.debezium.data.VariableScaleDecimal"]},
+        {"name": "day", "type": {"type": "int", "connect.name": debezium_types.DATE}},
+        {"name": "other", "type": {"type": "string", "connect.name": debezium_types.DATE}}]}
+    assert avro_types.spark_schema(schema).simpleString() == (
+        "struct<at:timestamp,amount:decimal(38,18),again:decimal(38,18),day:date,other:string>")
+    convert = avro_types.converter(schema)
+    assert convert is not None
+    assert convert({"at": "2026-03-01T10:00:00+01:00", "amount": {"scale": 1, "value": b"\x0f"}, "again": None,
+                    "day": 1, "other": "x"}) == {
+        "at": dt.datetime(2026, 3, 1, 9, tzinfo=UTC), "amount": decimal.Decimal("1.5"), "again": None,
+        "day": dt.date(1970, 1, 2), "other": "x"}
+    with pytest.raises(JsonFormatError, match=r'^\$\.at: "soon" is not a ZonedTimestamp'):
+        convert({"at": "soon", "amount": None, "again": None, "day": 0, "other": "x"})
