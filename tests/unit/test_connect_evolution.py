@@ -235,3 +235,24 @@ def test_debeziums_avro_connect_names_map_as_their_json_names() -> None:
         "day": dt.date(1970, 1, 2), "other": "x"}
     with pytest.raises(JsonFormatError, match=r'^\$\.at: "soon" is not a ZonedTimestamp'):
         convert({"at": "soon", "amount": None, "again": None, "day": 0, "other": "x"})
+
+
+def test_records_whose_schema_text_shares_a_prefix_decode_by_their_own_schema() -> None:
+    """The decoder keys its cache by the schema's bytes up to `,"payload":`; a schema holding that text itself (a
+    parameter named payload) must not lend its converter to another."""
+    def record(kind: str, value: Any) -> dict[str, Any]:
+        return {"schema": {"type": "struct", "parameters": {"a": "1", "payload": "2"},
+                           "fields": [{"field": "x", "type": kind, "optional": True}]}, "payload": {"x": value}}
+
+    table = connect_types.document({"type": "struct", "fields": [{"field": "x", "type": "int64", "optional": True}]})
+    spec = DecodeSpec(writer_schemas={0: table}, reader_schema=table, max_bytes=1 << 20, fail_fast=False,
+                      value_format="connect-json", plain_schema_id=0)
+    compact = [record("int32", 1), record("string", "s"), record("int32", 2)]
+    from ingestion.decode.python_decoder import batch_decoder
+
+    values = [json.dumps(r, separators=(",", ":")).encode() for r in compact]
+    batch = pa.RecordBatch.from_pydict({"key": [None] * 3, "value": values, "topic": ["t"] * 3,
+                                        "partition": [0] * 3, "offset": [0, 1, 2]})
+    out = next(iter(batch_decoder(spec)(iter([batch])))).to_pylist()
+    assert [(r["_payload"], r["_error_class"]) for r in out] == [
+        ({"x": 1}, None), (None, "ConnectSchemaError"), ({"x": 2}, None)]
