@@ -168,9 +168,11 @@ def _started_in_pool(spark: SparkSession, stream: Any, pool: str | None) -> Stre
 def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Prepared, *, available_now: bool,
            with_metrics: bool, pool: str | None = None, prometheus: LagRefresher | None = None) -> RunningPipeline:
     config = ctx.config
-    schemas = prepared.schemas or setup.resolver(spark, ctx)
-    setup.ensure_tables(spark, config, schemas.spec, made=prepared.schemas is not None)
-    setup.widen_table(spark, config, schemas)
+    schemas = None  # a routed pipeline's schemas and tables are each route's, made as its first records come
+    if config.routing is None:
+        schemas = prepared.schemas or setup.resolver(spark, ctx)
+        setup.ensure_tables(spark, config, schemas.spec, made=prepared.schemas is not None)
+        setup.widen_table(spark, config, schemas)
     location = config.checkpoint_path
     resumed = facts.checkpoint_started if facts.checkpoint_started is not None else \
         checkpoint.has_progress(location, config.spark, spark)
@@ -189,11 +191,11 @@ def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Pr
         batches: list[BatchResult] = []
         properties = dict(facts.table.properties) if facts.table is not None and facts.table.exists else \
             setup.table_properties(config)
-        log_checkpoints = BackgroundCheckpoints.for_table(spark, config.table_path, name=config.name,
-                                                          properties=properties, options=config.storage_options())
+        log_checkpoints = None if config.routing is not None else BackgroundCheckpoints.for_table(
+            spark, config.table_path, name=config.name, properties=properties, options=config.storage_options())
         if log_checkpoints is not None and not available_now:
             log_checkpoints.warm_up()  # the JVM's first checkpoint is slow: at start, not beside the steady stream
-        scheduled = ScheduledMaintenance.for_pipeline(spark, config, metrics)
+        scheduled = None if config.routing is not None else ScheduledMaintenance.for_pipeline(spark, config, metrics)
         silver = _silver(spark, config, pool, metrics, prometheus)
 
         def on_batch(result: BatchResult) -> None:
@@ -213,7 +215,7 @@ def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Pr
                 log_checkpoints.committed(start_batch.result.version)
 
         writer = BronzeWriter(config=config, app_id=app_id, resolver=schemas, on_batch=on_batch,
-                              on_topics=ctx.saw, kafka_client=ctx.kafka.client)
+                              on_topics=ctx.saw, kafka_client=ctx.kafka.client, context=ctx)
         writer.jvm_path(spark)  # decide (and log) how records are decoded; value.decoder jvm fails here if it cannot
         listener.routes(spark).add(config.name, monitor)
         stream = (source.read_stream(spark, ctx, starting).writeStream

@@ -1,0 +1,189 @@
+"""routing: one topic into a table per route, each exactly once (docs/routing.md).
+
+Record types per topic: Avro records of three types produced with confluent-kafka's `AvroSerializer` and
+`TopicRecordNameStrategy` against the registry stand-in; each type's table holds exactly its records with its own
+columns, a fourth type registered while the query runs gets its table without a restart, a record without a schema
+id goes to quarantine as RouteError, and each table's commits carry `<checkpoint id>.<table>` as txnAppId.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ingestion.config import PipelineConfig, load_pipeline
+from ingestion.stream import checkpoint, pipeline
+from tests.helpers import delta_txns, wait_rows
+
+NAMESPACE = "com.acme.orders"
+TYPES: dict[str, list[dict[str, Any]]] = {
+    "OrderCreated": [{"name": "id", "type": "string"}, {"name": "amount", "type": "double"}],
+    "OrderPaid": [{"name": "id", "type": "string"}, {"name": "paid_at", "type": "long"},
+                  {"name": "method", "type": "string"}],
+    "OrderCancelled": [{"name": "id", "type": "string"}, {"name": "reason", "type": ["null", "string"]}],
+    "OrderShipped": [{"name": "id", "type": "string"}, {"name": "carrier", "type": "string"},
+                     {"name": "parcels", "type": "int"}],
+}
+
+
+def schema_text(kind: str) -> str:
+    return json.dumps({"type": "record", "name": kind, "namespace": NAMESPACE, "fields": TYPES[kind]})
+
+
+def record(kind: str, n: int) -> dict[str, Any]:
+    """The n-th record of a type, every field set from n."""
+    values: dict[str, Any] = {"id": f"{kind}-{n}"}
+    for f in TYPES[kind][1:]:
+        values[f["name"]] = {"amount": n + 0.25, "paid_at": 1_700_000_000_000 + n, "method": f"card-{n % 3}",
+                             "reason": None if n % 4 == 0 else f"reason-{n}", "carrier": f"c{n % 2}",
+                             "parcels": n % 5}[f["name"]]
+    return values
+
+
+class Registry:
+    """The registry stand-in over HTTPS (tests/registry_server.py) with a certificate made for it."""
+
+    def __init__(self, home: Path) -> None:
+        from ingestion.dev.secure import SecureSetup
+        from tests.registry_server import RegistryServer
+
+        self.setup = SecureSetup(home)
+        self.setup.prepare()
+        self.server = RegistryServer(self.setup.broker_pem, self.setup.broker_pem, {"sr": "sr-secret"})
+        self.url = self.server.start()
+
+    @property
+    def client_conf(self) -> dict[str, str]:
+        return {"url": self.url, "basic.auth.user.info": "sr:sr-secret", "ssl.ca.location": str(self.setup.ca_file)}
+
+    def yaml(self) -> str:
+        return "".join(f"    {k}: \"{v}\"\n" for k, v in self.client_conf.items())
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    found = Registry(tmp_path_factory.mktemp("registry"))
+    yield found
+    found.server.stop()
+
+
+class Producer:
+    """Records of the types produced with AvroSerializer + TopicRecordNameStrategy (auto-registering each type's
+    subject `<topic>-<full name>`), spread over the partitions; what went where remembered by (partition, offset)."""
+
+    def __init__(self, servers: str, registry: Registry, topic: str, partitions: int = 3) -> None:
+        from confluent_kafka import Producer as KafkaProducer
+        from confluent_kafka.schema_registry import SchemaRegistryClient, topic_record_subject_name_strategy
+        from confluent_kafka.schema_registry.avro import AvroSerializer
+
+        self.topic, self.partitions = topic, partitions
+        self.client = SchemaRegistryClient(registry.client_conf)
+        self.producer = KafkaProducer({"bootstrap.servers": servers})
+        self.serializers = {kind: AvroSerializer(self.client, schema_text(kind), conf={
+            "subject.name.strategy": topic_record_subject_name_strategy, "auto.register.schemas": True})
+            for kind in TYPES}
+        self.produced: dict[tuple[int, int], tuple[str, dict[str, Any] | None]] = {}
+        self._n = 0
+
+    def send(self, kinds: list[str], raw: list[bytes] = ()) -> None:  # type: ignore[assignment]
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        context = SerializationContext(self.topic, MessageField.VALUE)
+        for kind in kinds:
+            self._n += 1
+            values = record(kind, self._n)
+            self._produce(self.serializers[kind](values, context), kind, values)
+        for value in raw:
+            self._produce(value, "", None)
+        self.producer.flush(30)
+
+    def _produce(self, value: bytes, kind: str, values: dict[str, Any] | None) -> None:
+        def done(err: Any, msg: Any) -> None:
+            assert err is None, err
+            self.produced[(msg.partition(), msg.offset())] = (kind, values)
+
+        self.producer.produce(self.topic, value=value, key=f"k{self._n}".encode(),
+                              partition=self._n % self.partitions, on_delivery=done)
+        self.producer.poll(0)
+
+    def of(self, kind: str) -> dict[tuple[int, int], dict[str, Any] | None]:
+        return {k: v for k, (t, v) in self.produced.items() if t == kind}
+
+
+def routed_yaml(tmp_path: Path, *, name: str, topic: str, servers: str, registry: Registry, sink: str = "",
+                source: str = "") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"""name: {name}
+topic: {topic}
+kafka:
+  bootstrap.servers: "{servers}"
+source:
+  startingOffsets: earliest
+{source}value:
+  format: confluent
+  subjectNameStrategy: TopicRecordNameStrategy
+  registry:
+{registry.yaml()}key:
+  format: string
+sink:
+  root: {tmp_path / 'lake'}
+  trigger: 1 second
+{sink}routing:
+  by: recordName
+  tables: {{OrderCreated: {name}_created}}
+""")
+    return path
+
+
+def route_rows(spark: Any, config: PipelineConfig, kind: str) -> list[Any]:
+    return spark.read.format("delta").load(config.route_path(config.route_table(kind))).collect()
+
+
+def assert_route_tables(spark: Any, config: PipelineConfig, produced: Producer, kinds: list[str]) -> None:
+    """Each type's table holds exactly its records, every field equal to what was produced, its own columns."""
+    for kind in kinds:
+        rows = route_rows(spark, config, kind)
+        seen = Counter((r["_kafka_partition"], r["_kafka_offset"]) for r in rows)
+        assert all(n == 1 for n in seen.values()), (kind, [k for k, n in seen.items() if n > 1])
+        assert set(seen) == set(produced.of(kind)), kind
+        for row in rows:
+            want = produced.of(kind)[(row["_kafka_partition"], row["_kafka_offset"])]
+            assert {f["name"]: row[f["name"]] for f in TYPES[kind]} == want
+        columns = {f["name"] for f in TYPES[kind]}
+        others = {f["name"] for k, fields in TYPES.items() if k != kind for f in fields} - columns
+        assert columns <= set(rows[0].asDict()) and not others & set(rows[0].asDict()), kind
+
+
+def test_record_types_of_one_topic_land_each_in_its_table_and_a_new_type_gets_one_mid_run(
+        spark: Any, kafka_servers: str, make_topic: Any, registry: Registry, tmp_path: Path) -> None:
+    topic = make_topic(partitions=3)
+    produced = Producer(kafka_servers, registry, topic)
+    kinds = ["OrderCreated", "OrderPaid", "OrderCancelled"]
+    produced.send([random.Random(7).choice(kinds) for _ in range(40)] + kinds, raw=[b"not avro"])
+    config = load_pipeline(routed_yaml(tmp_path, name="shop", topic=topic, servers=kafka_servers, registry=registry))
+    assert config.route_table("OrderCreated") == "shop_created" and config.route_table("OrderPaid") == "shop_orderpaid"
+    running = pipeline.start(spark, config)
+    try:
+        for kind in kinds:
+            wait_rows(spark, config.route_path(config.route_table(kind)), len(produced.of(kind)))
+        produced.send(["OrderShipped"] * 5 + ["OrderPaid"] * 2)  # a type registered now: its table comes mid-run
+        wait_rows(spark, config.route_path("shop_ordershipped"), 5)
+        wait_rows(spark, config.route_path("shop_orderpaid"), len(produced.of("OrderPaid")))
+        assert running.query.isActive
+    finally:
+        pipeline.stop(spark, running)
+    assert_route_tables(spark, config, produced, [*kinds, "OrderShipped"])
+    failed = spark.read.format("delta").load(config.quarantine_path).collect()
+    assert [(r["_error_class"], r["_kafka_value"]) for r in failed] == [("RouteError", b"not avro")]
+    assert "no Confluent header" in failed[0]["_error_message"]
+    app_id = checkpoint.app_id(config.checkpoint_path, config.name, config.spark)
+    for table in ("shop_created", "shop_orderpaid", "shop_ordercancelled", "shop_ordershipped"):
+        txns = [(a, v) for _, a, v in delta_txns(Path(config.route_path(table)))]
+        assert txns and {a for a, _ in txns} == {f"{app_id}.{table}"}, txns
+        assert len(set(txns)) == len(txns)  # each (txnAppId, txnVersion) once
+    assert not Path(config.table_path).exists()  # no table of the pipeline's own name: a table per route
