@@ -187,3 +187,62 @@ def test_record_types_of_one_topic_land_each_in_its_table_and_a_new_type_gets_on
         assert txns and {a for a, _ in txns} == {f"{app_id}.{table}"}, txns
         assert len(set(txns)) == len(txns)  # each (txnAppId, txnVersion) once
     assert not Path(config.table_path).exists()  # no table of the pipeline's own name: a table per route
+
+
+def test_routing_by_header_splits_on_both_write_paths_and_quarantines_a_record_without_it(
+        spark: Any, kafka_servers: str, make_topic: Any, orders_schema: dict[str, Any], tmp_path: Path) -> None:
+    from confluent_kafka import Producer as KafkaProducer
+    from fastavro import parse_schema
+
+    from ingestion.decode.wire import encode
+    from ingestion.dev.samples import avro_body, order
+    from ingestion.stream.batch import WritePath
+    from tests.helpers import as_produced
+
+    topic = make_topic(partitions=2)
+    producer = KafkaProducer({"bootstrap.servers": kafka_servers})
+    parsed = parse_schema(orders_schema)
+    produced: dict[tuple[int, int], tuple[str | None, dict[str, Any]]] = {}
+    for seq in range(30):
+        values = order(seq, random.Random(seq))
+        kind = None if seq == 29 else ("Created", "paid-v2")[seq % 2]
+        headers = [("trace", b"x")] + ([("event-type", kind.encode())] if kind else [])
+
+        def done(err: Any, msg: Any, kind: str | None = kind, values: dict[str, Any] = values) -> None:
+            assert err is None
+            produced[(msg.partition(), msg.offset())] = (kind, values)
+
+        producer.produce(topic, value=encode(1, avro_body(parsed, values)), key=f"k{seq}", headers=headers,
+                         partition=seq % 2, on_delivery=done)
+        producer.flush(30)
+    path = tmp_path / "hdr.yaml"
+    path.write_text(f"""name: hdr
+topic: {topic}
+kafka:
+  bootstrap.servers: "{kafka_servers}"
+source:
+  maxOffsetsPerTrigger: 8
+value:
+  subject: orders-value
+key:
+  format: string
+sink:
+  root: {tmp_path / 'lake'}
+routing:
+  by: header
+  header: event-type
+""")
+    config = load_pipeline(path)
+    ran = pipeline.run(spark, config, available_now=True)
+    paths = {b.path for b in ran.batches if b.rows}
+    assert paths == {WritePath.SPARK, WritePath.DRIVER}  # new routes' tables by Spark, then the driver's batches
+    for kind, table in (("Created", "hdr_created"), ("paid-v2", "hdr_paid_v2")):
+        rows = spark.read.format("delta").load(config.route_path(table)).collect()
+        want = {k: v for k, (t, v) in produced.items() if t == kind}
+        assert sorted((r["_kafka_partition"], r["_kafka_offset"]) for r in rows) == sorted(want)
+        assert all(as_produced(r.asDict(recursive=False)) == want[(r["_kafka_partition"], r["_kafka_offset"])]
+                   for r in rows)
+    failed = spark.read.format("delta").load(config.quarantine_path).collect()
+    assert [(r["_kafka_partition"], r["_kafka_offset"], r["_error_class"]) for r in failed] == \
+        [(p, o, "RouteError") for (p, o), (t, _) in produced.items() if t is None]
+    assert "'event-type'" in failed[0]["_error_message"]
