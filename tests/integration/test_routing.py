@@ -246,3 +246,91 @@ routing:
     assert [(r["_kafka_partition"], r["_kafka_offset"], r["_error_class"]) for r in failed] == \
         [(p, o, "RouteError") for (p, o), (t, _) in produced.items() if t is None]
     assert "'event-type'" in failed[0]["_error_message"]
+
+
+EVENT_SCHEMA = {"type": "object", "properties": {"kind": {"type": "string"}, "id": {"type": "integer"},
+                                                 "note": {"type": "string"}}}
+
+
+def test_route_keys_are_the_same_on_both_paths(spark: Any, tmp_path: Path) -> None:
+    """The Spark expression and the driver's Python read the same route key from every kind of record."""
+    import pyarrow as pa
+
+    from ingestion.columns import KAFKA_SOURCE_SCHEMA
+    from ingestion.decode import routes
+    from ingestion.kafka.fetch import SOURCE_ARROW_SCHEMA
+
+    schema = tmp_path / "e.json"
+    schema.write_text(json.dumps(EVENT_SCHEMA))
+    values = [b'{"kind": "Sale", "id": 1}', b'{"kind": 7}', b'{"id": 2}', b'{"kind": ""}', b"not json", None,
+              b'{"kind": null}', b"\x00\x00\x00\x01\x02{}", b"\x00\x00\x00\x00\x05{\"kind\": \"Refund\"}"]
+    headers = [[{"key": "t", "value": b"A"}], [], None, [{"key": "t", "value": b""}], [{"key": "u", "value": b"B"}],
+               [{"key": "t", "value": b"C"}], [{"key": "t", "value": None}], [], []]
+    rows = [{"key": None if i % 3 else f"k{i}".encode(), "value": v, "topic": f"t{i % 2}", "partition": 0,
+             "offset": i, "timestamp": None, "timestampType": 0, "headers": h}
+            for i, (v, h) in enumerate(zip(values, headers, strict=True))]
+    source = pa.RecordBatch.from_pylist(rows, schema=SOURCE_ARROW_SCHEMA)
+    frame = spark.createDataFrame(rows, schema=KAFKA_SOURCE_SCHEMA)
+    cases = {"field: kind": ("json", f"schemaFile: {schema}", "{by: field, field: kind}"),
+             "jsonschema": ("jsonschema", "subject: s", "{by: field, field: kind}"),
+             "header": ("confluent", "subject: s", "{by: header, header: t}"),
+             "key": ("confluent", "subject: s", "{by: field, field: _kafka_key}"),
+             "record": ("confluent", "subjectNameStrategy: RecordNameStrategy", "{by: recordName}")}
+    for name, (value_format, more, routing) in cases.items():
+        file = tmp_path / "k.yaml"
+        file.write_text(f"name: k\ntopics: [t0, t1]\nvalue: {{format: {value_format}, {more}}}\nrouting: {routing}\n")
+        config = load_pipeline(file)
+        in_spark = [r[0] for r in frame.select(routes.key_column(config)).collect()]
+        assert in_spark == routes.keys_of(config, source), name
+        assert any(k is None for k in in_spark) and any(k is not None for k in in_spark), name
+    assert in_spark == [None] * 7 + ["258", "5"]  # recordName: the schema id of the Confluent header
+
+
+def test_topics_as_routes_a_table_per_topic_and_a_topic_created_mid_run(
+        spark: Any, kafka_servers: str, make_topic: Any, tmp_path: Path) -> None:
+    from confluent_kafka import Producer as KafkaProducer
+
+    from ingestion.kafka.clients import create_topic
+
+    schema = tmp_path / "event.json"
+    schema.write_text(json.dumps(EVENT_SCHEMA))
+    first = make_topic(partitions=1)
+    prefix = first.rsplit("-", 1)[0]
+    path = tmp_path / "tenants.yaml"
+    path.write_text(f"""name: tenants
+topicPattern: "^{prefix}-.*"
+kafka:
+  bootstrap.servers: "{kafka_servers}"
+value:
+  format: json
+  schemaFile: {schema}
+sink:
+  root: {tmp_path / 'lake'}
+  trigger: 1 second
+routing:
+  by: topic
+  table: "raw_{{route}}"
+""")
+    config = load_pipeline(path)
+    producer = KafkaProducer({"bootstrap.servers": kafka_servers})
+
+    def send(topic: str, n: int) -> None:
+        for i in range(n):
+            producer.produce(topic, value=json.dumps({"kind": topic, "id": i}).encode())
+        producer.flush(30)
+
+    send(first, 3)
+    running = pipeline.start(spark, config)
+    try:
+        wait_rows(spark, config.route_path(config.route_table(first)), 3)
+        later = f"{prefix}-Later.2"
+        create_topic({"bootstrap.servers": kafka_servers}, later, 2)
+        send(later, 4)
+        wait_rows(spark, config.route_path(config.route_table(later)), 4, timeout=180)
+        assert running.query.isActive
+    finally:
+        pipeline.stop(spark, running)
+    for topic, n in ((first, 3), (later, 4)):
+        rows = spark.read.format("delta").load(config.route_path(config.route_table(topic))).collect()
+        assert sorted(r["id"] for r in rows) == list(range(n)) and {r["_kafka_topic"] for r in rows} == {topic}
+    assert config.route_table(later) == "raw_" + later.replace("-", "_").replace(".", "_").lower()
