@@ -356,7 +356,8 @@ class PipelineConfig:
             checkpoint_location=self.checkpoint_path,
             catalog_table=f"{_namespace(names[0])}{table}" if names else "",
             quarantine_catalog_table=names[1] if names else "")
-        routed = dataclasses.replace(self, name=table, sink=sink, routing=None, silver=None)
+        # The pipeline's name stays: its ledger records say which pipeline wrote the table (`delta.routed`).
+        routed = dataclasses.replace(self, sink=sink, routing=None, silver=None)
         if record:
             protobuf = self.value.format == "protobuf"
             routed = dataclasses.replace(routed, value=dataclasses.replace(

@@ -110,16 +110,24 @@ class RouteNames:
         """The route of a key; None when the record has none (see `reason`)."""
         if key is None:
             return None
-        if self.routing.by != "recordName":
-            return Route(key)
         if key not in self._known:
-            text = self.source.by_id(int(key))
-            self._known[key] = None if text is None else _record_route(text)
+            route = Route(key) if self.routing.by != "recordName" else None
+            if route is None:
+                text = self.source.by_id(int(key))
+                route = None if text is None else _record_route(text)
+            self._known[key] = None if route is not None and self._quarantine(route) else route
         return self._known[key]
+
+    def _quarantine(self, route: Route) -> bool:
+        """Whether a route's table would be the pipeline's quarantine table (a route named `quarantine`)."""
+        config = self.config
+        return config.route_path(config.route_table(route.value)).rstrip("/") == config.quarantine_path.rstrip("/")
 
     def reason(self, key: str | None) -> str:
         """Why a record of this key has no route (the quarantine's message)."""
         routing = self.routing
+        if key is not None and self._known.get(key, 0) is None and routing.by != "recordName":
+            return f"route {key!r} names the pipeline's quarantine table"
         if routing.by == "recordName":
             return ("the value has no Confluent header (magic byte 0 and a schema id) to read its record type from"
                     if key is None else f"schema id {key} is not in the schema registry: its record type is unknown")

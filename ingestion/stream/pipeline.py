@@ -21,7 +21,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from ingestion import kafka
 from ingestion.config import PipelineConfig
-from ingestion.delta import ledger
+from ingestion.delta import ledger, routed
 from ingestion.delta.log_checkpoints import BackgroundCheckpoints
 from ingestion.errors import IngestionError, KafkaAccessError, one_line
 from ingestion.kafka import access
@@ -176,6 +176,12 @@ def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Pr
     location = config.checkpoint_path
     resumed = facts.checkpoint_started if facts.checkpoint_started is not None else \
         checkpoint.has_progress(location, config.spark, spark)
+    if config.routing is not None and not resumed and (tables := routed.route_tables(config)):
+        # A new checkpoint has a new txnAppId: its batches would be written again beside the tables' records.
+        raise IngestionError(f"pipeline {config.name!r}: the checkpoint {location} is new, but route tables "
+                             f"{', '.join(tables)} hold records of an earlier one; a routed pipeline does not resume "
+                             "from its tables yet (docs/routing.md#not-yet): restore the checkpoint, or move the "
+                             "route tables aside")
     app_id = checkpoint.app_id(location, config.name, config.spark, spark)
     facts = facts.after(prepared.start_batches)
     recorded = _recorded_offsets(spark, config, facts) if available_now or not resumed else {}

@@ -334,3 +334,39 @@ routing:
         rows = spark.read.format("delta").load(config.route_path(config.route_table(topic))).collect()
         assert sorted(r["id"] for r in rows) == list(range(n)) and {r["_kafka_topic"] for r in rows} == {topic}
     assert config.route_table(later) == "raw_" + later.replace("-", "_").replace(".", "_").lower()
+
+
+def test_routing_by_a_field_of_json_records(spark: Any, kafka_servers: str, make_topic: Any, tmp_path: Path) -> None:
+    from confluent_kafka import Producer as KafkaProducer
+
+    schema = tmp_path / "event.json"
+    schema.write_text(json.dumps(EVENT_SCHEMA))
+    topic = make_topic(partitions=2)
+    producer = KafkaProducer({"bootstrap.servers": kafka_servers})
+    sent = [{"kind": ("Sale", "Refund")[i % 2], "id": i, "note": f"n{i}"} for i in range(12)] + [{"id": 99}]
+    for doc in sent:
+        producer.produce(topic, value=json.dumps(doc).encode(), partition=doc["id"] % 2)
+    producer.flush(30)
+    path = tmp_path / "outbox.yaml"
+    path.write_text(f"""name: outbox
+topic: {topic}
+kafka:
+  bootstrap.servers: "{kafka_servers}"
+value:
+  format: json
+  schemaFile: {schema}
+sink:
+  root: {tmp_path / 'lake'}
+routing:
+  by: field
+  field: kind
+  tables: {{Refund: refunds}}
+""")
+    config = load_pipeline(path)
+    pipeline.run(spark, config, available_now=True)
+    for kind, table in (("Sale", "outbox_sale"), ("Refund", "refunds")):
+        rows = spark.read.format("delta").load(config.route_path(table)).collect()
+        assert sorted((r["id"], r["kind"], r["note"]) for r in rows) == \
+            [(d["id"], kind, d["note"]) for d in sent if d.get("kind") == kind]
+    failed = spark.read.format("delta").load(config.quarantine_path).collect()
+    assert [(r["_error_class"], json.loads(r["_kafka_value"])) for r in failed] == [("RouteError", {"id": 99})]

@@ -101,3 +101,12 @@ def test_routing_by_field_of_json_and_by_the_kafka_key_load(tmp_path: Path) -> N
     assert config.routing is not None and config.routing.route_field == "kind"
     config = load(tmp_path, "name: o\ntopic: o\nvalue: {subject: o-value}\nrouting: {by: field, field: _kafka_key}\n")
     assert config.routing is not None and config.routing.by == "field"
+
+
+def test_the_names_a_routed_pipelines_tables_can_have(tmp_path: Path) -> None:
+    from ingestion.delta.routed import name_pattern
+
+    pattern = name_pattern(load(tmp_path, ROUTED))
+    assert pattern.fullmatch("orders_orderpaid") and pattern.fullmatch("orders_created")
+    assert not pattern.fullmatch("orders_quarantine-x") and not pattern.fullmatch("payments_orderpaid")
+    assert not pattern.fullmatch("orders_OrderPaid")  # {route} is normalised: lowercase only
