@@ -301,9 +301,10 @@ def _check_routing(config: PipelineConfig) -> None:
                           f"jsonschema) or by _kafka_key; with value.format {value.format} route by recordName or "
                           f"header, got field {routing.route_field!r}")
     if by == "recordName":
-        if value.format not in ("confluent", "protobuf"):
+        if value.format != "confluent":
             raise ConfigError(f"{file}: key 'routing.by' is recordName, which reads each record's schema id: "
-                              f"value.format must be confluent or protobuf, got {value.format!r}")
+                              f"value.format must be confluent (Avro; Protobuf's message indexes not yet), got "
+                              f"{value.format!r}")
         if value.subject or value.subject_name_strategy == "TopicNameStrategy" or value.record_name:
             raise ConfigError(f"{file}: key 'routing.by' is recordName: set value.subjectNameStrategy to "
                               f"TopicRecordNameStrategy or RecordNameStrategy (a subject per record type) and no "

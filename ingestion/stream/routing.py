@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -120,6 +120,7 @@ class Router:
                 return None
             by_table, unrouted = self._split([(r[KEY], r["topic"]) for r in found], spark)
             results = []
+            tables: dict[str, BatchResult] = {}
             for n, (table, keys) in enumerate(sorted(by_table.items())):
                 if n:
                     faults.reached(faults.FaultPoint.BETWEEN_TABLES, batch_id)
@@ -128,6 +129,7 @@ class Router:
                 if result is not None:
                     log_result(f"{self.config.name} -> {table}", result)
                     results.append(result)
+                    tables[table] = result
             if unrouted:
                 no_key = None in unrouted
                 known = sorted(k for k in unrouted if k is not None)
@@ -136,7 +138,7 @@ class Router:
                 results.append(self._quarantine_spark(spark, rows, batch_id, ingested_at, started))
         finally:
             keyed.unpersist()
-        return merged(batch_id, results, started, WritePath.SPARK)
+        return merged(batch_id, results, started, WritePath.SPARK, tables)
 
     def _split(self, found: list[tuple[str | None, str]],
                spark: SparkSession | None) -> tuple[dict[str, set[str]], set[str | None]]:
@@ -206,6 +208,7 @@ class Router:
             return Declined("records without a route, or of a route that has no table yet")
         key_array = pa.array(keys, pa.string())
         results = []
+        tables: dict[str, BatchResult] = {}
         for n, (table, table_keys) in enumerate(sorted(by_table.items())):
             if n:
                 faults.reached(faults.FaultPoint.BETWEEN_TABLES, batch_id)
@@ -215,14 +218,16 @@ class Router:
                 return written if isinstance(written, Declined) else Declined("a route's records vanished")
             log_result(f"{self.config.name} -> {table}", written)
             results.append(written)
-        result = merged(batch_id, results, started, WritePath.DRIVER)
+            tables[table] = written
+        result = merged(batch_id, results, started, WritePath.DRIVER, tables)
         assert result is not None
         return result
 
 
-def merged(batch_id: int, results: Sequence[BatchResult], started: float, path: WritePath) -> BatchResult | None:
-    """The pipeline's result of a batch from its tables' results: counts summed, each partition's offsets from the
-    first to the last any table took."""
+def merged(batch_id: int, results: Sequence[BatchResult], started: float, path: WritePath,
+           tables: Mapping[str, BatchResult]) -> BatchResult | None:
+    """The pipeline's result of a batch from its tables' results (`tables`: the route tables', by name): counts
+    summed, each partition's offsets from the first to the last any table took."""
     if not results:
         return None
     spans: dict[tuple[str, int], PartitionRange] = {}
@@ -239,4 +244,5 @@ def merged(batch_id: int, results: Sequence[BatchResult], started: float, path: 
                        sum(r.bytes for r in results), None, any(r.committed for r in results),
                        tuple(spans[k] for k in sorted(spans)),
                        max((r.max_timestamp for r in results if r.max_timestamp is not None), default=None),
-                       time.monotonic() - started, path, sum(r.checked for r in results), violated)
+                       time.monotonic() - started, path, sum(r.checked for r in results), violated,
+                       {t: (r.rows if r.committed else 0, r.version) for t, r in tables.items()})

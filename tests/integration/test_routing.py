@@ -236,6 +236,7 @@ routing:
     ran = pipeline.run(spark, config, available_now=True)
     paths = {b.path for b in ran.batches if b.rows}
     assert paths == {WritePath.SPARK, WritePath.DRIVER}  # new routes' tables by Spark, then the driver's batches
+    assert sum(b.tables["hdr_created"][0] for b in ran.batches) == 15  # per table, as MLflow's rows_<table>
     for kind, table in (("Created", "hdr_created"), ("paid-v2", "hdr_paid_v2")):
         rows = spark.read.format("delta").load(config.route_path(table)).collect()
         want = {k: v for k, (t, v) in produced.items() if t == kind}
@@ -370,3 +371,26 @@ routing:
             [(d["id"], kind, d["note"]) for d in sent if d.get("kind") == kind]
     failed = spark.read.format("delta").load(config.quarantine_path).collect()
     assert [(r["_error_class"], json.loads(r["_kafka_value"])) for r in failed] == [("RouteError", {"id": 99})]
+
+
+def test_init_scaffolds_a_routed_pipeline_for_a_topic_of_several_record_subjects(
+        kafka_servers: str, make_topic: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ingestion.ops import init
+
+    topic = make_topic(partitions=3)
+    conf, schemas = tmp_path / "conf", tmp_path / "schemas"
+    conf.mkdir()
+    (conf / "defaults.yaml").write_text(json.dumps({"kafka": {"bootstrap.servers": kafka_servers}}))
+    for n, kind in enumerate(("OrderCreated", "OrderPaid"), start=1):
+        folder = schemas / f"{topic}-{NAMESPACE}.{kind}"
+        folder.mkdir(parents=True)
+        (folder / f"{n}.avsc").write_text(schema_text(kind))
+    monkeypatch.setenv("INGEST_CONF_DIR", str(conf))
+    monkeypatch.setenv("INGEST_SCHEMAS_DIR", str(schemas))
+    draft = init.draft(topic, "shop")
+    config = draft.config
+    assert config.routing is not None and config.routing.by == "recordName"
+    assert config.value.subject_name_strategy == "TopicRecordNameStrategy" and config.value.subject == ""
+    assert config.routed("OrderPaid", record=f"{NAMESPACE}.OrderPaid").value_subjects([topic]) == \
+        [f"{topic}-{NAMESPACE}.OrderPaid"]
+    assert "shop_ordercreated, shop_orderpaid" in draft.text and "3 partitions; values of 2 record types" in draft.text
