@@ -105,6 +105,7 @@ class RouteNames:
         self.routing = _routing(config)
         self.source = source
         self._known: dict[str, Route | None] = {}
+        self._refused: dict[str, str] = {}  # keys whose route has no table, and why
 
     def route(self, key: str | None) -> Route | None:
         """The route of a key; None when the record has none (see `reason`)."""
@@ -118,6 +119,12 @@ class RouteNames:
             self._known[key] = None if route is not None and self._quarantine(route) else route
         return self._known[key]
 
+    def refuse(self, key: str, reason: str) -> None:
+        """A key whose route has no table (its subjects cannot be read): its records go to quarantine, with
+        `reason`, until the run restarts."""
+        self._known[key] = None
+        self._refused[key] = reason
+
     def _quarantine(self, route: Route) -> bool:
         """Whether a route's table would be the pipeline's quarantine table (a route named `quarantine`)."""
         config = self.config
@@ -126,6 +133,8 @@ class RouteNames:
     def reason(self, key: str | None) -> str:
         """Why a record of this key has no route (the quarantine's message)."""
         routing = self.routing
+        if key is not None and key in self._refused:
+            return self._refused[key]
         if key is not None and self._known.get(key, 0) is None and routing.by != "recordName":
             return f"route {key!r} names the pipeline's quarantine table"
         if routing.by == "recordName":

@@ -30,6 +30,7 @@ from ingestion.decode.routes import Route, RouteNames
 from ingestion.delta import ledger
 from ingestion.delta.append import DeltaAppend
 from ingestion.delta.ledger import BatchKind, PartitionRange
+from ingestion.errors import SchemaError, one_line
 from ingestion.kafka.fetch import RangeFetcher, Span
 from ingestion.stream import setup
 from ingestion.stream.batch import (
@@ -153,7 +154,14 @@ class Router:
             if route is None or key is None:
                 unrouted.add(key)
                 continue
-            table = self.route_table(spark, route, sorted(seen))
+            try:
+                table = self.route_table(spark, route, sorted(seen))
+            except SchemaError as exc:  # its subjects cannot be read: its records wait in quarantine
+                log.warning("%s: route %r has no table: %s; its records are quarantined", self.config.name,
+                            route.value, exc)
+                self.names.refuse(key, f"route {route.value!r}: {one_line(exc)}")
+                unrouted.add(key)
+                continue
             if table is None:
                 return {}, set()  # a new route: the driver declines, the Spark path makes its table
             by_table.setdefault(table.table, set()).add(key)
