@@ -183,7 +183,7 @@ def test_record_types_of_one_topic_land_each_in_its_table_and_a_new_type_gets_on
     finally:
         pipeline.stop(spark, running)
     assert_route_tables(spark, config, produced, [*kinds, "OrderShipped"])
-    failed = {r["_kafka_value"]: r for r in spark.read.format("delta").load(config.quarantine_path).collect()}
+    failed = {bytes(r["_kafka_value"]): r for r in spark.read.format("delta").load(config.quarantine_path).collect()}
     assert sorted(failed) == sorted([b"not avro", stray_id.to_bytes(5, "big") + b"\x02x"])
     assert {r["_error_class"] for r in failed.values()} == {"RouteError"}
     assert "no Confluent header" in failed[b"not avro"]["_error_message"]
