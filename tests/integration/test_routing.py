@@ -401,3 +401,9 @@ def test_init_scaffolds_a_routed_pipeline_for_a_topic_of_several_record_subjects
     assert config.routed("OrderPaid", record=f"{NAMESPACE}.OrderPaid").value_subjects([topic]) == \
         [f"{topic}-{NAMESPACE}.OrderPaid"]
     assert "shop_ordercreated, shop_orderpaid" in draft.text and "3 partitions; values of 2 record types" in draft.text
+
+    from ingestion.ops.onboard import onboard
+
+    (written,) = init.write([draft])
+    report = onboard(lambda: pytest.fail("a dry run starts no JVM"), load_pipeline(written), dry_run=True)
+    assert any(line.startswith("routing by recordName: a table per route at ") for line in report.lines), report.lines
