@@ -5,16 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ingestion.cli.common import load, pipeline_session, spark_session
-from ingestion.config import PipelineConfig
-from ingestion.errors import ConfigError
-
-
-def refuse_routed(config: PipelineConfig, command: str) -> None:
-    """replay and rewind act on one bronze table; a routed pipeline's tables are not rewound together yet."""
-    if config.routing is not None:
-        raise ConfigError(f"{config.file}: key 'routing': ingest {command} of a routed pipeline (a table per route) "
-                          f"is not supported yet (docs/routing.md#not-yet)")
+from ingestion.cli.common import load, pipeline_session, refuse_routed, spark_session
 
 
 def replay_range(args: argparse.Namespace) -> int:
