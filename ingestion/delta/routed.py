@@ -94,3 +94,15 @@ def route_keys_in_table(config: PipelineConfig, path: str) -> list[tuple[str, in
             key = json.dumps(value) if isinstance(value, (dict, list, bool)) else str(value)
         out.append((row["_kafka_topic"], row["_kafka_partition"], row["_kafka_offset"], key or None))
     return out
+
+
+def recorded_offsets(config: PipelineConfig) -> dict[str, dict[str, int]]:
+    """Per topic and partition, the offset after the last one any of a routed pipeline's tables holds (each table's
+    ledger, read with delta-rs): where an available-now run counts from, and whether it is caught up."""
+    out: dict[str, dict[str, int]] = {}
+    for path in ledger_paths(config):
+        for record in rs_reads.history(path) or []:
+            for span in record.ranges:
+                done = out.setdefault(span.topic, {})
+                done[str(span.partition)] = max(done.get(str(span.partition), 0), span.last + 1)
+    return out

@@ -116,7 +116,7 @@ def pipeline_status(source: Source, target: PipelineConfig | PipelineContext,
     now = now or dt.datetime.now(dt.UTC)
     settings = ctx.kafka.client
     records = [r for path in routed.ledger_paths(config) for r in reader.history(path)]
-    recorded = _next_offsets(records) if config.routing is not None else ledger.next_offsets(records)
+    recorded = routed.recorded_offsets(config) if config.routing is not None else ledger.next_offsets(records)
     topics, gone = ctx.audited(recorded)
     group_start = handover.plan(ctx, strict=False) if config.source.start_from_group and not recorded else None
     partitions: list[PartitionStatus] = []
@@ -140,17 +140,6 @@ def pipeline_status(source: Source, target: PipelineConfig | PipelineContext,
         topics, gone, group_start, silver_status(config, reader.version(config.table_path)),
         route_statuses(reader, config) if config.routing is not None else [],
     )
-
-
-def _next_offsets(records: list[ledger.BatchRecord]) -> dict[str, dict[str, int]]:
-    """Per partition, the offset after the last any of a routed pipeline's tables holds (their versions are each
-    table's own: no order across tables)."""
-    out: dict[str, dict[str, int]] = {}
-    for r in records:
-        for span in r.ranges:
-            done = out.setdefault(span.topic, {})
-            done[str(span.partition)] = max(done.get(str(span.partition), 0), span.last + 1)
-    return out
 
 
 def _topic_status(reader: TableReader, config: PipelineConfig, settings: Mapping[str, Any], topic: str,
