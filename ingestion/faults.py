@@ -6,7 +6,8 @@ reaches that point of that batch, then hang there, so a test can SIGKILL it exac
 Spark's checkpoint has not); `files_written` (the driver-side path: a data file of the batch is in the table's
 folder, delta-rs has not committed it); `quarantine_committed` (the batch's quarantine commit is made, bronze's
 is not); `silver_between_commits` (a silver step has committed its delete markers,
-not its rows; the id is the bronze version the step merges up to). `<point>:*` stops at the point's first
+not its rows; the id is the bronze version the step merges up to); `between_tables` (a routed batch: one route
+table has committed, the next has not). `<point>:*` stops at the point's first
 occurrence.
 """
 
@@ -30,6 +31,7 @@ class FaultPoint(StrEnum):
     FILES_WRITTEN = "files_written"
     QUARANTINE_COMMITTED = "quarantine_committed"
     SILVER_BETWEEN_COMMITS = "silver_between_commits"
+    BETWEEN_TABLES = "between_tables"
 
 
 def armed(point: FaultPoint, batch_id: int) -> bool:

@@ -33,11 +33,13 @@ from ingestion.config.model import (
     MetricsOptions,
     PipelineConfig,
     PrometheusOptions,
+    RoutingOptions,
     SilverOptions,
     SinkOptions,
     SourceOptions,
     TopicOptions,
     ValueFormat,
+    route_name,
 )
 from ingestion.units import duration_seconds  # stream.maintenance imports it from here
 
@@ -50,6 +52,7 @@ __all__ = [
     "MetricsOptions",
     "PipelineConfig",
     "PrometheusOptions",
+    "RoutingOptions",
     "SilverOptions",
     "SinkOptions",
     "SourceOptions",
@@ -62,4 +65,5 @@ __all__ = [
     "load_all",
     "load_pipeline",
     "parse_pipeline",
+    "route_name",
 ]

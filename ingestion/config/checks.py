@@ -114,7 +114,8 @@ def _check_contradictions(config: PipelineConfig, raw_source: set[str]) -> None:
 
 def _check_subjects(config: PipelineConfig) -> None:
     value = config.value
-    needs_record = value.subject_name_strategy != "TopicNameStrategy" and not value.subject
+    by_record = config.routing is not None and config.routing.by == "recordName"
+    needs_record = value.subject_name_strategy != "TopicNameStrategy" and not value.subject and not by_record
     if needs_record and not value.record_name:
         raise ConfigError(f"{config.file}: key 'value.subjectNameStrategy' is {value.subject_name_strategy}, which "
                           f"needs 'value.recordName' (the record's full name, such as com.acme.Order)")
@@ -316,6 +317,61 @@ def _check_silver_columns(config: PipelineConfig) -> None:
                               f"share it), got {list(silver.track_history_on)!r}")
 
 
+_TABLE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def _check_routing(config: PipelineConfig) -> None:
+    """`routing:` (docs/routing.md): what each `by` needs, a table template that names one table per route, and
+    the sections a routed pipeline does not take yet."""
+    routing, file = config.routing, config.file
+    if routing is None:
+        return
+    by, value = routing.by, config.value
+    if by == "field" and not routing.route_field:
+        raise ConfigError(f"{file}: key 'routing.field' is needed with routing.by field (a top-level field of the "
+                          f"value, or _kafka_key), got ''")
+    if by == "header" and not routing.header:
+        raise ConfigError(f"{file}: key 'routing.header' is needed with routing.by header (a Kafka header's name), "
+                          f"got ''")
+    for key, given, needs in (("field", routing.route_field, "field"), ("header", routing.header, "header")):
+        if given and by != needs:
+            raise ConfigError(f"{file}: key 'routing.{key}' is for routing.by {needs}, got by {by!r}")
+    if by == "field" and routing.route_field != "_kafka_key" and value.format not in ("json", "jsonschema"):
+        raise ConfigError(f"{file}: key 'routing.field' routes by a field of JSON values (value.format json or "
+                          f"jsonschema) or by _kafka_key; with value.format {value.format} route by recordName or "
+                          f"header, got field {routing.route_field!r}")
+    if by == "recordName":
+        if value.format != "confluent":
+            raise ConfigError(f"{file}: key 'routing.by' is recordName, which reads each record's schema id: "
+                              f"value.format must be confluent (Avro; Protobuf's message indexes not yet), got "
+                              f"{value.format!r}")
+        if value.subject or value.subject_name_strategy == "TopicNameStrategy" or value.record_name:
+            raise ConfigError(f"{file}: key 'routing.by' is recordName: set value.subjectNameStrategy to "
+                              f"TopicRecordNameStrategy or RecordNameStrategy (a subject per record type) and no "
+                              f"value.subject or value.recordName, got subjectNameStrategy "
+                              f"{value.subject_name_strategy!r}")
+    if by == "topic" and len(config.topics) == 1:
+        raise ConfigError(f"{file}: key 'routing.by' is topic, but the pipeline reads one topic: use topics or "
+                          f"topicPattern, got topic {config.topic!r}")
+    try:
+        sample = routing.table.format(pipeline=config.name, route="r")
+    except (KeyError, IndexError, ValueError):
+        raise ConfigError(f"{file}: key 'routing.table' may hold {{pipeline}} and {{route}} only, got "
+                          f"{routing.table!r}") from None
+    if "{route}" not in routing.table or not _TABLE_NAME.fullmatch(sample):
+        raise ConfigError(f"{file}: key 'routing.table' must name a table per route with {{route}} (letters, "
+                          f"digits, '_', '-', '.'), got {routing.table!r}")
+    for route, table in routing.tables.items():
+        if not _TABLE_NAME.fullmatch(table):
+            raise ConfigError(f"{file}: key 'routing.tables.{route}' must be a table name (letters, digits, '_', "
+                              f"'-', '.'), got {table!r}")
+    for key, present in (("silver", config.silver is not None), ("expectations", bool(config.expectations)),
+                         ("sink.table", bool(config.sink.table))):
+        if present:
+            raise ConfigError(f"{file}: key {key!r} is not supported with routing: yet (each route's table is "
+                              f"<sink.root>/tables/<table>; docs/routing.md#not-yet), remove it or routing:")
+
+
 _RULE_NAME = re.compile(r"[a-z0-9_]+")
 
 
@@ -337,4 +393,4 @@ def _check_expectations(config: PipelineConfig) -> None:
 
 # After the checks across sections (`_check_contradictions`), in this order.
 CHECKS: tuple[Check, ...] = (_check_values, _check_maintenance, _check_prometheus, _check_silver,
-                             _check_expectations)
+                             _check_expectations, _check_routing)

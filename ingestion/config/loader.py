@@ -152,8 +152,9 @@ def parse_pipeline(data: object, file: Path) -> PipelineConfig:
         data = {**data, "silver": {**silver, "key": [silver["key"]]}}
     config = coerce.build(PipelineConfig, _interpolate(data, file, ""), file, "")
     config = dataclasses.replace(config, file=file, **checks.topics(config, file))
-    if config.topic:
-        # One topic: one subject, by the strategy unless named (TopicNameStrategy: <topic>-value, <topic>-key).
+    if config.topic and (config.routing is None or config.routing.by != "recordName"):
+        # One topic: one subject, by the strategy unless named (TopicNameStrategy: <topic>-value, <topic>-key);
+        # routed by record name, a subject per record type (`PipelineConfig.routed`).
         config = dataclasses.replace(config, value=dataclasses.replace(
             config.value, subject=config.value.subject_for(config.topic)))
         if config.key.format in ("avro", "protobuf"):

@@ -132,6 +132,11 @@ class SinkOptions:
     start_batch_max_offsets: int = field(default=100_000, metadata=_key("startBatchMaxOffsets"))
 
 
+def _namespace(name: str) -> str:
+    """`db.` of a catalog name `db.table` (empty for a bare name)."""
+    return name.rpartition(".")[0] + "." if "." in name else ""
+
+
 @dataclass(frozen=True)
 class TopicOptions:
     """How `ingest onboard --create-topic` creates the topic."""
@@ -224,6 +229,32 @@ class Expectation:
     on_violation: Literal["warn", "quarantine", "fail"] = field(default="warn", metadata=_key("onViolation"))
 
 
+ROUTE_PLACEHOLDERS = ("pipeline", "route")
+
+
+def route_name(value: str) -> str:
+    """A route's value as table names use it (`{route}`): lowercased, every character outside [a-z0-9_] `_`."""
+    return re.sub(r"[^a-z0-9_]", "_", value.lower())
+
+
+@dataclass(frozen=True)
+class RoutingOptions:
+    """One topic (or pattern) into a table per route (docs/routing.md): the route of a record is its record type's
+    simple name (`recordName`), its topic, a top-level field of its value (or `_kafka_key`), or a header's value."""
+
+    by: Literal["recordName", "topic", "field", "header"]
+    route_field: str = field(default="", metadata=_key("field"))
+    header: str = ""
+    table: str = "{pipeline}_{route}"  # each route's table name
+    tables: Mapping[str, str] = field(default_factory=dict)  # explicit table names of some routes
+
+    def table_for(self, pipeline: str, value: str) -> str:
+        """The table of a route value: `tables`' name for it (the value as read, or normalised), else `table`."""
+        route = route_name(value)
+        explicit = self.tables.get(value) or self.tables.get(route)
+        return explicit or self.table.format(pipeline=pipeline, route=route)
+
+
 @dataclass(frozen=True)
 class PipelineConfig:
     """One pipeline: the topics it reads (exactly one of `topic`, `topics`, `topicPattern`) into one bronze table.
@@ -248,6 +279,7 @@ class PipelineConfig:
     maintenance: MaintenanceOptions = field(default_factory=MaintenanceOptions)
     silver: SilverOptions | None = None
     expectations: tuple[Expectation, ...] = ()
+    routing: RoutingOptions | None = None
     file: Path = field(default=Path("<memory>"), metadata={"internal": True})
 
     @property
@@ -310,6 +342,39 @@ class PipelineConfig:
         if not self.sink.catalog_table:
             return None
         return self.sink.catalog_table, self.sink.quarantine_catalog_table or f"{self.sink.catalog_table}_quarantine"
+
+    def route_table(self, value: str) -> str:
+        """The table name of a route value (`routing.tables`, else `routing.table`'s template)."""
+        assert self.routing is not None
+        return self.routing.table_for(self.name, value)
+
+    def route_path(self, table: str) -> str:
+        """Where a route's table lives: where a pipeline of that name would put its bronze."""
+        return self._under_root("tables", table)
+
+    def routed(self, value: str, *, record: str = "", topics: tuple[str, ...] = ()) -> PipelineConfig:
+        """The config of one route's table, as the writer of the route sees it: its own table (named for the route
+        value, in `sink.catalogTable`'s namespace), the pipeline's quarantine table and checkpoint, no routing of
+        its own. `record`: a `recordName` route's full record (or Protobuf message) name, whose subjects it reads;
+        `topics`: the topics of a `topic` route."""
+        assert self.routing is not None
+        table = self.route_table(value)
+        names = self.catalog_names
+        sink = dataclasses.replace(
+            self.sink, table=self.route_path(table), quarantine_table=self.quarantine_path,
+            checkpoint_location=self.checkpoint_path,
+            catalog_table=f"{_namespace(names[0])}{table}" if names else "",
+            quarantine_catalog_table=names[1] if names else "")
+        # The pipeline's name stays: its ledger records say which pipeline wrote the table (`delta.routed`).
+        routed = dataclasses.replace(self, sink=sink, routing=None, silver=None)
+        if record:
+            protobuf = self.value.format == "protobuf"
+            routed = dataclasses.replace(routed, value=dataclasses.replace(
+                self.value, record_name=record, message_name=record if protobuf else self.value.message_name))
+        if topics:
+            routed = dataclasses.replace(routed, topics=topics, topic=topics[0] if len(topics) == 1 else "",
+                                         topic_pattern="")
+        return routed
 
     @property
     def checkpoint_path(self) -> str:

@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict
 
 from ingestion.config import PipelineConfig
+from ingestion.delta import routed
 from ingestion.delta.ledger import BatchRecord
 from ingestion.ops.readers import Source, as_reader
 
@@ -14,6 +15,14 @@ def history(source: Source, config: PipelineConfig) -> list[BatchRecord]:
     """Every commit of bronze that records offsets, oldest first (read through a TableReader, or a SparkSession to
     read with Spark)."""
     return as_reader(source).history(config.table_path)
+
+
+def by_table(source: Source, config: PipelineConfig) -> dict[str, list[BatchRecord]]:
+    """A routed pipeline's commits that record offsets, per table (each route table, then quarantine), oldest
+    first: each table has versions of its own (docs/routing.md)."""
+    reader = as_reader(source)
+    tables = {**routed.route_tables(config), "quarantine": config.quarantine_path}
+    return {name: reader.history(path) for name, path in tables.items()}
 
 
 def restorable(source: Source, config: PipelineConfig) -> str:

@@ -1,7 +1,9 @@
 """`ingest init`: a pipeline file per topic, from what the broker and the registry (or schemas/) already know.
 
 The file holds only what differs from the defaults it inherits (conf/defaults.yaml, docs/configuration.md): the
-name, the topic, and the key format when a `<topic>-key` subject exists, with comments saying what was found."""
+name, the topic, and the key format when a `<topic>-key` subject exists, with comments saying what was found; a
+topic whose values are several record types, a `<topic>-<record>` subject each, gets a routed pipeline (a table per
+type, docs/routing.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ingestion import kafka
-from ingestion.config import PipelineConfig, inherited
+from ingestion.config import PipelineConfig, inherited, route_name
 from ingestion.errors import ConfigError, IngestionError
 from ingestion.paths import conf_dir
 from ingestion.schema import json_schemas, protobuf_schemas
@@ -46,6 +48,9 @@ def draft(topic: str, name: str | None = None) -> Draft:
     source = source_for(config)
     subjects = source.subjects()
     value_subject = config.value.subject
+    records = sorted(x for x in subjects if x.startswith(f"{topic}-") and x not in (value_subject, f"{topic}-key"))
+    if value_subject not in subjects and len(records) > 1:
+        return _routed(topic, name, path, len(partitions), records)
     if value_subject not in subjects:
         where = "the schema registry" if config.value.registry else "schemas/"
         raise IngestionError(f"topic {topic!r}: no subject {value_subject!r} in {where}"
@@ -83,6 +88,23 @@ def draft(topic: str, name: str | None = None) -> Draft:
               "quarantine | fail",
               f'#   - {{name: {rule}_given, expect: "{field} IS NOT NULL", onViolation: warn}}']
     text = "\n".join(lines) + "\n"
+    return Draft(inherited(_parsed(text), path), text)
+
+
+def _routed(topic: str, name: str, path: Path, partitions: int, records: list[str]) -> Draft:
+    """The file of a topic whose values are several record types, a subject each (TopicRecordNameStrategy): a
+    routed pipeline, a table per record type (docs/routing.md)."""
+    types = [x[len(topic) + 1:] for x in records]
+    tables = ", ".join(f"{name}_{route_name(t.rpartition('.')[2])}" for t in types)
+    text = "\n".join([
+        f"# ingest init, {dt.date.today().isoformat()}: {partitions} partitions; values of {len(records)} record "
+        f"types, a subject each: {', '.join(records)}",
+        f"name: {name}",
+        f"topic: {_yaml_text(topic)}",
+        "value: {subjectNameStrategy: TopicRecordNameStrategy}",
+        f"routing: {{by: recordName}}  # a table per record type ({tables}); a type registered later gets its own "
+        "(docs/routing.md)",
+    ]) + "\n"
     return Draft(inherited(_parsed(text), path), text)
 
 

@@ -76,6 +76,14 @@ def onboard(spark: SparkSession | Callable[[], SparkSession], target: PipelineCo
     topics = _topics(ctx, report, dry_run=dry_run, create=create_topic)
     if config.source.start_from_group:
         _group_start(ctx, report)
+    if config.routing is not None:  # each route's schemas and table come with its first record
+        where = config.route_path(config.routing.table.format(pipeline=config.name, route="<route>"))
+        report.say("routing", config.name, f"routing by {config.routing.by}: a table per route at {where} (and "
+                   f"{config.quarantine_path} for records without a route), each made when its route's first record "
+                   "comes (docs/routing.md)")
+        if not report.changes:
+            report.say("summary", config.name, "everything is in place: nothing to change")
+        return report
     source = ctx.schemas
     subjects = config.value_subjects(topics)
     if register_schemas:

@@ -13,7 +13,7 @@ from typing import Any
 
 from ingestion import kafka
 from ingestion.config import PipelineConfig
-from ingestion.delta import ledger
+from ingestion.delta import ledger, routed
 from ingestion.delta.ledger import BatchKind
 from ingestion.delta.reader import TableReader
 from ingestion.ops.readers import Source, as_reader
@@ -52,9 +52,31 @@ class PipelineStatus:
     # source.startFromGroup while the table records no offsets: where each partition would start (handover)
     group_start: GroupStart | None = None
     silver: SilverStatus | None = None
+    routes: list[RouteTableStatus] = field(default_factory=list)  # a routed pipeline's tables, one per route
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class RouteTableStatus:
+    """One route table of a routed pipeline (docs/routing.md)."""
+
+    table: str
+    path: str
+    table_version: int | None
+    last_batch_id: int | None
+    rows: int  # rows its stream commits wrote
+
+
+def route_statuses(reader: TableReader, config: PipelineConfig) -> list[RouteTableStatus]:
+    """Each route table of a routed pipeline, from its ledger (delta-rs, no JVM)."""
+    found = []
+    for table, path in routed.route_tables(config).items():
+        stream = [r for r in reader.history(path) if r.kind == BatchKind.STREAM]
+        found.append(RouteTableStatus(table, path, reader.version(path), stream[-1].batch_id if stream else None,
+                                      sum(r.rows for r in stream)))
+    return found
 
 
 @dataclass
@@ -93,8 +115,8 @@ def pipeline_status(source: Source, target: PipelineConfig | PipelineContext,
     reader = as_reader(source)
     now = now or dt.datetime.now(dt.UTC)
     settings = ctx.kafka.client
-    records = reader.history(config.table_path)
-    recorded = ledger.next_offsets(records)
+    records = [r for path in routed.ledger_paths(config) for r in reader.history(path)]
+    recorded = routed.recorded_offsets(config) if config.routing is not None else ledger.next_offsets(records)
     topics, gone = ctx.audited(recorded)
     group_start = handover.plan(ctx, strict=False) if config.source.start_from_group and not recorded else None
     partitions: list[PartitionStatus] = []
@@ -116,6 +138,7 @@ def pipeline_status(source: Source, target: PipelineConfig | PipelineContext,
         _maintenance_text(maintained[-1]) if maintained else None,
         layout.oldest_restorable if layout else None,
         topics, gone, group_start, silver_status(config, reader.version(config.table_path)),
+        route_statuses(reader, config) if config.routing is not None else [],
     )
 
 
@@ -168,6 +191,9 @@ def render(status: PipelineStatus) -> str:
                if status.gone_topics else []),
              *([f"  {line}" for line in status.group_start.lines()] if status.group_start else []),
              *([_silver_line(status.silver)] if status.silver else []),
+             *([f"  {len(status.routes)} route table(s):"] if status.routes else []),
+             *(f"    {r.table}: {r.path}, table version {r.table_version}, {r.rows} rows"
+               + (f", last batch {r.last_batch_id}" if r.last_batch_id is not None else "") for r in status.routes),
              f"  {'partition':>{width}} {'latest':>10} {'ingested':>10} {'lag':>8} {'lag s':>8} {'quarantined':>11}"]
     for p in status.partitions:
         seconds = "-" if p.lag_seconds is None else f"{p.lag_seconds:.1f}"

@@ -20,8 +20,10 @@ from typing import Any
 from ingestion import kafka
 from ingestion.config import PipelineConfig
 from ingestion.decode.expectations import BLOCKING, TableViolations, compile_rules, violations_in_table
-from ingestion.delta import ledger, rs_tables
+from ingestion.decode.routes import RouteNames
+from ingestion.delta import ledger, routed, rs_tables
 from ingestion.delta.reader import HeldPartition, TableReader
+from ingestion.delta.routed import route_keys_in_table
 from ingestion.ops.readers import Source, as_reader
 from ingestion.stream import context
 from ingestion.stream.context import PipelineContext
@@ -52,6 +54,15 @@ class PartitionAudit:
 
 
 @dataclass
+class MisroutedRows:
+    """Rows of a route table whose route names another table (or none: quarantine)."""
+
+    table: str
+    rows: int
+    first: list[list[Any]]  # [topic, partition, offset, the table the route names], the first MAX_SHOWN
+
+
+@dataclass
 class Audit:
     pipeline: str
     topic: str  # the config's topic, list or pattern
@@ -60,17 +71,21 @@ class Audit:
     gone_topics: list[str] = field(default_factory=list)  # in the ledger, matched once, deleted since: not audited
     # per `quarantine`/`fail` expectation, the bronze rows that break it (none should: they belong in quarantine)
     expectations: list[TableViolations] = field(default_factory=list)
+    # a routed pipeline's rows in a table their route does not name, per route table
+    misrouted: list[MisroutedRows] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return all(p.ok for p in self.partitions) and not any(v.rows for v in self.expectations)
+        return all(p.ok for p in self.partitions) and not any(v.rows for v in self.expectations) \
+            and not self.misrouted
 
     def to_json(self) -> dict[str, Any]:
         return {"pipeline": self.pipeline, "topic": self.topic, "topics": self.topics,
                 "gone_topics": self.gone_topics, "ok": self.ok,
                 "partitions": [{**asdict(p), "ok": p.ok} for p in self.partitions],
                 "expectations": [{"rule": v.rule, "bronze_rows": v.rows, "first": [list(c) for c in v.first]}
-                                 for v in self.expectations]}
+                                 for v in self.expectations],
+                "misrouted": [asdict(m) for m in self.misrouted]}
 
 
 def audit(source: Source, target: PipelineConfig | PipelineContext) -> Audit:
@@ -82,17 +97,17 @@ def audit(source: Source, target: PipelineConfig | PipelineContext) -> Audit:
     config = ctx.config
     reader = as_reader(source)
     settings = ctx.kafka.client
-    coverage = ledger.coverage(reader.history(config.table_path))
+    coverage = _coverage([ledger.coverage(reader.history(path)) for path in routed.ledger_paths(config)])
+    tables = tuple(routed.data_paths(config))
     topics, gone = ctx.audited({r.topic for r in coverage})
     marks = kafka.watermarks_of(settings, {t: ctx.partitions[t] for t in topics})
     parts: list[tuple[PartitionAudit, HeldPartition | None]] = []
     for topic in topics:
         spans = {r.partition: r for r in coverage if r.topic == topic}
-        parts.extend(_partitions(reader, config, topic, marks[topic], spans))
+        parts.extend(_partitions(reader, tables, topic, marks[topic], spans))
     # What Kafka returns over every recorded span, read back by one consumer for all partitions of all topics.
     read = _offsets_in_kafka_many(settings, {(p.topic, p.partition): span for p, _ in parts
                                              if (span := _commit_span(p)) is not None})
-    tables = (config.table_path, config.quarantine_path)
     for part, found in parts:
         committed = _committed(part, read)
         part.commits_unchecked = _too_large_to_read(part)
@@ -107,7 +122,40 @@ def audit(source: Source, target: PipelineConfig | PipelineContext) -> Audit:
         if committed is not None and span is not None and span[0] <= span[1]:
             held = reader.held_between(tables, part.topic, part.partition, span[0], span[1])
             part.not_committed = [list(run) for run in _runs(sorted(held - committed))][:MAX_SHOWN]
-    return Audit(config.name, config.subscription, [p for p, _ in parts], topics, gone, _expectations(config))
+    return Audit(config.name, config.subscription, [p for p, _ in parts], topics, gone, _expectations(config),
+                 _misrouted(ctx))
+
+
+def _coverage(per_table: list[tuple[ledger.PartitionRange, ...]]) -> tuple[ledger.PartitionRange, ...]:
+    """Per partition, the span the tables' ledgers cover together (a routed pipeline's route tables and
+    quarantine; bronze's alone otherwise)."""
+    spans: dict[tuple[str, int], ledger.PartitionRange] = {}
+    for ranges in per_table:
+        for r in ranges:
+            old = spans.get((r.topic, r.partition))
+            spans[(r.topic, r.partition)] = r if old is None else ledger.PartitionRange(
+                r.topic, r.partition, min(old.first, r.first), max(old.last, r.last), old.count + r.count)
+    return tuple(spans[k] for k in sorted(spans))
+
+
+def _misrouted(ctx: PipelineContext) -> list[MisroutedRows]:
+    """A routed pipeline's rows that are not in the table their route names: each route table's rows, their route
+    read again from their own columns (`decode.routes`), per table."""
+    config = ctx.config
+    if config.routing is None:
+        return []
+    names = RouteNames(config, ctx.schemas)
+    found = []
+    for table, path in routed.route_tables(config).items():
+        wrong: list[tuple[str, int, int, str]] = []
+        for topic, partition, offset, key in route_keys_in_table(config, path):
+            route = names.route(key)
+            belongs = config.route_table(route.value) if route is not None else None
+            if belongs != table:
+                wrong.append((topic, partition, offset, belongs or f"quarantine ({names.reason(key)})"))
+        if wrong:
+            found.append(MisroutedRows(table, len(wrong), [list(w) for w in wrong[:MAX_SHOWN]]))
+    return found
 
 
 def _expectations(config: PipelineConfig) -> list[TableViolations]:
@@ -125,11 +173,10 @@ def _expectations(config: PipelineConfig) -> list[TableViolations]:
     return violations_in_table(rules, table.to_pyarrow_dataset())
 
 
-def _partitions(reader: TableReader, config: PipelineConfig, topic: str, marks: dict[int, tuple[int, int]],
+def _partitions(reader: TableReader, tables: tuple[str, ...], topic: str, marks: dict[int, tuple[int, int]],
                 coverage: dict[int, ledger.PartitionRange]) -> list[tuple[PartitionAudit, HeldPartition | None]]:
     """Each partition of `topic`: what the ledger records, what the tables hold (rows, duplicates) and Kafka's
     bounds, with what the tables hold of it (its gaps are classified later)."""
-    tables = (config.table_path, config.quarantine_path)
     held = reader.held(tables, topic, {p: (c.first, c.last) for p, c in coverage.items()}, MAX_SHOWN)
     out = []
     for p, (low, high) in sorted(marks.items()):
@@ -311,4 +358,8 @@ def render(result: Audit) -> str:
         shown = ", ".join(f"{t}/{p}@{o}" for t, p, o in v.first)
         lines.append(f"  expectation {v.rule!r}: " + (f"{v.rows} bronze row(s) break it: VIOLATION (first: {shown})"
                                                      if v.rows else "no bronze row breaks it: ok"))
+    for m in result.misrouted:
+        shown = ", ".join(f"{t}/{p}@{o} belongs in {where}" for t, p, o, where in m.first[:5])
+        lines.append(f"  route table {m.table}: {m.rows} row(s) not in the table their route names: VIOLATION "
+                     f"({shown})")
     return "\n".join(lines)

@@ -222,11 +222,13 @@ def check_registry(config: PipelineConfig, *, subject_may_be_missing: bool = Fal
     """The registry answers and takes the credentials, and the subjects of the named topics exist (in the registry
     or the schemas/ folder), asked before a JVM starts: a SchemaError naming the pipeline file and the cause (a
     missing subject with the closest existing ones) otherwise."""
+    by_record = config.routing is not None and config.routing.by == "recordName"
     if config.value.registry:
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
         client = registry_client(config.value.registry)
-        subjects = config.value_subjects(config.topics)  # a pattern's topics are not known here: any answer will do
+        # a pattern's topics are not known here, nor the record types of a pipeline routed by them: any answer will do
+        subjects = [] if by_record else config.value_subjects(config.topics)
         try:
             client.get_versions(subjects[0]) if subjects else client.get_subjects()
         except Exception as exc:
@@ -235,7 +237,7 @@ def check_registry(config: PipelineConfig, *, subject_may_be_missing: bool = Fal
                 raise SchemaError(f"{config.file}: {failure}") from None
             if not (isinstance(exc, SchemaRegistryError) and exc.http_status_code == 404):
                 raise
-    if not subject_may_be_missing:
+    if not subject_may_be_missing and not by_record:
         check_subjects(config)
 
 

@@ -48,6 +48,8 @@ class BatchResult:
     # data-quality expectations: the rows checked, and per rule the rows that broke it (docs/expectations.md)
     checked: int = 0
     violated: Mapping[str, int] = field(default_factory=dict)
+    # a routed pipeline's batch: per route table, the rows it committed and its version after the batch
+    tables: Mapping[str, tuple[int, int | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

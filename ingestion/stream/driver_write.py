@@ -21,6 +21,8 @@ import logging
 import time
 from collections.abc import Sequence
 
+import pyarrow as pa
+
 from ingestion import faults
 from ingestion.decode.arrow_rows import RecordDecoder
 from ingestion.delta.ledger import PartitionRange
@@ -37,7 +39,7 @@ FETCH_TIMEOUT = 5.0  # seconds for the records of a planned batch to arrive befo
 class DriverWrite:
     """The driver-side path of one pipeline (its consumer and decoder kept between batches)."""
 
-    def __init__(self, targets: Targets, fetcher: RangeFetcher) -> None:
+    def __init__(self, targets: Targets, fetcher: RangeFetcher | None) -> None:
         self.targets = targets
         self.fetcher = fetcher
         self._decoder: RecordDecoder | None = None
@@ -55,7 +57,32 @@ class DriverWrite:
               fetch_timeout: float = FETCH_TIMEOUT) -> BatchResult | Empty | Declined:
         """Write the records of `spans` as batch `batch_id`, committed with SetTransaction(app id, txn version):
         the checkpoint's app id and the batch id unless given (the start batch's are its own)."""
-        config, targets = self.targets.config, self.targets
+        assert self.fetcher is not None
+        checked = self._checks(spans, batch_id, started, app_id, txn_version)
+        if checked is not None:
+            return checked
+        fetched = time.monotonic()
+        source = self.fetcher.fetch(spans, fetch_timeout)
+        if source is None:
+            return self._decline(f"its records did not arrive in {fetch_timeout:.0f}s")
+        if not source.num_rows:  # transaction markers only: what Spark's source would read is nothing too
+            return EMPTY
+        return self._write(source, spans, batch_id, ingested_at, started, app_id, txn_version,
+                           [("start", started), ("checks", fetched), ("fetch", time.monotonic())])
+
+    def write_source(self, source: pa.RecordBatch, spans: Sequence[Span], batch_id: int, ingested_at: dt.datetime,
+                     started: float) -> BatchResult | Declined:
+        """Write records fetched already (a routed batch's records of this table) as batch `batch_id`."""
+        checked = self._checks(spans, batch_id, started, None, None)
+        if checked is not None:
+            return checked
+        return self._write(source, spans, batch_id, ingested_at, started, None, None,
+                           [("start", started), ("checks", time.monotonic())])
+
+    def _checks(self, spans: Sequence[Span], batch_id: int, started: float, app_id: str | None,
+                txn_version: int | None) -> BatchResult | Declined | None:
+        """Why the batch is not written here (declined, or committed already: Delta's skip), None to write it."""
+        targets = self.targets
         bronze_app = app_id or targets.bronze.app_id
         version = batch_id if txn_version is None else txn_version
         decoder = self.decoder()
@@ -70,13 +97,15 @@ class DriverWrite:
             table_version = targets.bronze_rs.table().version()
             return BatchResult(batch_id, 0, 0, 0, table_version, False, _planned(spans), None,
                                time.monotonic() - started, WritePath.DRIVER)
-        marks = [("start", started), ("checks", time.monotonic())]
-        source = self.fetcher.fetch(spans, fetch_timeout)
-        if source is None:
-            return self._decline(f"its records did not arrive in {fetch_timeout:.0f}s")
-        if not source.num_rows:  # transaction markers only: what Spark's source would read is nothing too
-            return EMPTY
-        marks.append(("fetch", time.monotonic()))
+        return None
+
+    def _write(self, source: pa.RecordBatch, spans: Sequence[Span], batch_id: int, ingested_at: dt.datetime,
+               started: float, app_id: str | None, txn_version: int | None,
+               marks: list[tuple[str, float]]) -> BatchResult | Declined:
+        config, targets = self.targets.config, self.targets
+        bronze_app = app_id or targets.bronze.app_id
+        version = batch_id if txn_version is None else txn_version
+        decoder = self.decoder()
         decoded = decoder.decode(source, batch_id=batch_id, ingested_at=ingested_at)
         if decoded.unknown_ids:
             return self._decline(f"schema ids {sorted(decoded.unknown_ids)} are not known yet")
@@ -124,7 +153,8 @@ class DriverWrite:
         return Declined(reason)
 
     def close(self) -> None:
-        self.fetcher.close()
+        if self.fetcher is not None:
+            self.fetcher.close()
 
 
 def _planned(spans: Sequence[Span]) -> tuple[PartitionRange, ...]:

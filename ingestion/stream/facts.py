@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from ingestion import kafka
 from ingestion.decode.resolver import SchemaResolver
-from ingestion.delta import rs_reads, rs_tables
+from ingestion.delta import routed, rs_reads, rs_tables
 from ingestion.delta.reader import JvmFreeReadError
 from ingestion.silver import ledger as silver_ledger
 from ingestion.stream import checkpoint, handover
@@ -66,6 +66,8 @@ def read_facts(ctx: PipelineContext) -> Facts:
         table = None
     recorded = rs_reads.recorded_offsets(config) if table is not None and table.exists else \
         ({} if table is not None else None)
+    if config.routing is not None:  # no bronze of its own: its route tables' and quarantine's ledgers
+        recorded = routed.recorded_offsets(config)
     started = checkpoint.has_progress(config.checkpoint_path, config.spark) \
         if checkpoint.reachable_without_jvm(config.checkpoint_path, config.spark) else None
     group = handover.plan(ctx) if config.source.start_from_group and recorded == {} else None
@@ -117,6 +119,10 @@ def caught_up(ctx: PipelineContext, facts: Facts | None) -> dict[str, dict[int, 
     if facts is None or not facts.recorded:
         return None
     config = ctx.config
+    if config.routing is not None:
+        # Its tables commit a batch one after another: the newest offset one holds does not say the others hold
+        # theirs. Spark's checkpoint does; the query decides.
+        return None
     if config.silver_path is not None and not silver_ledger.rs_caught_up(
             config.silver_path, config.table_path, config.storage_options() or None):
         return None  # silver has bronze versions to merge

@@ -104,6 +104,9 @@ def _metrics(read: float, read_rate: float, processed_rate: float, duration_ms: 
             "table_version": float(result.version if result.version is not None else -1),
             "lag_seconds": max(0.0, behind),
         })
+        for table, (rows, version) in result.tables.items():  # a routed pipeline: each route table's own
+            values[f"rows_{table}"] = float(rows)
+            values[f"table_version_{table}"] = float(version if version is not None else -1)
         if result.committed and (result.checked or result.violated):  # data-quality expectations
             values["expectation_rows_checked"] = float(result.checked)
             values.update({f"expectation_{name}_violated": float(n) for name, n in result.violated.items()})

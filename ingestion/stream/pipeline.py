@@ -21,7 +21,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from ingestion import kafka
 from ingestion.config import PipelineConfig
-from ingestion.delta import ledger
+from ingestion.delta import ledger, routed
 from ingestion.delta.log_checkpoints import BackgroundCheckpoints
 from ingestion.errors import IngestionError, KafkaAccessError, one_line
 from ingestion.kafka import access
@@ -168,12 +168,20 @@ def _started_in_pool(spark: SparkSession, stream: Any, pool: str | None) -> Stre
 def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Prepared, *, available_now: bool,
            with_metrics: bool, pool: str | None = None, prometheus: LagRefresher | None = None) -> RunningPipeline:
     config = ctx.config
-    schemas = prepared.schemas or setup.resolver(spark, ctx)
-    setup.ensure_tables(spark, config, schemas.spec, made=prepared.schemas is not None)
-    setup.widen_table(spark, config, schemas)
+    schemas = None  # a routed pipeline's schemas and tables are each route's, made as its first records come
+    if config.routing is None:
+        schemas = prepared.schemas or setup.resolver(spark, ctx)
+        setup.ensure_tables(spark, config, schemas.spec, made=prepared.schemas is not None)
+        setup.widen_table(spark, config, schemas)
     location = config.checkpoint_path
     resumed = facts.checkpoint_started if facts.checkpoint_started is not None else \
         checkpoint.has_progress(location, config.spark, spark)
+    if config.routing is not None and not resumed and (tables := routed.route_tables(config)):
+        # A new checkpoint has a new txnAppId: its batches would be written again beside the tables' records.
+        raise IngestionError(f"pipeline {config.name!r}: the checkpoint {location} is new, but route tables "
+                             f"{', '.join(tables)} hold records of an earlier one; a routed pipeline does not resume "
+                             "from its tables yet (docs/routing.md#not-yet): restore the checkpoint, or move the "
+                             "route tables aside")
     app_id = checkpoint.app_id(location, config.name, config.spark, spark)
     facts = facts.after(prepared.start_batches)
     recorded = _recorded_offsets(spark, config, facts) if available_now or not resumed else {}
@@ -189,11 +197,11 @@ def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Pr
         batches: list[BatchResult] = []
         properties = dict(facts.table.properties) if facts.table is not None and facts.table.exists else \
             setup.table_properties(config)
-        log_checkpoints = BackgroundCheckpoints.for_table(spark, config.table_path, name=config.name,
-                                                          properties=properties, options=config.storage_options())
+        log_checkpoints = None if config.routing is not None else BackgroundCheckpoints.for_table(
+            spark, config.table_path, name=config.name, properties=properties, options=config.storage_options())
         if log_checkpoints is not None and not available_now:
             log_checkpoints.warm_up()  # the JVM's first checkpoint is slow: at start, not beside the steady stream
-        scheduled = ScheduledMaintenance.for_pipeline(spark, config, metrics)
+        scheduled = None if config.routing is not None else ScheduledMaintenance.for_pipeline(spark, config, metrics)
         silver = _silver(spark, config, pool, metrics, prometheus)
 
         def on_batch(result: BatchResult) -> None:
@@ -213,7 +221,7 @@ def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Pr
                 log_checkpoints.committed(start_batch.result.version)
 
         writer = BronzeWriter(config=config, app_id=app_id, resolver=schemas, on_batch=on_batch,
-                              on_topics=ctx.saw, kafka_client=ctx.kafka.client)
+                              on_topics=ctx.saw, kafka_client=ctx.kafka.client, context=ctx)
         writer.jvm_path(spark)  # decide (and log) how records are decoded; value.decoder jvm fails here if it cannot
         listener.routes(spark).add(config.name, monitor)
         stream = (source.read_stream(spark, ctx, starting).writeStream

@@ -100,7 +100,10 @@ def check(ctx: PipelineContext) -> SchemaResolver | None:
     entry, an MLflow run): the subjects or schema file resolve to columns the table can take, the expectations
     compile against bronze's columns, `sink.partitionBy` names bronze columns, the tables' retention settings hold,
     and the `silver:` section's key and ordering name bronze columns. Returns the schemas (the run goes on with
-    them), None when only Spark can read a table (its checks then come at the query's start)."""
+    them), None when only Spark can read a table (its checks then come at the query's start) and for a routed
+    pipeline (each route's schemas and table are made when its first records come)."""
+    if ctx.config.routing is not None:
+        return None
     try:
         schemas = resolver(None, ctx)
         check_rules(ctx.config, schemas.spec)
@@ -117,7 +120,9 @@ def prepare(ctx: PipelineContext) -> SchemaResolver | None:
     """Without a JVM, what a run needs before its first batch and can have before its session exists: the
     schemas (as the run's checks resolved them, `ctx.checked`), and the tables (created with delta-rs). Run while
     the JVM boots; None when only Spark can do it (a table delta-rs cannot read or make), which the query's start
-    then does with the session."""
+    then does with the session (and for a routed pipeline, whose tables are made as routes come)."""
+    if ctx.config.routing is not None:
+        return None
     try:
         schemas = ctx.checked or resolver(None, ctx)
         made = make_tables(None, ctx.config, schemas.spec)

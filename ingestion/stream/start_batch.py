@@ -77,9 +77,9 @@ def limit(config: PipelineConfig) -> int:
 def allowed(config: PipelineConfig, checkpoint_started: bool | None) -> bool:
     """Whether the pipeline's settings and its checkpoint allow a start batch: a checkpoint without batches whose
     files are reached without a JVM (the writer lock and the txnAppId are taken there before it), not a silver
-    pipeline's bronze."""
+    pipeline's bronze, not a routed pipeline (its tables are made by the query as routes come)."""
     return limit(config) > 0 and checkpoint.reachable_without_jvm(config.checkpoint_path, config.spark) \
-        and config.silver is None and checkpoint_started is False
+        and config.silver is None and config.routing is None and checkpoint_started is False
 
 
 def spans(config: PipelineConfig, recorded: Recorded, bounds: Bounds,

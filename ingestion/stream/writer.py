@@ -31,7 +31,9 @@ from ingestion.errors import IngestionError
 from ingestion.kafka.fetch import RangeFetcher
 from ingestion.runtime import batch_plan
 from ingestion.stream.batch import BatchResult, DecoderChoice, Empty, Targets, log_result
+from ingestion.stream.context import PipelineContext
 from ingestion.stream.driver_write import DriverWrite
+from ingestion.stream.routing import Router
 from ingestion.stream.spark_write import SparkWrite
 
 __all__ = ["BatchResult", "BronzeWriter", "StopRequested"]
@@ -49,10 +51,10 @@ class StopRequested(IngestionError):
 class BronzeWriter:
     """`foreachBatch` function of one pipeline."""
 
-    def __init__(self, *, config: PipelineConfig, app_id: str, resolver: SchemaResolver,
+    def __init__(self, *, config: PipelineConfig, app_id: str, resolver: SchemaResolver | None,
                  on_batch: Callable[[BatchResult], None] | None = None,
                  on_topics: Callable[[Mapping[str, Iterable[int]]], list[str]] | None = None,
-                 kafka_client: Mapping[str, Any] | None = None) -> None:
+                 kafka_client: Mapping[str, Any] | None = None, context: PipelineContext | None = None) -> None:
         self.config = config
         self.app_id = app_id
         self.resolver = resolver
@@ -60,16 +62,26 @@ class BronzeWriter:
         # The topics and partitions each batch held, to the run's context; it answers with the topics new to the
         # run (a pattern's, found by Spark's listing), which the schema resolver follows from then on.
         self.on_topics = on_topics
-        self.targets = Targets(config, resolver, app_id)
-        self.decoder = DecoderChoice(self.targets)
-        # the driver-side path needs the run's consumer settings; without them every batch is a Spark job
-        self.max_driver_offsets = config.sink.direct_write_max_offsets if kafka_client is not None else 0
-        self.driver = DriverWrite(self.targets, RangeFetcher(kafka_client, config.consumer_group)) \
-            if kafka_client is not None and self.max_driver_offsets else None
-        self.spark = SparkWrite(self.targets, self.decoder)
         self.stop_requested = threading.Event()
         self.idle = threading.Event()  # no batch is being written
         self.idle.set()
+        # the driver-side path needs the run's consumer settings; without them every batch is a Spark job
+        self.max_driver_offsets = config.sink.direct_write_max_offsets if kafka_client is not None else 0
+        self.fetcher = RangeFetcher(kafka_client, config.consumer_group) \
+            if kafka_client is not None and self.max_driver_offsets else None
+        self.router: Router | None = None
+        self.driver: DriverWrite | None = None
+        if config.routing is not None:  # a table per route, each written through these same two paths
+            if context is None:
+                raise IngestionError(f"pipeline {config.name!r}: a routed pipeline's writer needs its context")
+            self.router = Router(context, app_id, self.fetcher)
+            return
+        if resolver is None:
+            raise IngestionError(f"pipeline {config.name!r}: the writer needs the pipeline's schemas")
+        self.targets = Targets(config, resolver, app_id)
+        self.decoder = DecoderChoice(self.targets)
+        self.driver = DriverWrite(self.targets, self.fetcher) if self.fetcher is not None else None
+        self.spark = SparkWrite(self.targets, self.decoder)
 
     def __call__(self, kafka_rows: DataFrame, batch_id: int) -> None:
         if self.stop_requested.is_set():
@@ -84,17 +96,20 @@ class BronzeWriter:
         started = time.monotonic()
         ingested_at = dt.datetime.now(dt.UTC)
         result: BatchResult | None = None
-        spans = batch_plan.kafka_offset_ranges(kafka_rows) if self.driver is not None else None
+        spans = batch_plan.kafka_offset_ranges(kafka_rows) if self.fetcher is not None else None
         if spans == []:  # Spark plans no input partition for a batch without offsets (a new query's first, say)
             log.debug("%s batch %d: no records, nothing to write", self.config.name, batch_id)
             return
-        if self.driver is not None and spans and sum(s.size for s in spans) <= self.max_driver_offsets:
-            written = self.driver.write(spans, batch_id, ingested_at, started)
+        if self.fetcher is not None and spans and sum(s.size for s in spans) <= self.max_driver_offsets:
+            written = self.router.write_driver(spans, batch_id, ingested_at, started) if self.router is not None \
+                else self._driver().write(spans, batch_id, ingested_at, started)
             if isinstance(written, Empty):
                 log.debug("%s batch %d: no records, nothing to write", self.config.name, batch_id)
                 return
             result = written if isinstance(written, BatchResult) else None
-        if result is None:
+        if result is None and self.router is not None:
+            result = self.router.write_spark(kafka_rows, batch_id, ingested_at, started)
+        elif result is None:
             result = self.spark.write(kafka_rows, batch_id, ingested_at, started)
         if result is None:
             return
@@ -104,16 +119,21 @@ class BronzeWriter:
             for span in result.ranges:
                 held.setdefault(span.topic, set()).add(span.partition)
             new = self.on_topics(held)
-            if new:
+            if new and self.resolver is not None:
                 self.resolver.follow(new)
         if self.on_batch is not None:
             self.on_batch(result)
 
+    def _driver(self) -> DriverWrite:
+        assert self.driver is not None
+        return self.driver
+
     def close(self) -> None:
         """Close what the writer holds between batches (the driver path's consumer)."""
-        if self.driver is not None:
-            self.driver.close()
+        if self.fetcher is not None:
+            self.fetcher.close()
 
     def jvm_path(self, spark: SparkSession) -> bool:
-        """Whether records are decoded by Spark's JVM decoder first (decided once per schema version)."""
-        return self.decoder.jvm(spark)
+        """Whether records are decoded by Spark's JVM decoder first (decided once per schema version; a routed
+        pipeline decides per route table, as each is made)."""
+        return False if self.router is not None else self.decoder.jvm(spark)

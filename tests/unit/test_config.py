@@ -127,8 +127,8 @@ def test_unknown_top_level_key(tmp_path: Path) -> None:
     assert str(path) in message
     assert "unknown key 'sinks'" in message
     assert "(value {'table': 'x'})" in message
-    assert ("known keys here: expectations, extends, kafka, key, maintenance, metrics, name, silver, sink, source, "
-            "spark, topic, topicPattern, topicSettings, topics, value") in message
+    assert ("known keys here: expectations, extends, kafka, key, maintenance, metrics, name, routing, silver, sink, "
+            "source, spark, topic, topicPattern, topicSettings, topics, value") in message
 
 
 def test_unknown_nested_key_typo(tmp_path: Path) -> None:

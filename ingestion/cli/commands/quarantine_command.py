@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ingestion.cli.common import load, read_only, spark_session
+from ingestion.cli.common import load, read_only, refuse_routed, spark_session
 
 
 def quarantine_list(args: argparse.Namespace) -> int:
@@ -36,7 +36,9 @@ def quarantine_reprocess(args: argparse.Namespace) -> int:
     from ingestion.ops import quarantine
     from ingestion.stream import context
 
-    ctx = context.resolve(load(args.pipeline))
+    config = load(args.pipeline)
+    refuse_routed(config, "quarantine reprocess")
+    ctx = context.resolve(config)
     spark = spark_session(f"ingest-{ctx.name}", [ctx.config])
     r = quarantine.redecode(spark, ctx)
     print(quarantine.render_redecode(r))

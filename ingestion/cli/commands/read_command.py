@@ -44,6 +44,13 @@ def show_history(args: argparse.Namespace) -> int:
     from ingestion.ops import history
 
     config = load(args.pipeline)
+    if config.routing is not None:  # a table per route, each with versions of its own
+        tables = read_only(args, lambda reader: history.by_table(reader, config), config)
+        if args.json:
+            print(json.dumps({t: json.loads(history.to_json(r)) for t, r in tables.items()}, indent=2))
+        else:
+            print("\n\n".join(f"table {t}:\n{history.render(r)}" for t, r in tables.items()))
+        return 0
     if args.json:
         print(history.to_json(read_only(args, lambda reader: history.history(reader, config), config)))
         return 0

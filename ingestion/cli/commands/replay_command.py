@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ingestion.cli.common import load, pipeline_session, spark_session
+from ingestion.cli.common import load, pipeline_session, refuse_routed, spark_session
 
 
 def replay_range(args: argparse.Namespace) -> int:
@@ -13,6 +13,7 @@ def replay_range(args: argparse.Namespace) -> int:
     from ingestion.stream import context
 
     config = load(args.pipeline)
+    refuse_routed(config, "replay")
     ctx = context.resolve(config)
     replay.check_positions(ctx, args.topic, args.start, args.end)  # a wrong topic or position: before a JVM
     spark = spark_session(f"ingest-{config.name}", [config])
@@ -27,6 +28,7 @@ def rewind_tables(args: argparse.Namespace) -> int:
 
     from ingestion.ops import rewind
 
+    refuse_routed(load(args.pipeline), "rewind")
     config, spark = pipeline_session(args.pipeline)
     when = dt.datetime.fromisoformat(args.to_timestamp) if args.to_timestamp else None
     r = rewind.rewind(spark, config, to_version=args.to_version, to_timestamp=when)

@@ -1,0 +1,108 @@
+"""A routed pipeline's tables (docs/routing.md): found where they live, not listed anywhere else.
+
+A route's table is `<sink.root>/tables/<table>`, its name the `routing.table` template's (or a `routing.tables`
+name); it is the pipeline's when its ledger says so: a commit of the pipeline with the txnAppId
+`<checkpoint id>.<table>`. So `status`, `verify`, `history` and the writer's restart all see the same tables,
+including those of routes first seen by an earlier run, with nothing to keep in step.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+from ingestion import storage
+from ingestion.config import PipelineConfig
+from ingestion.delta import rs_reads
+
+log = logging.getLogger(__name__)
+
+
+def name_pattern(config: PipelineConfig) -> re.Pattern[str]:
+    """The table names the template can give (`{route}`: [a-z0-9_]+), and the names `routing.tables` gives."""
+    assert config.routing is not None
+    template = re.escape(config.routing.table).replace(re.escape("{pipeline}"), re.escape(config.name))
+    named = "|".join(re.escape(t) for t in config.routing.tables.values())
+    return re.compile(template.replace(re.escape("{route}"), "[a-z0-9_]+") + (f"|{named}" if named else ""))
+
+
+def route_tables(config: PipelineConfig) -> dict[str, str]:
+    """The route tables the pipeline has written, table name -> path, sorted by name (local tables: an object
+    store's are not listed yet)."""
+    if config.routing is None:
+        return {}
+    folder = config.route_path("x").rsplit("/", 1)[0]
+    if storage.is_object_store(folder):
+        log.warning("%s: route tables in object storage are not listed yet (%s)", config.name, folder)
+        return {}
+    if not Path(folder).is_dir():
+        return {}
+    pattern = name_pattern(config)
+    found = {}
+    for child in sorted(Path(folder).iterdir()):
+        if not pattern.fullmatch(child.name) or not (child / "_delta_log").is_dir():
+            continue
+        path = config.route_path(child.name)
+        records = rs_reads.history(path) or []
+        if any(r.pipeline == config.name and r.app_id.endswith(f".{child.name}") for r in records):
+            found[child.name] = path
+    return found
+
+
+def ledger_paths(config: PipelineConfig) -> list[str]:
+    """The tables whose ledgers together say which offsets the pipeline holds: bronze; a routed pipeline's route
+    tables and its quarantine (the records without a route are only there)."""
+    if config.routing is None:
+        return [config.table_path]
+    return [*route_tables(config).values(), config.quarantine_path]
+
+
+def data_paths(config: PipelineConfig) -> list[str]:
+    """The tables that hold the pipeline's records: bronze (or the route tables) and quarantine."""
+    if config.routing is None:
+        return [config.table_path, config.quarantine_path]
+    return [*route_tables(config).values(), config.quarantine_path]
+
+
+def route_keys_in_table(config: PipelineConfig, path: str) -> list[tuple[str, int, int, str | None]]:
+    """(topic, partition, offset, route key) of each row of a route table, the key read again from the row's own
+    columns as the writer read it from the Kafka record (`decode.routes`): its topic, its header, its field (or
+    Kafka key), or its schema id."""
+    import json
+
+    from deltalake import DeltaTable
+
+    assert config.routing is not None
+    routing = config.routing
+    coordinates = ["_kafka_topic", "_kafka_partition", "_kafka_offset"]
+    column = {"topic": "_kafka_topic", "header": "_kafka_headers", "recordName": "_schema_id"}.get(
+        routing.by, routing.route_field)
+    table = DeltaTable(path, storage_options=config.storage_options() or None)
+    rows = table.to_pyarrow_table(columns=list(dict.fromkeys([*coordinates, column]))).to_pylist()
+    out = []
+    for row in rows:
+        value = row[column]
+        if routing.by == "header":
+            key = next((h["value"].decode("utf-8", "replace") for h in value or () if h["key"] == routing.header
+                        and h["value"] is not None), None)
+        elif value is None or isinstance(value, str):
+            key = value
+        elif isinstance(value, bytes):
+            key = value.decode("utf-8", "replace")
+        else:
+            key = json.dumps(value) if isinstance(value, (dict, list, bool)) else str(value)
+        out.append((row["_kafka_topic"], row["_kafka_partition"], row["_kafka_offset"], key or None))
+    return out
+
+
+def recorded_offsets(config: PipelineConfig) -> dict[str, dict[str, int]]:
+    """Per topic and partition, the offset after the last one any of a routed pipeline's tables holds (each table's
+    ledger, read with delta-rs): where an available-now run counts from, and whether it is caught up."""
+    out: dict[str, dict[str, int]] = {}
+    for path in ledger_paths(config):
+        for record in rs_reads.history(path) or []:
+            for span in record.ranges:
+                done = out.setdefault(span.topic, {})
+                done[str(span.partition)] = max(done.get(str(span.partition), 0), span.last + 1)
+    return out

@@ -1,0 +1,409 @@
+"""routing: one topic into a table per route, each exactly once (docs/routing.md).
+
+Record types per topic: Avro records of three types produced with confluent-kafka's `AvroSerializer` and
+`TopicRecordNameStrategy` against the registry stand-in; each type's table holds exactly its records with its own
+columns, a fourth type registered while the query runs gets its table without a restart, a record without a schema
+id goes to quarantine as RouteError, and each table's commits carry `<checkpoint id>.<table>` as txnAppId.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ingestion.config import PipelineConfig, load_pipeline
+from ingestion.stream import checkpoint, pipeline
+from tests.helpers import delta_txns, wait_rows
+
+NAMESPACE = "com.acme.orders"
+TYPES: dict[str, list[dict[str, Any]]] = {
+    "OrderCreated": [{"name": "id", "type": "string"}, {"name": "amount", "type": "double"}],
+    "OrderPaid": [{"name": "id", "type": "string"}, {"name": "paid_at", "type": "long"},
+                  {"name": "method", "type": "string"}],
+    "OrderCancelled": [{"name": "id", "type": "string"}, {"name": "reason", "type": ["null", "string"]}],
+    "OrderShipped": [{"name": "id", "type": "string"}, {"name": "carrier", "type": "string"},
+                     {"name": "parcels", "type": "int"}],
+}
+
+
+def schema_text(kind: str) -> str:
+    return json.dumps({"type": "record", "name": kind, "namespace": NAMESPACE, "fields": TYPES[kind]})
+
+
+def record(kind: str, n: int) -> dict[str, Any]:
+    """The n-th record of a type, every field set from n."""
+    values: dict[str, Any] = {"id": f"{kind}-{n}"}
+    for f in TYPES[kind][1:]:
+        values[f["name"]] = {"amount": n + 0.25, "paid_at": 1_700_000_000_000 + n, "method": f"card-{n % 3}",
+                             "reason": None if n % 4 == 0 else f"reason-{n}", "carrier": f"c{n % 2}",
+                             "parcels": n % 5}[f["name"]]
+    return values
+
+
+class Registry:
+    """The registry stand-in over HTTPS (tests/registry_server.py) with a certificate made for it."""
+
+    def __init__(self, home: Path) -> None:
+        from ingestion.dev.secure import SecureSetup
+        from tests.registry_server import RegistryServer
+
+        self.setup = SecureSetup(home)
+        self.setup.prepare()
+        self.server = RegistryServer(self.setup.broker_pem, self.setup.broker_pem, {"sr": "sr-secret"})
+        self.url = self.server.start()
+
+    @property
+    def client_conf(self) -> dict[str, str]:
+        return {"url": self.url, "basic.auth.user.info": "sr:sr-secret", "ssl.ca.location": str(self.setup.ca_file)}
+
+    def yaml(self) -> str:
+        return "".join(f"    {k}: \"{v}\"\n" for k, v in self.client_conf.items())
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    found = Registry(tmp_path_factory.mktemp("registry"))
+    yield found
+    found.server.stop()
+
+
+class Producer:
+    """Records of the types produced with AvroSerializer + TopicRecordNameStrategy (auto-registering each type's
+    subject `<topic>-<full name>`), spread over the partitions; what went where remembered by (partition, offset)."""
+
+    def __init__(self, servers: str, registry: Registry, topic: str, partitions: int = 3) -> None:
+        from confluent_kafka import Producer as KafkaProducer
+        from confluent_kafka.schema_registry import SchemaRegistryClient, topic_record_subject_name_strategy
+        from confluent_kafka.schema_registry.avro import AvroSerializer
+
+        self.topic, self.partitions = topic, partitions
+        self.client = SchemaRegistryClient(registry.client_conf)
+        self.producer = KafkaProducer({"bootstrap.servers": servers})
+        self.serializers = {kind: AvroSerializer(self.client, schema_text(kind), conf={
+            "subject.name.strategy": topic_record_subject_name_strategy, "auto.register.schemas": True})
+            for kind in TYPES}
+        self.produced: dict[tuple[int, int], tuple[str, dict[str, Any] | None]] = {}
+        self._n = 0
+
+    def send(self, kinds: list[str], raw: list[bytes] = ()) -> None:  # type: ignore[assignment]
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        context = SerializationContext(self.topic, MessageField.VALUE)
+        for kind in kinds:
+            self._n += 1
+            values = record(kind, self._n)
+            self._produce(self.serializers[kind](values, context), kind, values)
+        for value in raw:
+            self._produce(value, "", None)
+        self.producer.flush(30)
+
+    def _produce(self, value: bytes, kind: str, values: dict[str, Any] | None) -> None:
+        def done(err: Any, msg: Any) -> None:
+            assert err is None, err
+            self.produced[(msg.partition(), msg.offset())] = (kind, values)
+
+        self.producer.produce(self.topic, value=value, key=f"k{self._n}".encode(),
+                              partition=self._n % self.partitions, on_delivery=done)
+        self.producer.poll(0)
+
+    def of(self, kind: str) -> dict[tuple[int, int], dict[str, Any] | None]:
+        return {k: v for k, (t, v) in self.produced.items() if t == kind}
+
+
+def routed_yaml(tmp_path: Path, *, name: str, topic: str, servers: str, registry: Registry, sink: str = "",
+                source: str = "") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"""name: {name}
+topic: {topic}
+kafka:
+  bootstrap.servers: "{servers}"
+source:
+  startingOffsets: earliest
+{source}value:
+  format: confluent
+  subjectNameStrategy: TopicRecordNameStrategy
+  registry:
+{registry.yaml()}key:
+  format: string
+sink:
+  root: {tmp_path / 'lake'}
+  trigger: 1 second
+{sink}routing:
+  by: recordName
+  tables: {{OrderCreated: {name}_created}}
+""")
+    return path
+
+
+def route_rows(spark: Any, config: PipelineConfig, kind: str) -> list[Any]:
+    return spark.read.format("delta").load(config.route_path(config.route_table(kind))).collect()
+
+
+def assert_route_tables(spark: Any, config: PipelineConfig, produced: Producer, kinds: list[str]) -> None:
+    """Each type's table holds exactly its records, every field equal to what was produced, its own columns."""
+    for kind in kinds:
+        rows = route_rows(spark, config, kind)
+        seen = Counter((r["_kafka_partition"], r["_kafka_offset"]) for r in rows)
+        assert all(n == 1 for n in seen.values()), (kind, [k for k, n in seen.items() if n > 1])
+        assert set(seen) == set(produced.of(kind)), kind
+        for row in rows:
+            want = produced.of(kind)[(row["_kafka_partition"], row["_kafka_offset"])]
+            assert {f["name"]: row[f["name"]] for f in TYPES[kind]} == want
+        columns = {f["name"] for f in TYPES[kind]}
+        others = {f["name"] for k, fields in TYPES.items() if k != kind for f in fields} - columns
+        assert columns <= set(rows[0].asDict()) and not others & set(rows[0].asDict()), kind
+
+
+def test_record_types_of_one_topic_land_each_in_its_table_and_a_new_type_gets_one_mid_run(
+        spark: Any, kafka_servers: str, make_topic: Any, registry: Registry, tmp_path: Path) -> None:
+    topic = make_topic(partitions=3)
+    produced = Producer(kafka_servers, registry, topic)
+    kinds = ["OrderCreated", "OrderPaid", "OrderCancelled"]
+    # A type the registry knows under another subject only (RecordNameStrategy's): no table can read its subjects.
+    stray = json.dumps({"type": "record", "name": "Stray", "namespace": NAMESPACE,
+                        "fields": [{"name": "id", "type": "string"}]})
+    stray_id = registry.server.register(f"{NAMESPACE}.Stray", stray)
+    produced.send([random.Random(7).choice(kinds) for _ in range(40)] + kinds,
+                  raw=[b"not avro", stray_id.to_bytes(5, "big") + b"\x02x"])
+    config = load_pipeline(routed_yaml(tmp_path, name="shop", topic=topic, servers=kafka_servers, registry=registry))
+    assert config.route_table("OrderCreated") == "shop_created" and config.route_table("OrderPaid") == "shop_orderpaid"
+    running = pipeline.start(spark, config)
+    try:
+        for kind in kinds:
+            wait_rows(spark, config.route_path(config.route_table(kind)), len(produced.of(kind)))
+        produced.send(["OrderShipped"] * 5 + ["OrderPaid"] * 2)  # a type registered now: its table comes mid-run
+        wait_rows(spark, config.route_path("shop_ordershipped"), 5)
+        wait_rows(spark, config.route_path("shop_orderpaid"), len(produced.of("OrderPaid")))
+        assert running.query.isActive
+    finally:
+        pipeline.stop(spark, running)
+    assert_route_tables(spark, config, produced, [*kinds, "OrderShipped"])
+    failed = {bytes(r["_kafka_value"]): r for r in spark.read.format("delta").load(config.quarantine_path).collect()}
+    assert sorted(failed) == sorted([b"not avro", stray_id.to_bytes(5, "big") + b"\x02x"])
+    assert {r["_error_class"] for r in failed.values()} == {"RouteError"}
+    assert "no Confluent header" in failed[b"not avro"]["_error_message"]
+    assert f"{topic}-{NAMESPACE}.Stray" in failed[stray_id.to_bytes(5, "big") + b"\x02x"]["_error_message"]
+    app_id = checkpoint.app_id(config.checkpoint_path, config.name, config.spark)
+    for table in ("shop_created", "shop_orderpaid", "shop_ordercancelled", "shop_ordershipped"):
+        txns = [(a, v) for _, a, v in delta_txns(Path(config.route_path(table)))]
+        assert txns and {a for a, _ in txns} == {f"{app_id}.{table}"}, txns
+        assert len(set(txns)) == len(txns)  # each (txnAppId, txnVersion) once
+    assert not Path(config.table_path).exists()  # no table of the pipeline's own name: a table per route
+
+
+def test_routing_by_header_splits_on_both_write_paths_and_quarantines_a_record_without_it(
+        spark: Any, kafka_servers: str, make_topic: Any, orders_schema: dict[str, Any], tmp_path: Path) -> None:
+    from confluent_kafka import Producer as KafkaProducer
+    from fastavro import parse_schema
+
+    from ingestion.decode.wire import encode
+    from ingestion.dev.samples import avro_body, order
+    from ingestion.stream.batch import WritePath
+    from tests.helpers import as_produced
+
+    topic = make_topic(partitions=2)
+    producer = KafkaProducer({"bootstrap.servers": kafka_servers})
+    parsed = parse_schema(orders_schema)
+    produced: dict[tuple[int, int], tuple[str | None, dict[str, Any]]] = {}
+    for seq in range(30):
+        values = order(seq, random.Random(seq))
+        kind = None if seq == 29 else ("Created", "paid-v2")[seq % 2]
+        headers = [("trace", b"x")] + ([("event-type", kind.encode())] if kind else [])
+
+        def done(err: Any, msg: Any, kind: str | None = kind, values: dict[str, Any] = values) -> None:
+            assert err is None
+            produced[(msg.partition(), msg.offset())] = (kind, values)
+
+        producer.produce(topic, value=encode(1, avro_body(parsed, values)), key=f"k{seq}", headers=headers,
+                         partition=seq % 2, on_delivery=done)
+        producer.flush(30)
+    path = tmp_path / "hdr.yaml"
+    path.write_text(f"""name: hdr
+topic: {topic}
+kafka:
+  bootstrap.servers: "{kafka_servers}"
+source:
+  maxOffsetsPerTrigger: 8
+value:
+  subject: orders-value
+key:
+  format: string
+sink:
+  root: {tmp_path / 'lake'}
+routing:
+  by: header
+  header: event-type
+""")
+    config = load_pipeline(path)
+    ran = pipeline.run(spark, config, available_now=True)
+    paths = {b.path for b in ran.batches if b.rows}
+    assert paths == {WritePath.SPARK, WritePath.DRIVER}  # new routes' tables by Spark, then the driver's batches
+    assert sum(b.tables["hdr_created"][0] for b in ran.batches) == 15  # per table, as MLflow's rows_<table>
+    for kind, table in (("Created", "hdr_created"), ("paid-v2", "hdr_paid_v2")):
+        rows = spark.read.format("delta").load(config.route_path(table)).collect()
+        want = {k: v for k, (t, v) in produced.items() if t == kind}
+        assert sorted((r["_kafka_partition"], r["_kafka_offset"]) for r in rows) == sorted(want)
+        assert all(as_produced(r.asDict(recursive=False)) == want[(r["_kafka_partition"], r["_kafka_offset"])]
+                   for r in rows)
+    failed = spark.read.format("delta").load(config.quarantine_path).collect()
+    assert [(r["_kafka_partition"], r["_kafka_offset"], r["_error_class"]) for r in failed] == \
+        [(p, o, "RouteError") for (p, o), (t, _) in produced.items() if t is None]
+    assert "'event-type'" in failed[0]["_error_message"]
+
+
+EVENT_SCHEMA = {"type": "object", "properties": {"kind": {"type": "string"}, "id": {"type": "integer"},
+                                                 "note": {"type": "string"}}}
+
+
+def test_route_keys_are_the_same_on_both_paths(spark: Any, tmp_path: Path) -> None:
+    """The Spark expression and the driver's Python read the same route key from every kind of record."""
+    import pyarrow as pa
+
+    from ingestion.columns import KAFKA_SOURCE_SCHEMA
+    from ingestion.decode import routes
+    from ingestion.kafka.fetch import SOURCE_ARROW_SCHEMA
+
+    schema = tmp_path / "e.json"
+    schema.write_text(json.dumps(EVENT_SCHEMA))
+    values = [b'{"kind": "Sale", "id": 1}', b'{"kind": 7}', b'{"id": 2}', b'{"kind": ""}', b"not json", None,
+              b'{"kind": null}', b"\x00\x00\x00\x01\x02{}", b"\x00\x00\x00\x00\x05{\"kind\": \"Refund\"}"]
+    headers = [[{"key": "t", "value": b"A"}], [], None, [{"key": "t", "value": b""}], [{"key": "u", "value": b"B"}],
+               [{"key": "t", "value": b"C"}], [{"key": "t", "value": None}], [], []]
+    rows = [{"key": None if i % 3 else f"k{i}".encode(), "value": v, "topic": f"t{i % 2}", "partition": 0,
+             "offset": i, "timestamp": None, "timestampType": 0, "headers": h}
+            for i, (v, h) in enumerate(zip(values, headers, strict=True))]
+    source = pa.RecordBatch.from_pylist(rows, schema=SOURCE_ARROW_SCHEMA)
+    frame = spark.createDataFrame(rows, schema=KAFKA_SOURCE_SCHEMA)
+    cases = {"field: kind": ("json", f"schemaFile: {schema}", "{by: field, field: kind}"),
+             "jsonschema": ("jsonschema", "subject: s", "{by: field, field: kind}"),
+             "header": ("confluent", "subject: s", "{by: header, header: t}"),
+             "key": ("confluent", "subject: s", "{by: field, field: _kafka_key}"),
+             "record": ("confluent", "subjectNameStrategy: RecordNameStrategy", "{by: recordName}")}
+    for name, (value_format, more, routing) in cases.items():
+        file = tmp_path / "k.yaml"
+        file.write_text(f"name: k\ntopics: [t0, t1]\nvalue: {{format: {value_format}, {more}}}\nrouting: {routing}\n")
+        config = load_pipeline(file)
+        in_spark = [r[0] for r in frame.select(routes.key_column(config)).collect()]
+        assert in_spark == routes.keys_of(config, source), name
+        assert any(k is None for k in in_spark) and any(k is not None for k in in_spark), name
+    assert in_spark == [None] * 7 + ["258", "5"]  # recordName: the schema id of the Confluent header
+
+
+def test_topics_as_routes_a_table_per_topic_and_a_topic_created_mid_run(
+        spark: Any, kafka_servers: str, make_topic: Any, tmp_path: Path) -> None:
+    from confluent_kafka import Producer as KafkaProducer
+
+    from ingestion.kafka.clients import create_topic
+
+    schema = tmp_path / "event.json"
+    schema.write_text(json.dumps(EVENT_SCHEMA))
+    first = make_topic(partitions=1)
+    prefix = first.rsplit("-", 1)[0]
+    path = tmp_path / "tenants.yaml"
+    path.write_text(f"""name: tenants
+topicPattern: "^{prefix}-.*"
+kafka:
+  bootstrap.servers: "{kafka_servers}"
+value:
+  format: json
+  schemaFile: {schema}
+sink:
+  root: {tmp_path / 'lake'}
+  trigger: 1 second
+routing:
+  by: topic
+  table: "raw_{{route}}"
+""")
+    config = load_pipeline(path)
+    producer = KafkaProducer({"bootstrap.servers": kafka_servers})
+
+    def send(topic: str, n: int) -> None:
+        for i in range(n):
+            producer.produce(topic, value=json.dumps({"kind": topic, "id": i}).encode())
+        producer.flush(30)
+
+    send(first, 3)
+    running = pipeline.start(spark, config)
+    try:
+        wait_rows(spark, config.route_path(config.route_table(first)), 3)
+        later = f"{prefix}-Later.2"
+        create_topic({"bootstrap.servers": kafka_servers}, later, 2)
+        send(later, 4)
+        wait_rows(spark, config.route_path(config.route_table(later)), 4, timeout=180)
+        assert running.query.isActive
+    finally:
+        pipeline.stop(spark, running)
+    for topic, n in ((first, 3), (later, 4)):
+        rows = spark.read.format("delta").load(config.route_path(config.route_table(topic))).collect()
+        assert sorted(r["id"] for r in rows) == list(range(n)) and {r["_kafka_topic"] for r in rows} == {topic}
+    assert config.route_table(later) == "raw_" + later.replace("-", "_").replace(".", "_").lower()
+
+
+def test_routing_by_a_field_of_json_records(spark: Any, kafka_servers: str, make_topic: Any, tmp_path: Path) -> None:
+    from confluent_kafka import Producer as KafkaProducer
+
+    schema = tmp_path / "event.json"
+    schema.write_text(json.dumps(EVENT_SCHEMA))
+    topic = make_topic(partitions=2)
+    producer = KafkaProducer({"bootstrap.servers": kafka_servers})
+    sent = [{"kind": ("Sale", "Refund")[i % 2], "id": i, "note": f"n{i}"} for i in range(12)] + [{"id": 99}]
+    for doc in sent:
+        producer.produce(topic, value=json.dumps(doc).encode(), partition=doc["id"] % 2)
+    producer.flush(30)
+    path = tmp_path / "outbox.yaml"
+    path.write_text(f"""name: outbox
+topic: {topic}
+kafka:
+  bootstrap.servers: "{kafka_servers}"
+value:
+  format: json
+  schemaFile: {schema}
+sink:
+  root: {tmp_path / 'lake'}
+routing:
+  by: field
+  field: kind
+  tables: {{Refund: refunds}}
+""")
+    config = load_pipeline(path)
+    pipeline.run(spark, config, available_now=True)
+    for kind, table in (("Sale", "outbox_sale"), ("Refund", "refunds")):
+        rows = spark.read.format("delta").load(config.route_path(table)).collect()
+        assert sorted((r["id"], r["kind"], r["note"]) for r in rows) == \
+            [(d["id"], kind, d["note"]) for d in sent if d.get("kind") == kind]
+    failed = spark.read.format("delta").load(config.quarantine_path).collect()
+    assert [(r["_error_class"], json.loads(r["_kafka_value"])) for r in failed] == [("RouteError", {"id": 99})]
+
+
+def test_init_scaffolds_a_routed_pipeline_for_a_topic_of_several_record_subjects(
+        kafka_servers: str, make_topic: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ingestion.ops import init
+
+    topic = make_topic(partitions=3)
+    conf, schemas = tmp_path / "conf", tmp_path / "schemas"
+    conf.mkdir()
+    (conf / "defaults.yaml").write_text(json.dumps({"kafka": {"bootstrap.servers": kafka_servers}}))
+    for n, kind in enumerate(("OrderCreated", "OrderPaid"), start=1):
+        folder = schemas / f"{topic}-{NAMESPACE}.{kind}"
+        folder.mkdir(parents=True)
+        (folder / f"{n}.avsc").write_text(schema_text(kind))
+    monkeypatch.setenv("INGEST_CONF_DIR", str(conf))
+    monkeypatch.setenv("INGEST_SCHEMAS_DIR", str(schemas))
+    draft = init.draft(topic, "shop")
+    config = draft.config
+    assert config.routing is not None and config.routing.by == "recordName"
+    assert config.value.subject_name_strategy == "TopicRecordNameStrategy" and config.value.subject == ""
+    assert config.routed("OrderPaid", record=f"{NAMESPACE}.OrderPaid").value_subjects([topic]) == \
+        [f"{topic}-{NAMESPACE}.OrderPaid"]
+    assert "shop_ordercreated, shop_orderpaid" in draft.text and "3 partitions; values of 2 record types" in draft.text
+
+    from ingestion.ops.onboard import onboard
+
+    (written,) = init.write([draft])
+    report = onboard(lambda: pytest.fail("a dry run starts no JVM"), load_pipeline(written), dry_run=True)
+    assert any(line.startswith("routing by recordName: a table per route at ") for line in report.lines), report.lines
