@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from ingestion.config import PipelineConfig, load_pipeline
+from ingestion.errors import IngestionError
 from ingestion.stream import checkpoint, pipeline
 from tests.helpers import delta_txns, wait_rows
 
@@ -254,6 +256,11 @@ routing:
     assert [(r["_kafka_partition"], r["_kafka_offset"], r["_error_class"]) for r in failed] == \
         [(p, o, "RouteError") for (p, o), (t, _) in produced.items() if t is None]
     assert "'event-type'" in failed[0]["_error_message"]
+
+    # A new checkpoint beside tables that hold records would write their batches again under a new txnAppId.
+    shutil.move(config.checkpoint_path, config.checkpoint_path + ".aside")
+    with pytest.raises(IngestionError, match="is new, but route tables hdr_created, hdr_paid_v2 hold records"):
+        pipeline.run(spark, config, available_now=True)
 
 
 EVENT_SCHEMA = {"type": "object", "properties": {"kind": {"type": "string"}, "id": {"type": "integer"},
