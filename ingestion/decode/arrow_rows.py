@@ -55,6 +55,12 @@ class DecodedRecords:
         """Schema ids no version of the subject had when the batch was decoded (UnknownSchemaError)."""
         return {int(i) for s in self.stats for i in s["unknown_ids"]}
 
+    def unknown_records(self) -> dict[int, bytes]:
+        """A record value of each unknown schema id (`bronze.unknown_records`' twin, for every format)."""
+        rows = self.quarantine.filter(pc.equal(self.quarantine.column("_error_class"), UnknownSchemaError.__name__))
+        ids, values = rows.column("_schema_id").to_pylist(), rows.column("_kafka_value").to_pylist()
+        return {int(i): v for i, v in zip(ids, values, strict=True) if i is not None and v is not None}
+
 
 class RecordDecoder:
     """The decoder of one spec and the Arrow schemas of its two tables, made once per schema version."""

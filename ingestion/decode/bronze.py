@@ -123,6 +123,16 @@ def batch_stats(decoded: DataFrame) -> list[dict[str, Any]]:
     return by_partition([row.asDict() for row in rows])
 
 
+def unknown_records(decoded: DataFrame, spec: DecodeSpec) -> dict[int, bytes]:
+    """connect-json: a record value of each schema id of a decoded batch not known yet (UnknownSchemaError), whose
+    embedded schema the resolver learns (`SchemaResolver.refresh`); {} for the other formats (a registry knows)."""
+    if spec.value_format != "connect-json":
+        return {}
+    rows = (decoded.where(F.col("_error_class") == UnknownSchemaError.__name__).groupBy("_schema_id")
+            .agg(F.first("_raw_value").alias("value")).collect())
+    return {int(r["_schema_id"]): bytes(r["value"]) for r in rows if r["value"] is not None}
+
+
 def by_partition(stats: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Summaries sorted by (topic, partition), their newest timestamp (microseconds) as an aware UTC datetime:
     collect() would give a naive one in this process's time zone."""

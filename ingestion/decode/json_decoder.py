@@ -6,6 +6,12 @@ Every body is parsed strictly (`json_types.parse`) and converted by its writer s
 raises an `InvalidJsonError` naming the JSON path for anything the schema rejects: nothing is coerced, nothing
 turns into null. The row fills the table's columns by name (a property the writer's version lacks reads null).
 
+A `connect-json` record's embedded schema is its writer schema, with its own id (`connect_types.schema_id`, the
+row's `_schema_id`): a record whose schema fits the table's columns (`struct_evolution.fit`: a column it lacks,
+nested ones too, reads null) is a row; one whose schema adds a field or needs a column widened is an
+UnknownSchemaError until the driver has learnt its schema and evolved the table (`resolver`); one whose schema
+changes a column's type is a ConnectSchemaError naming the field.
+
 The JVM path (`json_jvm`, the helper's `JsonDecode`) decodes what it can vouch for with the same rules and leaves
 the rest to this decoder.
 """
@@ -19,7 +25,7 @@ from typing import Any
 from ingestion.decode.python_decoder import BatchDecoder
 from ingestion.decode.spec import DecodeSpec, RecordTooLargeError, UnknownSchemaError
 from ingestion.decode.wire import split
-from ingestion.schema import connect_types, json_schemas, json_types
+from ingestion.schema import connect_types, json_schemas, json_types, struct_evolution
 from ingestion.schema.json_types import MalformedJsonError
 
 
@@ -53,7 +59,7 @@ class JsonBatchDecoder(BatchDecoder):
             schema_id, body = json_schemas.FILE_SCHEMA_ID, memoryview(value)
         schema_ids[i] = schema_id
         if spec.value_format == "connect-json":
-            return schema_id, self._connect_row(json_types.parse(body, parse_float=decimal.Decimal))
+            return self._connect_row(json_types.parse(body, parse_float=decimal.Decimal), schema_ids, i)
         convert = self._converters.get(schema_id)
         if convert is None:
             text = spec.writer_schemas.get(schema_id)
@@ -62,30 +68,42 @@ class JsonBatchDecoder(BatchDecoder):
             convert = self._converters[schema_id] = json_types.converter(text)
         return schema_id, convert(json_types.parse(body))
 
-    def _connect_row(self, record: Any) -> Any:
+    def _connect_row(self, record: Any, schema_ids: list[int | None], i: int) -> tuple[int, Any]:
         if not isinstance(record, dict) or set(record) != {"schema", "payload"}:
             keys = sorted(record) if isinstance(record, dict) else json_types.show(record)
             raise MalformedJsonError(f"$: not a Kafka Connect record with an embedded schema "
                                      f"(expected the keys payload and schema, got {keys})")
         text = json.dumps(record["schema"], sort_keys=True)
-        convert = self._connect.get(text)
-        if convert is None:
-            convert = self._connect[text] = self._connect_converter(text)
-        return convert(record["payload"])
+        found = self._connect.get(text)
+        if found is None:
+            found = self._connect[text] = self._connect_converter(text)
+        schema_id, convert = found
+        schema_ids[i] = schema_id  # kept for the quarantine row: the driver learns a new schema by it
+        return schema_id, convert(record["payload"])
 
-    def _connect_converter(self, text: str) -> Any:
-        table = self.spec.payload_type
+    def _connect_converter(self, text: str) -> tuple[int, Any]:
+        """The id of an embedded schema and the function from a payload to the table's row (or raising why not)."""
+        schema_id = connect_types.schema_id(text)
         try:
             node = connect_types.compile_schema(text)
         except json_types.UnsupportedSchemaError as exc:
-            raise ConnectSchemaError(f"$.schema: {exc}") from None
-        own = {f.name: f.dataType for f in node.spark.fields}  # type: ignore[attr-defined]
-        for column in table.fields:
-            if column.name in own and own[column.name] != column.dataType:
-                raise ConnectSchemaError(f"$.payload.{column.name}: the record's schema makes it "
-                                         f"{own[column.name].simpleString()}, the table's column is "
-                                         f"{column.dataType.simpleString()}")
-        return lambda payload: node.convert(payload, "$.payload")
+            return schema_id, _raising(ConnectSchemaError(f"$.schema: {exc}"))
+        found = struct_evolution.fit(node.spark, self.spec.payload_type, "$.payload")
+        if found.conflict:
+            return schema_id, _raising(ConnectSchemaError(found.conflict))
+        if found.new and schema_id in self.spec.writer_schemas:  # learnt, and the table did not take it
+            return schema_id, _raising(ConnectSchemaError(f"{found.new}; the table did not take this schema "
+                                                          "(sink.typeWidening is off)"))
+        if found.new:
+            return schema_id, _raising(UnknownSchemaError(f"schema id {schema_id}: a schema the table has not "
+                                                          f"taken yet ({found.new})"))
+        return schema_id, lambda payload: node.convert(payload, "$.payload")
+
+
+def _raising(error: Exception) -> Any:
+    def convert(payload: Any) -> Any:
+        raise type(error)(*error.args)  # a new one each time: a raised exception keeps its traceback
+    return convert
 
 
 def batch_decoder(spec: DecodeSpec) -> BatchDecoder:

@@ -5,6 +5,12 @@ and (with `sink.typeWidening`, the default) by widening a column where both Avro
 type widening allow it (int -> long, float -> double). A version that changes an existing column's type in any
 other way is not adopted, and its records either resolve to the current reader by Avro's rules or fail like any
 undecodable record (quarantine, `SchemaResolutionError`, or fail, per `sink.onError`).
+
+`connect-json` records carry their own schema: each one is its record's writer schema, with an id of its own
+(`connect_types.schema_id`). A record whose schema the table cannot hold yet is an UnknownSchemaError with that id,
+as a registry format's record of a new version is; the writer hands `refresh` one such record per id, and the
+reader becomes the table's columns merged with every schema learnt (`struct_evolution.merge`: fields added, nested
+ones too, columns widened), so the same path evolves the table.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pyspark.sql import types as T
@@ -21,7 +27,7 @@ from ingestion.config import PipelineConfig
 from ingestion.decode import protobuf_message
 from ingestion.decode.spec import DecodeSpec, payload_struct, protobuf_struct
 from ingestion.errors import SchemaError, SubjectNotFoundError
-from ingestion.schema import avro_types, protobuf_schemas
+from ingestion.schema import avro_types, connect_types, json_schemas, protobuf_schemas, struct_evolution
 from ingestion.schema.registry import SchemaSource
 
 log = logging.getLogger(__name__)
@@ -30,10 +36,9 @@ log = logging.getLogger(__name__)
 # Seconds before a schema id no subject of the pipeline had is asked for again.
 ASK_AGAIN_SECONDS = 30.0
 
-# Column type changes a table follows: Avro promotions (a reader of the new type reads data of the old) that
-# Delta's type widening also supports.
-WIDENINGS: frozenset[tuple[type[T.DataType], type[T.DataType]]] = frozenset({
-    (T.IntegerType, T.LongType), (T.FloatType, T.DoubleType)})
+# Column type changes a table follows: promotions (a reader of the new type reads data of the old: Avro's int ->
+# long and float -> double, Connect's narrower integers) that Delta's type widening also supports.
+WIDENINGS = struct_evolution.WIDER
 
 
 def evolution(old: T.StructType, new: T.StructType, *, widen: bool,
@@ -88,6 +93,8 @@ class SchemaResolver:
         self._message = ""  # value.format protobuf: the message the table holds, chosen once
         self._pinned = False
         self._key_message = ""
+        self._embedded: dict[int, str] = {}  # connect-json: schema id -> the schema records brought, as learnt
+        self._refused: set[int] = set()  # connect-json: the ids whose schema the table cannot take (logged once)
         versions = self._versions(strict=True)
         if self.config.value.format == "protobuf":
             self._choose_message(versions)
@@ -118,7 +125,7 @@ class SchemaResolver:
             log.warning("%s: %s; records written with it cannot be decoded until it exists", self.config.name, absent)
         if not found:
             raise missing[0]
-        return found
+        return {**found, **self._embedded}
 
     def follow(self, topics: set[str] | list[str]) -> None:
         """Topics the pipeline reads since its start (Spark's listing found them, a batch held them): counted in
@@ -127,10 +134,14 @@ class SchemaResolver:
         self._topics |= fresh
         self._unread |= fresh
 
-    def refresh(self, unknown_ids: set[int], topics: set[str] | frozenset[str] = frozenset()) -> bool:
+    def refresh(self, unknown_ids: set[int], topics: set[str] | frozenset[str] = frozenset(),
+                records: Mapping[int, bytes] | None = None) -> bool:
         """Learn the given ids if they are versions of the subjects of the pipeline's topics (with `topics`, the
         topics the ids came from, which a pattern may have found since); True when the spec changed. Ids the
-        spec holds already are not asked for (a registry that is away costs nothing for them)."""
+        spec holds already are not asked for (a registry that is away costs nothing for them). `records`:
+        connect-json, a record value of each id, whose embedded schema is that id's version."""
+        if self.config.value.format == "connect-json":
+            self._learn(records or {})
         now = time.monotonic()
         new_topics = (set(topics) - self._topics) | self._unread
         asked = {i for i, when in self._unresolved.items() if now - when < ASK_AGAIN_SECONDS}
@@ -159,6 +170,16 @@ class SchemaResolver:
         self.spec = self._build({**self.spec.writer_schemas, **versions}, reader)
         return True
 
+    def _learn(self, records: Mapping[int, bytes]) -> None:
+        for value in records.values():
+            try:
+                schema = json.loads(value)["schema"]
+                text = json.dumps(schema, sort_keys=True)
+                self._payload(connect_types.document(schema))
+            except (ValueError, TypeError, KeyError, SchemaError):
+                continue  # not a record whose schema is a table's (its decoder says why)
+            self._embedded.setdefault(connect_types.schema_id(text), connect_types.document(schema))
+
     def widened_columns(self, table: T.StructType | None) -> list[tuple[str, T.DataType]]:
         """The columns of a table with `table` payload columns that must widen to hold the reader's rows."""
         if table is None:
@@ -166,7 +187,9 @@ class SchemaResolver:
         return evolution(table, self.spec.payload_type, widen=True) or []
 
     def _reader(self, versions: dict[int, str], current: str | None) -> str:
-        """The newest version the table can follow (the newest, for a new table)."""
+        """The newest version the table can follow (the newest, for a new table); connect-json: `_merged`."""
+        if self.config.value.format == "connect-json":
+            return self._merged(versions, current)
         baseline = self.table_payload or (self._payload(current) if current else None)
         widen = self.config.sink.type_widening
         for schema_id in sorted(versions, reverse=True):
@@ -183,6 +206,29 @@ class SchemaResolver:
             raise SchemaError(f"no version of subject(s) {', '.join(repr(x) for x in self.subjects)} matches the "
                               f"columns of {self.config.table_path}")
         return current
+
+    def _merged(self, versions: dict[int, str], current: str | None) -> str:
+        """connect-json: the table's columns (the schema file's for a new table) merged with every version, the
+        schema file's first, then the schemas records brought in the order they were learnt."""
+        merged = self.table_payload or (self._payload(current) if current else None)
+        for schema_id, text in versions.items():
+            payload = self._payload(text)
+            assert payload is not None
+            if merged is None:
+                merged = payload
+                continue
+            result = struct_evolution.merge(merged, payload, widen=self.config.sink.type_widening, path="$.payload")
+            if isinstance(result, str):
+                if schema_id not in self._refused:
+                    self._refused.add(schema_id)
+                    where = ("value.schemaFile" if schema_id == json_schemas.FILE_SCHEMA_ID else
+                             f"the schema of records with schema id {schema_id}")
+                    log.warning("%s: the table cannot take %s: %s; its records are quarantined "
+                                "(ConnectSchemaError)", self.config.name, where, result)
+                continue
+            merged = result
+        assert merged is not None
+        return connect_types.document(connect_types.from_spark(merged))
 
     def _payload(self, text: str) -> T.StructType | None:
         """The payload columns of a version; for Protobuf, of the table's message (`_choose_message`), None when
@@ -236,7 +282,8 @@ class SchemaResolver:
                 self._key_message = protobuf_schemas.table_message(key_reader, self.config.key.message_name)
         plain_id = None
         if self.config.value.format in ("avro", "json", "connect-json"):  # no header: the newest version wrote all
-            plain_id = next(i for i in sorted(writers, reverse=True) if writers[i] == reader)
+            plain_id = next((i for i in sorted(writers, reverse=True) if writers[i] == reader),
+                            json_schemas.FILE_SCHEMA_ID)  # connect-json: a reader merged from several
         # Executors always flag failures instead of raising: the driver first learns schema ids it did not know,
         # then applies sink.onError (see sink.BronzeWriter).
         return DecodeSpec(writer_schemas=dict(writers), reader_schema=reader, max_bytes=self.config.value.max_bytes,

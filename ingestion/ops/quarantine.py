@@ -121,6 +121,10 @@ def redecode(spark: SparkSession, target: PipelineConfig | PipelineContext) -> R
     rules = setup.check_rules(config, spec)
     kafka_rows = expectations.with_raw_value(as_kafka_rows(quarantined), rules)
     decoded = decode_in_python(kafka_rows, spec)
+    if setup.learn_schemas(spark, config, schemas, decoded):  # connect-json: schemas the records brought
+        spec = schemas.spec
+        rules = setup.check_rules(config, spec)
+        decoded = decode_in_python(expectations.with_raw_value(as_kafka_rows(quarantined), rules), spec)
     if rules:
         decoded = expectations.flag_rows(decoded, rules, bronze.decoder_sources()).select(*decoded.columns)
     decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)

@@ -164,8 +164,11 @@ def _replay(spark: SparkSession, ctx: PipelineContext, found: dict[str, list[int
     reader = spark.read.format("kafka")
     for key, value in options.items():
         reader = reader.option(key, value)
-    spec = setup.resolver(spark, ctx, also=topics).spec
-    decoded = decode_in_python(reader.load(), spec).persist(StorageLevel.MEMORY_AND_DISK)
+    schemas = setup.resolver(spark, ctx, also=topics)
+    decoded = decode_in_python(reader.load(), schemas.spec).persist(StorageLevel.MEMORY_AND_DISK)
+    if setup.learn_schemas(spark, config, schemas, decoded):  # connect-json: schemas the records brought
+        decoded.unpersist()
+        decoded = decode_in_python(reader.load(), schemas.spec).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         present = reads.held_coordinates(spark, config)
         new = decoded if present is None else decoded.join(present, list(KEYS), "left_anti")
@@ -195,4 +198,5 @@ def _write_replay(spark: SparkSession, config: PipelineConfig, new: DataFrame, s
         (bronze.quarantine_rows(new, batch_id=REPLAY_BATCH_ID, ingested_at=now).write.format("delta")
          .mode("append").option("userMetadata", failed.to_user_metadata()).save(config.quarantine_path))
     (bronze.bronze_rows(new, batch_id=REPLAY_BATCH_ID, ingested_at=now).write.format("delta").mode("append")
-     .option("userMetadata", record.to_user_metadata()).save(config.table_path))
+     .option("userMetadata", record.to_user_metadata()).option("mergeSchema", "true")  # columns of new versions
+     .save(config.table_path))

@@ -5,7 +5,10 @@ every record. Its types map as Connect means them (docs/json.md#kafka-connects-j
 tinyint..bigint (range checked), float/double, boolean, string, bytes (base64) to binary, array, map, struct, and the
 logical types Decimal (base64 of the unscaled two's-complement bytes, or a number with `decimal.format=NUMERIC`)
 to decimal(p, s), Date (days) to date, Time (milliseconds of the day) to a `HH:MM:SS.mmm` string and Timestamp
-(epoch milliseconds) to timestamp.
+(epoch milliseconds) to timestamp; Debezium's semantic types by their name (`debezium_types`).
+
+`from_spark` writes a table's columns back as a Connect schema: the reader schema of a table that evolved from
+the records' own schemas (`decode.resolver`) is such a document.
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ import binascii
 import datetime as dt
 import decimal
 import functools
+import hashlib
 import json
 from typing import Any
 
 from pyspark.sql import types as T
 
+from ingestion.schema import debezium_types
 from ingestion.schema.json_types import Convert, Node, UnsupportedSchemaError
 from ingestion.schema.json_values import (
     EPOCH,
@@ -45,6 +50,12 @@ def is_document(text: str) -> bool:
     return text.startswith('{"connect":')
 
 
+def schema_id(text: str) -> int:
+    """The schema id of a record's embedded schema (its JSON with sorted keys): 31 bits of its SHA-256, never 0
+    (the schema file's id)."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big") & 0x7FFFFFFF or 1
+
+
 def document(schema: Any) -> str:
     return json.dumps({DOCUMENT_KEY: schema}, separators=(",", ":"))
 
@@ -58,7 +69,13 @@ def node(schema: Any, at: str = "") -> Node:
         raise _refuse(at, f"schema {show(schema)} (no type)")
     kind, name = schema["type"], schema.get("name")
     optional = bool(schema.get("optional", False))
-    made = _logical(schema, name, at) if name in (DECIMAL, DATE, TIME, TIMESTAMP) else _plain(schema, kind, at)
+    semantic = debezium_types.semantic(name, kind)
+    if name in (DECIMAL, DATE, TIME, TIMESTAMP):
+        made = _logical(schema, name, at)
+    elif semantic is not None:
+        made = Node(*semantic)
+    else:
+        made = _plain(schema, kind, at)
     return Node(made.spark, _optional(made.convert, optional), optional)
 
 
@@ -254,3 +271,31 @@ def spark_schema(document_text: str) -> T.StructType:
     spark = compile_schema(json.dumps(json.loads(document_text)[DOCUMENT_KEY])).spark
     assert isinstance(spark, T.StructType)
     return spark
+
+
+_PLAIN: dict[type[T.DataType], str] = {
+    T.ByteType: "int8", T.ShortType: "int16", T.IntegerType: "int32", T.LongType: "int64", T.FloatType: "float",
+    T.DoubleType: "double", T.BooleanType: "boolean", T.StringType: "string", T.BinaryType: "bytes"}
+
+
+def from_spark(spark: T.DataType) -> dict[str, Any]:
+    """The Connect schema (every field optional) whose columns are `spark`: a table's columns as a reader schema."""
+    if isinstance(spark, T.StructType):
+        return {"type": "struct", "optional": True,
+                "fields": [{"field": f.name, **from_spark(f.dataType)} for f in spark.fields]}
+    if isinstance(spark, T.ArrayType):
+        return {"type": "array", "optional": True, "items": from_spark(spark.elementType)}
+    if isinstance(spark, T.MapType):
+        return {"type": "map", "optional": True, "keys": from_spark(spark.keyType),
+                "values": from_spark(spark.valueType)}
+    if isinstance(spark, T.DecimalType):
+        return {"type": "bytes", "optional": True, "name": DECIMAL,
+                "parameters": {"scale": str(spark.scale), "connect.decimal.precision": str(spark.precision)}}
+    if isinstance(spark, T.DateType):
+        return {"type": "int32", "optional": True, "name": DATE}
+    if isinstance(spark, T.TimestampType):
+        return {"type": "int64", "optional": True, "name": TIMESTAMP}
+    kind = _PLAIN.get(type(spark))
+    if kind is None:
+        raise _refuse("", f"a {spark.simpleString()} column")
+    return {"type": kind, "optional": True}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from ingestion import kafka
@@ -145,6 +145,21 @@ def ensure_tables(spark: SparkSession, config: PipelineConfig, spec: DecodeSpec,
         if done.state == "registered":
             log.info("%s: registered %s in the catalog (%s)", config.name, done.name, done.path)
     return found
+
+
+def learn_schemas(spark: SparkSession, config: PipelineConfig, schemas: SchemaResolver, decoded: DataFrame) -> bool:
+    """connect-json (`replay`, the quarantine's re-decode): learn the schemas of the decoded records the table
+    cannot hold yet, as a stream's batch does, and widen bronze where they need it; True when the spec changed
+    (decode again). Other formats: False, nothing read (their versions come from the registry)."""
+    if config.value.format != "connect-json":
+        return False
+    stats = bronze.batch_stats(decoded)
+    unknown = {int(i) for s in stats for i in s["unknown_ids"]}
+    if not unknown or not schemas.refresh(unknown, {s["topic"] for s in stats if s["unknown_ids"]},
+                                          bronze.unknown_records(decoded, schemas.spec)):
+        return False
+    widen_table(spark, config, schemas)
+    return True
 
 
 def widen_table(spark: SparkSession, config: PipelineConfig, schemas: SchemaResolver) -> list[str]:

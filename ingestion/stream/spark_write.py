@@ -185,7 +185,7 @@ class SparkWrite:
         if decoded.unknown_ids:
             reader = self.targets.spec.reader_schema
             topics = {s["topic"] for s in decoded.stats if s["unknown_ids"]}
-            if self.targets.resolver.refresh(decoded.unknown_ids, topics):
+            if self.targets.resolver.refresh(decoded.unknown_ids, topics, decoded.unknown_records()):
                 if self.targets.spec.reader_schema != reader:
                     return None  # the table evolves; the cached write decodes the batch with the new schemas
                 decoded = self._record_decoder().decode(source, batch_id=batch_id, ingested_at=ingested_at)
@@ -318,7 +318,8 @@ class CachedWrite:
         try:
             stats = bronze.batch_stats(decoded)
             unknown = {int(i) for s in stats for i in s["unknown_ids"]}
-            if unknown and resolver.refresh(unknown, {s["topic"] for s in stats if s["unknown_ids"]}):
+            if unknown and resolver.refresh(unknown, {s["topic"] for s in stats if s["unknown_ids"]},
+                                            bronze.unknown_records(decoded, resolver.spec)):
                 decoded.unpersist()
                 decoded = self._decode(kafka_rows)
                 cached = [decoded]
