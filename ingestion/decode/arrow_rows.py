@@ -56,10 +56,17 @@ class DecodedRecords:
         return {int(i) for s in self.stats for i in s["unknown_ids"]}
 
     def unknown_records(self) -> dict[int, bytes]:
-        """A record value of each unknown schema id (`bronze.unknown_records`' twin, for every format)."""
+        """A record value of each unknown schema id, in the order they first appear (`bronze.unknown_records`'
+        twin, for every format)."""
         rows = self.quarantine.filter(pc.equal(self.quarantine.column("_error_class"), UnknownSchemaError.__name__))
-        ids, values = rows.column("_schema_id").to_pylist(), rows.column("_kafka_value").to_pylist()
-        return {int(i): v for i, v in zip(ids, values, strict=True) if i is not None and v is not None}
+        rows = rows.sort_by([("_kafka_timestamp", "ascending"), ("_kafka_partition", "ascending"),
+                             ("_kafka_offset", "ascending")])
+        found: dict[int, bytes] = {}
+        for i, value in zip(rows.column("_schema_id").to_pylist(), rows.column("_kafka_value").to_pylist(),
+                            strict=True):
+            if i is not None and value is not None:
+                found.setdefault(int(i), value)
+        return found
 
 
 class RecordDecoder:

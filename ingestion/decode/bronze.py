@@ -125,11 +125,15 @@ def batch_stats(decoded: DataFrame) -> list[dict[str, Any]]:
 
 def unknown_records(decoded: DataFrame, spec: DecodeSpec) -> dict[int, bytes]:
     """connect-json: a record value of each schema id of a decoded batch not known yet (UnknownSchemaError), whose
-    embedded schema the resolver learns (`SchemaResolver.refresh`); {} for the other formats (a registry knows)."""
+    embedded schema the resolver learns (`SchemaResolver.refresh`), in the order they first appear (Kafka timestamp,
+    then partition and offset: the table takes the earlier of two schemas it cannot take both of); {} for the other
+    formats (a registry knows)."""
     if spec.value_format != "connect-json":
         return {}
+    first = F.struct("timestamp", "partition", "offset")
     rows = (decoded.where(F.col("_error_class") == UnknownSchemaError.__name__).groupBy("_schema_id")
-            .agg(F.first("_raw_value").alias("value")).collect())
+            .agg(F.min_by("_raw_value", first).alias("value"), F.min(first).alias("first"))
+            .orderBy("first", "_schema_id").collect())
     return {int(r["_schema_id"]): bytes(r["value"]) for r in rows if r["value"] is not None}
 
 

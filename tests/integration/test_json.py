@@ -195,7 +195,7 @@ def _connect_run(spark: Any, servers: str, tmp: Path) -> dict[str, Any]:
     producer = Producer({"bootstrap.servers": servers})
     for seq in range(1, 6):
         producer.produce(topic, key=str(seq).encode(), value=json.dumps(connect_record(seq)).encode())
-    # A newer schema version travels with its record: an added optional field the table lacks is dropped.
+    # A newer schema version travels with its record: an added optional field becomes a column mid-stream.
     newer = connect_record(6)
     newer["schema"] = {**CONNECT_SCHEMA, "fields": [*CONNECT_SCHEMA["fields"],
                                                     {"field": "added", "type": "string", "optional": True}]}
@@ -300,7 +300,8 @@ def test_kafka_connect_records_with_embedded_schemas(landed: dict[str, Any]) -> 
         got = run["rows"][seq]
         want = _spark_form(connect_row(seq))
         assert {name: got[name] for name in want} == {**want, "raw": bytearray(b"\x00\xff")}, seq
-    assert "added" not in run["rows"][6]
+    assert run["rows"][6]["added"] == "x"  # the field the record's own schema added, null for the others
+    assert [run["rows"][seq]["added"] for seq in range(1, 6)] == [None] * 5
     failed = run["failed"]
     assert {k: r["_error_class"] for k, r in failed.items()} == {
         "bad-range": "JsonRangeError", "changed-type": "ConnectSchemaError", "no-envelope": "MalformedJsonError"}
