@@ -1,5 +1,6 @@
 """The `ingest` command. Thin: parses arguments (`parser`), calls a command (`commands/`), prints. Exit 0 ok,
-1 failure, 2 usage. Here: logging, and every failure as one line on stderr with secret values masked."""
+1 failure, 2 usage, 3 (`verify` only) exact tables but a silver pipeline's change records in quarantine. Here:
+logging, and every failure as one line on stderr with secret values masked."""
 
 from __future__ import annotations
 

@@ -212,7 +212,8 @@ def _add_maintain(commands: Commands) -> None:
 def _add_verify(commands: Commands) -> None:
     verify = commands.add_parser("verify", help="audit bronze + quarantine against Kafka: duplicates, gaps, and "
                                  "which gaps Kafka explains; silver (if any) against bronze's fold, key by key; "
-                                 "exit 1 on a real violation")
+                                 "exit 1 on a real violation, 3 when silver misses change records that sit in "
+                                 "quarantine")
     verify.add_argument("pipeline")
     verify.add_argument("--json", action="store_true", help="one JSON document for scripts")
     _reader_option(verify)

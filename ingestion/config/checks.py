@@ -270,10 +270,50 @@ def _check_silver(config: PipelineConfig) -> None:
     if silver.trigger and not duration_seconds(silver.trigger):
         raise ConfigError(f"{file}: key 'silver.trigger' must be a duration such as '10 seconds', got "
                           f"{silver.trigger!r}")
+    _check_silver_columns(config)
     taken = {config.table_path.rstrip("/"), config.quarantine_path.rstrip("/")}
     if (config.silver_path or "").rstrip("/") in taken:
         raise ConfigError(f"{file}: key 'silver.table' must differ from bronze's and quarantine's tables, got "
                           f"{silver.table!r}")
+
+
+_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _check_silver_columns(config: PipelineConfig) -> None:
+    """`columns`, `exceptColumns`, `trackHistoryOn` and `ignoreNullUpdates` against each other and the key; whether
+    the names are fields of the row is checked against bronze's columns (`SilverSpec.check`)."""
+    silver, file = config.silver, config.file
+    assert silver is not None
+    for key, names in (("columns", silver.columns), ("exceptColumns", silver.except_columns),
+                       ("trackHistoryOn", silver.track_history_on)):
+        for name in names:
+            if not _FIELD.fullmatch(name):
+                raise ConfigError(f"{file}: key 'silver.{key}' names top-level fields of the row, got {name!r}")
+        if len(set(names)) < len(names):
+            raise ConfigError(f"{file}: key 'silver.{key}' names a field twice, got {list(names)!r}")
+    if silver.columns and silver.except_columns:
+        raise ConfigError(f"{file}: keys 'silver.columns' and 'silver.exceptColumns' exclude each other (keep "
+                          f"one), got {list(silver.columns)!r} and {list(silver.except_columns)!r}")
+    if silver.track_history_on and silver.mode != "history":
+        raise ConfigError(f"{file}: key 'silver.trackHistoryOn' needs 'silver.mode: history' (upsert keeps no "
+                          f"history), got {list(silver.track_history_on)!r} with mode {silver.mode!r}")
+    def kept(name: str) -> bool:
+        return name in silver.columns if silver.columns else name not in silver.except_columns
+
+    for name in silver.key:
+        top = name.split(".")[0]
+        if top != "_kafka_key" and not kept(top):
+            which = "columns" if silver.columns else "exceptColumns"
+            raise ConfigError(f"{file}: key 'silver.{which}' leaves out the key field {top!r} (silver.key "
+                              f"{list(silver.key)!r}), got {list(silver.columns or silver.except_columns)!r}")
+    for name in silver.track_history_on:
+        if not kept(name):
+            raise ConfigError(f"{file}: key 'silver.trackHistoryOn' names {name!r}, which silver.columns/"
+                              f"exceptColumns leave out, got {list(silver.track_history_on)!r}")
+        if name in {p.split(".")[0] for p in silver.key}:
+            raise ConfigError(f"{file}: key 'silver.trackHistoryOn' names the key field {name!r} (a key's versions "
+                              f"share it), got {list(silver.track_history_on)!r}")
 
 
 _RULE_NAME = re.compile(r"[a-z0-9_]+")

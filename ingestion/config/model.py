@@ -198,6 +198,15 @@ class SilverOptions:
     sequence_by: str = field(default="kafka", metadata=_key("sequenceBy"))
     # A SQL condition on the bronze row that makes a change a delete (besides tombstones and debezium's `d`).
     delete_when: str = field(default="", metadata=_key("deleteWhen"))
+    # Which of the row's own (top-level) fields silver keeps: only `columns`, or all but `exceptColumns`.
+    columns: tuple[str, ...] = ()
+    except_columns: tuple[str, ...] = field(default=(), metadata=_key("exceptColumns"))
+    # History mode: a new row version only when one of these fields changes; other changes update it in place.
+    track_history_on: tuple[str, ...] = field(default=(), metadata=_key("trackHistoryOn"))
+    # A null in a change keeps the value the key's row holds (partial updates); a delete ends that.
+    ignore_null_updates: bool = field(default=False, metadata=_key("ignoreNullUpdates"))
+    # A SQL condition on the bronze row that makes it a truncate (debezium: op = 't' unless set).
+    truncate_when: str = field(default="", metadata=_key("truncateWhen"))
     table: str = ""  # default: beside bronze, <sink.table>_silver
     catalog_table: str = field(default="", metadata=_key("catalogTable"))
     trigger: str = ""  # how often a streaming run merges what bronze committed since; default: sink.trigger

@@ -35,8 +35,8 @@ def schemas() -> tuple[dict[str, Any], dict[str, Any]]:
 
 @dataclass(frozen=True)
 class Change:
-    key: int
-    op: str  # r, c, u, d
+    key: int | None  # None: a truncate, which has no key
+    op: str  # r, c, u, d, t
     before: dict[str, Any] | None
     after: dict[str, Any] | None
     lsn: int
@@ -59,7 +59,9 @@ class History:
     def state(self) -> dict[int, dict[str, Any]]:
         rows: dict[int, dict[str, Any]] = {}
         for change in sorted(self.changes, key=lambda c: c.lsn):
-            if change.op == "d":
+            if change.key is None:  # a truncate
+                rows.clear()
+            elif change.op == "d":
                 rows.pop(change.key, None)
             else:
                 assert change.after is not None
@@ -69,18 +71,19 @@ class History:
     def by_key(self) -> dict[int, list[Change]]:
         out: dict[int, list[Change]] = {}
         for change in sorted(self.changes, key=lambda c: c.lsn):
-            out.setdefault(change.key, []).append(change)
+            if change.key is not None:
+                out.setdefault(change.key, []).append(change)
         return out
 
 
 def history(operations: int, keys: int, *, seed: int = 11, snapshot: int | None = None,
-            start_ms: int = 1_760_000_000_000) -> History:
+            start_ms: int = 1_760_000_000_000, start_lsn: int = 1000) -> History:
     """A random history: a snapshot (`r`) of `snapshot` rows (default keys // 2), then `operations` changes on
     `keys` ids: an insert of an absent id, or an update or a delete (one in five) of a present one."""
     rng = random.Random(seed)
     rows: dict[int, dict[str, Any]] = {}
     out = History()
-    lsn, ts = 1000, start_ms
+    lsn, ts = start_lsn, start_ms
 
     def add(key: int, op: str, after: dict[str, Any] | None) -> None:
         nonlocal lsn, ts
@@ -111,17 +114,25 @@ def _row(key: int, rng: random.Random) -> dict[str, Any]:
             "balance_cents": rng.randint(0, 10**6)}
 
 
-def partition_of(key: int, partitions: int) -> int:
-    """The partition a key's changes go to (Debezium keys a table's changes by primary key)."""
+def truncate(after: Change) -> Change:
+    """Debezium's record of a `TRUNCATE` committed just after `after`: op t, no key, no before or after."""
+    return Change(None, "t", None, None, after.lsn + 5, after.ts_ms + 5)
+
+
+def partition_of(key: int | None, partitions: int) -> int:
+    """The partition a key's changes go to (Debezium keys a table's changes by primary key; a truncate, without
+    a key, to the first)."""
+    if key is None:
+        return 0
     return zlib.crc32(str(key).encode()) % partitions
 
 
-def records(changes: list[Change]) -> Iterator[tuple[int, bytes, bytes | None]]:
+def records(changes: list[Change]) -> Iterator[tuple[int | None, bytes | None, bytes | None]]:
     """(key id, key bytes, value bytes or None) as the AvroConverter writes them: each delete is followed by a
     tombstone of its key."""
     value_schema, key_schema = (parse_schema(s) for s in schemas())
     for change in changes:
-        key = encode(KEY_ID, avro_body(key_schema, {"id": change.key}))
+        key = None if change.key is None else encode(KEY_ID, avro_body(key_schema, {"id": change.key}))
         yield change.key, key, encode(VALUE_ID, avro_body(value_schema, change.envelope()))
         if change.op == "d":
             yield change.key, key, None

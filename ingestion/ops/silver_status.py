@@ -13,6 +13,7 @@ from ingestion.errors import ConfigError
 from ingestion.silver import ledger as silver_ledger
 from ingestion.silver import rs_audit
 from ingestion.silver.ledger import SilverRecord
+from ingestion.silver.quarantined import quarantined_changes
 
 SHOWN_STEPS = 10
 
@@ -29,12 +30,13 @@ class SilverState:
     lag_seconds: float  # how long ago the oldest of them was committed (0 when none)
     cross_partition_keys: int  # over the steps read: keys whose changes came from two or more Kafka partitions
     steps: list[tuple[int, SilverRecord]] = field(default_factory=list)  # (silver version, record), newest first
+    quarantined: int = 0  # change records of the pipeline in quarantine: silver misses them
 
     def to_json(self) -> dict[str, Any]:
         return {"pipeline": self.pipeline, "table": self.table, "mode": self.mode,
                 "bronze_version": self.bronze_version, "epoch": self.epoch, "rows": self.rows,
                 "lag_versions": self.lag_versions, "lag_seconds": round(self.lag_seconds, 1),
-                "cross_partition_keys": self.cross_partition_keys,
+                "cross_partition_keys": self.cross_partition_keys, "quarantined": self.quarantined,
                 "steps": [{"version": v, **{k: str(x) if k == "kind" else x for k, x in vars(r).items()}}
                           for v, r in self.steps[:SHOWN_STEPS]]}
 
@@ -56,7 +58,8 @@ def silver_state(config: PipelineConfig, now: float | None = None) -> SilverStat
     return SilverState(config.name, path, config.silver.mode, at.bronze_version if at else None,
                        at.epoch if at else None, reader.rows(path) or 0,
                        behind if bronze is not None and behind > 0 else 0, seconds,
-                       sum(r.cross_partition_keys for _, r in steps), steps)
+                       sum(r.cross_partition_keys for _, r in steps), steps,
+                       quarantined_changes(config).count)
 
 
 def render(state: SilverState) -> str:
@@ -64,6 +67,9 @@ def render(state: SilverState) -> str:
         return f"silver {state.table}: no table yet (ingest run {state.pipeline})"
     lines = [f"silver {state.table} ({state.mode}): {state.rows:,} rows at bronze version {state.bronze_version} "
              f"(epoch {state.epoch}), lag {state.lag_versions} bronze versions ({state.lag_seconds:.0f}s)"]
+    if state.quarantined:
+        lines.append(f"  {state.quarantined:,} change record(s) in quarantine: silver misses them until they are "
+                     f"re-decoded (ingest quarantine reprocess {state.pipeline}; ingest verify names their keys)")
     if state.cross_partition_keys:
         lines.append(f"  {state.cross_partition_keys} keys had changes in two or more Kafka partitions in the last "
                      "steps: Kafka orders none of them (set silver.sequenceBy to a field that does)")

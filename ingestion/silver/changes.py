@@ -13,7 +13,21 @@ from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ingestion.silver.spec import DELETE, KAFKA_COLUMNS, KAFKA_KEY, SEQUENCE, SilverSpec, field_type
+from ingestion.silver import truncates
+from ingestion.silver.spec import (
+    DEBEZIUM_COLUMNS,
+    DELETE,
+    HISTORY_COLUMNS,
+    KAFKA_COLUMNS,
+    KAFKA_KEY,
+    SEQUENCE,
+    SilverSpec,
+    field_type,
+)
+
+# Silver's own columns and the fold's working ones: what is not one of the row's fields in a change row.
+OWN = {*DEBEZIUM_COLUMNS, SEQUENCE, *KAFKA_COLUMNS, *HISTORY_COLUMNS, DELETE, "_partitions", "_changes", "_position",
+       truncates.CLOSED}
 
 
 def _partition() -> Column:
@@ -22,13 +36,15 @@ def _partition() -> Column:
 
 def changes(bronze: DataFrame, spec: SilverSpec) -> DataFrame:
     """One change per bronze row that carries one: Debezium's tombstones (which follow its deletes) and operations
-    other than c, u, r, d (truncate, message) carry none; rows without a key are left out (`keyless` counts them)."""
+    other than c, u, r, d (truncate, message) carry none, nor do truncates (`truncates.of`); rows without a key are
+    left out (`keyless` counts them). The row's fields are those silver keeps (`columns` / `exceptColumns`)."""
     schema = bronze.schema
     spec.check(schema)
-    row_type = spec.row_type(schema)
+    row_type = spec.kept_type(schema)
+    kept = ~F.coalesce(F.expr(spec.truncate_when), F.lit(False)) if spec.truncate_when else F.lit(True)
     if spec.envelope == "debezium":
         op = F.col("op")
-        rows = bronze.where(op.isin("c", "u", "r", "d") & ~F.col("_kafka_tombstone"))
+        rows = bronze.where(op.isin("c", "u", "r", "d") & ~F.col("_kafka_tombstone") & kept)
         delete = op == "d"
         image = F.when(delete, F.col("before")).otherwise(F.col("after"))
         payload = [image.getField(f.name).alias(f.name) for f in row_type.fields]
@@ -36,7 +52,7 @@ def changes(bronze: DataFrame, spec: SilverSpec) -> DataFrame:
         ts_ms = F.col("ts_ms") if "ts_ms" in schema.fieldNames() else F.lit(None).cast("long")
         extra = [op.alias("_op"), source.alias("_source"), ts_ms.alias("_ts_ms")]
     else:
-        rows = bronze
+        rows = bronze.where(kept)
         delete = F.col("_kafka_tombstone")
         payload = [_filled(f, spec, schema) for f in row_type.fields]
         extra = []
@@ -75,10 +91,11 @@ def _positioned(rows: DataFrame, spec: SilverSpec) -> DataFrame:
 
 
 def _order(*, descending: bool) -> list[Column]:
-    position, offset = F.col("_position"), F.col("_kafka_offset")
+    """Position, then offset; ties (the same of both in two partitions) by topic and partition, as `fold_sql`."""
+    columns = [F.col(c) for c in ("_position", "_kafka_offset", "_kafka_topic", "_kafka_partition")]
     if descending:
-        return [position.desc_nulls_last(), offset.desc()]
-    return [position.asc_nulls_first(), offset.asc()]
+        return [columns[0].desc_nulls_last(), *[c.desc() for c in columns[1:]]]
+    return [columns[0].asc_nulls_first(), *[c.asc() for c in columns[1:]]]
 
 
 def latest(rows: DataFrame, spec: SilverSpec) -> DataFrame:
@@ -90,16 +107,59 @@ def latest(rows: DataFrame, spec: SilverSpec) -> DataFrame:
     return ranked.where(F.col("_rank") == 1).drop("_rank", "_position")
 
 
-def intervals(rows: DataFrame, spec: SilverSpec) -> DataFrame:
+def intervals(rows: DataFrame, spec: SilverSpec, cut: DataFrame | None = None) -> DataFrame:
     """History rows: each change valid from its time to the next change's (`_valid_to` null while current); a
-    delete is a row valid for no time (`_valid_to = _valid_from`), and closes the row before it."""
+    delete is a row valid for no time (`_valid_to = _valid_from`), and closes the row before it; a truncate (of
+    `cut`) after a change and before the next one ends it at the truncate's time. With `ignoreNullUpdates` a null
+    takes the value of the change before it; with `trackHistoryOn` the changes that leave those fields as they
+    were fold into the row before them (`_versions`)."""
     by_key = _by_key(spec).orderBy(*_order(descending=False))
+    rows = truncates.closed(_positioned(rows, spec), spec, cut, by_key)
+    deleted, closed = F.col("_deleted"), F.col(truncates.CLOSED)
+    ended = deleted | closed.isNotNull()
+    if spec.ignore_null_updates:
+        rows = _nulls_filled(rows, spec, ended, by_key)
+    if spec.track_history_on:
+        rows = _versions(rows, spec, ended, by_key)
     following = F.lead("_valid_from").over(by_key)
-    deleted = F.col("_deleted")
-    return (_positioned(rows, spec)
-            .withColumn("_valid_to", F.when(deleted, F.col("_valid_from")).otherwise(following))
-            .withColumn("_is_current", ~deleted & F.lead(F.lit(1)).over(by_key).isNull())
-            .drop("_position", "_partitions"))
+    return (rows.withColumn("_valid_to", F.when(deleted, F.col("_valid_from")).when(closed.isNotNull(), closed)
+                            .otherwise(following))
+            .withColumn("_is_current", ~deleted & closed.isNull() & F.lead(F.lit(1)).over(by_key).isNull())
+            .drop("_position", "_partitions", truncates.CLOSED))
+
+
+def _nulls_filled(rows: DataFrame, spec: SilverSpec, ended: Column, ordered: WindowSpec) -> DataFrame:
+    """`ignoreNullUpdates`: each of the row's fields but the key's, where null, the newest value before it in the
+    key's life (its changes since the last delete or truncate)."""
+    whole = Window.unboundedPreceding
+    rows = (rows.withColumn("_life", F.coalesce(F.lag(ended).over(ordered), F.lit(False)).cast("int"))
+            .withColumn("_life", F.sum("_life").over(ordered.rowsBetween(whole, Window.currentRow))))
+    life = (Window.partitionBy(*[F.col(p) for p in spec.key], F.col("_life")).orderBy(*_order(descending=False))
+            .rowsBetween(whole, Window.currentRow))
+    keys = {p.split(".")[0] for p in spec.key}
+    fields = [c for c in rows.columns if c not in OWN and c not in keys and c != "_life"]
+    return rows.withColumns({c: F.last(c, ignorenulls=True).over(life) for c in fields}).drop("_life")
+
+
+def _versions(rows: DataFrame, spec: SilverSpec, ended: Column, ordered: WindowSpec) -> DataFrame:
+    """`trackHistoryOn`: a change starts a new version when it is a key's first, a delete, follows a delete or a
+    truncate, or changes a tracked field; else it updates the version before it: the version holds its newest
+    change's values, valid from its first change's time."""
+    same = F.lit(True)
+    for c in spec.track_history_on:
+        same = same & F.col(c).eqNullSafe(F.lag(c).over(ordered))
+    after_end = F.lag(ended).over(ordered)
+    fresh = after_end.isNull() | after_end | F.col("_deleted") | ~same
+    whole = Window.unboundedPreceding
+    rows = (rows.withColumn("_version", fresh.cast("int"))
+            .withColumn("_version", F.sum("_version").over(ordered.rowsBetween(whole, Window.currentRow))))
+    version = Window.partitionBy(*[F.col(p) for p in spec.key], F.col("_version"))
+    first = F.first("_valid_from").over(version.orderBy(*_order(descending=False))
+                                        .rowsBetween(whole, Window.unboundedFollowing))
+    return (rows.withColumn("_first_from", first)
+            .withColumn("_rank", F.row_number().over(version.orderBy(*_order(descending=True))))
+            .where(F.col("_rank") == 1)
+            .withColumn("_valid_from", F.col("_first_from")).drop("_version", "_first_from", "_rank"))
 
 
 def as_history(change_rows: DataFrame) -> DataFrame:
@@ -107,12 +167,26 @@ def as_history(change_rows: DataFrame) -> DataFrame:
     return change_rows.withColumnRenamed(DELETE, "_deleted")
 
 
+def truncates_of(bronze: DataFrame, spec: SilverSpec) -> DataFrame | None:
+    """The truncate rows of bronze (`truncates.of`), with the sequence and time a change of theirs would have."""
+    schema = bronze.schema
+    return truncates.of(bronze, spec, valid_from(spec, schema), _sequence(spec, schema) if spec.sequence_by else None)
+
+
 def fold(bronze: DataFrame, spec: SilverSpec) -> tuple[DataFrame, DataFrame | None]:
-    """What silver holds for these bronze rows, from nothing: upsert, each live key's newest change (and the keys
-    whose newest change is a delete, the markers); history, every change with its interval."""
-    rows = keyed(changes(bronze, spec), spec)
+    """What silver holds for these bronze rows, from nothing: upsert, each live key's newest change after the last
+    truncate (and the keys whose newest change is a delete, the markers); history, every change with its interval."""
+    return fold_changes(keyed(changes(bronze, spec), spec), spec, truncates_of(bronze, spec))
+
+
+def fold_changes(rows: DataFrame, spec: SilverSpec, cut: DataFrame | None) -> tuple[DataFrame, DataFrame | None]:
+    """`fold` of keyed change rows and the truncates (`truncates_of`, None: none) among them."""
     if spec.history:
-        return intervals(as_history(rows), spec), None
+        return intervals(as_history(rows), spec, cut), None
+    rows = truncates.surviving(rows, spec, cut)
+    if spec.ignore_null_updates:
+        ordered = _by_key(spec).orderBy(*_order(descending=False))
+        rows = _nulls_filled(_positioned(rows, spec), spec, F.col(DELETE), ordered).drop("_position", "_partitions")
     newest = latest(rows, spec)
     return (newest.where(~F.col(DELETE)).drop(DELETE, "_partitions", "_changes"),
             markers(newest.where(F.col(DELETE)), spec))

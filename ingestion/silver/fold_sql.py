@@ -40,11 +40,15 @@ def _literal(text: str) -> str:
 
 def fold_query(spec: SilverSpec, bronze: T.StructType) -> tuple[str, list[str]]:
     """The query (over `BRONZE`, bronze's rows) of what silver holds, and its columns, as `changes.fold` gives
-    them: upsert, each live key's newest change; history, every change with its interval."""
+    them: upsert, each live key's newest change after the last truncate; history, every change with its interval."""
     rows, columns = changes_query(spec, bronze)
+    cut = truncates_query(spec, bronze)
     keys = [f"__k{i}" for i in range(len(spec.key))]
     by_key = ", ".join(keys)
     known = " AND ".join(f"{k} IS NOT NULL" for k in keys)
+    # Upsert drops what a truncate removes before anything is ordered (`truncates.surviving` in `changes`).
+    surviving = (f" AND NOT EXISTS (SELECT 1 FROM __truncates WHERE {_before(spec)})"
+                 if cut is not None and not spec.history else "")
     keyed = (f"SELECT *, {', '.join(f'{path(p)} AS {k}' for p, k in zip(spec.key, keys, strict=True))} "
              f"FROM __changes")
     # A key's changes in one Kafka partition are ordered by offset; in several, by Kafka timestamp (`_positioned`).
@@ -52,44 +56,124 @@ def fold_query(spec: SilverSpec, bronze: T.StructType) -> tuple[str, list[str]]:
              "min(_kafka_topic) OVER __w <> max(_kafka_topic) OVER __w)")
     position = (name(SEQUENCE) if spec.sequence_by else
                 f"CASE WHEN NOT {multi} THEN _kafka_offset ELSE epoch_us(_kafka_timestamp) END")
-    positioned = (f"SELECT *, {position} AS __position FROM ({keyed}) WHERE {known} "
+    positioned = (f"SELECT *, {position} AS __position FROM ({keyed}) WHERE {known}{surviving} "
                   f"WINDOW __w AS (PARTITION BY {by_key})")
-    head = f"WITH __changes AS ({rows}), __positioned AS ({positioned}) "
+    ctes = [("__changes", rows), *([("__truncates", cut)] if cut is not None else []), ("__positioned", positioned)]
     shown = [c for c in columns if c not in (DELETE, "_valid_from")]
-    # Ties (the same position and offset in two partitions) are Spark's to break as it likes; here by coordinates.
+    # Ties (the same position and offset in two partitions) broken by coordinates, as `changes._order` does.
     ties = "_kafka_topic, _kafka_partition"
+    ascending = f"ORDER BY __position ASC NULLS FIRST, _kafka_offset ASC, {ties}"
+    ordered = f"PARTITION BY {by_key} {ascending}"
+    filled = spec.filled_fields(bronze) if spec.ignore_null_updates else []
+    select = ", ".join(name(c) for c in shown)
     if spec.history:
-        window = (f"PARTITION BY {by_key} ORDER BY __position ASC NULLS FIRST, _kafka_offset ASC, "
-                  f"{ties}")
-        select = ", ".join(name(c) for c in shown)
-        query = (f"{head}SELECT {select}, {name(DELETE)} AS _deleted, _valid_from, "
-                 f"CASE WHEN {name(DELETE)} THEN _valid_from ELSE lead(_valid_from) OVER __h END AS _valid_to, "
-                 f"(NOT {name(DELETE)} AND lead(1) OVER __h IS NULL) AS _is_current "
-                 f"FROM __positioned WINDOW __h AS ({window})")
+        ctes.append(("__closed", _closed(spec, cut, ordered)))
+        ended = f"({name(DELETE)} OR _closed_at IS NOT NULL)"
+        if filled:
+            ctes.append(("__filled", _nulls_filled("__closed", filled, ended, by_key, ascending)))
+        if spec.track_history_on:
+            ctes.append(("__versions", _versions(spec, ctes[-1][0], ended, by_key, ascending)))
+        query = (f"{_with(ctes)}SELECT {select}, {name(DELETE)} AS _deleted, _valid_from, "
+                 f"CASE WHEN {name(DELETE)} THEN _valid_from WHEN _closed_at IS NOT NULL THEN _closed_at "
+                 f"ELSE lead(_valid_from) OVER __h END AS _valid_to, "
+                 f"(NOT {name(DELETE)} AND _closed_at IS NULL AND lead(1) OVER __h IS NULL) AS _is_current "
+                 f"FROM {ctes[-1][0]} WINDOW __h AS ({ordered})")
         return query, [*shown, "_deleted", "_valid_from", "_valid_to", "_is_current"]
+    if filled:
+        ctes.append(("__filled", _nulls_filled("__positioned", filled, name(DELETE), by_key, ascending)))
     newest = (f"row_number() OVER (PARTITION BY {by_key} ORDER BY __position DESC NULLS LAST, "
               f"_kafka_offset DESC, {ties} DESC)")
-    select = ", ".join(name(c) for c in shown)
-    query = (f"{head}SELECT {select} FROM (SELECT *, {newest} AS __rank FROM __positioned) "
+    query = (f"{_with(ctes)}SELECT {select} FROM (SELECT *, {newest} AS __rank FROM {ctes[-1][0]}) "
              f"WHERE __rank = 1 AND NOT {name(DELETE)}")
     return query, shown
+
+
+def _with(ctes: list[tuple[str, str]]) -> str:
+    return "WITH " + ", ".join(f"{n} AS ({q})" for n, q in ctes) + " "
+
+
+def truncates_query(spec: SilverSpec, bronze: T.StructType) -> str | None:
+    """`changes.truncates_of` over `BRONZE`: the truncate rows' coordinates, sequence and time; None when nothing
+    truncates."""
+    if not spec.truncate_when:
+        return None
+    sequence = _sequence(spec, bronze) if spec.sequence_by else "CAST(NULL AS VARCHAR)"
+    return (f"SELECT _kafka_topic AS _t_topic, _kafka_partition AS _t_partition, _kafka_offset AS _t_offset, "
+            f"_kafka_timestamp AS _t_timestamp, {sequence} AS _t_sequence, {_valid_from(spec, bronze)} AS _t_at "
+            f"FROM {BRONZE} WHERE coalesce(({_condition(spec.truncate_when)}), FALSE)")
+
+
+def _before(spec: SilverSpec, prefix: str = "") -> str:
+    """`truncates.before`: the change (its columns `prefix`ed) is ordered before the truncate (`_t_*`)."""
+    topic, partition, offset, at = (name(f"{prefix}{c}") for c in ("_kafka_topic", "_kafka_partition",
+                                                                   "_kafka_offset", "_kafka_timestamp"))
+    same = f"({topic} = _t_topic AND {partition} = _t_partition)"
+    kafka = f"(({same} AND {offset} < _t_offset) OR (NOT {same} AND {at} < _t_timestamp))"
+    if not spec.sequence_by:
+        return kafka
+    mine = name(f"{prefix}{SEQUENCE}")
+    return (f"(CASE WHEN _t_sequence IS NULL THEN {kafka} ELSE ({mine} IS NULL OR {mine} < _t_sequence OR "
+            f"({mine} = _t_sequence AND {kafka})) END)")
+
+
+def _closed(spec: SilverSpec, cut: str | None, ordered: str) -> str:
+    """`truncates.closed`: each change with `_closed_at`, the time of the first truncate between it and the key's
+    next change."""
+    if cut is None:
+        return "SELECT *, CAST(NULL AS TIMESTAMPTZ) AS _closed_at FROM __positioned"
+    ordering = ["_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp",
+                *([SEQUENCE] if spec.sequence_by else [])]
+    nexts = ", ".join(f"lead({name(c)}) OVER __n AS {name('__next' + c)}" for c in ordering)
+    closing = (f"(SELECT min(_t_at) FROM __truncates WHERE {_before(spec)} AND (__next_kafka_offset IS NULL OR "
+               f"NOT {_before(spec, '__next')}))")
+    return (f"SELECT * EXCLUDE ({', '.join(name('__next' + c) for c in ordering)}), {closing} AS _closed_at "
+            f"FROM (SELECT *, {nexts} FROM __positioned WINDOW __n AS ({ordered}))")
+
+
+def _nulls_filled(source: str, fields: list[str], ended: str, by_key: str, ascending: str) -> str:
+    """`changes._nulls_filled`: each field, where null, the newest value before it in the key's life."""
+    lives = (f"SELECT *, sum(CAST(coalesce(__ended_before, FALSE) AS INTEGER)) OVER (PARTITION BY {by_key} "
+             f"{ascending} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS __life FROM (SELECT *, lag({ended}) "
+             f"OVER (PARTITION BY {by_key} {ascending}) AS __ended_before FROM {source})")
+    fills = ", ".join(f"last_value({name(f)} IGNORE NULLS) OVER __l AS {name(f)}" for f in fields)
+    return (f"SELECT * EXCLUDE (__life, __ended_before) REPLACE ({fills}) FROM ({lives}) WINDOW __l AS "
+            f"(PARTITION BY {by_key}, __life {ascending} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)")
+
+
+def _versions(spec: SilverSpec, source: str, ended: str, by_key: str, ascending: str) -> str:
+    """`changes._versions`: the changes that leave the tracked fields as they were folded into the version before
+    them, which holds its newest change's values from its first change's time."""
+    same = " AND ".join(f"{name(c)} IS NOT DISTINCT FROM lag({name(c)}) OVER __v" for c in spec.track_history_on)
+    fresh = (f"CASE WHEN lag({ended}) OVER __v IS NULL OR lag({ended}) OVER __v OR {name(DELETE)} OR NOT ({same}) "
+             f"THEN 1 ELSE 0 END")
+    flagged = f"SELECT *, {fresh} AS __fresh FROM {source} WINDOW __v AS (PARTITION BY {by_key} {ascending})"
+    numbered = (f"SELECT *, sum(__fresh) OVER (PARTITION BY {by_key} {ascending} ROWS BETWEEN UNBOUNDED PRECEDING "
+                f"AND CURRENT ROW) AS __version FROM ({flagged})")
+    descending = ("ORDER BY __position DESC NULLS LAST, _kafka_offset DESC, _kafka_topic DESC, "
+                  "_kafka_partition DESC")
+    ranked = (f"SELECT *, first_value(_valid_from) OVER (PARTITION BY {by_key}, __version {ascending} ROWS BETWEEN "
+              f"UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS __first, row_number() OVER (PARTITION BY {by_key}, "
+              f"__version {descending}) AS __rank FROM ({numbered})")
+    return (f"SELECT * EXCLUDE (__fresh, __version, __first, __rank) REPLACE (__first AS _valid_from) "
+            f"FROM ({ranked}) WHERE __rank = 1")
 
 
 def changes_query(spec: SilverSpec, bronze: T.StructType) -> tuple[str, list[str]]:
     """`changes.changes` over `BRONZE`: one change row per bronze row that carries one; the query and its
     columns (the row's fields, silver's metadata columns, `_delete`, and `_valid_from` in history mode)."""
     spec.check(bronze)
-    row_type = spec.row_type(bronze)
+    row_type = spec.kept_type(bronze)
     names = bronze.fieldNames()
     selected: list[tuple[str, str]] = []  # (expression, column)
+    kept = f" AND NOT coalesce(({_condition(spec.truncate_when)}), FALSE)" if spec.truncate_when else ""
     if spec.envelope == "debezium":
-        where = "op IN ('c', 'u', 'r', 'd') AND NOT _kafka_tombstone"
+        where = f"op IN ('c', 'u', 'r', 'd') AND NOT _kafka_tombstone{kept}"
         delete = "(op = 'd')"
         selected += [(_image(f.name), f.name) for f in row_type.fields]
         selected += [("op", "_op"), (name("source") if "source" in names else "CAST(NULL AS VARCHAR)", "_source"),
                      (name("ts_ms") if "ts_ms" in names else "CAST(NULL AS BIGINT)", "_ts_ms")]
     else:
-        where = "TRUE"
+        where = f"TRUE{kept}"
         delete = "_kafka_tombstone"
         selected += [(_filled(f, spec, bronze), f.name) for f in row_type.fields]
     if spec.delete_when:

@@ -165,7 +165,8 @@ class SilverFollower:
                                  f"{bronze_version}: rebuild it whole (ingest silver rebuild {self.spec.pipeline})")
         version, record = found[0]
         restored = SilverRecord(pipeline=self.spec.pipeline, kind=StepKind.REBUILD, epoch=at.epoch + 1,
-                                bronze_version=record.bronze_version, bronze_from=record.bronze_version)
+                                bronze_version=record.bronze_version, bronze_from=record.bronze_version,
+                                truncates=record.truncates)
         marks = [(v, r) for v, r in silver_ledger.records(self.session, self.spec.markers_path)
                  if r.bronze_version <= record.bronze_version]
         if marks:
@@ -185,9 +186,17 @@ class SilverFollower:
         except AnalysisException as exc:
             return self.rebuild(bronze, reason=f"bronze's change feed cannot serve versions {at.bronze_version + 1}"
                                 f"-{bronze}: {one_line(exc)}", epoch=at.epoch + 1)
+        cut = changes.truncates_of(feed, self.spec)
+        found = cut.count() if cut is not None else 0
+        if found:  # rare, and the fold applies it to every key at once: the exact state in one rebuild
+            return self.rebuild(bronze, reason=f"bronze versions {at.bronze_version + 1}-{bronze} hold {found} "
+                                f"truncate(s)", epoch=at.epoch + 1)
         rows = changes.changes(feed, self.spec)
         record = SilverRecord(pipeline=self.spec.pipeline, kind=StepKind.MERGE, epoch=at.epoch,
-                              bronze_version=bronze, bronze_from=at.bronze_version)
+                              bronze_version=bronze, bronze_from=at.bronze_version, truncates=at.truncates)
+        if self.spec.refolds:
+            as_of = self.session.read.format("delta").option("versionAsOf", bronze).load(self.spec.bronze_path)
+            return self.table.refold(rows, as_of, record)
         return self.table.merge(rows, record)
 
     def _changes(self, first: int, last: int) -> DataFrame:

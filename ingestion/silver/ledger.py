@@ -37,6 +37,9 @@ class SilverRecord:
     deleted: int = 0
     cross_partition_keys: int = 0  # keys whose changes came from two or more Kafka partitions (Kafka order only)
     keyless: int = 0  # changes without a key, left out
+    # The truncates the state has applied (`truncates.Position`: topic, partition, offset, Kafka timestamp µs,
+    # sequence as text, time µs): a change older than one of them that bronze receives later is dropped (or closed).
+    truncates: tuple[tuple[Any, ...], ...] = ()
 
     def to_user_metadata(self) -> str:
         return json.dumps({METADATA_KEY: asdict(self)}, separators=(",", ":"))
@@ -47,7 +50,8 @@ class SilverRecord:
             return None
         try:
             body: dict[str, Any] = json.loads(text)[METADATA_KEY]
-            return cls(**{**body, "kind": StepKind(body["kind"])})
+            return cls(**{**body, "kind": StepKind(body["kind"]),
+                          "truncates": tuple(tuple(t) for t in body.get("truncates", ()))})
         except (ValueError, KeyError, TypeError):
             return None
 

@@ -16,6 +16,7 @@ DEBEZIUM_COLUMNS = ("_op", "_source", "_ts_ms")  # the envelope's operation, sou
 SEQUENCE = "_sequence"  # the `sequenceBy` field's value, when ordering is by a field
 KAFKA_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_key")
 HISTORY_COLUMNS = ("_deleted", "_valid_from", "_valid_to", "_is_current")
+DEBEZIUM_TRUNCATE = "op = 't'"  # Debezium's truncate record (PostgreSQL, MySQL, ...): `truncateWhen` by default
 DELETE = "_delete"  # a change row's own flag (not a column of the table): the change removes its key
 KAFKA_KEY = "_kafka_key"
 
@@ -33,6 +34,11 @@ class SilverSpec:
     path: str
     catalog_table: str
     trigger: str
+    columns: tuple[str, ...] = ()  # only these of the row's fields (empty: all but `except_columns`)
+    except_columns: tuple[str, ...] = ()
+    track_history_on: tuple[str, ...] = ()  # history: a new version only when one of these changes
+    ignore_null_updates: bool = False  # a null in a change keeps the value the key's row holds
+    truncate_when: str = ""  # the bronze rows that truncate (debezium: op = 't' by default); "" for none
 
     @classmethod
     def of(cls, config: PipelineConfig) -> SilverSpec:
@@ -43,7 +49,10 @@ class SilverSpec:
                    envelope=silver.envelope,
                    sequence_by=None if silver.sequence_by == "kafka" else silver.sequence_by,
                    delete_when=silver.delete_when, bronze_path=config.table_path, path=config.silver_path,
-                   catalog_table=silver.catalog_table, trigger=silver.trigger or config.sink.trigger)
+                   catalog_table=silver.catalog_table, trigger=silver.trigger or config.sink.trigger,
+                   columns=silver.columns, except_columns=silver.except_columns,
+                   track_history_on=silver.track_history_on, ignore_null_updates=silver.ignore_null_updates,
+                   truncate_when=silver.truncate_when or (DEBEZIUM_TRUNCATE if silver.envelope == "debezium" else ""))
 
     @property
     def markers_path(self) -> str:
@@ -63,6 +72,26 @@ class SilverSpec:
     @property
     def history(self) -> bool:
         return self.mode == "history"
+
+    @property
+    def refolds(self) -> bool:
+        """Whether a step refolds the keys it touches from bronze: a key's row then depends on more than its
+        newest change (`ignoreNullUpdates` fills from older ones, `trackHistoryOn` folds changes into versions), so
+        a late change cannot simply be merged."""
+        return self.ignore_null_updates or bool(self.track_history_on)
+
+    def keeps(self, name: str) -> bool:
+        """Whether silver keeps the row's top-level field `name` (`columns` / `exceptColumns`)."""
+        return name in self.columns if self.columns else name not in self.except_columns
+
+    def kept_type(self, bronze: T.StructType) -> T.StructType:
+        """The row's fields silver keeps, in the row's order."""
+        return T.StructType([f for f in self.row_type(bronze).fields if self.keeps(f.name)])
+
+    def filled_fields(self, bronze: T.StructType) -> list[str]:
+        """With `ignoreNullUpdates`, the kept fields a null does not overwrite: all but the key's."""
+        keys = {p.split(".")[0] for p in self.key}
+        return [f.name for f in self.kept_type(bronze).fields if f.name not in keys]
 
     def marker_column(self, i: int) -> str:
         return f"_key{i}"
@@ -86,6 +115,13 @@ class SilverSpec:
             columns = [c for c in bronze.fieldNames() if c not in METADATA_COLUMNS]
             raise ConfigError(f"{self.file}: key 'silver.sequenceBy' names {self.sequence_by!r}, which is not a "
                               f"field of bronze's rows (columns: {columns})")
+        fields = row.fieldNames()
+        for key, given in (("columns", self.columns), ("exceptColumns", self.except_columns),
+                           ("trackHistoryOn", self.track_history_on)):
+            unknown = [n for n in given if n not in fields]
+            if unknown:
+                raise ConfigError(f"{self.file}: key 'silver.{key}' names {unknown[0]!r}, which is not a field of "
+                                  f"the row (fields: {fields})")
         clash = sorted(set(row.fieldNames()) & {*DEBEZIUM_COLUMNS, SEQUENCE, *KAFKA_COLUMNS, *HISTORY_COLUMNS})
         if clash:
             raise ConfigError(f"{self.file}: the rows' fields {clash} clash with silver's own columns")

@@ -24,7 +24,7 @@ from pyspark.sql import types as T
 
 from ingestion import faults
 from ingestion.runtime.delta_txn import DeltaTxn, is_table
-from ingestion.silver import changes
+from ingestion.silver import changes, truncates
 from ingestion.silver import ledger as silver_ledger
 from ingestion.silver.changes import key_condition, newer
 from ingestion.silver.ledger import SilverRecord, StepKind
@@ -69,11 +69,15 @@ class SilverTable:
 
     def rebuild(self, bronze: DataFrame, record: SilverRecord) -> SilverRecord:
         """Replace the table's contents with the fold of `bronze` (bronze as of `record.bronze_version`)."""
-        rows, deletes = changes.fold(bronze, self.spec)
+        spec = self.spec
+        cut = changes.truncates_of(bronze, spec)
+        found = truncates.positions(cut) if cut is not None else ()
+        rows, deletes = changes.fold_changes(changes.keyed(changes.changes(bronze, spec), spec), spec,
+                                             cut if found else None)
         rows = rows.cache()
         try:
             count = rows.count()
-            record = replace(record, inserted=count)
+            record = replace(record, inserted=count, truncates=found)
             if deletes is not None:
                 self.overwrite(self.spec.markers_path, deletes, record, "deletes")
                 self.markers_in_use = True
@@ -106,8 +110,14 @@ class SilverTable:
                        user_metadata=record.to_user_metadata())
         return record
 
+    def truncated(self, change_rows: DataFrame, record: SilverRecord) -> DataFrame | None:
+        """The truncates the state has applied (its ledger's), in the shape `truncates.of` gives."""
+        sequence = change_rows.schema[SEQUENCE].dataType if SEQUENCE in change_rows.columns else None
+        return truncates.frame(self.session, record.truncates, sequence)
+
     def _merge_upsert(self, change_rows: DataFrame, record: SilverRecord) -> SilverRecord:
         spec = self.spec
+        change_rows = truncates.surviving(change_rows, spec, self.truncated(change_rows, record))
         latest = changes.latest(change_rows, spec).cache()
         try:
             counts = latest.agg(F.count(F.lit(1)).alias("keys"), F.sum("_changes").alias("changes"),
@@ -212,7 +222,8 @@ class SilverTable:
             touched = silver.join(keys, F.expr(" AND ".join(f"{p} = _k{i}" for i, p in enumerate(spec.key))),
                                   "leftsemi")
             fresh = new.join(touched.select(*coordinates), coordinates, "left_anti")
-            rows = changes.intervals(touched.unionByName(fresh, allowMissingColumns=True), spec)
+            rows = changes.intervals(touched.unionByName(fresh, allowMissingColumns=True), spec,
+                                     self.truncated(new, record))
             on = key_condition(spec, "t", "s") + "".join(f" AND t.{c} = s.{c}" for c in coordinates)
             assign: dict[str, Any] = {c: f"s.`{c}`" for c in silver.columns}
             with _committing(self.session, spec.txn_app_id(record.epoch), record.bronze_version, record):
@@ -224,6 +235,46 @@ class SilverTable:
             return self._with_outcome(replace(record, keys=keys.count(), changes=count))
         finally:
             new.unpersist()
+
+    def refold(self, change_rows: DataFrame, bronze: DataFrame, record: SilverRecord) -> SilverRecord:
+        """A step of a spec that `refolds`: the keys the changes touch, folded again from `bronze` (as of
+        record.bronze_version), replace the rows (and markers) of those keys."""
+        spec = self.spec
+        keys = changes.keyed(change_rows, spec).select(
+            *[F.col(p).alias(f"_k{i}") for i, p in enumerate(spec.key)]).distinct().cache()
+        try:
+            count = keys.count()
+            if count == 0:
+                return self.record_only(record)
+            mine = changes.keyed(changes.changes(bronze, spec), spec).join(
+                F.broadcast(keys), F.expr(" AND ".join(f"{p} = _k{i}" for i, p in enumerate(spec.key))), "leftsemi")
+            rows, marks = changes.fold_changes(mine, spec, self.truncated(change_rows, record))
+            self._evolve(rows.schema, record)
+            if marks is not None:
+                if not is_table(self.session, spec.markers_path):
+                    marks.where(F.lit(False)).write.format("delta").save(spec.markers_path)
+                self._replace_keys(spec.markers_path, marks, keys, record, "deletes")
+                self.markers_in_use = True
+            self._replace_keys(spec.path, rows, keys, record)
+            return self._with_outcome(replace(record, keys=count, changes=change_rows.count()))
+        finally:
+            keys.unpersist()
+
+    def _replace_keys(self, path: str, rows: DataFrame, keys: DataFrame, record: SilverRecord,
+                      table: str = "") -> None:
+        """One MERGE: the rows of `path` whose key is one of `keys` (`_k0..`) are deleted, `rows` inserted."""
+        from delta.tables import DeltaTable
+
+        spec = self.spec
+        target = [spec.marker_column(i) for i in range(len(spec.key))] if table else list(spec.key)
+        source = rows.withColumn("_drop", F.lit(False)).unionByName(keys.withColumn("_drop", F.lit(True)),
+                                                                    allowMissingColumns=True)
+        on = "s._drop AND " + " AND ".join(f"t.{c} = s._k{i}" for i, c in enumerate(target))
+        with _committing(self.session, spec.txn_app_id(record.epoch, table), record.bronze_version, record):
+            (DeltaTable.forPath(self.session, path).alias("t").merge(source.alias("s"), on)
+             .whenMatchedDelete()
+             .whenNotMatchedInsert(condition="NOT s._drop", values={c: f"s.`{c}`" for c in rows.columns})
+             .execute())
 
     def _with_outcome(self, record: SilverRecord) -> SilverRecord:
         """The record with what the MERGE did, from its commit's operation metrics."""

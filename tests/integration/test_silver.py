@@ -155,3 +155,70 @@ def test_a_field_orders_changes_that_arrive_out_of_order_across_partitions(spark
     assert all(r.key not in _rows(spark, config.silver_path) for r in revived)
     assert audit.audit(spark, config).ok
     assert _same_fold(spark, config) == len(model.state())  # DuckDB's fold orders by the field as Spark's does
+
+
+def test_a_debezium_truncate_empties_silver_once_and_older_changes_stay_out(spark, kafka_servers, make_topic,
+                                                                           tmp_path: Path) -> None:
+    """`op: t` truncates by default: upsert holds only what came after it, history closes every row it found
+    current; a pre-truncate change produced again after it (a connector's redelivery) resurrects nothing."""
+    topic = make_topic(partitions=3)
+    before = cdc.history(120, 30, seed=12)
+    cut = cdc.truncate(before.changes[-1])
+    after = cdc.history(60, 30, seed=13, snapshot=0, start_lsn=cut.lsn + 1, start_ms=cut.ts_ms + 1)
+    model = cdc.History([*before.changes, cut, *after.changes])
+    cdc.produce(kafka_servers, topic, before.changes)
+    config = _config(tmp_path, f"trunc-{uuid.uuid4().hex[:6]}", topic, kafka_servers,
+                     "  key: [id]\n  envelope: debezium\n  sequenceBy: source.lsn\n")
+    assert config.silver_path is not None
+    pipeline.run(spark, config, available_now=True)
+    _assert_state(spark, config.silver_path, before)
+    gone = sorted(set(before.state()) - set(after.state()))[0]
+    redelivered = next(c for c in reversed(before.changes) if c.key == gone and c.op != "d")
+    cdc.produce(kafka_servers, topic, [cut, *after.changes, redelivered], partition=lambda i, key: (
+        1 if key is None else cdc.partition_of(key, 3)))
+    pipeline.run(spark, config, available_now=True)
+    _assert_state(spark, config.silver_path, model)
+    assert gone not in _rows(spark, config.silver_path)
+    position = ledger.position(spark, config.silver_path)
+    assert position is not None and [t[4] for t in position.truncates] == [str(cut.lsn)]
+    assert rs_audit.audit(config).ok
+
+    history = _config(tmp_path, config.name, topic, kafka_servers, "  key: [id]\n  envelope: debezium\n"
+                      f"  sequenceBy: source.lsn\n  mode: history\n  table: {tmp_path / 'history'}\n", "h.yaml")
+    SilverFollower(spark, history).drain()
+    rows = spark.read.format("delta").load(str(tmp_path / "history")).collect()
+    assert sorted(r["id"] for r in rows if r["_is_current"]) == sorted(model.state())
+    closed = [r for r in rows if r["_source"]["lsn"] < cut.lsn and r["_valid_to"] is not None
+              and int(r["_valid_to"].timestamp() * 1000) == cut.ts_ms]
+    assert sorted(r["id"] for r in closed) == sorted(before.state())  # each row current at the truncate, closed
+    assert _same_fold(spark, history) == len(rows)
+
+
+def test_verify_names_change_records_in_quarantine_and_exits_3(spark, kafka_servers, make_topic, tmp_path: Path,
+                                                               capsys) -> None:
+    from confluent_kafka import Producer
+
+    from ingestion.cli import main
+    from ingestion.decode.wire import encode
+    from ingestion.dev.samples import avro_body
+
+    topic = make_topic(partitions=1)
+    model = cdc.history(20, 10, seed=3)
+    cdc.produce(kafka_servers, topic, model.changes, partitions=1)
+    _, key_schema = cdc.schemas()
+    from fastavro import parse_schema
+
+    key = encode(cdc.KEY_ID, avro_body(parse_schema(key_schema), {"id": 77}))
+    producer = Producer({"bootstrap.servers": kafka_servers})
+    producer.produce(topic, key=key, value=encode(cdc.VALUE_ID, b"\x02\xff\xff\xff"))  # not an Envelope
+    producer.flush(30)
+    config = _config(tmp_path, f"quar-{uuid.uuid4().hex[:6]}", topic, kafka_servers,
+                     "  key: [id]\n  envelope: debezium\n")
+    pipeline.run(spark, config, available_now=True)
+    capsys.readouterr()
+    assert main(["verify", str(config.file)]) == 3
+    shown = capsys.readouterr().out
+    assert "OK, equal to bronze's fold" in shown
+    assert "1 change record(s) in quarantine" in shown and "first keys: id=77" in shown
+    assert main(["silver", "status", str(config.file)]) == 0
+    assert "1 change record(s) in quarantine" in capsys.readouterr().out

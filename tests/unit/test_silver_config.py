@@ -27,6 +27,11 @@ def test_defaults_and_where_silver_lives(tmp_path: Path) -> None:
     assert spec.markers_path == "/lake/bronze/orders_silver_deletes" and spec.sequence_by is None
     assert spec.txn_app_id(3) == "ingest-silver-orders.3" and spec.txn_app_id(3, "deletes").endswith(".3.deletes")
     assert spec.trigger == "10 seconds"
+    assert (spec.truncate_when, spec.refolds) == ("", False)
+    debezium = SilverSpec.of(_load(tmp_path, "  key: id\n  envelope: debezium\n  ignoreNullUpdates: true\n"))
+    assert (debezium.truncate_when, debezium.refolds) == ("op = 't'", True)  # Debezium's truncates by default
+    own = _load(tmp_path, "  key: id\n  envelope: debezium\n  truncateWhen: op = 'x'\n  exceptColumns: [email]\n")
+    assert SilverSpec.of(own).truncate_when == "op = 'x'" and not SilverSpec.of(own).keeps("email")
     other = _load(tmp_path, "  key: [tenant, id]\n  table: /lake/silver/orders\n  sequenceBy: source.lsn\n")
     assert other.silver_path == "/lake/silver/orders" and SilverSpec.of(other).sequence_by == "source.lsn"
 
@@ -41,6 +46,16 @@ def test_defaults_and_where_silver_lives(tmp_path: Path) -> None:
     ("  key: [id]\n  trigger: soon\n", "key 'silver.trigger' must be a duration"),
     ("  key: [id]\n  table: /lake/bronze/orders\n", "key 'silver.table' must differ from bronze's"),
     ("  key: [id]\n  keys: [id]\n", "unknown key 'silver.keys'"),
+    ("  key: [id]\n  columns: [id, a]\n  exceptColumns: [b]\n",
+     "keys 'silver.columns' and 'silver.exceptColumns' exclude each other"),
+    ("  key: [id]\n  columns: [name]\n", "key 'silver.columns' leaves out the key field 'id'"),
+    ("  key: [id]\n  exceptColumns: [id]\n", "key 'silver.exceptColumns' leaves out the key field 'id'"),
+    ("  key: [id]\n  trackHistoryOn: [tier]\n", "key 'silver.trackHistoryOn' needs 'silver.mode: history'"),
+    ("  key: [id]\n  mode: history\n  trackHistoryOn: [id]\n", "key 'silver.trackHistoryOn' names the key field"),
+    ("  key: [id]\n  mode: history\n  exceptColumns: [tier]\n  trackHistoryOn: [tier]\n",
+     "key 'silver.trackHistoryOn' names 'tier', which silver.columns/exceptColumns leave out"),
+    ("  key: [id]\n  columns: ['a.b']\n", "key 'silver.columns' names top-level fields of the row, got 'a.b'"),
+    ("  key: [id]\n  ignoreNullUpdates: maybe\n", "key 'silver.ignoreNullUpdates'"),
 ])
 def test_a_wrong_silver_section_is_refused_naming_the_key(tmp_path: Path, silver: str, message: str) -> None:
     with pytest.raises(ConfigError, match=r"orders\.yaml: .*") as refused:
@@ -50,7 +65,8 @@ def test_a_wrong_silver_section_is_refused_naming_the_key(tmp_path: Path, silver
 
 def test_the_silver_ledger_record_round_trips_and_ignores_other_metadata() -> None:
     record = SilverRecord(pipeline="orders", kind=StepKind.MERGE, epoch=2, bronze_version=17, bronze_from=15,
-                          changes=40, keys=12, cross_partition_keys=1)
+                          changes=40, keys=12, cross_partition_keys=1,
+                          truncates=(("orders", 1, 0, 100_000_000, None, 100_000_000),))
     assert SilverRecord.from_user_metadata(record.to_user_metadata()) == record
     assert SilverRecord.from_user_metadata('{"ingest": {"pipeline": "orders"}}') is None
     assert SilverRecord.from_user_metadata("not json") is None and SilverRecord.from_user_metadata(None) is None

@@ -7,11 +7,16 @@ import argparse
 import functools
 import json
 import logging
+from dataclasses import asdict
 from typing import Any
 
 from ingestion.cli.common import all_valid, load, read_only, spark_session
 
 log = logging.getLogger("ingestion")
+
+# `ingest verify`'s exit code when the tables are exact but change records of a silver pipeline sit in quarantine
+# (silver misses them): neither 0 (nothing to do) nor 1 (a violation), docs/cdc.md.
+QUARANTINED_CHANGES = 3
 
 
 def show_status(args: argparse.Namespace) -> int:
@@ -59,14 +64,19 @@ def verify_pipeline(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_json(), indent=2) if args.json else verify.render(result))
         return 0 if result.ok else 1
     from ingestion.silver import audit
+    from ingestion.silver.quarantined import quarantined_changes
 
     found = _silver_audit(args, ctx.config)
+    held = quarantined_changes(ctx.config)
     if args.json:
-        print(json.dumps({**result.to_json(), "silver": found.to_json()}, indent=2))
+        print(json.dumps({**result.to_json(), "silver": {**found.to_json(), "quarantined": asdict(held)}}, indent=2))
     else:
         print(verify.render(result))
         print(audit.render(found))
-    return 0 if result.ok and found.ok else 1
+        print(f"silver {found.path}: {held.render(ctx.config.name)}")
+    if not (result.ok and found.ok):
+        return 1
+    return QUARANTINED_CHANGES if held.count else 0
 
 
 def _silver_audit(args: argparse.Namespace, config: Any) -> Any:

@@ -60,6 +60,7 @@ def _spark_state(args: argparse.Namespace) -> Any:
     """`silver status`'s answer read with Spark (where delta-rs cannot read a table)."""
     from ingestion.ops.silver_status import SilverState
     from ingestion.silver import ledger
+    from ingestion.silver.quarantined import quarantined_changes
 
     follower = _silver(args)
     steps = ledger.records(follower.session, follower.spec.path, limit=50)
@@ -68,7 +69,8 @@ def _spark_state(args: argparse.Namespace) -> Any:
     rows = follower.table.read().count() if follower.table.exists() else 0
     return SilverState(follower.spec.pipeline, follower.spec.path, follower.spec.mode,
                        at.bronze_version if at else None, at.epoch if at else None, rows, lag.versions, lag.seconds,
-                       sum(r.cross_partition_keys for _, r in steps), steps)
+                       sum(r.cross_partition_keys for _, r in steps), steps,
+                       quarantined_changes(follower.config).count)
 
 
 def _silver(args: argparse.Namespace) -> Any:
