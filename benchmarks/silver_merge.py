@@ -7,6 +7,11 @@ the same version's rows and MERGEs them (dedupe per key by lsn, update/insert/de
 changes merged per second for each, and their ratio.
 
     .venv/bin/python benchmarks/silver_merge.py --changes 1000000 --keys 100000 --versions 10 --mode upsert
+
+`--freshness N` measures instead how far silver trails bronze in a streaming run: bronze gains one version of
+`changes / N` changes every `--trigger` seconds (a pipeline at that trigger) while silver's thread follows it as
+`ingest run` does (woken after each bronze commit, at least every trigger); reported: seconds from each bronze
+commit to the end of the silver step that holds it (median, max).
 """
 
 from __future__ import annotations
@@ -72,16 +77,21 @@ def hand_written(spark: SparkSession, bronze: str, table: str, version: int) -> 
      .whenNotMatchedInsertAll("s.op <> 'd'").execute())
 
 
+def _setup(spark: SparkSession, work: Path, keys: int, silver: str) -> tuple[str, Path]:
+    """Bronze's first version and a pipeline file over it with a Debezium silver section (`silver`: more keys)."""
+    bronze = str(work / "bronze")
+    bronze_rows(spark, 0, 1, keys).write.format("delta").option("delta.enableChangeDataFeed", "true").save(bronze)
+    file = work / "p.yaml"
+    file.write_text(f"name: bench\ntopic: customers\nkey:\n  format: avro\nsink:\n  table: {bronze}\n"
+                    f"silver:\n  key: [id]\n  envelope: debezium\n  sequenceBy: source.lsn\n{silver}")
+    return bronze, file
+
+
 def run(changes: int, keys: int, versions: int, mode: str) -> dict[str, Any]:
     spark = get_session("bench-silver", conf={"spark.sql.shuffle.partitions": "4"})
     work = Path(tempfile.mkdtemp(prefix="bench-silver-"))
     try:
-        bronze = str(work / "bronze")
-        bronze_rows(spark, 0, 1, keys).write.format("delta").option("delta.enableChangeDataFeed", "true").save(
-            bronze)
-        file = work / "p.yaml"
-        file.write_text(f"name: bench\ntopic: customers\nkey:\n  format: avro\nsink:\n  table: {bronze}\n"
-                        f"silver:\n  key: [id]\n  envelope: debezium\n  sequenceBy: source.lsn\n  mode: {mode}\n")
+        bronze, file = _setup(spark, work, keys, f"  mode: {mode}\n")
         follower = SilverFollower(spark, load_pipeline(file))
         follower.drain()  # silver created from bronze's first version
         hand_written(spark, bronze, str(work / "hand"), 0)
@@ -106,13 +116,53 @@ def run(changes: int, keys: int, versions: int, mode: str) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def freshness(changes: int, keys: int, versions: int, trigger: float) -> dict[str, Any]:
+    """Seconds from each bronze commit to the end of the silver step that holds it, bronze committing every
+    `trigger` seconds."""
+    import statistics
+
+    spark = get_session("bench-silver", conf={"spark.sql.shuffle.partitions": "4"})
+    work = Path(tempfile.mkdtemp(prefix="bench-silver-"))
+    steps: list[tuple[int, float]] = []  # (bronze version held, when the step ended)
+    try:
+        bronze, file = _setup(spark, work, keys, f"  trigger: {trigger:g} seconds\n")
+        follower = SilverFollower(spark, load_pipeline(file),
+                                  on_step=lambda record, _lag: steps.append((record.bronze_version, time.time())))
+        follower.drain()
+        follower.start()
+        per = changes // versions
+        committed: list[tuple[int, float]] = []
+        for v in range(versions):
+            due = time.monotonic() + trigger
+            bronze_rows(spark, 1 + v * per, per, keys).write.format("delta").mode("append").save(bronze)
+            committed.append((v + 1, time.time()))
+            follower.notify()
+            time.sleep(max(0.0, due - time.monotonic()))
+        while not steps or steps[-1][0] < versions:
+            if follower.error is not None:
+                raise follower.error
+            time.sleep(0.2)
+        follower.stop()
+        behind = [next(at for held, at in steps if held >= version) - when for version, when in committed]
+        return {"changes": per * versions, "keys": keys, "versions": versions, "trigger_s": trigger,
+                "freshness_median_s": round(statistics.median(behind), 1), "freshness_max_s": round(max(behind), 1)}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--changes", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--versions", type=int, default=10)
     parser.add_argument("--mode", choices=["upsert", "history"], default="upsert")
+    parser.add_argument("--freshness", type=int, default=0, metavar="N",
+                        help="measure silver's freshness over N bronze versions, one every --trigger seconds")
+    parser.add_argument("--trigger", type=float, default=10.0)
     args = parser.parse_args()
+    if args.freshness:
+        print(json.dumps(freshness(args.changes, args.keys, args.freshness, args.trigger)))
+        return
     print(json.dumps(run(args.changes, args.keys, args.versions, args.mode)))
 
 

@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.utils import AnalysisException
 
+from ingestion.decode import debezium_jvm
 from ingestion.decode.python_decoder import batch_decoder
 from ingestion.decode.spec import DECODER_COLUMNS, PAYLOAD, UNVERIFIED, DecodeSpec, UnknownSchemaError, format_module
 from ingestion.decode.wire import HEADER_SIZE, encode
@@ -56,6 +57,10 @@ def unusable(spark: SparkSession, spec: DecodeSpec) -> str | None:
     except SchemaError as exc:
         return str(exc)
     try:
+        debezium_jvm.convert(F.lit(None), reader)
+    except SchemaError as exc:
+        return str(exc)
+    try:
         jvm_type = _from_avro_type(spark, spec.reader_schema)
     except AnalysisException as exc:
         return f"Spark's from_avro is not available (spark-avro jar): {one_line(exc)}"
@@ -77,8 +82,9 @@ def _from_avro_type(spark: SparkSession, schema: str) -> T.DataType:
     from pyspark.sql.avro.functions import from_avro
 
     def ask() -> T.DataType:
-        nothing = F.lit(None).cast("binary")
-        return spark.range(0).select(from_avro(nothing, schema).alias("p")).schema["p"].dataType
+        nothing = from_avro(F.lit(None).cast("binary"), schema)
+        debezium = debezium_jvm.convert(nothing, json.loads(schema))  # Debezium's semantic types, converted
+        return spark.range(0).select((debezium[0] if debezium else nothing).alias("p")).schema["p"].dataType
 
     return session_cache.once(spark, ("from_avro type", schema), ask)
 
@@ -141,6 +147,9 @@ def _build(spark: SparkSession, spec: DecodeSpec) -> _Plan:
     present = _any([decoded.getField(f.name).isNotNull() for f in spec.payload_type.fields])
     check = helper.body_check(spark, spec.reader_schema, header)
     body_ok = present & F.coalesce(F.call_function(check, value), F.lit(False))
+    debezium = debezium_jvm.convert(decoded, json.loads(spec.reader_schema))
+    if debezium is not None:  # Debezium's semantic types as the Python path gives them, where the JVM can
+        decoded, body_ok = debezium[0], body_ok & F.coalesce(debezium[1], F.lit(False))
     verified_if, columns = decoder_columns(spec, decoded, body_ok)  # from_avro's type: the table's, up to nulls
     return _Plan(stage, verified_if, columns)
 

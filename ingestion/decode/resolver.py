@@ -164,7 +164,12 @@ class SchemaResolver:
         for schema_id in learned:
             self._unresolved.pop(schema_id, None)
         reader = self._reader(versions, current=self.spec.reader_schema)
-        if reader != self.spec.reader_schema:
+        if reader != self.spec.reader_schema and self.config.value.format == "connect-json":
+            columns = self._payload(reader)
+            assert columns is not None
+            log.info("%s: new schema(s) %s embedded in the records: the table gains or widens %s", self.config.name,
+                     sorted(learned), ", ".join(struct_evolution.changed(self.spec.payload_type, columns)))
+        elif reader != self.spec.reader_schema:
             log.info("%s: new schema version(s) %s of %s: the table evolves to the newest", self.config.name,
                      sorted(learned), ", ".join(repr(s) for s in self.subjects))
         self.spec = self._build({**self.spec.writer_schemas, **versions}, reader)

@@ -3,6 +3,9 @@
 The mapping follows Spark's own `from_avro` where Spark has an answer (unions of several types become a struct of
 `member0..memberN`, enums become strings, time-millis an int) so tables look the same as a hand-written job's.
 Every payload column is nullable: tombstones and later schema versions leave fields empty.
+
+Debezium's semantic types (the `connect.name` its AvroConverter writes beside a plain type) map as they do for
+Kafka Connect's JSON (`debezium_types`, docs/cdc.md#debeziums-types): MicroTimestamp to timestamp, and so on.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 from pyspark.sql import types as T
 
 from ingestion.errors import SchemaError
+from ingestion.schema import debezium_types
 
 AvroSchema = Any  # parsed JSON of an .avsc: a dict, a list (union) or a str (primitive or named reference)
 
@@ -25,6 +29,15 @@ _PRIMITIVES: dict[str, T.DataType] = {
     "double": T.DoubleType(), "bytes": T.BinaryType(), "string": T.StringType(),
 }
 _MAX_DECIMAL_PRECISION = 38
+# Avro's types as Kafka Connect's, for Debezium's semantic types (`connect.name`)
+_CONNECT_KINDS = {"int": "int32", "long": "int64", "string": "string", "record": "struct"}
+
+
+def semantic(schema: dict[str, Any]) -> tuple[T.DataType, debezium_types.Convert] | None:
+    """The Spark type and converter of a Debezium semantic type (`connect.name`) on its Avro type, else None."""
+    kind = schema.get("type")
+    return debezium_types.semantic(schema.get("connect.name"), _CONNECT_KINDS.get(kind) if isinstance(kind, str)
+                                   else None)
 
 
 class _Names:
@@ -98,6 +111,11 @@ def _to_spark(schema: AvroSchema, names: _Names, namespace: str | None) -> T.Dat
     kind = schema.get("type")
     if kind in ("enum", "fixed"):
         names.defined[names.full_name(schema, namespace)] = schema
+    debezium = semantic(schema)
+    if debezium is not None:
+        if kind == "record":
+            names.defined[names.full_name(schema, namespace)] = schema
+        return debezium[0]
     logical = _logical(schema)
     if logical is not None:
         return logical
@@ -163,13 +181,26 @@ def converter(schema: AvroSchema) -> Converter | None:
     return _convert(schema, _Names(), None)
 
 
-def _convert(schema: AvroSchema, names: _Names, namespace: str | None) -> Converter | None:
+def _semantic_converter(schema: dict[str, Any], path: str) -> Converter | None:
+    debezium = semantic(schema)
+    if debezium is None:
+        return None
+    convert = debezium[1]
+    return lambda v: None if v is None else convert(v, path)
+
+
+def _convert(schema: AvroSchema, names: _Names, namespace: str | None, path: str = "$") -> Converter | None:
     if isinstance(schema, str):
         if schema in _PRIMITIVES or schema == "null":
             return None
-        return _convert(names.lookup(schema, namespace), names, namespace)
+        return _convert(names.lookup(schema, namespace), names, namespace, path)
     if isinstance(schema, list):
-        return _convert_union(schema, names, namespace)
+        return _convert_union(schema, names, namespace, path)
+    debezium = _semantic_converter(schema, path)
+    if debezium is not None:
+        if schema.get("type") == "record":
+            names.defined[names.full_name(schema, namespace)] = schema
+        return debezium
     kind, logical = schema.get("type"), schema.get("logicalType")
     if logical == "uuid":
         return lambda v: None if v is None else str(v)
@@ -182,7 +213,7 @@ def _convert(schema: AvroSchema, names: _Names, namespace: str | None) -> Conver
         names.defined[full] = schema
         names.open.append(full)
         ns = full.rsplit(".", 1)[0] if "." in full else None
-        fields = [(f["name"], _convert(f["type"], names, ns)) for f in schema["fields"]]
+        fields = [(f["name"], _convert(f["type"], names, ns, f"{path}.{f['name']}")) for f in schema["fields"]]
         names.open.pop()
         active = [(name, conv) for name, conv in fields if conv is not None]
         if not active:
@@ -200,15 +231,15 @@ def _convert(schema: AvroSchema, names: _Names, namespace: str | None) -> Conver
         names.defined[names.full_name(schema, namespace)] = schema
         return None
     if kind == "array":
-        item = _convert(schema["items"], names, namespace)
+        item = _convert(schema["items"], names, namespace, f"{path}[]")
         return None if item is None else (lambda v: None if v is None else [item(x) for x in v])
     if kind == "map":
-        value = _convert(schema["values"], names, namespace)
+        value = _convert(schema["values"], names, namespace, f"{path}<value>")
         if value is None:
             return lambda v: None if v is None else list(v.items())
         return lambda v: None if v is None else [(k, value(x)) for k, x in v.items()]
     if isinstance(kind, (list, dict)) or (isinstance(kind, str) and kind not in _PRIMITIVES):
-        return _convert(kind, names, namespace)
+        return _convert(kind, names, namespace, path)
     return None
 
 
@@ -218,15 +249,16 @@ def _time_micros(value: Any) -> int:
     return int(value)
 
 
-def _convert_union(branches: list[AvroSchema], names: _Names, namespace: str | None) -> Converter | None:
+def _convert_union(branches: list[AvroSchema], names: _Names, namespace: str | None,
+                   path: str = "$") -> Converter | None:
     non_null = [b for b in branches if b != "null"]
     if len(non_null) == 1:
-        return _convert(non_null[0], names, namespace)
+        return _convert(non_null[0], names, namespace, path)
     if all(isinstance(b, str) for b in non_null) and frozenset(non_null) in _WIDENED:
         return None
     # fastavro returns the bare value of the branch it read; the branch is found again from the value's type,
     # taking the first branch that can hold it (as Avro's own writer resolution does).
-    convs = [_convert(b, names, namespace) for b in non_null]
+    convs = [_convert(b, names, namespace, f"{path}.member{i}") for i, b in enumerate(non_null)]
     tests = [_branch_test(b, names, namespace) for b in non_null]
 
     def union(v: Any) -> Any:

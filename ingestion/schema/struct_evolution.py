@@ -109,3 +109,16 @@ def _merge(table: T.DataType, own: T.DataType, widen: bool, path: str) -> T.Data
         values = _merge(table.valueType, own.valueType, widen, f"{path}<value>")
         return values if isinstance(values, str) else T.MapType(table.keyType, values, table.valueContainsNull)
     return _differs(path, own, table)
+
+
+def changed(old: T.StructType, new: T.StructType, prefix: str = "") -> list[str]:
+    """The columns of `new` (dotted paths, with their type) that `old` lacks or holds as another type."""
+    columns = {f.name: f.dataType for f in old.fields}
+    found = []
+    for f in new.fields:
+        before = columns.get(f.name)
+        if isinstance(before, T.StructType) and isinstance(f.dataType, T.StructType):
+            found += changed(before, f.dataType, f"{prefix}{f.name}.")
+        elif before != f.dataType:
+            found.append(f"{prefix}{f.name} {f.dataType.simpleString()}")
+    return found

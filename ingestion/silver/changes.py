@@ -4,7 +4,9 @@ each step, the rebuild and the audit, so all three mean the same state.
 A change row holds the row's own fields (the Debezium envelope's `after`, its `before` for a delete), then silver's
 metadata columns (`spec.py`), and `_delete`. Ordering (`order`): with `sequenceBy` a field, by that field (null
 lowest), ties by offset; with Kafka order, by offset when all of a key's changes are in one partition, else by
-Kafka timestamp (a key in two partitions has no order Kafka promises: `cross_partition` counts such keys).
+Kafka timestamp (a key in two partitions has no order Kafka promises: `cross_partition` counts such keys); ties
+by topic and partition. The options: the fields kept (`columns` / `exceptColumns`, in `changes`), truncates
+(`truncates.py`), `ignoreNullUpdates` (`_nulls_filled`) and `trackHistoryOn` (`_versions`).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingestion.config import PipelineConfig
+from ingestion.delta.reader import JvmFreeReadError
 
 MAX_SHOWN = 20
 MAX_READ = 1000  # the quarantined records whose keys are read for the first MAX_SHOWN distinct ones
@@ -30,21 +31,23 @@ class QuarantinedChanges:
 
 
 def quarantined_changes(config: PipelineConfig) -> QuarantinedChanges:
-    """Count the pipeline's quarantined records and read the first keys."""
+    """Count the pipeline's quarantined records and read the first keys (JvmFreeReadError where delta-rs cannot
+    read the table: `counted` then counts them through a reader)."""
     import pyarrow as pa
     from deltalake import DeltaTable, QueryBuilder
     from deltalake.exceptions import TableNotFoundError
 
     try:
         table = DeltaTable(config.quarantine_path, storage_options=config.storage_options() or None)
+        query = QueryBuilder().register("q", table)
+        count = int(pa.table(query.execute("SELECT count(*) AS n FROM q")).column(0)[0].as_py())
+        first = pa.table(query.execute(f"SELECT _kafka_key FROM q ORDER BY _kafka_partition, _kafka_offset "
+                                       f"LIMIT {MAX_READ}")).column(0).to_pylist() if count else []
     except TableNotFoundError:
         return QuarantinedChanges(0)
-    query = QueryBuilder().register("q", table)
-    count = int(pa.table(query.execute("SELECT count(*) AS n FROM q")).column(0)[0].as_py())
-    if not count:
-        return QuarantinedChanges(0)
-    first = pa.table(query.execute(f"SELECT _kafka_key FROM q ORDER BY _kafka_partition, _kafka_offset "
-                                   f"LIMIT {MAX_READ}")).column(0).to_pylist()
+    except Exception as exc:  # noqa: BLE001 - a feature or store delta-rs lacks: the caller counts with Spark
+        raise JvmFreeReadError(f"delta-rs cannot read {config.quarantine_path}: "
+                               f"{(str(exc).splitlines() or [repr(exc)])[0]}") from None
     keys: list[str] = []
     keyless = 0
     for raw in first:
@@ -107,3 +110,8 @@ def _at(value: Any, path: str) -> Any:
             return None
         value = value.get(part)
     return value
+
+
+def counted(reader: Any, config: PipelineConfig) -> QuarantinedChanges:
+    """The count alone, through a `TableReader` (Spark's where delta-rs cannot read the quarantine table)."""
+    return QuarantinedChanges(sum(g.records for g in reader.quarantine_groups(config.quarantine_path)))

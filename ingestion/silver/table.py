@@ -7,7 +7,9 @@ set only in the follower's own session (`spark.newSession()`), so no other write
 Upsert mode keeps one row per key; a delete removes the row and leaves a marker (key and order of the newest
 delete) in a table of its own, `<silver>_deletes`, so a change older than the delete that arrives later is not
 inserted. A marker is dropped when a newer change of its key is merged: markers live as long as they are needed.
-History mode keeps every change; a step recomputes the intervals of the keys it touches.
+History mode keeps every change; a step recomputes the intervals of the keys it touches. Both drop (or close) a
+change ordered before a truncate the ledger records (`truncates`). With `ignoreNullUpdates` or `trackHistoryOn` a
+key's row depends on more than its newest change: a step refolds the keys it touches from bronze (`refold`).
 """
 
 from __future__ import annotations

@@ -37,7 +37,8 @@ def of(bronze: DataFrame, spec: SilverSpec, valid_from: Column, sequence: Column
     """The truncate rows of `bronze` (None when nothing truncates): their coordinates, sequence and time."""
     if not spec.truncate_when:
         return None
-    return bronze.where(F.coalesce(F.expr(spec.truncate_when), F.lit(False))).select(
+    # The bare condition (a null drops the row as false does), which Spark can push down to the Parquet scan.
+    return bronze.where(F.expr(spec.truncate_when)).select(
         F.col("_kafka_topic").alias(TOPIC), F.col("_kafka_partition").alias(PARTITION),
         F.col("_kafka_offset").alias(OFFSET), F.col("_kafka_timestamp").alias(TIMESTAMP),
         (sequence if sequence is not None else F.lit(None).cast("string")).alias(TSEQUENCE),

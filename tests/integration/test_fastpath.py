@@ -368,7 +368,7 @@ class _Specs:
     def __init__(self, spec: DecodeSpec) -> None:
         self.spec = spec
 
-    def refresh(self, ids: set[int], topics: object = frozenset()) -> bool:
+    def refresh(self, ids: set[int], topics: object = frozenset(), records: object = None) -> bool:
         return False
 
 
@@ -377,3 +377,95 @@ def _config(tmp_path: Any, extra: str, sink: str = "") -> Any:
     text = path.read_text().replace("value:\n  format: confluent\n  subject: orders-value\n", "", 1)
     path.write_text(text)
     return load_pipeline(path)
+
+
+def _debezium(name: str, kind: str) -> list[Any]:
+    return ["null", {"type": kind, "connect.version": 1, "connect.name": name}]
+
+
+DEBEZIUM_ROW = {"type": "record", "name": "Value", "namespace": "shop.public.customers", "fields": [
+    {"name": "zoned", "type": _debezium("io.debezium.time.ZonedTimestamp", "string"), "default": None},
+    {"name": "micros", "type": _debezium("io.debezium.time.MicroTimestamp", "long"), "default": None},
+    {"name": "millis", "type": _debezium("io.debezium.time.Timestamp", "long"), "default": None},
+    {"name": "nanos", "type": _debezium("io.debezium.time.NanoTimestamp", "long"), "default": None},
+    {"name": "day", "type": _debezium("io.debezium.time.Date", "int"), "default": None},
+    {"name": "time_ms", "type": _debezium("io.debezium.time.Time", "int"), "default": None},
+    {"name": "time_us", "type": _debezium("io.debezium.time.MicroTime", "long"), "default": None},
+    {"name": "time_ns", "type": _debezium("io.debezium.time.NanoTime", "long"), "default": None},
+    {"name": "amount", "default": None, "type": ["null", {
+        "type": "record", "name": "VariableScaleDecimal", "namespace": "io.debezium.data", "connect.version": 1,
+        "connect.name": "io.debezium.data.VariableScaleDecimal",
+        "fields": [{"name": "scale", "type": "int"}, {"name": "value", "type": "bytes"}]}]},
+    {"name": "doc", "type": _debezium("io.debezium.data.Json", "string"), "default": None},
+    {"name": "stamps", "type": {"type": "array", "items": {"type": "long", "connect.name":
+                                                            "io.debezium.time.MicroTimestamp"}}, "default": []},
+]}
+DEBEZIUM_AVRO = {"type": "record", "name": "Envelope", "namespace": "shop.public.customers", "fields": [
+    {"name": "before", "type": ["null", DEBEZIUM_ROW], "default": None},
+    {"name": "after", "type": ["null", "Value"], "default": None},
+    {"name": "op", "type": "string"}]}
+# (row, whether the JVM vouches for it): every edge of each semantic type, the rows the Python path must settle
+_MAX_LONG = 2**63 - 1
+DEBEZIUM_EDGES: dict[str, tuple[dict[str, Any], bool]] = {
+    "plain": ({"zoned": "2026-03-01T10:00:00Z", "micros": 1_767_225_600_000_001, "millis": 1_767_225_600_001,
+               "nanos": 1_767_225_600_000_001_999, "day": 20_454, "time_ms": 3_723_004, "time_us": 3_723_000_005,
+               "time_ns": 3_723_000_005_999, "doc": '{"a": 1}', "stamps": [0, -1]}, True),
+    "offsets": ({"zoned": "2026-03-01T00:30:00.123456789-05:30", "micros": -1, "millis": -1500, "nanos": -1,
+                 "day": -1, "time_ms": 0, "time_us": 86_400_000_000, "time_ns": 0}, True),
+    "fraction": ({"zoned": "1969-12-31T23:59:59.5+14:00"}, True),
+    "short fraction": ({"zoned": "2026-03-01T10:00:00.5+02:00"}, True),
+    # (a day inside years 1 to 9999 at the low end: collect() makes datetimes in local time)
+    "extremes": ({"zoned": "0001-01-02T00:00:00Z", "micros": -62_135_510_400_000_000, "day": 2_932_896,
+                  "nanos": -(2**63), "millis": 253_402_300_799_999}, True),
+    "lowercase": ({"zoned": "2026-03-01t10:00:00z"}, False),
+    "before year 1": ({"zoned": "0001-01-01T00:00:00+01:00"}, False),
+    "february 30": ({"zoned": "2026-02-30T10:00:00Z"}, False),
+    "not a time": ({"zoned": "yesterday"}, False),
+    "micros beyond": ({"micros": _MAX_LONG}, False),
+    "millis beyond": ({"millis": -(2**62)}, False),
+    "day beyond": ({"day": 2_932_897}, False),
+    "time beyond": ({"time_us": 86_400_000_001}, False),
+    "negative time": ({"time_ms": -1}, False),
+    "array beyond": ({"stamps": [1, _MAX_LONG]}, False),
+    "decimal": ({"amount": {"scale": 2, "value": (-12345).to_bytes(2, "big", signed=True)}}, False),
+    "decimal too fine": ({"amount": {"scale": 19, "value": b"\x01"}}, False),
+    "nulls": ({}, True),
+}
+
+
+def test_debeziums_avro_semantic_types_land_alike_on_both_paths(spark: Any) -> None:
+    """Debezium's AvroConverter output (`connect.name`): the JVM converts what it can reproduce exactly and leaves
+    the rest to Python; the rows (values, error classes, messages) are the Python decoder's either way."""
+    from tests.helpers import decode_both_ways
+
+    parsed = parse_schema(DEBEZIUM_AVRO)
+    values = []
+    for row, _ in DEBEZIUM_EDGES.values():
+        image = {"stamps": [], **row}
+        buffer = io.BytesIO()
+        schemaless_writer(buffer, parsed, {"before": None, "after": image, "op": "c"})
+        values.append(encode(1, buffer.getvalue()))
+    text = json.dumps(DEBEZIUM_AVRO)
+    spec = DecodeSpec(writer_schemas={1: text}, reader_schema=text, max_bytes=10_000, fail_fast=False,
+                      key_format="string")
+    assert spec.payload_type["after"].dataType.simpleString() == (
+        "struct<zoned:timestamp,micros:timestamp,millis:timestamp,nanos:timestamp,day:date,time_ms:string,"
+        "time_us:string,time_ns:string,amount:decimal(38,18),doc:string,stamps:array<timestamp>>")
+    jvm_rows, python_rows, unverified = decode_both_ways(spark, spec, values)
+    names = list(DEBEZIUM_EDGES)
+    assert {names[i] for i in unverified} == {n for n, (_, trusted) in DEBEZIUM_EDGES.items() if not trusted}
+    for got, want in zip(jvm_rows, python_rows, strict=True):
+        assert got == want, names[want["offset"]]
+    rows = {names[r["offset"]]: r for r in python_rows}
+    plain = rows["plain"]["_payload"]["after"]
+    assert (plain["zoned"], plain["micros"], plain["nanos"], plain["day"], plain["time_ms"], plain["time_ns"]) == (
+        dt.datetime(2026, 3, 1, 10), dt.datetime(2026, 1, 1, 0, 0, 0, 1), dt.datetime(2026, 1, 1, 0, 0, 0, 1),
+        dt.date(2026, 1, 1), "01:02:03.004", "01:02:03.000005")
+    offsets = rows["offsets"]["_payload"]["after"]
+    assert offsets["zoned"] == dt.datetime(2026, 3, 1, 6, 0, 0, 123_456)
+    assert offsets["nanos"] == dt.datetime(1969, 12, 31, 23, 59, 59, 999_999)
+    assert offsets["time_us"] == "24:00:00.000000"
+    assert rows["decimal"]["_payload"]["after"]["amount"] == decimal.Decimal("-123.45")
+    assert (rows["february 30"]["_error_class"], rows["decimal too fine"]["_error_class"],
+            rows["micros beyond"]["_error_class"]) == ("JsonFormatError", "JsonRangeError", "JsonRangeError")
+    assert rows["february 30"]["_error_message"].startswith('$.after.zoned: "2026-02-30T10:00:00Z" is not a ')

@@ -209,3 +209,50 @@ def test_a_changed_type_is_refused_naming_the_field_and_a_widening_follows_the_s
     assert widening.widened_columns(resolver.spec.payload_type) == [("before.points", T.LongType()),
                                                                     ("after.points", T.LongType())]
     assert _decode(widening.spec, [wide, new])[1]["_payload"]["after"]["points"] == 7
+
+
+def test_debeziums_avro_connect_names_map_as_their_json_names() -> None:
+    """The AvroConverter's `connect.name` beside a plain Avro type: the same Spark types and values as the JSON
+    names, the field named in a refusal."""
+    from ingestion.schema import avro_types
+
+    zoned = ["null", {"type": "string", "connect.name": debezium_types.ZONED_TIMESTAMP}]
+    amount = {"type": "record", "name": "VariableScaleDecimal", "namespace": "io.debezium.data",
+              "connect.name": debezium_types.VARIABLE_SCALE_DECIMAL,
+              "fields": [{"name": "scale", "type": "int"}, {"name": "value", "type": "bytes"}]}
+    schema = {"type": "record", "name": "Value", "fields": [
+        {"name": "at", "type": zoned}, {"name": "amount", "type": ["null", amount]},
+        {"name": "again", "type": ["null", "io.debezium.data.VariableScaleDecimal"]},
+        {"name": "day", "type": {"type": "int", "connect.name": debezium_types.DATE}},
+        {"name": "other", "type": {"type": "string", "connect.name": debezium_types.DATE}}]}
+    assert avro_types.spark_schema(schema).simpleString() == (
+        "struct<at:timestamp,amount:decimal(38,18),again:decimal(38,18),day:date,other:string>")
+    convert = avro_types.converter(schema)
+    assert convert is not None
+    assert convert({"at": "2026-03-01T10:00:00+01:00", "amount": {"scale": 1, "value": b"\x0f"}, "again": None,
+                    "day": 1, "other": "x"}) == {
+        "at": dt.datetime(2026, 3, 1, 9, tzinfo=UTC), "amount": decimal.Decimal("1.5"), "again": None,
+        "day": dt.date(1970, 1, 2), "other": "x"}
+    with pytest.raises(JsonFormatError, match=r'^\$\.at: "soon" is not a ZonedTimestamp'):
+        convert({"at": "soon", "amount": None, "again": None, "day": 0, "other": "x"})
+
+
+def test_records_whose_schema_text_shares_a_prefix_decode_by_their_own_schema() -> None:
+    """The decoder keys its cache by the schema's bytes up to `,"payload":`; a schema holding that text itself (a
+    parameter named payload) must not lend its converter to another."""
+    def record(kind: str, value: Any) -> dict[str, Any]:
+        return {"schema": {"type": "struct", "parameters": {"a": "1", "payload": "2"},
+                           "fields": [{"field": "x", "type": kind, "optional": True}]}, "payload": {"x": value}}
+
+    table = connect_types.document({"type": "struct", "fields": [{"field": "x", "type": "int64", "optional": True}]})
+    spec = DecodeSpec(writer_schemas={0: table}, reader_schema=table, max_bytes=1 << 20, fail_fast=False,
+                      value_format="connect-json", plain_schema_id=0)
+    compact = [record("int32", 1), record("string", "s"), record("int32", 2)]
+    from ingestion.decode.python_decoder import batch_decoder
+
+    values = [json.dumps(r, separators=(",", ":")).encode() for r in compact]
+    batch = pa.RecordBatch.from_pydict({"key": [None] * 3, "value": values, "topic": ["t"] * 3,
+                                        "partition": [0] * 3, "offset": [0, 1, 2]})
+    out = next(iter(batch_decoder(spec)(iter([batch])))).to_pylist()
+    assert [(r["_payload"], r["_error_class"]) for r in out] == [
+        ({"x": 1}, None), (None, "ConnectSchemaError"), ({"x": 2}, None)]

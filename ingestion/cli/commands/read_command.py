@@ -63,13 +63,18 @@ def verify_pipeline(args: argparse.Namespace) -> int:
     if ctx.config.silver is None:
         print(json.dumps(result.to_json(), indent=2) if args.json else verify.render(result))
         return 0 if result.ok else 1
-    from ingestion.silver import audit
-    from ingestion.silver.quarantined import quarantined_changes
+    from ingestion.delta.reader import JvmFreeReadError
+    from ingestion.silver import audit, quarantined
 
     found = _silver_audit(args, ctx.config)
-    held = quarantined_changes(ctx.config)
+    try:
+        held = quarantined.quarantined_changes(ctx.config)
+    except JvmFreeReadError as exc:
+        log.warning("%s; counting the quarantined change records with Spark", exc)
+        held = read_only(args, lambda reader: quarantined.counted(reader, ctx.config), ctx.config)
     if args.json:
-        print(json.dumps({**result.to_json(), "silver": {**found.to_json(), "quarantined": asdict(held)}}, indent=2))
+        print(json.dumps({**result.to_json(), "silver": found.to_json(), "quarantined_changes": asdict(held)},
+                         indent=2))
     else:
         print(verify.render(result))
         print(audit.render(found))

@@ -58,9 +58,10 @@ def silver_status(args: argparse.Namespace) -> int:
 
 def _spark_state(args: argparse.Namespace) -> Any:
     """`silver status`'s answer read with Spark (where delta-rs cannot read a table)."""
+    from ingestion.delta.reads import SparkReader
     from ingestion.ops.silver_status import SilverState
     from ingestion.silver import ledger
-    from ingestion.silver.quarantined import quarantined_changes
+    from ingestion.silver.quarantined import counted
 
     follower = _silver(args)
     steps = ledger.records(follower.session, follower.spec.path, limit=50)
@@ -70,7 +71,7 @@ def _spark_state(args: argparse.Namespace) -> Any:
     return SilverState(follower.spec.pipeline, follower.spec.path, follower.spec.mode,
                        at.bronze_version if at else None, at.epoch if at else None, rows, lag.versions, lag.seconds,
                        sum(r.cross_partition_keys for _, r in steps), steps,
-                       quarantined_changes(follower.config).count)
+                       counted(SparkReader(follower.session), follower.config).count)
 
 
 def _silver(args: argparse.Namespace) -> Any:
