@@ -395,11 +395,12 @@ def test_silver_equals_postgres_through_debezium(debezium: Source, spark: Any, t
     assert upsert.silver_path is not None
     upsert_silver = Path(upsert.silver_path)
 
-    # A streaming run, SIGKILLed while changes arrive, then started again.
+    # A streaming run, SIGKILLed while changes arrive (once bronze has committed two batches, at a random moment of
+    # silver's first steps), then started again.
     first = _start(upsert_file, tmp_path / "run1.log")
     try:
-        wait_while_running(lambda: "silver step" in (tmp_path / "run1.log").read_text(errors="replace"), first,
-                           tmp_path / "run1.log", "the first silver step", timeout=600)
+        wait_while_running(lambda: " batch 1: " in (tmp_path / "run1.log").read_text(errors="replace"), first,
+                           tmp_path / "run1.log", "bronze's second batch", timeout=600)
         source.pg.execute(work.script(120))
         time.sleep(random.Random(3).uniform(0.5, 2.0))
     finally:
