@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: setup demo test test-unit lint bench clean kafka-stop servers-stop prometheus kcat
+.PHONY: setup demo test test-unit lint bench clean kafka-stop servers-stop prometheus kcat postgresql
 
 setup: $(STAMP) .ingest/jars/.ready
 
@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/ingest demo
 
-test: setup prometheus kcat
+test: setup prometheus kcat postgresql
 	$(BIN)/pytest tests --durations=25
 
 # Debian's prometheus package: `promtool` checks and unit-tests the shipped alert rules, and the e2e test starts a
@@ -41,6 +41,15 @@ kcat:
 	@command -v kcat >/dev/null || command -v kafkacat >/dev/null || { \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends kcat; } \
 	  || echo "kcat could not be installed: tests/integration/test_json.py skips its kcat test"
+
+# Debian's postgresql: the source database of the real Debezium test (tests/e2e/test_debezium.py), which starts a
+# cluster of its own (initdb in a temporary folder, as the `postgres` user when run as root, a free loopback port)
+# and Debezium's connector in Kafka Connect standalone (jars by `ingest jars --debezium`, or on first use).
+# Installed only when missing, as prometheus is; the cluster the package creates and may start is stopped.
+postgresql:
+	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql \
+	  && { [ ! -x /etc/init.d/postgresql ] || /etc/init.d/postgresql stop >/dev/null 2>&1 || true; }; }
 
 test-unit: setup
 	$(BIN)/pytest tests/unit

@@ -273,6 +273,9 @@ def _add_demo(commands: Commands) -> None:
 def _add_jars(commands: Commands) -> None:
     jars = commands.add_parser("jars", help="resolve the JVM jars (Delta, Spark Kafka source, broker) via Maven; "
                           "build the helper jar")
+    jars.add_argument("--debezium", action="store_true",
+                      help="also resolve Kafka Connect and Debezium's Postgres connector (the real CDC source of "
+                      "the tests, docs/cdc.md#tested-against-real-debezium)")
     jars.set_defaults(func=_lazy("project_command", "resolve_jars"))
 
 

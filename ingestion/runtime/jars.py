@@ -105,6 +105,24 @@ DERBY_JARS = ArtifactSet(
     transitive=False,
 )
 
+# Kafka Connect standalone with Debezium's Postgres connector: a real CDC source for the tests of silver's
+# `envelope: debezium` (tests/debezium.py). Connect runs in its own JVM with this folder as its classpath, so the
+# full dependency tree is fine. Resolved only when asked: by the fixture that starts Connect, or `ingest jars
+# --debezium`.
+DEBEZIUM_VERSION = "3.6.1.Final"
+CONNECT_VERSION = "4.3.0"
+DEBEZIUM_JARS = ArtifactSet(
+    "debezium",
+    (f"io.debezium:debezium-connector-postgres:{DEBEZIUM_VERSION}",
+     f"org.apache.kafka:connect-runtime:{CONNECT_VERSION}",
+     f"org.apache.kafka:connect-json:{CONNECT_VERSION}",
+     # Connect logs through SLF4J: its 2.x API (named here, so it wins over the 1.7 the tree brings) and Log4j 2
+     "org.slf4j:slf4j-api:2.0.16",
+     "org.apache.logging.log4j:log4j-slf4j2-impl:2.24.3",
+     "org.apache.logging.log4j:log4j-core:2.24.3"),
+    transitive=True,
+)
+
 ALL_SETS = (SPARK_JARS, BROKER_JARS)
 
 # Spark's parent POM lists extra repositories besides Maven's built-in default (Central), which would be asked for

@@ -64,7 +64,7 @@ def package_job(args: argparse.Namespace) -> int:
 def resolve_jars(args: argparse.Namespace) -> int:
     from ingestion.runtime import jars
 
-    for artifacts in jars.ALL_SETS:
+    for artifacts in (*jars.ALL_SETS, *((jars.DEBEZIUM_JARS,) if args.debezium else ())):
         print(f"{artifacts.name}: {len(jars.resolve(artifacts))} jars in {artifacts.folder(jars.jar_cache())}")
     print(f"helper: {jars.helper_jar()}")
     return 0
