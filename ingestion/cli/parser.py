@@ -302,4 +302,7 @@ def _add_package(commands: Commands) -> None:
                          "file system jars (S3A for s3a://); default: every pipeline in conf/pipelines/, if any")
     package.add_argument("--out", default="dist", help="the folder to write (default: dist)")
     package.add_argument("--master", default="spark://HOST:7077", help="the master in the printed spark-submit line")
+    package.add_argument("--spark-version", metavar="LINE", default=None,
+                         help="the cluster's Spark line, whose Delta and Kafka connector jars the job carries: 4.0, "
+                         "4.1 or 4.2 (default: the local pyspark's; docs/cluster.md#which-spark)")
     package.set_defaults(func=_lazy("project_command", "package_job"))
