@@ -213,9 +213,10 @@ def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[s
     # Executors elsewhere than this machine keep their cluster's log settings: the file is here only.
     ahead = {"spark.driver.extraJavaOptions": (driver_opts, " "),
              "spark.executor.extraJavaOptions": (java_opts if local else limits, " ")}
-    if local:
+    if local and not submitted():
         # On a local master the helper jar (its local file system class) and the object stores' file systems lead
-        # the driver's classpath: Hadoop loads a file system class from there, not from spark.jars.
+        # the driver's classpath: Hadoop loads a file system class from there, not from spark.jars. (spark-submit's
+        # JVM runs already, with its --jars on that classpath.)
         ahead["spark.driver.extraClassPath"] = (os.pathsep.join(
             str(jar) for jar in [jars.helper_jar(), *jars.helper_dependencies(), *jars.object_store_jars(locations)]),
             os.pathsep)
