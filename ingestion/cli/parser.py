@@ -162,6 +162,15 @@ def _add_sql_server(commands: Commands) -> None:
                         "free one)")
     server.add_argument("--home", help=argparse.SUPPRESS)
     server.set_defaults(func=_lazy("server_command", "manage_sql_server"))
+    connect = commands.add_parser("connect-server", help="Spark Connect's server on 127.0.0.1 over the catalog "
+                                  "(pyspark-client, SparkSession.builder.remote); start (default), stop or status")
+    connect.add_argument("action", nargs="?", choices=("start", "stop", "status", "serve"), default="start",
+                         help="start it in the background (default), stop it by its pid, show it, or serve in the "
+                              "foreground")
+    connect.add_argument("--port", type=int, help="port (default: the previous one, else 15002 when free, else a "
+                         "free one)")
+    connect.add_argument("--home", help=argparse.SUPPRESS)
+    connect.set_defaults(func=_lazy("server_command", "manage_connect_server"))
 
 
 def _add_metastore(commands: Commands) -> None:
