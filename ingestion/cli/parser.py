@@ -163,7 +163,7 @@ def _add_sql_server(commands: Commands) -> None:
     server.add_argument("--home", help=argparse.SUPPRESS)
     server.set_defaults(func=_lazy("server_command", "manage_sql_server"))
     connect = commands.add_parser("connect-server", help="Spark Connect's server on 127.0.0.1 over the catalog "
-                                  "(pyspark-client, SparkSession.builder.remote); start (default), stop or status")
+                                  "(pyspark-client sessions, sc://127.0.0.1:PORT); start (default), stop or status")
     connect.add_argument("action", nargs="?", choices=("start", "stop", "status", "serve"), default="start",
                          help="start it in the background (default), stop it by its pid, show it, or serve in the "
                               "foreground")

@@ -1,7 +1,7 @@
 """`ingest sql-server`: Spark's Thrift JDBC/ODBC server on 127.0.0.1 over the persistent catalog, so beeline,
 PyHive, JDBC and ODBC clients (BI tools) query bronze by name, `VERSION AS OF` included (docs/catalog.md).
 `ingest connect-server`: Spark Connect's server the same way, for `pyspark-client` and notebooks that reach Spark
-with `SparkSession.builder.remote("sc://127.0.0.1:PORT")`.
+with `builder.remote("sc://127.0.0.1:PORT")`.
 
 Each runs in a background process of its own (`ingest sql-server serve`, `ingest connect-server serve`), started
 and stopped by its pid as the local broker is. Its folder (`<state>/sql-server/`, `<state>/connect-server/`) holds

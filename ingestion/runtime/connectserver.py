@@ -1,5 +1,5 @@
 """Spark Connect's server (SparkConnectService, in pyspark's own jars on every 4.x line) over a session's catalog:
-`pyspark-client` and `SparkSession.builder.remote("sc://127.0.0.1:PORT")` reach it over gRPC."""
+`pyspark-client` sessions (`builder.remote("sc://127.0.0.1:PORT")`) reach it over gRPC."""
 
 from __future__ import annotations
 

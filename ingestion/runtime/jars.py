@@ -51,6 +51,7 @@ class SparkLine:
     hadoop: str  # pyspark's Hadoop: hadoop-aws of the same version
     aws_sdk_bundle: str  # what that hadoop-aws was built against
     hadoop_cloud: str  # spark-hadoop-cloud (S3A's abortable checkpoint manager)
+    s3_analytics: str | None = None  # analyticsaccelerator-s3, which hadoop-aws 3.4.2 and later load
 
     @property
     def delta_artifact(self) -> str:
@@ -64,9 +65,9 @@ SPARK_LINES: dict[str, SparkLine] = {line.line: line for line in (
     SparkLine("4.0", spark="4.0.2", token_provider="4.0.0", kafka_clients="3.9.1", commons_pool2="2.12.0",
               hadoop="3.4.1", aws_sdk_bundle="2.24.6", hadoop_cloud="4.0.2"),
     SparkLine("4.1", spark="4.1.1", token_provider="4.1.1", kafka_clients="3.9.1", commons_pool2="2.12.1",
-              hadoop="3.4.2", aws_sdk_bundle="2.29.52", hadoop_cloud="4.1.1"),
+              hadoop="3.4.2", aws_sdk_bundle="2.29.52", hadoop_cloud="4.1.1", s3_analytics="1.2.1"),
     SparkLine("4.2", spark="4.2.0", token_provider="4.2.0", kafka_clients="3.9.2", commons_pool2="2.13.1",
-              hadoop="3.5.0", aws_sdk_bundle="2.35.4", hadoop_cloud="4.1.1"),
+              hadoop="3.5.0", aws_sdk_bundle="2.35.4", hadoop_cloud="4.1.1", s3_analytics="1.3.1"),
 )}
 
 
@@ -133,11 +134,13 @@ def s3a_artifacts(line: str | None = None) -> ArtifactSet:
     AWS SDK bundle it was built against (shaded, so it clashes with none of Spark's jars). Resolved only when a
     pipeline's paths need it (`object_store_jars`): the bundle is 500-600 MB."""
     spark = spark_line(line)
+    analytics = () if spark.s3_analytics is None else (
+        f"software.amazon.s3.analyticsaccelerator:analyticsaccelerator-s3:{spark.s3_analytics}",)
     return ArtifactSet(
         f"s3a-{spark.line}",
         (f"org.apache.hadoop:hadoop-aws:{spark.hadoop}", f"software.amazon.awssdk:bundle:{spark.aws_sdk_bundle}",
          # Spark's checkpoint file manager for stores without an atomic rename (`session.ABORTABLE_CHECKPOINTS`)
-         f"org.apache.spark:spark-hadoop-cloud_{SCALA_BINARY}:{spark.hadoop_cloud}"),
+         f"org.apache.spark:spark-hadoop-cloud_{SCALA_BINARY}:{spark.hadoop_cloud}", *analytics),
         transitive=False,
     )
 

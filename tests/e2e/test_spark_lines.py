@@ -1,7 +1,8 @@
 """The packaged job on another Spark line than the local one: `ingest package --spark-version` picks that line's
 Delta and Kafka connector jars, and spark-submit of that line's own pyspark (installed by the fixture into a
 virtualenv of its own, kept in the jar cache between runs) runs the job on a local master, writing the pipeline's
-bronze exactly once, as the project's own `verify` reads it back."""
+bronze exactly once, as the project's own `verify` reads it back; the job packaged for the local line is refused
+there in one line."""
 
 from __future__ import annotations
 
@@ -75,10 +76,29 @@ def test_the_job_packaged_for_the_other_spark_line_runs_on_it_exactly_once(
     env = {**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")},
            "SPARK_HOME": spark_home, "PYSPARK_PYTHON": str(python), "SPARK_LOCAL_IP": "127.0.0.1",
            "INGEST_JAR_CACHE": str(tmp_path / "driver-cache")}
-    submit = [str(other_pyspark / "bin" / "spark-submit"), "--master", "local[2]",
-              "--py-files", str(next(dist.glob("ingestion-*.zip"))), "--jars", ",".join(map(str, bundled)),
-              str(dist / "ingest_main.py"), "run", str(config), "--available-now"]
-    run = subprocess.run(submit, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
+
+    def submit(folder: Path) -> subprocess.CompletedProcess[str]:
+        command = [str(other_pyspark / "bin" / "spark-submit"), "--master", "local[2]",
+                   "--py-files", str(next(folder.glob("ingestion-*.zip"))),
+                   "--jars", ",".join(map(str, sorted((folder / "jars").glob("*.jar")))),
+                   str(folder / "ingest_main.py"), "run", str(config), "--available-now"]
+        return subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
+
+    # The job packaged for the local line (the default) is refused by that Spark at once, in one line.
+    local = subprocess.run([str(BIN / "ingest"), "package", str(config), "--out", str(tmp_path / "dist-local")],
+                           capture_output=True, text=True, timeout=300)
+    assert local.returncode == 0 and f"for Spark {jars.local_line()}" in local.stdout, local.stdout + local.stderr
+    refused = submit(tmp_path / "dist-local")
+    said = refused.stdout + refused.stderr  # spark-submit passes the Python driver's stderr on as its stdout
+    assert refused.returncode == 1, said[-3000:]
+    refusal = (f"error: the job's Delta jar is built for Spark {jars.local_line()}, the cluster runs Spark "
+               f"{OTHER_PYSPARK}: package the job with `ingest package --spark-version {OTHER_LINE}`")
+    assert refusal in said, said[-3000:]
+    assert "ClassNotFound" not in said and "Traceback" not in said, said[-3000:]
+    assert not (tmp_path / "tables" / "on_other_spark" / "_delta_log").exists() or not any(
+        adds for _, adds in _commits(str(tmp_path / "tables" / "on_other_spark")))
+
+    run = submit(dist)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     # Every internal class the project reaches is there on that line: no fallback was announced.
     assert "differs" not in run.stderr, run.stderr[-3000:]
