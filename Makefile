@@ -67,9 +67,10 @@ bench: setup
 kafka-stop:
 	-$(BIN)/ingest kafka stop
 
-# The SQL server and the local catalog's Derby server, by their pids (docs/catalog.md).
+# The SQL and Spark Connect servers and the local catalog's Derby server, by their pids (docs/catalog.md).
 servers-stop:
 	-$(BIN)/ingest sql-server stop
+	-$(BIN)/ingest connect-server stop
 	-$(BIN)/ingest metastore stop
 
 clean: kafka-stop servers-stop

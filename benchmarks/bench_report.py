@@ -70,7 +70,7 @@ def machine(repo: Path) -> dict[str, Any]:
         "cpu": _first_line("/proc/cpuinfo", "model name"), "kernel": platform.release(),
         "python": platform.python_version(), "java": java[0] if java else "?",
         "spark": _version("pyspark"), "delta_spark": _version("delta-spark"), "delta_jar": jvm.DELTA_VERSION,
-        "spark_avro_jar": jvm.SPARK_VERSION, "kafka_broker": jvm.KAFKA_BROKER_VERSION,
+        "spark_avro_jar": jvm.spark_line().spark, "kafka_broker": jvm.KAFKA_BROKER_VERSION,
         "confluent_kafka": _version("confluent-kafka"), "librdkafka": libversion()[0],
         "fastavro": _version("fastavro"), "pyarrow": _version("pyarrow"), "commit": _git_head(repo),
     }

@@ -162,6 +162,15 @@ def _add_sql_server(commands: Commands) -> None:
                         "free one)")
     server.add_argument("--home", help=argparse.SUPPRESS)
     server.set_defaults(func=_lazy("server_command", "manage_sql_server"))
+    connect = commands.add_parser("connect-server", help="Spark Connect's server on 127.0.0.1 over the catalog "
+                                  "(pyspark-client sessions, sc://127.0.0.1:PORT); start (default), stop or status")
+    connect.add_argument("action", nargs="?", choices=("start", "stop", "status", "serve"), default="start",
+                         help="start it in the background (default), stop it by its pid, show it, or serve in the "
+                              "foreground")
+    connect.add_argument("--port", type=int, help="port (default: the previous one, else 15002 when free, else a "
+                         "free one)")
+    connect.add_argument("--home", help=argparse.SUPPRESS)
+    connect.set_defaults(func=_lazy("server_command", "manage_connect_server"))
 
 
 def _add_metastore(commands: Commands) -> None:
@@ -306,4 +315,7 @@ def _add_package(commands: Commands) -> None:
                          "file system jars (S3A for s3a://); default: every pipeline in conf/pipelines/, if any")
     package.add_argument("--out", default="dist", help="the folder to write (default: dist)")
     package.add_argument("--master", default="spark://HOST:7077", help="the master in the printed spark-submit line")
+    package.add_argument("--spark-version", metavar="LINE", default=None,
+                         help="the cluster's Spark line, whose Delta and Kafka connector jars the job carries: 4.0, "
+                         "4.1 or 4.2 (default: the local pyspark's; docs/cluster.md#which-spark)")
     package.set_defaults(func=_lazy("project_command", "package_job"))

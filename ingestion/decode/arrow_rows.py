@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from ingestion.columns import METADATA_COLUMNS, QUARANTINE_COLUMNS
 from ingestion.decode import bronze, expectations, python_decoder
 from ingestion.decode.expectations import NO_RULES, Counts, Rules
 from ingestion.decode.spec import PAYLOAD, DecodeSpec, UnknownSchemaError
+from ingestion.runtime.arrow_types import to_arrow_schema
 
 _SOURCES = {**bronze.SOURCES, "_kafka_key": "_key"}
 _QUARANTINE_SOURCES = {**bronze.SOURCES, "_kafka_key": "key"}

@@ -96,8 +96,8 @@ def _with_batch_values(rows: DataFrame, batch_id: int | Column,
     if isinstance(batch_id, int):
         helper.set_batch_values(spark, batch_id, ingested_at)
         return rows, helper.batch_value_columns(spark)
-    one_row = spark.sql(f"SELECT * FROM VALUES (CAST(:ingested_at AS TIMESTAMP)) AS v({_INGESTED_AT})",
-                        args={"ingested_at": ingested_at})
+    # A literal, not a named SQL parameter inside VALUES: Spark 4.2 leaves that one unbound
+    one_row = spark.range(1).select(F.lit(ingested_at).cast("timestamp").alias(_INGESTED_AT))
     batch = [batch_id.cast("long").alias("_batch_id"), F.col(_INGESTED_AT).alias("_ingested_at")]
     return rows.crossJoin(F.broadcast(one_row)), batch
 

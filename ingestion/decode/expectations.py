@@ -21,11 +21,11 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from ingestion.columns import METADATA_COLUMNS
 from ingestion.config import PipelineConfig
 from ingestion.errors import ConfigError, ExpectationError
+from ingestion.runtime.arrow_types import to_arrow_schema
 
 EXPECTATION_FAILED = "ExpectationFailed"  # the quarantine's `_error_class` of a row a `quarantine` rule refused
 __all__ = ["EXPECTATION_FAILED", "Counts", "ExpectationError", "Rule", "Rules", "compile_rules", "evaluate",

@@ -40,7 +40,7 @@ class JsonBatchDecoder(BatchDecoder):
     decoded_keys: tuple[str, ...] = ("string",)
 
     def _prepare(self) -> None:
-        from pyspark.sql.pandas.types import to_arrow_type
+        from ingestion.runtime.arrow_types import to_arrow_type
 
         spec = self.spec
         self._payload_type = to_arrow_type(spec.payload_type)

@@ -111,7 +111,7 @@ class ProtobufBatchDecoder(BatchDecoder):
     decoded_keys = ("string", "protobuf")
 
     def _prepare(self) -> None:
-        from pyspark.sql.pandas.types import to_arrow_type
+        from ingestion.runtime.arrow_types import to_arrow_type
 
         spec = self.spec
         self._values = _Messages(spec.writer_schemas, spec.message_name, "", spec.message_pinned, spec.strict)

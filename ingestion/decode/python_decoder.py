@@ -17,7 +17,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from fastavro import parse_schema, schemaless_reader
 from pyspark.sql import DataFrame
-from pyspark.sql.pandas.types import to_arrow_type
 
 from ingestion.columns import METADATA_COLUMNS
 from ingestion.decode.spec import (
@@ -32,6 +31,7 @@ from ingestion.decode.spec import (
 from ingestion.decode.validate import body_validator
 from ingestion.decode.wire import split
 from ingestion.errors import DecodeError, SchemaError
+from ingestion.runtime.arrow_types import to_arrow_type
 from ingestion.schema import avro_types
 
 

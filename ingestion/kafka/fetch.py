@@ -19,10 +19,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from ingestion.columns import KAFKA_SOURCE_SCHEMA
 from ingestion.kafka import access, clients
+from ingestion.runtime.arrow_types import to_arrow_schema
 
 log = logging.getLogger(__name__)
 

@@ -29,15 +29,17 @@ class Bundle:
     archive: Path  # the package, for --py-files
     entry: Path  # the main file spark-submit runs on the driver
     jars: tuple[Path, ...]  # for --jars
+    spark_line: str  # the Spark line the jars are built for ("4.2")
 
     def submit_command(self, master: str, ingest_args: Iterable[str]) -> list[str]:
         return ["spark-submit", "--master", master, "--py-files", str(self.archive),
                 "--jars", ",".join(map(str, self.jars)), str(self.entry), *ingest_args]
 
 
-def build(out: Path, locations: Iterable[str] = ()) -> Bundle:
+def build(out: Path, locations: Iterable[str] = (), spark_version: str | None = None) -> Bundle:
     """Write the bundle into `out`; `locations` (the pipelines' tables and checkpoints) choose the file systems'
-    jars (S3A for `s3a://`)."""
+    jars (S3A for `s3a://`), `spark_version` the cluster's Spark line (default: the local pyspark's)."""
+    line = jars.spark_line(spark_version)
     out.mkdir(parents=True, exist_ok=True)
     source = Path(ingestion.__file__).parent
     archive = out / f"ingestion-{_version()}.zip"
@@ -51,13 +53,16 @@ def build(out: Path, locations: Iterable[str] = ()) -> Bundle:
     entry.write_text(ENTRY)
     jar_folder = out / "jars"
     jar_folder.mkdir(exist_ok=True)
+    wanted = jars.spark_jars(locations, line.line)
+    for stale in set(jar_folder.glob("*.jar")) - {jar_folder / jar.name for jar in wanted}:
+        stale.unlink()  # packaged before for another Spark line or other stores: --jars takes the folder's jars
     copied = []
-    for jar in jars.spark_jars(locations):
+    for jar in wanted:
         target = jar_folder / jar.name
         if not target.is_file() or target.stat().st_size != jar.stat().st_size:
             shutil.copy2(jar, target)
         copied.append(target)
-    return Bundle(archive, entry, tuple(copied))
+    return Bundle(archive, entry, tuple(copied), line.line)
 
 
 def shell_line(command: list[str]) -> str:

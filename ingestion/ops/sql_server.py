@@ -1,8 +1,11 @@
 """`ingest sql-server`: Spark's Thrift JDBC/ODBC server on 127.0.0.1 over the persistent catalog, so beeline,
 PyHive, JDBC and ODBC clients (BI tools) query bronze by name, `VERSION AS OF` included (docs/catalog.md).
+`ingest connect-server`: Spark Connect's server the same way, for `pyspark-client` and notebooks that reach Spark
+with `builder.remote("sc://127.0.0.1:PORT")`.
 
-It runs in a background process of its own (`ingest sql-server serve`), started and stopped by its pid as the
-local broker is. Its folder (`<state>/sql-server/`) holds `server.pid`, `port` and `server.log`.
+Each runs in a background process of its own (`ingest sql-server serve`, `ingest connect-server serve`), started
+and stopped by its pid as the local broker is. Its folder (`<state>/sql-server/`, `<state>/connect-server/`) holds
+`server.pid`, `port` and `server.log`.
 """
 
 from __future__ import annotations
@@ -20,21 +23,33 @@ from ingestion.errors import IngestionError
 from ingestion.ops import catalog
 from ingestion.paths import state_dir
 from ingestion.processes import PidFile, free_port, port_open, wait_for_port
-from ingestion.runtime import thriftserver
+from ingestion.runtime import connectserver, thriftserver
 from ingestion.runtime.session import get_session
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 10000  # HiveServer2's usual port, when free
+CONNECT_PORT = 15002  # Spark Connect's usual port, when free
 
 
 @dataclass(frozen=True)
 class SqlServer:
     home: Path
+    command: str = "sql-server"  # the `ingest` command that serves it
+    default_port: int = DEFAULT_PORT
 
     @classmethod
     def default(cls) -> SqlServer:
         return cls(state_dir() / "sql-server")
+
+    @classmethod
+    def connect(cls, home: Path | None = None) -> SqlServer:
+        """Spark Connect's server."""
+        return cls(home or state_dir() / "connect-server", "connect-server", CONNECT_PORT)
+
+    @property
+    def what(self) -> str:
+        return "the Spark Connect server" if self.command == "connect-server" else "the SQL server"
 
     @property
     def pid_file(self) -> PidFile:
@@ -58,11 +73,11 @@ class SqlServer:
         found = self.running()
         if found is not None:
             return found
-        port = port or self.port() or (DEFAULT_PORT if not port_open(DEFAULT_PORT) else free_port())
+        port = port or self.port() or (self.default_port if not port_open(self.default_port) else free_port())
         if port_open(port):
             raise IngestionError(f"port {port} on 127.0.0.1 is already in use; pass another with --port")
         self.home.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "ingestion.cli", "sql-server", "serve", "--port", str(port),
+        command = [sys.executable, "-m", "ingestion.cli", self.command, "serve", "--port", str(port),
                    "--home", str(self.home)]
         with open(self.log_file, "ab") as out:
             process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -70,11 +85,11 @@ class SqlServer:
         self.pid_file.write(process.pid)
         (self.home / "port").write_text(str(port))
         try:
-            wait_for_port(port, process, timeout, "the SQL server", self.log_file)
+            wait_for_port(port, process, timeout, self.what, self.log_file)
         except IngestionError:
             self.stop()
             raise
-        log.info("SQL server started (pid %d) on 127.0.0.1:%d; log in %s", process.pid, port, self.log_file)
+        log.info("%s started (pid %d) on 127.0.0.1:%d; log in %s", self.what, process.pid, port, self.log_file)
         return process.pid, port
 
     def stop(self, timeout: float = 60.0) -> int | None:
@@ -82,21 +97,31 @@ class SqlServer:
         return self.pid_file.stop(timeout)
 
 
-def serve(configs: list[PipelineConfig], port: int) -> None:
+def serve(configs: list[PipelineConfig], port: int, connect: bool = False) -> None:
     """Run the server in this process until SIGTERM or SIGINT: a session over the persistent catalog with every
-    pipeline's tables registered, and HiveThriftServer2 in its JVM."""
+    pipeline's tables registered, and HiveThriftServer2 (`connect`: Spark Connect's server) in its JVM."""
     stopping = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.set())
     locations = [location for c in configs for location in c.locations]
-    conf = {k: v for c in configs for k, v in c.spark.items()} | thriftserver.settings(port)
-    conf = conf | thriftserver.classpath(locations, conf)
-    spark = get_session("ingest-sql-server", conf=conf, locations=locations, catalog=True)
+    conf = {k: v for c in configs for k, v in c.spark.items()}
+    conf |= connectserver.settings(port) if connect else thriftserver.settings(port)
+    # Both serve each client on threads of their own, whose class loader is the JVM's (thriftserver.classpath).
+    conf |= thriftserver.classpath(locations, conf)
+    spark = get_session("ingest-connect-server" if connect else "ingest-sql-server", conf=conf, locations=locations,
+                        catalog=True)
     names = catalog.register(spark, configs)
-    server = thriftserver.start(spark)
-    log.info("SQL server on 127.0.0.1:%d over the catalog (%d pipeline tables: %s)", port, len(names),
+    what = "Spark Connect server" if connect else "SQL server"
+    if connect:
+        connectserver.start(spark)
+    else:
+        server = thriftserver.start(spark)
+    log.info("%s on 127.0.0.1:%d over the catalog (%d pipeline tables: %s)", what, port, len(names),
              ", ".join(sorted(names)) or "none")
     stopping.wait()
-    log.info("SQL server stopping")
-    thriftserver.stop(server)
+    log.info("%s stopping", what)
+    if connect:
+        connectserver.stop(spark)
+    else:
+        thriftserver.stop(server)
     spark.stop()

@@ -29,18 +29,61 @@ from ingestion.runtime import data_files
 
 log = logging.getLogger(__name__)
 
-SPARK_VERSION = "4.0.2"
 SCALA_BINARY = "2.13"
 DELTA_VERSION = "4.4.0"
 KAFKA_BROKER_VERSION = "4.1.1"
-# spark-sql-kafka 4.0.2 depends on kafka-clients 3.9.1 and the token provider of its own version; Maven Central
-# as reached from here only holds spark-token-provider-kafka-0-10 4.0.0 for Spark 4.x, a patch release apart
-# and binary compatible, so it is pinned.
-TOKEN_PROVIDER_VERSION = "4.0.0"
-KAFKA_CLIENTS_VERSION = "3.9.1"
 # protobuf-java for the helper's Protobuf decoder (DynamicMessage); it depends on nothing. Spark's own
 # spark-protobuf (from_protobuf) does not resolve from the Maven Central reached here.
 PROTOBUF_JAVA_VERSION = "4.29.3"
+
+
+@dataclass(frozen=True)
+class SparkLine:
+    """The jars of one Spark minor line (4.0, 4.1, ...): each the release of that line Maven Central serves, with the
+    versions its POMs name (spark-parent's `kafka.version`, `hadoop.version`, ...). A job packaged for a line runs on
+    any patch release of it (docs/cluster.md#which-spark)."""
+
+    line: str
+    spark: str  # spark-sql-kafka-0-10 and spark-avro
+    token_provider: str  # spark-token-provider-kafka-0-10, which the Kafka source needs
+    kafka_clients: str
+    commons_pool2: str
+    hadoop: str  # pyspark's Hadoop: hadoop-aws of the same version
+    aws_sdk_bundle: str  # what that hadoop-aws was built against
+    hadoop_cloud: str  # spark-hadoop-cloud (S3A's abortable checkpoint manager)
+    s3_analytics: str | None = None  # analyticsaccelerator-s3, which hadoop-aws 3.4.2 and later load
+
+    @property
+    def delta_artifact(self) -> str:
+        return f"delta-spark_{self.line}_{SCALA_BINARY}"
+
+
+# Where a line's own release of a jar is not served here, the nearest served one of the same line stands in (a
+# patch release apart, binary compatible): the token provider 4.0.0 for 4.0.2; spark-hadoop-cloud 4.1.1 for 4.2,
+# whose checkpoint manager class is unchanged between them.
+SPARK_LINES: dict[str, SparkLine] = {line.line: line for line in (
+    SparkLine("4.0", spark="4.0.2", token_provider="4.0.0", kafka_clients="3.9.1", commons_pool2="2.12.0",
+              hadoop="3.4.1", aws_sdk_bundle="2.24.6", hadoop_cloud="4.0.2"),
+    SparkLine("4.1", spark="4.1.1", token_provider="4.1.1", kafka_clients="3.9.1", commons_pool2="2.12.1",
+              hadoop="3.4.2", aws_sdk_bundle="2.29.52", hadoop_cloud="4.1.1", s3_analytics="1.2.1"),
+    SparkLine("4.2", spark="4.2.0", token_provider="4.2.0", kafka_clients="3.9.2", commons_pool2="2.13.1",
+              hadoop="3.5.0", aws_sdk_bundle="2.35.4", hadoop_cloud="4.1.1", s3_analytics="1.3.1"),
+)}
+
+
+def local_line() -> str:
+    """The Spark line of the installed pyspark ("4.2" for 4.2.0)."""
+    import pyspark
+
+    return ".".join(pyspark.__version__.split(".")[:2])
+
+
+def spark_line(line: str | None = None) -> SparkLine:
+    """The jars of `line` (default: the installed pyspark's)."""
+    wanted = line or local_line()
+    if wanted not in SPARK_LINES:
+        raise JvmError(f"Spark {wanted} is not a supported line: choose one of {', '.join(SPARK_LINES)}")
+    return SPARK_LINES[wanted]
 
 
 @dataclass(frozen=True)
@@ -55,21 +98,25 @@ class ArtifactSet:
         return cache / self.name
 
 
-# Non-transitive: everything else these jars need is already in pyspark's own jars folder.
-SPARK_JARS = ArtifactSet(
-    "spark",
-    (
-        f"io.delta:delta-spark_4.0_{SCALA_BINARY}:{DELTA_VERSION}",
-        f"io.delta:delta-storage:{DELTA_VERSION}",
-        f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{SPARK_VERSION}",
-        f"org.apache.spark:spark-avro_{SCALA_BINARY}:{SPARK_VERSION}",  # from_avro: the fast decode path
-        f"org.apache.spark:spark-token-provider-kafka-0-10_{SCALA_BINARY}:{TOKEN_PROVIDER_VERSION}",
-        f"org.apache.kafka:kafka-clients:{KAFKA_CLIENTS_VERSION}",
-        "org.apache.commons:commons-pool2:2.12.0",
-        f"com.google.protobuf:protobuf-java:{PROTOBUF_JAVA_VERSION}",  # the JVM decoder of Protobuf values
-    ),
-    transitive=False,
-)
+def spark_artifacts(line: str | None = None) -> ArtifactSet:
+    """Delta and the Kafka source of a Spark line (default: the installed pyspark's). Non-transitive: everything
+    else these jars need is already in pyspark's own jars folder."""
+    spark = spark_line(line)
+    return ArtifactSet(
+        f"spark-{spark.line}",
+        (
+            f"io.delta:{spark.delta_artifact}:{DELTA_VERSION}",
+            f"io.delta:delta-storage:{DELTA_VERSION}",
+            f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{spark.spark}",
+            f"org.apache.spark:spark-avro_{SCALA_BINARY}:{spark.spark}",  # from_avro: the fast decode path
+            f"org.apache.spark:spark-token-provider-kafka-0-10_{SCALA_BINARY}:{spark.token_provider}",
+            f"org.apache.kafka:kafka-clients:{spark.kafka_clients}",
+            f"org.apache.commons:commons-pool2:{spark.commons_pool2}",
+            f"com.google.protobuf:protobuf-java:{PROTOBUF_JAVA_VERSION}",  # the JVM decoder of Protobuf values
+        ),
+        transitive=False,
+    )
+
 
 # The broker runs in its own JVM with its own classpath, so its full dependency tree is fine.
 BROKER_JARS = ArtifactSet(
@@ -82,18 +129,21 @@ BROKER_JARS = ArtifactSet(
     transitive=True,
 )
 
-# Hadoop's S3A file system for `s3a://` tables and checkpoints: hadoop-aws of pyspark's own Hadoop version and the
-# AWS SDK bundle it was built against (its POM's version; shaded, so it clashes with none of Spark's jars). Resolved
-# only when a pipeline's paths need it (`object_store_jars`): the bundle is ~530 MB.
-HADOOP_VERSION = "3.4.1"
-AWS_SDK_BUNDLE_VERSION = "2.24.6"
-S3A_JARS = ArtifactSet(
-    "s3a",
-    (f"org.apache.hadoop:hadoop-aws:{HADOOP_VERSION}", f"software.amazon.awssdk:bundle:{AWS_SDK_BUNDLE_VERSION}",
-     # Spark's checkpoint file manager for stores without an atomic rename (`session.ABORTABLE_CHECKPOINTS`)
-     f"org.apache.spark:spark-hadoop-cloud_{SCALA_BINARY}:{SPARK_VERSION}"),
-    transitive=False,
-)
+def s3a_artifacts(line: str | None = None) -> ArtifactSet:
+    """Hadoop's S3A file system for `s3a://` tables and checkpoints: hadoop-aws of the line's Hadoop version and the
+    AWS SDK bundle it was built against (shaded, so it clashes with none of Spark's jars). Resolved only when a
+    pipeline's paths need it (`object_store_jars`): the bundle is 500-600 MB."""
+    spark = spark_line(line)
+    analytics = () if spark.s3_analytics is None else (
+        f"software.amazon.s3.analyticsaccelerator:analyticsaccelerator-s3:{spark.s3_analytics}",)
+    return ArtifactSet(
+        f"s3a-{spark.line}",
+        (f"org.apache.hadoop:hadoop-aws:{spark.hadoop}", f"software.amazon.awssdk:bundle:{spark.aws_sdk_bundle}",
+         # Spark's checkpoint file manager for stores without an atomic rename (`session.ABORTABLE_CHECKPOINTS`)
+         f"org.apache.spark:spark-hadoop-cloud_{SCALA_BINARY}:{spark.hadoop_cloud}", *analytics),
+        transitive=False,
+    )
+
 
 # The local metastore's Derby network server and its JDBC client (`runtime/metastore.py`). pyspark ships Derby's
 # embedded engine (derby, derbyshared, derbytools) but not these two, of the same version. Resolved only when a
@@ -123,7 +173,11 @@ DEBEZIUM_JARS = ArtifactSet(
     transitive=True,
 )
 
-ALL_SETS = (SPARK_JARS, BROKER_JARS)
+
+def all_sets() -> tuple[ArtifactSet, ...]:
+    """What `ingest jars` resolves ahead: the local Spark line's set and the broker's."""
+    return (spark_artifacts(), BROKER_JARS)
+
 
 # Spark's parent POM lists extra repositories besides Maven's built-in default (Central), which would be asked for
 # every artifact Central lacks, or first. Every repository but Central goes to an empty local folder instead, so
@@ -203,8 +257,11 @@ _HELPER_CLASSPATH = ("avro-[0-9]*.jar", "spark-sql-api_*.jar", "spark-core_*.jar
 
 
 def helper_jar(cache: Path | None = None) -> Path:
-    """The project's JVM helper jar, compiled once per version of its sources (needs `javac`, i.e. a JDK)."""
-    digest = hashlib.sha1()
+    """The project's JVM helper jar, compiled once per version of its sources and of pyspark (needs `javac`, i.e. a
+    JDK). It uses only Spark API that every supported line shares, so a job packaged for another line carries it."""
+    import pyspark
+
+    digest = hashlib.sha1(pyspark.__version__.encode() + b"\0")
     for source in HELPER_SOURCES:
         digest.update(source.encode() + b"\0" + data_files.read(source) + b"\0")
     jar = (cache or jar_cache()) / "helper" / f"ingest-helper-{digest.hexdigest()[:12]}.jar"
@@ -214,8 +271,6 @@ def helper_jar(cache: Path | None = None) -> Path:
     javac = shutil.which("javac")
     if javac is None:
         raise JvmError(f"`javac` is not on PATH; a JDK 17 is needed to build the project's JVM helper ({names})")
-    import pyspark
-
     pyspark_jars = Path(pyspark.__file__).parent / "jars"
     classpath = [next(iter(sorted(pyspark_jars.glob(pattern))), None) for pattern in _HELPER_CLASSPATH]
     if None in classpath:
@@ -244,7 +299,7 @@ def helper_jar(cache: Path | None = None) -> Path:
 def helper_dependencies(cache: Path | None = None) -> list[Path]:
     """The resolved jars the helper's classes need beyond pyspark's (protobuf-java): wherever the helper jar is put
     on a classpath of its own (the driver's, on local masters), they go beside it."""
-    return [jar for jar in resolve(SPARK_JARS, cache) if jar.name.startswith("protobuf-java-")]
+    return [jar for jar in resolve(spark_artifacts(), cache) if jar.name.startswith("protobuf-java-")]
 
 
 def pyspark_jars(*patterns: str) -> list[Path]:
@@ -255,16 +310,17 @@ def pyspark_jars(*patterns: str) -> list[Path]:
     return sorted(jar for pattern in patterns for jar in folder.glob(pattern))
 
 
-def spark_jars(locations: Iterable[str] = ()) -> list[Path]:
-    """Every jar a Spark session of this project needs: the resolved Maven set, the helper, and the file systems
-    of the object stores among `locations` (tables, checkpoints)."""
-    return [*resolve(SPARK_JARS), helper_jar(), *object_store_jars(locations)]
+def spark_jars(locations: Iterable[str] = (), line: str | None = None) -> list[Path]:
+    """Every jar a Spark session of this project needs on Spark `line` (default: the installed pyspark's): the
+    resolved Maven set, the helper, and the file systems of the object stores among `locations` (tables,
+    checkpoints)."""
+    return [*resolve(spark_artifacts(line)), helper_jar(), *object_store_jars(locations, line)]
 
 
-def object_store_jars(locations: Iterable[str]) -> list[Path]:
+def object_store_jars(locations: Iterable[str], line: str | None = None) -> list[Path]:
     """The jars of the Hadoop file systems these locations need beyond pyspark's own: S3A for `s3a://`. Azure's
     (`abfss://`, hadoop-azure) and Google's (`gs://`, gcs-connector) are the cluster's to provide
     (docs/cluster.md)."""
     if any(storage.scheme(location) in storage.S3_SCHEMES for location in locations):
-        return resolve(S3A_JARS)
+        return resolve(s3a_artifacts(line))
     return []

@@ -29,7 +29,8 @@ _OFFSETS = ("startOffset", "endOffset", "latestOffset")
 
 def progress_from_json(text: str) -> StreamingQueryProgress:
     """A batch's progress from Spark's JSON of it, with each source's offsets as the JSON strings that PySpark's
-    own conversion gives (and the rates Spark leaves out of the JSON when they are not numbers, as NaN)."""
+    own conversion gives (and the rates Spark leaves out of the JSON when they are not numbers, as NaN). Spark
+    4.2's JSON rounds the rates to one decimal."""
     data = json.loads(text)
     for source in data.get("sources", []):
         for key in _OFFSETS:

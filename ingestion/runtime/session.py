@@ -213,9 +213,10 @@ def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[s
     # Executors elsewhere than this machine keep their cluster's log settings: the file is here only.
     ahead = {"spark.driver.extraJavaOptions": (driver_opts, " "),
              "spark.executor.extraJavaOptions": (java_opts if local else limits, " ")}
-    if local:
+    if local and not submitted():
         # On a local master the helper jar (its local file system class) and the object stores' file systems lead
-        # the driver's classpath: Hadoop loads a file system class from there, not from spark.jars.
+        # the driver's classpath: Hadoop loads a file system class from there, not from spark.jars. (spark-submit's
+        # JVM runs already, with its --jars on that classpath.)
         ahead["spark.driver.extraClassPath"] = (os.pathsep.join(
             str(jar) for jar in [jars.helper_jar(), *jars.helper_dependencies(), *jars.object_store_jars(locations)]),
             os.pathsep)
@@ -339,6 +340,23 @@ def _check_submitted_classpath(spark: SparkSession) -> None:
     if missing:
         raise JvmError(f"the spark-submit classpath lacks {', '.join(missing)}: pass the jars `ingest package` "
                        "lists with --jars (docs/cluster.md)")
+    built_for = _delta_jar_line(spark, loader)
+    running = ".".join(spark.version.split(".")[:2])
+    if built_for is not None and built_for != running:
+        raise JvmError(f"the job's Delta jar is built for Spark {built_for}, the cluster runs Spark {spark.version}: "
+                       f"package the job with `ingest package --spark-version {running}` (docs/cluster.md#which-spark)")
+
+
+def _delta_jar_line(spark: SparkSession, loader: object) -> str | None:
+    """The Spark line of the delta-spark jar the driver loaded Delta from (`delta-spark_4.2_2.13-4.4.0.jar`), None
+    where its name does not say (a cluster's own build of Delta)."""
+    try:
+        found = spark._jvm.java.lang.Class.forName(  # type: ignore[union-attr]
+            "io.delta.tables.DeltaTable", False, loader).getProtectionDomain().getCodeSource().getLocation()
+        match = re.search(r"delta-spark_(\d+\.\d+)_", str(found.toString()))
+    except Exception:  # noqa: BLE001 - no code source (a class loader that keeps none): nothing to compare
+        return None
+    return match.group(1) if match else None
 
 
 @contextlib.contextmanager

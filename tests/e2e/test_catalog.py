@@ -1,7 +1,7 @@
 """Tables by name: two pipelines with `sink.catalogTable` onboarded and run as a user runs them; then, in new
 processes at the same time, `spark.table("bronze.orders")`, `ingest sql ... VERSION AS OF 1` and the SQL server
 of `ingest sql-server` starting, all on the one persistent catalog; a Thrift client (PyHive) of the server gets
-Spark's counts, and the server stops by its pid."""
+Spark's counts, and the server stops by its pid; so does a `pyspark-client` of `ingest connect-server`."""
 
 from __future__ import annotations
 
@@ -78,6 +78,7 @@ def lakehouse(kafka_servers: str, tmp_path_factory: pytest.TempPathFactory) -> I
             server.communicate(timeout=600)
     finally:
         _ingest(folder, env, "sql-server", "stop", check=False)
+        _ingest(folder, env, "connect-server", "stop", check=False)
         _ingest(folder, env, "metastore", "stop", check=False)
 
 
@@ -182,6 +183,55 @@ def test_the_sql_server_answers_a_thrift_client_as_spark_does_and_stops_by_its_p
     assert stopped.stdout.strip() == f"stopped (pid {pid})"
     assert not alive(pid)
     assert _ingest(folder, env, "sql-server", "status", check=False).returncode == 1
+
+
+@pytest.fixture(scope="session")
+def connect_client() -> Path:
+    """The Python of a virtualenv holding `pyspark-client` of the local pyspark's version and its own dependencies
+    alone (pure Python: no JVM, no jars), as an analyst's notebook has it; built once per machine under the jar
+    cache."""
+    import pyspark
+
+    from ingestion.paths import jar_cache
+
+    venv = jar_cache() / "test-pyspark-client" / pyspark.__version__
+    python = venv / "bin" / "python"
+    if not (venv / ".installed").is_file():
+        subprocess.run([sys.executable, "-m", "venv", "--clear", "--without-pip", str(venv)], check=True, timeout=120)
+        subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+                        f"pyspark-client=={pyspark.__version__}", "pandas<3"], check=True, timeout=900)
+        (venv / ".installed").touch()
+    return python
+
+
+def test_a_pyspark_client_of_its_own_reads_bronze_by_name_and_as_of_a_version_through_the_connect_server(
+        lakehouse: Lakehouse, connect_client: Path) -> None:
+    folder, env = lakehouse.folder, lakehouse.env
+    port = free_port()
+    started = _ingest(folder, env, "connect-server", "--port", str(port))
+    line = started.stdout.strip().splitlines()[-1]
+    assert f"sc://127.0.0.1:{port} (stop: ingest connect-server stop)" in line, line
+    pid = int(line.split("pid ")[1].split(",")[0])
+    assert f"pid {pid}, sc://127.0.0.1:{port}" in _ingest(folder, env, "connect-server", "status").stdout
+
+    client = subprocess.run([str(connect_client), "-c", "import pyspark, importlib.util; "
+                             "print(importlib.util.find_spec('py4j') is None, pyspark.__file__)"],
+                            capture_output=True, text=True, env={"PATH": os.environ["PATH"]}, timeout=120)
+    assert client.stdout.startswith(f"True {connect_client.parent.parent}"), client.stdout + client.stderr
+    # A script, as a notebook's cell or a job runs it (pyspark's Connect client takes `python -c` for a doctest run).
+    script = folder / "analyst.py"
+    script.write_text(_documented("python", 'builder.remote("sc://').replace(":15002", f":{port}"))
+    done = subprocess.run([str(connect_client), str(script)], capture_output=True, text=True, cwd=folder,
+                          env={"PATH": os.environ["PATH"], "TZ": "UTC"}, timeout=600)
+    assert done.returncode == 0 and done.stderr == "", done.stdout[-2000:] + done.stderr[-3000:]
+    first = _rows(folder / "tables" / "orders", version=1)
+    assert 0 < first < COUNTS["orders"]
+    assert done.stdout.split() == [str(COUNTS["orders"]), str(first), str(first)], done.stdout
+
+    stopped = _ingest(folder, env, "connect-server", "stop")
+    assert stopped.stdout.strip() == f"stopped (pid {pid})"
+    assert not alive(pid)
+    assert _ingest(folder, env, "connect-server", "status", check=False).returncode == 1
 
 
 CATALOG_PAGE = REPO / "docs" / "catalog.md"

@@ -43,8 +43,10 @@ def _installed(tmp_path: Path) -> Path:
     # The dependencies come from the test's environment; its .pth files (the editable install of the sources)
     # are not read from a folder a .pth file names, so the project can only come from the wheel.
     Path(purelib, "test-dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    # --force-reinstall: pip 26 finds the project's editable install among the lent dependencies and would
+    # otherwise call the wheel installed already.
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
-                    str(wheel)], check=True, timeout=300)
+                    "--force-reinstall", str(wheel)], check=True, timeout=300)
     return venv / "bin"
 
 

@@ -192,7 +192,7 @@ def project_decode(schema_json: str, bodies: list[bytes]) -> list[tuple[bool, st
     rows: dict[str, list[Any]] = {f.name: [None] * len(values) for f in KAFKA_SOURCE_SCHEMA.fields}
     rows.update(value=values, topic=["t"] * len(values), partition=[0] * len(values),
                 offset=list(range(len(values))))
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from ingestion.runtime.arrow_types import to_arrow_schema
 
     batch = pa.RecordBatch.from_pydict(rows, schema=to_arrow_schema(KAFKA_SOURCE_SCHEMA))
     out = next(decoder([batch]))

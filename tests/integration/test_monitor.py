@@ -44,7 +44,8 @@ def test_progress_events_are_read_as_json_with_the_values_pyspark_gives(spark, k
     assert source.numInputRows == their_source.numInputRows == ours.numInputRows
     for key in ("inputRowsPerSecond", "processedRowsPerSecond"):
         value, theirs_value = getattr(source, key), getattr(their_source, key)
-        assert value == theirs_value or (math.isnan(value) and math.isnan(theirs_value))
+        # Spark 4.2's JSON gives a rate to one decimal; the object PySpark converts keeps every digit
+        assert value in (theirs_value, round(theirs_value, 1)) or (math.isnan(value) and math.isnan(theirs_value))
 
     # The listener bridge reads an event with a few round trips; PySpark's conversion takes hundreds.
     jvm: Any = spark._jvm

@@ -247,6 +247,8 @@ public final class AvroReference {
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         PrintStream out = new PrintStream(System.out, false, "UTF-8");
         GenericData model = new GenericData();
+        // Avro 1.12.1 (Spark 4.2) may read with its fast reader, which calls none of StrictReader's checks
+        model.setFastReaderEnabled(false);
         model.addLogicalTypeConversion(new Conversions.DecimalConversion());
         StrictReader reader = null;
         CanonicalWriter writer = null;

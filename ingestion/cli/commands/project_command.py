@@ -52,8 +52,9 @@ def package_job(args: argparse.Namespace) -> int:
     from ingestion.ops import package
 
     configs = [load(name) for name in args.pipeline] if args.pipeline else load_all()[0]
-    bundle = package.build(Path(args.out), [location for c in configs for location in c.locations])
-    print(f"{bundle.archive}: the ingestion package, for --py-files")
+    bundle = package.build(Path(args.out), [location for c in configs for location in c.locations],
+                           spark_version=args.spark_version)
+    print(f"{bundle.archive}: the ingestion package, for --py-files; for Spark {bundle.spark_line}")
     print(f"{bundle.entry}: the main file for spark-submit; {len(bundle.jars)} jars in {bundle.jars[0].parent}")
     pipeline = args.pipeline[0] if len(args.pipeline) == 1 else "PIPELINE.yaml"
     print("run a pipeline on the cluster (its Python packages on every node, docs/cluster.md):")
@@ -64,7 +65,7 @@ def package_job(args: argparse.Namespace) -> int:
 def resolve_jars(args: argparse.Namespace) -> int:
     from ingestion.runtime import jars
 
-    for artifacts in (*jars.ALL_SETS, *((jars.DEBEZIUM_JARS,) if args.debezium else ())):
+    for artifacts in (*jars.all_sets(), *((jars.DEBEZIUM_JARS,) if args.debezium else ())):
         print(f"{artifacts.name}: {len(jars.resolve(artifacts))} jars in {artifacts.folder(jars.jar_cache())}")
     print(f"helper: {jars.helper_jar()}")
     return 0
