@@ -153,24 +153,20 @@ def _add_sql(commands: Commands) -> None:
 
 
 def _add_sql_server(commands: Commands) -> None:
-    server = commands.add_parser("sql-server", help="Spark's Thrift JDBC/ODBC server on 127.0.0.1 over the catalog "
-                                 "(beeline, PyHive, JDBC/ODBC clients); start (default), stop or status")
-    server.add_argument("action", nargs="?", choices=("start", "stop", "status", "serve"), default="start",
-                        help="start it in the background (default), stop it by its pid, show it, or serve in the "
-                             "foreground")
-    server.add_argument("--port", type=int, help="port (default: the previous one, else 10000 when free, else a "
-                        "free one)")
-    server.add_argument("--home", help=argparse.SUPPRESS)
-    server.set_defaults(func=_lazy("server_command", "manage_sql_server"))
-    connect = commands.add_parser("connect-server", help="Spark Connect's server on 127.0.0.1 over the catalog "
-                                  "(pyspark-client sessions, sc://127.0.0.1:PORT); start (default), stop or status")
-    connect.add_argument("action", nargs="?", choices=("start", "stop", "status", "serve"), default="start",
-                         help="start it in the background (default), stop it by its pid, show it, or serve in the "
-                              "foreground")
-    connect.add_argument("--port", type=int, help="port (default: the previous one, else 15002 when free, else a "
-                         "free one)")
-    connect.add_argument("--home", help=argparse.SUPPRESS)
-    connect.set_defaults(func=_lazy("server_command", "manage_connect_server"))
+    """`sql-server` (Thrift) and `connect-server` (Spark Connect): the same actions over the same catalog."""
+    for name, what, default_port, func in (
+            ("sql-server", "Spark's Thrift JDBC/ODBC server on 127.0.0.1 over the catalog (beeline, PyHive, "
+             "JDBC/ODBC clients)", 10000, "manage_sql_server"),
+            ("connect-server", "Spark Connect's server on 127.0.0.1 over the catalog (pyspark-client sessions, "
+             "sc://127.0.0.1:PORT)", 15002, "manage_connect_server")):
+        server = commands.add_parser(name, help=f"{what}; start (default), stop or status")
+        server.add_argument("action", nargs="?", choices=("start", "stop", "status", "serve"), default="start",
+                            help="start it in the background (default), stop it by its pid, show it, or serve in "
+                                 "the foreground")
+        server.add_argument("--port", type=int, help=f"port (default: the previous one, else {default_port} when "
+                            "free, else a free one)")
+        server.add_argument("--home", help=argparse.SUPPRESS)
+        server.set_defaults(func=_lazy("server_command", func))
 
 
 def _add_metastore(commands: Commands) -> None:
