@@ -167,7 +167,7 @@ def write_pipeline(ctx: Context, work: Path, topic: str, max_offsets: int, trigg
         "value": {"format": "confluent", "subject": datagen.SUBJECT},
         "key": {"format": "string"},
         "sink": {"table": f"{place}/table", "checkpointLocation": f"{place}/checkpoint",
-                 "quarantineTable": f"{place}/quarantine", "trigger": trigger, "on_error": "quarantine"},
+                 "quarantineTable": f"{place}/quarantine", "trigger": trigger, "onError": "quarantine"},
         "metrics": {"experiment": f"bench/{work.name}", "consumerGroup": f"bench-{work.name}",
                     "commitOffsets": True},
     }

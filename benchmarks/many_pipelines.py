@@ -5,7 +5,11 @@ A project folder of its own gets `--pipelines` pipeline files (conf/pipelines/p<
 on one local master. The run is a fresh process (`--code DIR` puts another checkout first on its PYTHONPATH, to
 compare). Afterwards every table is read with delta-rs: each must hold exactly its topic's records.
 
-    .venv/bin/python benchmarks/many_pipelines.py --home /tmp/many [--pipelines 100] [--records 300] [--code DIR]
+With `--routed` the same topics are read by one pipeline instead, `topicPattern` over them and `routing.by: topic`
+(docs/routing.md): one query, a table per topic, run with `ingest run <file> --available-now`.
+
+    .venv/bin/python benchmarks/many_pipelines.py --home /tmp/many [--pipelines 100] [--records 300] [--routed]
+        [--code DIR]
 
 Prints one JSON line: pipelines, records, wall seconds, rows found, whether every table is exact. The broker (in
 <home>/kafka) is left running for the next run: `ingest kafka stop` with INGEST_HOME=<home>/kafka's parent, or
@@ -30,6 +34,8 @@ def main() -> int:
     p.add_argument("--home", type=Path, required=True, help="the project folder (state, conf, tables)")
     p.add_argument("--pipelines", type=int, default=100, help="pipelines (100)")
     p.add_argument("--records", type=int, default=300, help="records of each topic; the first has 10x (300)")
+    p.add_argument("--routed", action="store_true",
+                   help="one pipeline over all the topics (topicPattern, routing.by: topic) instead of one each")
     p.add_argument("--code", type=Path, help="the checkout to run (default: this one)")
     p.add_argument("--log", type=Path, help="write the run's log here, with -v (Spark's phases of every batch)")
     p.add_argument("--profile", type=Path, help="run the command under cProfile, its statistics written here")
@@ -69,27 +75,34 @@ def main() -> int:
     spark = "".join(f"  {json.dumps(key)}: {json.dumps(value)}\n"
                     for key, value in (setting.split("=", 1) for setting in args.spark))
     spark = f"spark:\n{spark}" if spark else ""
-    for i, topic in enumerate(topics):
+    common = (f"kafka:\n  bootstrap.servers: \"{servers}\"\nsource:\n  startingOffsets: earliest\nvalue:\n"
+              f"  format: confluent\n  subject: orders-value\nkey:\n  format: string\n")
+    tables = {topic: home / "tables" / run / f"p{i}" for i, topic in enumerate(topics)}
+    if args.routed:  # each topic's table at <root>/tables/<topic, normalised> (docs/routing.md)
+        tables = {topic: home / "tables" / run / "tables" / topic.replace("-", "_") for topic in topics}
+        (conf / "routed.yaml").write_text(
+            f"name: routed\ntopicPattern: \"many-{run}-.*\"\n{common}routing:\n  by: topic\n"
+            f"  table: \"{{route}}\"\nsink:\n  root: {home / 'tables' / run}\n" + spark)
+    for i, topic in enumerate([] if args.routed else topics):
         (conf / f"p{i}.yaml").write_text(
-            f"name: p{i}\ntopic: {topic}\nkafka:\n  bootstrap.servers: \"{servers}\"\nsource:\n"
-            f"  startingOffsets: earliest\nvalue:\n  format: confluent\n  subject: orders-value\nkey:\n"
-            f"  format: string\nsink:\n  table: {home / 'tables' / run / f'p{i}'}\n"
+            f"name: p{i}\ntopic: {topic}\n{common}sink:\n  table: {tables[topic]}\n"
             f"  checkpointLocation: {home / 'checkpoints' / run / f'p{i}'}\n" + spark)
     code = str((args.code or REPO).absolute())
     child_env = {**env, "PYTHONPATH": code}
     started = time.monotonic()
     verbose = ["-v"] if args.log else []
     profile = ["-m", "cProfile", "-o", str(args.profile.absolute())] if args.profile else []
-    command = [sys.executable, *profile, "-m", "ingestion.cli", *verbose, "run", "--all", "--available-now"]
+    which = [str(conf / "routed.yaml")] if args.routed else ["--all"]
+    command = [sys.executable, *profile, "-m", "ingestion.cli", *verbose, "run", *which, "--available-now"]
     done = subprocess.run(command, cwd=code, env=child_env, capture_output=True, text=True, check=False)
     wall = time.monotonic() - started
     if args.log:
         args.log.write_text(done.stdout + done.stderr)
     found = {}
-    for i, topic in enumerate(topics):
-        table = DeltaTable(str(home / "tables" / run / f"p{i}"))
-        found[topic] = table.to_pyarrow_table(columns=["_kafka_offset"]).num_rows
-    print(json.dumps({"pipelines": args.pipelines, "records": sum(expected.values()), "wall_s": round(wall, 1),
+    for topic in topics:
+        found[topic] = DeltaTable(str(tables[topic])).to_pyarrow_table(columns=["_kafka_offset"]).num_rows
+    print(json.dumps({"pipelines": args.pipelines, "routed": args.routed, "records": sum(expected.values()),
+                      "wall_s": round(wall, 1),
                       "exit": done.returncode, "rows": sum(found.values()), "exact": found == expected,
                       "code": code}))
     if done.returncode != 0:
