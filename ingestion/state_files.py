@@ -51,13 +51,6 @@ def for_location(location: str, settings: Mapping[str, str] | None = None) -> St
     return None
 
 
-def folders(location: str, settings: Mapping[str, str] | None = None) -> list[str] | None:
-    """The names of the sub-folders of `location` (the common prefixes under it in object storage), sorted; None
-    where `for_location` reaches no files without a JVM."""
-    files = for_location(location, settings)
-    return files.folders(location) if isinstance(files, LocalFiles | ArrowFiles) else None
-
-
 class LocalFiles:
     def read_text(self, location: str) -> str | None:
         path = _local(location)
@@ -79,10 +72,6 @@ class LocalFiles:
     def has_children(self, location: str) -> bool:
         path = _local(location)
         return path.is_dir() and any(path.iterdir())
-
-    def folders(self, location: str) -> list[str]:
-        path = _local(location)
-        return sorted(child.name for child in path.iterdir() if child.is_dir()) if path.is_dir() else []
 
 
 class ArrowFiles:
@@ -117,15 +106,6 @@ class ArrowFiles:
         except FileNotFoundError:
             return False
         return bool(found)
-
-    def folders(self, location: str) -> list[str]:
-        from pyarrow import fs
-
-        try:
-            found = self.fs.get_file_info(fs.FileSelector(self.path(location).rstrip("/"), allow_not_found=True))
-        except FileNotFoundError:
-            return []
-        return sorted(f.base_name for f in found if f.type == fs.FileType.Directory)
 
 
 def _local(location: str) -> Path:

@@ -8,14 +8,13 @@ including those of routes first seen by an earlier run, with nothing to keep in 
 
 from __future__ import annotations
 
-import logging
 import re
 
-from ingestion import state_files
+from ingestion import storage
 from ingestion.config import PipelineConfig
 from ingestion.delta import rs_reads
-
-log = logging.getLogger(__name__)
+from ingestion.delta.reader import JvmFreeReadError
+from ingestion.errors import one_line
 
 
 def name_pattern(config: PipelineConfig) -> re.Pattern[str]:
@@ -29,20 +28,14 @@ def name_pattern(config: PipelineConfig) -> re.Pattern[str]:
 def route_tables(config: PipelineConfig) -> dict[str, str]:
     """The route tables the pipeline has written, table name -> path, sorted by name: the folders under
     `<sink.root>/tables` that the name template can give and whose ledger is the pipeline's, in a local folder or
-    in object storage (S3, ADLS: listed through `state_files`, read with delta-rs and the pipeline's storage
-    options, no JVM)."""
+    in object storage (listed and read with delta-rs and the pipeline's storage options, no JVM)."""
     if config.routing is None:
         return {}
     folder = config.route_path("x").rsplit("/", 1)[0]
-    names = state_files.folders(folder, config.spark)
-    if names is None:
-        log.warning("%s: route tables under %s cannot be listed without a JVM (S3 and ADLS can)", config.name,
-                    folder)
-        return {}
     pattern = name_pattern(config)
     options = config.storage_options() or None
     found = {}
-    for name in names:
+    for name in _folders(folder, options):
         if not pattern.fullmatch(name):
             continue
         path = config.route_path(name)
@@ -50,6 +43,23 @@ def route_tables(config: PipelineConfig) -> dict[str, str]:
         if any(r.pipeline == config.name and r.app_id.endswith(f".{name}") for r in records):
             found[name] = path
     return found
+
+
+def _folders(folder: str, options: dict[str, str] | None) -> list[str]:
+    """The names of the folder's sub-folders, sorted: a local folder's, or the common prefixes under it in object
+    storage (S3, ADLS, GCS: listed by delta-rs's object store, as the tables there are read)."""
+    local = storage.local_folder(folder)
+    if local is not None:
+        return sorted(c.name for c in local.iterdir() if c.is_dir()) if local.is_dir() else []
+    from deltalake.fs import DeltaStorageHandler
+    from pyarrow import fs
+
+    try:
+        found = DeltaStorageHandler(folder, options).get_file_info_selector(
+            fs.FileSelector("", allow_not_found=True))
+    except Exception as exc:  # noqa: BLE001 - a store or credentials delta-rs cannot use: said in one line
+        raise JvmFreeReadError(f"delta-rs cannot list the route tables under {folder}: {one_line(exc)}") from None
+    return sorted(f.base_name for f in found if f.type == fs.FileType.Directory)
 
 
 def ledger_paths(config: PipelineConfig) -> list[str]:
