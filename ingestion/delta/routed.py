@@ -3,20 +3,18 @@
 A route's table is `<sink.root>/tables/<table>`, its name the `routing.table` template's (or a `routing.tables`
 name); it is the pipeline's when its ledger says so: a commit of the pipeline with the txnAppId
 `<checkpoint id>.<table>`. So `status`, `verify`, `history` and the writer's restart all see the same tables,
-including those of routes first seen by an earlier run, with nothing to keep in step.
+including those of routes first seen by an earlier run, with nothing to keep in step, locally as in object storage.
 """
 
 from __future__ import annotations
 
-import logging
 import re
-from pathlib import Path
 
 from ingestion import storage
 from ingestion.config import PipelineConfig
 from ingestion.delta import rs_reads
-
-log = logging.getLogger(__name__)
+from ingestion.delta.reader import JvmFreeReadError
+from ingestion.errors import one_line
 
 
 def name_pattern(config: PipelineConfig) -> re.Pattern[str]:
@@ -28,26 +26,40 @@ def name_pattern(config: PipelineConfig) -> re.Pattern[str]:
 
 
 def route_tables(config: PipelineConfig) -> dict[str, str]:
-    """The route tables the pipeline has written, table name -> path, sorted by name (local tables: an object
-    store's are not listed yet)."""
+    """The route tables the pipeline has written, table name -> path, sorted by name: the folders under
+    `<sink.root>/tables` that the name template can give and whose ledger is the pipeline's, in a local folder or
+    in object storage (listed and read with delta-rs and the pipeline's storage options, no JVM)."""
     if config.routing is None:
         return {}
     folder = config.route_path("x").rsplit("/", 1)[0]
-    if storage.is_object_store(folder):
-        log.warning("%s: route tables in object storage are not listed yet (%s)", config.name, folder)
-        return {}
-    if not Path(folder).is_dir():
-        return {}
     pattern = name_pattern(config)
+    options = config.storage_options() or None
     found = {}
-    for child in sorted(Path(folder).iterdir()):
-        if not pattern.fullmatch(child.name) or not (child / "_delta_log").is_dir():
+    for name in _folders(folder, options):
+        if not pattern.fullmatch(name):
             continue
-        path = config.route_path(child.name)
-        records = rs_reads.history(path) or []
-        if any(r.pipeline == config.name and r.app_id.endswith(f".{child.name}") for r in records):
-            found[child.name] = path
+        path = config.route_path(name)
+        records = rs_reads.history(path, options) or []
+        if any(r.pipeline == config.name and r.app_id.endswith(f".{name}") for r in records):
+            found[name] = path
     return found
+
+
+def _folders(folder: str, options: dict[str, str] | None) -> list[str]:
+    """The names of the folder's sub-folders, sorted: a local folder's, or the common prefixes under it in object
+    storage (S3, ADLS, GCS: listed by delta-rs's object store, as the tables there are read)."""
+    local = storage.local_folder(folder)
+    if local is not None:
+        return sorted(c.name for c in local.iterdir() if c.is_dir()) if local.is_dir() else []
+    from deltalake.fs import DeltaStorageHandler
+    from pyarrow import fs
+
+    try:
+        found = DeltaStorageHandler(folder, options).get_file_info_selector(
+            fs.FileSelector("", allow_not_found=True))
+    except Exception as exc:  # noqa: BLE001 - a store or credentials delta-rs cannot use: said in one line
+        raise JvmFreeReadError(f"delta-rs cannot list the route tables under {folder}: {one_line(exc)}") from None
+    return sorted(f.base_name for f in found if f.type == fs.FileType.Directory)
 
 
 def ledger_paths(config: PipelineConfig) -> list[str]:
@@ -100,8 +112,9 @@ def recorded_offsets(config: PipelineConfig) -> dict[str, dict[str, int]]:
     """Per topic and partition, the offset after the last one any of a routed pipeline's tables holds (each table's
     ledger, read with delta-rs): where an available-now run counts from, and whether it is caught up."""
     out: dict[str, dict[str, int]] = {}
+    options = config.storage_options() or None
     for path in ledger_paths(config):
-        for record in rs_reads.history(path) or []:
+        for record in rs_reads.history(path, options) or []:
             for span in record.ranges:
                 done = out.setdefault(span.topic, {})
                 done[str(span.partition)] = max(done.get(str(span.partition), 0), span.last + 1)

@@ -257,9 +257,10 @@ def read_rows(path: str, version: int | None = None,
         raise _cannot(path, exc) from None
 
 
-def history(path: str) -> list[BatchRecord] | None:
-    """Every commit of the table that records offsets, oldest first; None when there is no Delta table at `path`."""
-    reader = DeltaRsReader()
+def history(path: str, storage_options: dict[str, str] | None = None) -> list[BatchRecord] | None:
+    """Every commit of the table that records offsets, oldest first; None when there is no Delta table at `path`
+    (`storage_options`: delta-rs's, for a table in object storage)."""
+    reader = DeltaRsReader(storage_options)
     return None if reader.version(path) is None else reader.history(path)
 
 

@@ -60,22 +60,34 @@ class PipelineStatus:
 
 @dataclass(frozen=True)
 class RouteTableStatus:
-    """One route table of a routed pipeline (docs/routing.md)."""
+    """One route table of a routed pipeline (docs/routing.md#operating-a-routed-pipeline). Lag is the pipeline's
+    (its tables share the partitions); a table's own position is the age of its last commit and the offsets its
+    ledger holds."""
 
     table: str
     path: str
     table_version: int | None
     last_batch_id: int | None
     rows: int  # rows its stream commits wrote
+    last_batch_at: str | None = None  # when its last stream commit was made
+    last_commit_age_seconds: float | None = None  # how long ago
+    # per topic and partition, the offset after the last one the table holds (a record of another route may come
+    # after it: not lag, except with `by: topic`, where the table's topic is all its own)
+    ingested_up_to: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
-def route_statuses(reader: TableReader, config: PipelineConfig) -> list[RouteTableStatus]:
-    """Each route table of a routed pipeline, from its ledger (delta-rs, no JVM)."""
+def route_statuses(reader: TableReader, config: PipelineConfig, now: dt.datetime) -> list[RouteTableStatus]:
+    """Each route table of a routed pipeline, from its ledger (delta-rs, no JVM), local or in object storage."""
     found = []
     for table, path in routed.route_tables(config).items():
-        stream = [r for r in reader.history(path) if r.kind == BatchKind.STREAM]
-        found.append(RouteTableStatus(table, path, reader.version(path), stream[-1].batch_id if stream else None,
-                                      sum(r.rows for r in stream)))
+        records = reader.history(path)
+        stream = [r for r in records if r.kind == BatchKind.STREAM]
+        last = stream[-1] if stream else None
+        at = last.committed_at.replace(tzinfo=dt.UTC) if last and last.committed_at else None
+        found.append(RouteTableStatus(
+            table, path, reader.version(path), last.batch_id if last else None, sum(r.rows for r in stream),
+            at.isoformat() if at else None, round(max(0.0, (now - at).total_seconds()), 3) if at else None,
+            ledger.next_offsets(records)))
     return found
 
 
@@ -125,6 +137,8 @@ def pipeline_status(source: Source, target: PipelineConfig | PipelineContext,
         partitions.extend(_topic_status(reader, config, settings, topic, marks[topic], recorded.get(topic, {}),
                                         now))
     stream = [r for r in records if r.kind == BatchKind.STREAM]
+    if config.routing is not None:  # the tables' ledgers one after the other: the newest commit of any
+        stream.sort(key=lambda r: r.committed_at or dt.datetime.min)
     last = stream[-1] if stream else None
     maintained = [r for r in records if r.kind in ledger.MAINTENANCE]
     layout = reader.layout(config.table_path)
@@ -138,7 +152,7 @@ def pipeline_status(source: Source, target: PipelineConfig | PipelineContext,
         _maintenance_text(maintained[-1]) if maintained else None,
         layout.oldest_restorable if layout else None,
         topics, gone, group_start, silver_status(config, reader.version(config.table_path)),
-        route_statuses(reader, config) if config.routing is not None else [],
+        route_statuses(reader, config, now) if config.routing is not None else [],
     )
 
 
@@ -193,7 +207,9 @@ def render(status: PipelineStatus) -> str:
              *([_silver_line(status.silver)] if status.silver else []),
              *([f"  {len(status.routes)} route table(s):"] if status.routes else []),
              *(f"    {r.table}: {r.path}, table version {r.table_version}, {r.rows} rows"
-               + (f", last batch {r.last_batch_id}" if r.last_batch_id is not None else "") for r in status.routes),
+               + (f", last batch {r.last_batch_id}" if r.last_batch_id is not None else "")
+               + (f" at {r.last_batch_at} ({r.last_commit_age_seconds:.0f} s ago)"
+                  if r.last_batch_at and r.last_commit_age_seconds is not None else "") for r in status.routes),
              f"  {'partition':>{width}} {'latest':>10} {'ingested':>10} {'lag':>8} {'lag s':>8} {'quarantined':>11}"]
     for p in status.partitions:
         seconds = "-" if p.lag_seconds is None else f"{p.lag_seconds:.1f}"

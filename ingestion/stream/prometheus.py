@@ -10,6 +10,7 @@ counts them), at zero too, so that "no data" never hides "stuck".
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 import logging
 import socket
@@ -22,7 +23,9 @@ from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram
 
 from ingestion import kafka
 from ingestion.config import PipelineConfig
-from ingestion.delta import rs_reads
+from ingestion.delta import routed, rs_reads
+from ingestion.delta.ledger import BatchKind
+from ingestion.delta.reader import JvmFreeReadError
 from ingestion.errors import IngestionError, one_line
 from ingestion.stream.batch import BatchResult
 from ingestion.stream.context import PipelineContext
@@ -90,6 +93,14 @@ class Exporter:
         self.silver_cross_partition = Counter("ingest_silver_cross_partition_keys", "Keys whose changes came "
                                               "from two or more Kafka partitions (no order between them)", per,
                                               registry=r)
+        # a routed pipeline's tables (docs/routing.md#operating-a-routed-pipeline): one series per route table
+        routes = ["pipeline", "table"]
+        self.route_rows = Counter("ingest_route_rows", "Rows written to a route table of a routed pipeline", routes,
+                                  registry=r)
+        self.route_version = Gauge("ingest_route_table_version", "A route table's version after its last commit",
+                                   routes, registry=r)
+        self.route_last_commit = Gauge("ingest_route_last_commit_timestamp_seconds", "When a route table last had "
+                                       "a commit with rows (its ledger's, then this process's)", routes, registry=r)
         self._server: Any = None
         self.pipelines: list[str] = []
         self.address: tuple[str, int] | None = None
@@ -138,6 +149,7 @@ class PipelineMetrics:
         self._partitions: set[tuple[str, str]] = set()
         self._ends: dict[tuple[str, int], int] = {}  # Kafka's end offsets as the last refresh read them
         self._lock = threading.Lock()
+        self._committed_tables: set[str] = set()  # route tables this process committed to (their series are newer)
         self.set_state(PipelineState.STARTING)
         e = exporter
         for counter in (e.batches, e.skipped, e.rows, e.quarantined, e.value_bytes, e.refresh_failures):
@@ -167,6 +179,28 @@ class PipelineMetrics:
         e.last_commit.labels(name).set(time.time())
         if result.version is not None:
             e.version.labels(name).set(result.version)
+        for table, (rows, version) in result.tables.items():  # a routed pipeline: each route table's own
+            with self._lock:
+                self._committed_tables.add(table)
+            e.route_rows.labels(name, table).inc(rows)
+            if version is not None:
+                e.route_version.labels(name, table).set(version)
+            if rows:
+                e.route_last_commit.labels(name, table).set(time.time())
+
+    def route_tables(self, found: Iterable[tuple[str, int | None, float | None]]) -> None:
+        """(table, version, last commit's time) of each route table its ledger knows, read when the run starts:
+        their series from the start, those of tables a batch of this process has set already left as they are."""
+        e, name = self.exporter, self.name
+        with self._lock:
+            for table, version, committed in found:
+                if table in self._committed_tables:
+                    continue
+                e.route_rows.labels(name, table)
+                if version is not None:
+                    e.route_version.labels(name, table).set(version)
+                if committed is not None:
+                    e.route_last_commit.labels(name, table).set(committed)
 
     def lag(self, partitions: Iterable[tuple[str, int, int, int, int, float | None]]) -> None:
         """(topic, partition, Kafka end offset, table offset, lag records, lag seconds) of every partition read;
@@ -308,15 +342,34 @@ class LagRefresher:
 
 
 def table_positions(config: PipelineConfig) -> Positions:
-    """Where the table's ledger says each partition continues, read with delta-rs (no JVM); empty for a new table
-    or one delta-rs cannot read (the lag then counts from each partition's earliest offset until a batch
-    commits)."""
-    recorded = rs_reads.recorded_offsets(config)
+    """Where the table's ledger says each partition continues (a routed pipeline's: all its tables' ledgers
+    together), read with delta-rs (no JVM); empty for a new table or one delta-rs cannot read (the lag then counts
+    from each partition's earliest offset until a batch commits)."""
+    try:
+        recorded = routed.recorded_offsets(config) if config.routing is not None else rs_reads.recorded_offsets(config)
+    except JvmFreeReadError as exc:
+        log.debug("%s: %s", config.name, exc)
+        recorded = None
     if recorded is None:
         log.warning("%s: the table's offsets cannot be read without a JVM; lag counts from the first batch",
                     config.name)
         return {}
     return {t: {int(p): o for p, o in parts.items()} for t, parts in recorded.items()}
+
+
+def route_table_marks(config: PipelineConfig) -> list[tuple[str, int | None, float | None]]:
+    """(table, version, when its last stream commit was made) of each route table of a routed pipeline, from the
+    tables' ledgers (delta-rs, local or in object storage); empty when delta-rs cannot read them."""
+    reader = rs_reads.DeltaRsReader(config.storage_options() or None)
+    found = []
+    try:
+        for table, path in routed.route_tables(config).items():
+            stream = [r for r in reader.history(path) if r.kind == BatchKind.STREAM]
+            at = stream[-1].committed_at if stream else None
+            found.append((table, reader.version(path), at.replace(tzinfo=dt.UTC).timestamp() if at else None))
+    except JvmFreeReadError as exc:
+        log.warning("%s: the route tables' series start with their first commit: %s", config.name, exc)
+    return found
 
 
 def watch(exporter: Exporter, ctx: PipelineContext, *, available_now: bool = False,
@@ -329,8 +382,12 @@ def watch(exporter: Exporter, ctx: PipelineContext, *, available_now: bool = Fal
     metrics = exporter.pipeline(config.name, trigger)
     interval = duration_seconds(config.metrics.prometheus.lag_interval) or 15.0
     known = None if recorded is None else {t: {int(p): o for p, o in parts.items()} for t, parts in recorded.items()}
-    refresher = LagRefresher(metrics, ctx.kafka.client, lambda: ctx.partitions,
-                             (lambda: known) if known is not None else lambda: table_positions(config), interval)
+    def start_positions() -> Positions:  # on the refresher's thread, at its first refresh
+        if config.routing is not None:
+            metrics.route_tables(route_table_marks(config))
+        return known if known is not None else table_positions(config)
+
+    refresher = LagRefresher(metrics, ctx.kafka.client, lambda: ctx.partitions, start_positions, interval)
     refresher.final_refresh = available_now
     return refresher
 
