@@ -108,6 +108,20 @@ def local_generations(driver_memory: str) -> str:
 LOCAL_METASPACE = "-XX:MetaspaceSize=256m"
 
 
+# When the local JVM's JIT compiles a method: ten times later than Java's defaults for C2 (level 4), and C1's
+# profiled code (level 3) at 2,000 calls instead of 200. A run's per-record methods (the Kafka fetch, from_avro,
+# Parquet's encoders, Delta's statistics) pass those counts in the first few thousand records of a batch, so they
+# are compiled as soon as before; what no longer is are the methods called a few thousand times per run (Spark's SQL
+# parser, the analyser, class loading, task serialization), which a JVM on 2 cores compiled in the first batch
+# beside its tasks: with Java's thresholds a 1,000,000-record run spent 13.8 of its 36 CPU seconds in the compiler
+# threads, 7.1 with these (docs/performance.md#a-runs-fixed-cost). A pipeline's own -XX:Tier... options come later
+# and win.
+LOCAL_JIT = ("-XX:Tier3InvocationThreshold=2000 -XX:Tier3MinInvocationThreshold=1000 "
+             "-XX:Tier3CompileThreshold=20000 -XX:Tier3BackEdgeThreshold=600000 "
+             "-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
+             "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000")
+
+
 # Delta rebuilds a table's state from its log (for a checkpoint, a reader, and the txnAppId check when the
 # checksum cannot answer) with 50 tasks by default: seconds of task overhead on a small machine. Local masters use
 # half their cores: a checkpoint written beside the batches (log_checkpoints) then leaves the other half to them
@@ -205,7 +219,7 @@ def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[s
     java_opts = f"-Dlog4j2.configurationFile={LOG4J_CONFIG} {limits}"
     driver_opts = f"{java_opts} {jvm_error_file()}"  # the driver's JVM is this machine's
     if local:
-        driver_opts += " " + LOCAL_METASPACE
+        driver_opts += f" {LOCAL_METASPACE} {LOCAL_JIT}"
     if local and not _GC_CHOICE.search(caller.get("spark.driver.extraJavaOptions", "")):
         driver_opts += f" {LOCAL_GC}"
         if pipelines <= GENERATIONS_MAX_QUERIES:

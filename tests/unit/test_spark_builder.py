@@ -62,6 +62,12 @@ def test_a_local_jvm_gets_a_small_heap_and_the_serial_collector_unless_the_pipel
     assert " -XX:MetaspaceSize=256m" in driver("local[2]")
     assert driver("local[2]", {"spark.driver.extraJavaOptions": "-XX:MetaspaceSize=64m"}).endswith("=64m")
     assert "Metaspace" not in driver("spark://127.0.0.1:7077")
+    # the JIT compiles later than Java's defaults on a local master (fewer compilations of code run a few thousand
+    # times per run); a pipeline's own thresholds come later and win; a cluster's driver keeps Java's
+    assert " -XX:Tier4InvocationThreshold=50000 " in driver("local[2]")
+    assert driver("local[2]", {"spark.driver.extraJavaOptions": "-XX:Tier4InvocationThreshold=5000"}).endswith(
+        " -XX:Tier4InvocationThreshold=5000")
+    assert "Tier" not in driver("spark://127.0.0.1:7077")
 
 
 def test_a_session_of_many_pipelines_gets_a_heap_that_grows_with_them() -> None:
