@@ -341,15 +341,18 @@ def _check_routing(config: PipelineConfig) -> None:
                           f"jsonschema) or by _kafka_key; with value.format {value.format} route by recordName or "
                           f"header, got field {routing.route_field!r}")
     if by == "recordName":
-        if value.format != "confluent":
+        if value.format not in ("confluent", "protobuf"):
             raise ConfigError(f"{file}: key 'routing.by' is recordName, which reads each record's schema id: "
-                              f"value.format must be confluent (Avro; Protobuf's message indexes not yet), got "
+                              f"value.format must be confluent (Avro) or protobuf (with its message indexes), got "
                               f"{value.format!r}")
         if value.subject or value.subject_name_strategy == "TopicNameStrategy" or value.record_name:
             raise ConfigError(f"{file}: key 'routing.by' is recordName: set value.subjectNameStrategy to "
                               f"TopicRecordNameStrategy or RecordNameStrategy (a subject per record type) and no "
                               f"value.subject or value.recordName, got subjectNameStrategy "
                               f"{value.subject_name_strategy!r}")
+        if value.message_name:
+            raise ConfigError(f"{file}: key 'value.messageName' pins one message, but routing.by recordName gives "
+                              f"each message its table: remove it, got {value.message_name!r}")
     if by == "topic" and len(config.topics) == 1:
         raise ConfigError(f"{file}: key 'routing.by' is topic, but the pipeline reads one topic: use topics or "
                           f"topicPattern, got topic {config.topic!r}")

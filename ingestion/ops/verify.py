@@ -149,10 +149,9 @@ def _misrouted(ctx: PipelineContext) -> list[MisroutedRows]:
     for table, path in routed.route_tables(config).items():
         wrong: list[tuple[str, int, int, str]] = []
         for topic, partition, offset, key in route_keys_in_table(config, path):
-            route = names.route(key)
-            belongs = config.route_table(route.value) if route is not None else None
-            if belongs != table:
-                wrong.append((topic, partition, offset, belongs or f"quarantine ({names.reason(key)})"))
+            belongs = names.tables_of_row(key)
+            if table not in belongs:
+                wrong.append((topic, partition, offset, " or ".join(belongs) or f"quarantine ({names.reason(key)})"))
         if wrong:
             found.append(MisroutedRows(table, len(wrong), [list(w) for w in wrong[:MAX_SHOWN]]))
     return found

@@ -82,8 +82,10 @@ def test_each_routing_mistake_is_one_line_naming_the_key_and_value(tmp_path: Pat
 
 @pytest.mark.parametrize(("text", "key"), [
     ("topic: o\nvalue: {subject: o-value}\nrouting: {by: recordName}", "routing.by"),  # one subject, no types
-    ("topic: o\nvalue: {format: protobuf, subjectNameStrategy: RecordNameStrategy}\nrouting: {by: recordName}",
-     "routing.by"),  # Protobuf's message indexes: not yet
+    ("topic: o\nvalue: {format: jsonschema, subjectNameStrategy: RecordNameStrategy}\nrouting: {by: recordName}",
+     "routing.by"),  # JSON Schema: route by a field
+    ("topic: o\nvalue: {format: protobuf, subjectNameStrategy: RecordNameStrategy, messageName: a.B}\n"
+     "routing: {by: recordName}", "value.messageName"),  # each message its table: none pinned
     ("topic: o\nvalue: {format: avro, subject: s}\nrouting: {by: header, header: h}\nsilver: {key: [id]}",
      "silver"),
     ("topic: o\nvalue: {subject: o-value}\nrouting: {by: field, field: kind}", "routing.field"),  # Avro values
