@@ -368,11 +368,19 @@ def _check_routing(config: PipelineConfig) -> None:
         if not _TABLE_NAME.fullmatch(table):
             raise ConfigError(f"{file}: key 'routing.tables.{route}' must be a table name (letters, digits, '_', "
                               f"'-', '.'), got {table!r}")
-    for key, present in (("silver", config.silver is not None), ("expectations", bool(config.expectations)),
-                         ("sink.table", bool(config.sink.table))):
+    if config.silver is not None:
+        raise ConfigError(f"{file}: key 'silver' is a routed pipeline's per route: write it under "
+                          f"routing.silver.<route> (docs/routing.md#silver-over-a-route-table), got silver.key "
+                          f"{list(config.silver.key)!r}")
+    for key, present in (("expectations", bool(config.expectations)), ("sink.table", bool(config.sink.table))):
         if present:
             raise ConfigError(f"{file}: key {key!r} is not supported with routing: yet (each route's table is "
                               f"<sink.root>/tables/<table>; docs/routing.md#not-yet), remove it or routing:")
+    for route in routing.silver:
+        try:
+            _check_silver(config.routed(route))
+        except ConfigError as exc:  # the route's section, named as written
+            raise ConfigError(str(exc).replace("'silver.", f"'routing.silver.{route}.")) from None
 
 
 _RULE_NAME = re.compile(r"[a-z0-9_]+")

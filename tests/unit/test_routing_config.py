@@ -128,3 +128,18 @@ def test_commands_of_one_bronze_table_refuse_a_routed_pipeline_in_one_line(
     assert main([*command[:where], str(path), *command[where:]]) == 1
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "key 'routing'" in err and "not supported yet" in err, err
+
+
+def test_routing_silver_gives_each_named_route_its_silver_section(tmp_path: Path) -> None:
+    config = load(tmp_path, ROUTED + "  silver:\n    OrderPaid: {key: id}\n"
+                                     "    ordercreated: {key: [id], mode: history}\n")
+    silvers = config.route_silvers()
+    assert sorted(silvers) == ["orders_created", "orders_orderpaid"]  # routing.tables names OrderCreated's table
+    paid = silvers["orders_orderpaid"]
+    assert paid.silver is not None and paid.silver.key == ("id",) and paid.silver_path == paid.table_path + "_silver"
+    assert silvers["orders_created"].silver is not None and silvers["orders_created"].silver.mode == "history"
+    assert config.routed("OrderCreated").silver == silvers["orders_created"].silver  # the value as read, too
+    assert config.routed("OrderCancelled").silver is None
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, ROUTED + "  silver:\n    OrderPaid: {key: [id], trackHistoryOn: [amount]}\n")
+    assert "\n" not in str(info.value) and "key 'routing.silver.OrderPaid.trackHistoryOn'" in str(info.value)

@@ -47,6 +47,11 @@ def silver_status(args: argparse.Namespace) -> int:
     from ingestion.ops import silver_status as status
 
     config = load(args.pipeline)
+    if config.routing is not None and config.routing.silver:  # a silver per route: each route table's
+        states = {table: status.silver_state(route) for table, route in config.route_silvers().items()}
+        print(json.dumps({t: s.to_json() for t, s in states.items()}, indent=2) if args.json else
+              "\n".join(f"route table {t}: {status.render(s)}" for t, s in states.items()))
+        return 0
     try:
         found = status.silver_state(config)
     except JvmFreeReadError as exc:
@@ -80,6 +85,10 @@ def _silver(args: argparse.Namespace) -> Any:
     from ingestion.silver.follower import SilverFollower
 
     config, spark = pipeline_session(args.pipeline)
+    if config.routing is not None and config.routing.silver:
+        raise ConfigError(f"{config.file}: key 'routing.silver' keeps a silver per route, which `ingest run` steps "
+                          f"(--available-now drains them); silver run and rebuild of a route are not supported yet, "
+                          f"got routes {sorted(config.routing.silver)}")
     if config.silver is None:
         raise ConfigError(f"{config.file}: pipeline {config.name!r} has no 'silver' section (docs/cdc.md)")
     return SilverFollower(spark, config)
