@@ -372,10 +372,9 @@ def _check_routing(config: PipelineConfig) -> None:
         raise ConfigError(f"{file}: key 'silver' is a routed pipeline's per route: write it under "
                           f"routing.silver.<route> (docs/routing.md#silver-over-a-route-table), got silver.key "
                           f"{list(config.silver.key)!r}")
-    for key, present in (("expectations", bool(config.expectations)), ("sink.table", bool(config.sink.table))):
-        if present:
-            raise ConfigError(f"{file}: key {key!r} is not supported with routing: yet (each route's table is "
-                              f"<sink.root>/tables/<table>; docs/routing.md#not-yet), remove it or routing:")
+    if config.sink.table:
+        raise ConfigError(f"{file}: key 'sink.table' is not supported with routing: yet (each route's table is "
+                          f"<sink.root>/tables/<table>; docs/routing.md#not-yet), remove it or routing:")
     for route in routing.silver:
         try:
             _check_silver(config.routed(route))
