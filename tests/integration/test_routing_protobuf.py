@@ -151,3 +151,24 @@ def test_protobuf_route_keys_are_the_same_on_both_paths(spark: Any, tmp_path: Pa
         routes.Route("Audit", shop.AUDIT), routes.Route("Order", shop.TWO_ORDER), routes.Route("Line", LINE), None]
     assert names.reason("7:029003") == "message indexes [200] name no message of schema id 7"
     assert names.tables_of_row("7") == ["k_audit", "k_line", "k_order"]
+
+
+def test_init_scaffolds_a_routed_protobuf_pipeline_from_message_subjects_in_schemas_folder(
+        kafka_servers: str, make_topic: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ingestion.ops import init
+
+    topic = make_topic(partitions=1)
+    conf, schemas = tmp_path / "conf", tmp_path / "schemas"
+    conf.mkdir()
+    (conf / "defaults.yaml").write_text(json.dumps({"kafka": {"bootstrap.servers": kafka_servers}}))
+    for message in (shop.AUDIT, shop.TWO_ORDER):  # one file, a subject per message (TopicRecordNameStrategy)
+        folder = schemas / f"{topic}-{message}"
+        folder.mkdir(parents=True)
+        (folder / "1.proto").write_text((shop.PROTO.parent / "two.proto").read_text())
+    monkeypatch.setenv("INGEST_CONF_DIR", str(conf))
+    monkeypatch.setenv("INGEST_SCHEMAS_DIR", str(schemas))
+    config = init.draft(topic, "bar").config
+    assert config.routing is not None and config.routing.by == "recordName"
+    assert (config.value.format, config.value.subject_name_strategy) == ("protobuf", "TopicRecordNameStrategy")
+    route = config.routed("Order", record=shop.TWO_ORDER)
+    assert (route.value.message_name, route.value_subjects([topic])) == (shop.TWO_ORDER, [f"{topic}-{shop.TWO_ORDER}"])
