@@ -375,11 +375,18 @@ def _check_routing(config: PipelineConfig) -> None:
     if config.sink.table:
         raise ConfigError(f"{file}: key 'sink.table' is not supported with routing: yet (each route's table is "
                           f"<sink.root>/tables/<table>; docs/routing.md#not-yet), remove it or routing:")
+    silver_paths: dict[str, str] = {}
     for route in routing.silver:
+        routed = config.routed(route)
         try:
-            _check_silver(config.routed(route))
+            _check_silver(routed)
         except ConfigError as exc:  # the route's section, named as written
             raise ConfigError(str(exc).replace("'silver.", f"'routing.silver.{route}.")) from None
+        path = (routed.silver_path or "").rstrip("/")
+        if path in silver_paths:
+            raise ConfigError(f"{file}: key 'routing.silver.{route}.table' names the silver table of route "
+                              f"{silver_paths[path]!r} too: each route needs its own, got {path!r}")
+        silver_paths[path] = route
 
 
 _RULE_NAME = re.compile(r"[a-z0-9_]+")

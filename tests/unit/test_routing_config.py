@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,7 @@ def test_routing_silver_gives_each_named_route_its_silver_section(tmp_path: Path
     with pytest.raises(ConfigError) as info:
         load(tmp_path, ROUTED + "  silver:\n    OrderPaid: {key: [id], trackHistoryOn: [amount]}\n")
     assert "\n" not in str(info.value) and "key 'routing.silver.OrderPaid.trackHistoryOn'" in str(info.value)
+    with pytest.raises(ConfigError, match=re.escape("key 'routing.silver.OrderPaid.table' names the silver table "
+                                                    "of route 'OrderCreated' too")):
+        load(tmp_path, ROUTED + "  silver:\n    OrderCreated: {key: id, table: /s/x}\n"
+                                "    OrderPaid: {key: id, table: /s/x}\n")
