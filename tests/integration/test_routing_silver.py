@@ -1,7 +1,7 @@
 """Silver over a route table (`routing.silver`, docs/routing.md#silver-over-a-route-table): one route of a routed
 pipeline keeps a current-state table, equal to the fold of that route's records, in a streaming run (its follower
 started once the route's table is made: a rebuild, then an incremental step); the other route has none; `verify`
-and `silver status` see the route's silver."""
+and `silver status` see the route's silver, `silver rebuild --route` rebuilds it."""
 
 from __future__ import annotations
 
@@ -102,3 +102,8 @@ routing:
     assert main(["silver", "status", str(path), "--json"]) == 0
     state = json.loads(capsys.readouterr().out)["shop_sale"]
     assert (state["rows"], state["lag_versions"]) == (len(fold()), 0)
+
+    assert main(["silver", "rebuild", str(path), "--route", "Sale"]) == 0  # a route's silver, by its value
+    assert str(ledger.records(spark, sale.silver_path)[0][1].kind) == "rebuild" and silver_rows() == fold()
+    assert main(["silver", "run", str(path)]) == 1  # which route: said in one line
+    assert "name one with --route (one of ['Sale'])" in capsys.readouterr().err
