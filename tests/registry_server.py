@@ -22,7 +22,9 @@ from urllib.parse import unquote, urlsplit
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
 
-def _canonical(text: str) -> str:
+def _canonical(text: str, schema_type: str = "AVRO") -> str:
+    if schema_type == "PROTOBUF":  # a .proto file's text: the same text is the same schema
+        return text.strip()
     return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
 
 
@@ -33,6 +35,7 @@ class RegistryServer:
         self.cert_file, self.key_file, self.users = cert_file, key_file, users
         self.subjects: dict[str, list[int]] = {}  # subject -> schema id of each version (version = index + 1)
         self.schemas: dict[int, str] = {}  # schema id -> schema text as registered
+        self.types: dict[int, str] = {}  # schema id -> its schemaType, when not AVRO
         self.requests: list[tuple[str, str, int]] = []  # (method, path, status)
         self.lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -65,19 +68,28 @@ class RegistryServer:
             self._server.server_close()
             self._server = None
 
-    def register(self, subject: str, schema: str) -> int:
+    def register(self, subject: str, schema: str, schema_type: str = "AVRO") -> int:
         """Register `schema` under `subject` as the registry does: the same schema keeps its id everywhere, and a
-        subject gets a new version only for a schema it does not hold yet."""
+        subject gets a new version only for a schema it does not hold yet. `schema_type`: AVRO, or PROTOBUF (a
+        .proto file's text without references)."""
         with self.lock:
-            wanted = _canonical(schema)
-            schema_id = next((i for i, text in self.schemas.items() if _canonical(text) == wanted), None)
+            wanted = _canonical(schema, schema_type)
+            schema_id = next((i for i, text in self.schemas.items() if self.types.get(i, "AVRO") == schema_type
+                              and _canonical(text, schema_type) == wanted), None)
             if schema_id is None:
                 schema_id = max(self.schemas, default=0) + 1
                 self.schemas[schema_id] = schema
+                if schema_type != "AVRO":
+                    self.types[schema_id] = schema_type
             versions = self.subjects.setdefault(subject, [])
             if schema_id not in versions:
                 versions.append(schema_id)
             return schema_id
+
+    def schema_type(self, schema_id: int) -> dict[str, str]:
+        """The `schemaType` of a schema's answers: left out for Avro, as the registry does."""
+        found = self.types.get(schema_id)
+        return {"schemaType": found} if found else {}
 
     def ids_requested(self) -> list[int]:
         """Schema ids fetched by id, in request order."""
@@ -129,12 +141,12 @@ class _Handler(BaseHTTPRequestHandler):
             if method == "GET" and parts == ["subjects"]:
                 return 200, sorted(registry.subjects)
             if method == "GET" and parts == ["schemas", "types"]:
-                return 200, ["AVRO"]
+                return 200, ["AVRO", "PROTOBUF"]
             if method == "GET" and len(parts) == 3 and parts[:2] == ["schemas", "ids"] and parts[2].isdigit():
                 text = registry.schemas.get(int(parts[2]))
                 if text is None:
                     return 404, {"error_code": 40403, "message": f"Schema {parts[2]} not found"}
-                return 200, {"schema": text}
+                return 200, {"schema": text, **registry.schema_type(int(parts[2]))}
             if len(parts) >= 2 and parts[0] == "subjects" and not (method == "POST" and len(parts) == 3):
                 versions = registry.subjects.get(parts[1])
                 if versions is None and not (method == "POST" and len(parts) == 2):
@@ -150,7 +162,7 @@ class _Handler(BaseHTTPRequestHandler):
             if not isinstance(body, dict) or not isinstance(body.get("schema"), str):
                 return 422, {"error_code": 42201, "message": "Invalid schema"}
             try:
-                schema_id = registry.register(parts[1], body["schema"])
+                schema_id = registry.register(parts[1], body["schema"], body.get("schemaType") or "AVRO")
             except ValueError:
                 return 422, {"error_code": 42201, "message": "Invalid schema"}
             return 200, {"id": schema_id}
@@ -162,7 +174,7 @@ class _Handler(BaseHTTPRequestHandler):
             return 404, {"error_code": 40402, "message": f"Version {which} not found."}
         schema_id = versions[index - 1]
         return 200, {"subject": subject, "version": index, "id": schema_id,
-                     "schema": self.server_registry.schemas[schema_id]}
+                     "schema": self.server_registry.schemas[schema_id], **self.server_registry.schema_type(schema_id)}
 
     def _lookup(self, subject: str, versions: list[int]) -> tuple[int, Any]:
         body = self._body()
@@ -170,11 +182,14 @@ class _Handler(BaseHTTPRequestHandler):
             return 422, {"error_code": 42201, "message": "Invalid schema"}
         if not versions:
             return 404, {"error_code": 40401, "message": f"Subject '{subject}' not found."}
-        wanted = _canonical(body["schema"])
+        schema_type = body.get("schemaType") or "AVRO"
+        wanted = _canonical(body["schema"], schema_type)
+        registry = self.server_registry
         for index, schema_id in enumerate(versions, start=1):
-            if _canonical(self.server_registry.schemas[schema_id]) == wanted:
+            if registry.types.get(schema_id, "AVRO") == schema_type and \
+                    _canonical(registry.schemas[schema_id], schema_type) == wanted:
                 return 200, {"subject": subject, "version": index, "id": schema_id,
-                             "schema": self.server_registry.schemas[schema_id]}
+                             "schema": registry.schemas[schema_id], **registry.schema_type(schema_id)}
         return 404, {"error_code": 40403, "message": "Schema not found"}
 
     def _body(self) -> Any:

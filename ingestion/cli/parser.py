@@ -232,17 +232,24 @@ def _add_silver(commands: Commands) -> None:
     s_run = s_cmds.add_parser("run", help="merge every bronze version silver does not hold yet, then exit (ingest "
                               "run does this itself; this runs silver alone)")
     s_run.add_argument("pipeline")
+    _route_option(s_run)
     s_run.set_defaults(func=_lazy("silver_command", "silver_run"))
     s_rebuild = s_cmds.add_parser("rebuild", help="recompute silver from bronze's rows (whole), or put back its "
                                   "state at a bronze version and merge what bronze committed after it")
     s_rebuild.add_argument("pipeline")
     s_rebuild.add_argument("--from-version", type=int, metavar="N", help="start from silver's state at bronze "
                            "version N (its newest commit at or before N) instead of from nothing")
+    _route_option(s_rebuild)
     s_rebuild.set_defaults(func=_lazy("silver_command", "silver_rebuild"))
     s_status = s_cmds.add_parser("status", help="silver's bronze version, lag, rows and its last steps")
     s_status.add_argument("pipeline")
     s_status.add_argument("--json", action="store_true", help="one JSON document for scripts")
     s_status.set_defaults(func=_lazy("silver_command", "silver_status"))
+
+
+def _route_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--route", metavar="ROUTE", help="a routed pipeline's route whose silver (routing.silver) "
+                        "to act on, by its value or table name")
 
 
 def _add_quarantine(commands: Commands) -> None:

@@ -341,15 +341,18 @@ def _check_routing(config: PipelineConfig) -> None:
                           f"jsonschema) or by _kafka_key; with value.format {value.format} route by recordName or "
                           f"header, got field {routing.route_field!r}")
     if by == "recordName":
-        if value.format != "confluent":
+        if value.format not in ("confluent", "protobuf"):
             raise ConfigError(f"{file}: key 'routing.by' is recordName, which reads each record's schema id: "
-                              f"value.format must be confluent (Avro; Protobuf's message indexes not yet), got "
+                              f"value.format must be confluent (Avro) or protobuf (with its message indexes), got "
                               f"{value.format!r}")
         if value.subject or value.subject_name_strategy == "TopicNameStrategy" or value.record_name:
             raise ConfigError(f"{file}: key 'routing.by' is recordName: set value.subjectNameStrategy to "
                               f"TopicRecordNameStrategy or RecordNameStrategy (a subject per record type) and no "
                               f"value.subject or value.recordName, got subjectNameStrategy "
                               f"{value.subject_name_strategy!r}")
+        if value.message_name:
+            raise ConfigError(f"{file}: key 'value.messageName' pins one message, but routing.by recordName gives "
+                              f"each message its table: remove it, got {value.message_name!r}")
     if by == "topic" and len(config.topics) == 1:
         raise ConfigError(f"{file}: key 'routing.by' is topic, but the pipeline reads one topic: use topics or "
                           f"topicPattern, got topic {config.topic!r}")
@@ -365,11 +368,25 @@ def _check_routing(config: PipelineConfig) -> None:
         if not _TABLE_NAME.fullmatch(table):
             raise ConfigError(f"{file}: key 'routing.tables.{route}' must be a table name (letters, digits, '_', "
                               f"'-', '.'), got {table!r}")
-    for key, present in (("silver", config.silver is not None), ("expectations", bool(config.expectations)),
-                         ("sink.table", bool(config.sink.table))):
-        if present:
-            raise ConfigError(f"{file}: key {key!r} is not supported with routing: yet (each route's table is "
-                              f"<sink.root>/tables/<table>; docs/routing.md#not-yet), remove it or routing:")
+    if config.silver is not None:
+        raise ConfigError(f"{file}: key 'silver' is a routed pipeline's per route: write it under "
+                          f"routing.silver.<route> (docs/routing.md#silver-over-a-route-table), got silver.key "
+                          f"{list(config.silver.key)!r}")
+    if config.sink.table:
+        raise ConfigError(f"{file}: key 'sink.table' is not supported with routing: yet (each route's table is "
+                          f"<sink.root>/tables/<table>; docs/routing.md#not-yet), remove it or routing:")
+    silver_paths: dict[str, str] = {}
+    for route in routing.silver:
+        routed = config.routed(route)
+        try:
+            _check_silver(routed)
+        except ConfigError as exc:  # the route's section, named as written
+            raise ConfigError(str(exc).replace("'silver.", f"'routing.silver.{route}.")) from None
+        path = (routed.silver_path or "").rstrip("/")
+        if path in silver_paths:
+            raise ConfigError(f"{file}: key 'routing.silver.{route}.table' names the silver table of route "
+                              f"{silver_paths[path]!r} too: each route needs its own, got {path!r}")
+        silver_paths[path] = route
 
 
 _RULE_NAME = re.compile(r"[a-z0-9_]+")

@@ -68,6 +68,11 @@ def _coerce(hint: Any, value: Any, file: Path, key: str, *, partial: bool = Fals
             raise ConfigError(f"{file}: key {key!r} must be a list of mappings, got {shown(key, value)}")
         item = typing.cast(type, typing.get_args(hint)[0])
         return tuple(_coerce(item, v, file, f"{key}[{i}]", partial=partial) for i, v in enumerate(value))
+    if origin in (Mapping, dict) and dataclasses.is_dataclass(typing.get_args(hint)[1]):  # sections by name
+        if not isinstance(value, dict):
+            raise ConfigError(f"{file}: key {key!r} must be a mapping of sections by name, got {shown(key, value)}")
+        item = typing.cast(type, typing.get_args(hint)[1])
+        return {str(k): _coerce(item, v, file, f"{key}.{k}", partial=partial) for k, v in value.items()}
     if origin is tuple:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{file}: key {key!r} must be a list of names, got {shown(key, value)}")

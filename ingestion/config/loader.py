@@ -147,9 +147,10 @@ def parse_pipeline(data: object, file: Path) -> PipelineConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{file}: expected a mapping of settings at the top level, got {data!r}")
     data = _renamed(data, file)
-    silver = data.get("silver")
-    if isinstance(silver, dict) and isinstance(silver.get("key"), str):  # `key: id` for `key: [id]`
-        data = {**data, "silver": {**silver, "key": [silver["key"]]}}
+    data = {**data, "silver": _key_list(data.get("silver"))} if "silver" in data else data
+    routing = data.get("routing")
+    if isinstance(routing, dict) and isinstance(routing.get("silver"), dict):
+        data = {**data, "routing": {**routing, "silver": {k: _key_list(v) for k, v in routing["silver"].items()}}}
     config = coerce.build(PipelineConfig, _interpolate(data, file, ""), file, "")
     config = dataclasses.replace(config, file=file, **checks.topics(config, file))
     if config.topic and (config.routing is None or config.routing.by != "recordName"):
@@ -163,6 +164,13 @@ def parse_pipeline(data: object, file: Path) -> PipelineConfig:
     source = data.get("source")
     checks.check(config, set(source) if isinstance(source, dict) else set())
     return config
+
+
+def _key_list(silver: Any) -> Any:
+    """A `silver:` section's `key: id` as `key: [id]`."""
+    if isinstance(silver, dict) and isinstance(silver.get("key"), str):
+        return {**silver, "key": [silver["key"]]}
+    return silver
 
 
 def _interpolate(value: Any, file: Path, where: str) -> Any:

@@ -247,12 +247,18 @@ class RoutingOptions:
     header: str = ""
     table: str = "{pipeline}_{route}"  # each route's table name
     tables: Mapping[str, str] = field(default_factory=dict)  # explicit table names of some routes
+    # a current-state table over some routes' tables, by route value: each as a pipeline's `silver:` section
+    silver: Mapping[str, SilverOptions] = field(default_factory=dict)
 
     def table_for(self, pipeline: str, value: str) -> str:
         """The table of a route value: `tables`' name for it (the value as read, or normalised), else `table`."""
         route = route_name(value)
-        explicit = self.tables.get(value) or self.tables.get(route)
+        explicit = self.tables.get(value) or next((t for k, t in self.tables.items() if route_name(k) == route), "")
         return explicit or self.table.format(pipeline=pipeline, route=route)
+
+    def silver_for(self, value: str) -> SilverOptions | None:
+        """The `silver` section of a route value (given by the value as read, or normalised), if any."""
+        return next((s for k, s in self.silver.items() if k == value or route_name(k) == route_name(value)), None)
 
 
 @dataclass(frozen=True)
@@ -366,7 +372,7 @@ class PipelineConfig:
             catalog_table=f"{_namespace(names[0])}{table}" if names else "",
             quarantine_catalog_table=names[1] if names else "")
         # The pipeline's name stays: its ledger records say which pipeline wrote the table (`delta.routed`).
-        routed = dataclasses.replace(self, sink=sink, routing=None, silver=None)
+        routed = dataclasses.replace(self, sink=sink, routing=None, silver=self.routing.silver_for(value))
         if record:
             protobuf = self.value.format == "protobuf"
             routed = dataclasses.replace(routed, value=dataclasses.replace(
@@ -375,6 +381,13 @@ class PipelineConfig:
             routed = dataclasses.replace(routed, topics=topics, topic=topics[0] if len(topics) == 1 else "",
                                          topic_pattern="")
         return routed
+
+    def route_silvers(self) -> dict[str, PipelineConfig]:
+        """The routes with a silver table (`routing.silver`): route table name -> the route's config, whose silver
+        section and paths (`table_path` the route's table, `silver_path` beside it) are the route's."""
+        if self.routing is None:
+            return {}
+        return {self.route_table(value): self.routed(value) for value in sorted(self.routing.silver)}
 
     @property
     def checkpoint_path(self) -> str:

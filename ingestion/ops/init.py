@@ -50,7 +50,9 @@ def draft(topic: str, name: str | None = None) -> Draft:
     value_subject = config.value.subject
     records = sorted(x for x in subjects if x.startswith(f"{topic}-") and x not in (value_subject, f"{topic}-key"))
     if value_subject not in subjects and len(records) > 1:
-        return _routed(topic, name, path, len(partitions), records)
+        versions = source.versions(records[0])
+        protobuf = protobuf_schemas.is_document(versions[max(versions)])
+        return _routed(topic, name, path, len(partitions), records, protobuf)
     if value_subject not in subjects:
         where = "the schema registry" if config.value.registry else "schemas/"
         raise IngestionError(f"topic {topic!r}: no subject {value_subject!r} in {where}"
@@ -91,9 +93,9 @@ def draft(topic: str, name: str | None = None) -> Draft:
     return Draft(inherited(_parsed(text), path), text)
 
 
-def _routed(topic: str, name: str, path: Path, partitions: int, records: list[str]) -> Draft:
-    """The file of a topic whose values are several record types, a subject each (TopicRecordNameStrategy): a
-    routed pipeline, a table per record type (docs/routing.md)."""
+def _routed(topic: str, name: str, path: Path, partitions: int, records: list[str], protobuf: bool) -> Draft:
+    """The file of a topic whose values are several record types (Avro records, or Protobuf messages), a subject
+    each (TopicRecordNameStrategy): a routed pipeline, a table per record type (docs/routing.md)."""
     types = [x[len(topic) + 1:] for x in records]
     tables = ", ".join(f"{name}_{route_name(t.rpartition('.')[2])}" for t in types)
     text = "\n".join([
@@ -101,7 +103,7 @@ def _routed(topic: str, name: str, path: Path, partitions: int, records: list[st
         f"types, a subject each: {', '.join(records)}",
         f"name: {name}",
         f"topic: {_yaml_text(topic)}",
-        "value: {subjectNameStrategy: TopicRecordNameStrategy}",
+        f"value: {{{'format: protobuf, ' if protobuf else ''}subjectNameStrategy: TopicRecordNameStrategy}}",
         f"routing: {{by: recordName}}  # a table per record type ({tables}); a type registered later gets its own "
         "(docs/routing.md)",
     ]) + "\n"

@@ -11,6 +11,7 @@ hold but a read_committed consumer never returns (a record of an aborted transac
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Callable, Mapping
@@ -149,27 +150,34 @@ def _misrouted(ctx: PipelineContext) -> list[MisroutedRows]:
     for table, path in routed.route_tables(config).items():
         wrong: list[tuple[str, int, int, str]] = []
         for topic, partition, offset, key in route_keys_in_table(config, path):
-            route = names.route(key)
-            belongs = config.route_table(route.value) if route is not None else None
-            if belongs != table:
-                wrong.append((topic, partition, offset, belongs or f"quarantine ({names.reason(key)})"))
+            belongs = names.tables_of_row(key)
+            if table not in belongs:
+                wrong.append((topic, partition, offset, " or ".join(belongs) or f"quarantine ({names.reason(key)})"))
         if wrong:
             found.append(MisroutedRows(table, len(wrong), [list(w) for w in wrong[:MAX_SHOWN]]))
     return found
 
 
 def _expectations(config: PipelineConfig) -> list[TableViolations]:
-    """Bronze's rows checked against the pipeline's `quarantine` and `fail` rules as they are now, on the table
-    itself (DuckDB over delta-rs, no JVM): a row that breaks one should be in quarantine, not in bronze."""
+    """Bronze's rows (a routed pipeline's: each route table's, the rule named `<table>.<rule>`) checked against the
+    pipeline's `quarantine` and `fail` rules as they are now, on the table itself (DuckDB over delta-rs, no JVM): a
+    row that breaks one should be in quarantine, not in bronze."""
     if not any(e.on_violation in BLOCKING for e in config.expectations):
         return []
+    if config.routing is None:
+        return _violations(config, config.table_path)
+    return [dataclasses.replace(v, rule=f"{table}.{v.rule}")
+            for table, path in routed.route_tables(config).items() for v in _violations(config, path)]
+
+
+def _violations(config: PipelineConfig, path: str) -> list[TableViolations]:
     from deltalake import DeltaTable
 
-    state = rs_tables.state(config.table_path, config.storage_options())
+    state = rs_tables.state(path, config.storage_options())
     if state.schema is None:
         return []
     rules = compile_rules(config, state.schema)
-    table = DeltaTable(config.table_path, storage_options=config.storage_options() or None)
+    table = DeltaTable(path, storage_options=config.storage_options() or None)
     return violations_in_table(rules, table.to_pyarrow_dataset())
 
 

@@ -254,6 +254,11 @@ def find_message(text: str, name: str) -> Any:
     return candidates[0] if len(candidates) == 1 else None
 
 
+def all_messages(text: str) -> list[Any]:
+    """Every message of the document's main file, nested ones after their parent, in file order."""
+    return _all_messages(file_descriptor(text))
+
+
 def _all_messages(file: Any) -> list[Any]:
     out: list[Any] = []
 

@@ -28,6 +28,7 @@ from ingestion.kafka import access
 from ingestion.runtime import listener
 from ingestion.silver.follower import Lag, SilverFollower
 from ingestion.silver.ledger import SilverRecord
+from ingestion.silver.routed import RouteSilvers
 from ingestion.stream import checkpoint, context, handover, setup, source
 from ingestion.stream.batch import BatchResult
 from ingestion.stream.context import PipelineContext
@@ -79,7 +80,7 @@ class RunningPipeline:
     writer: BronzeWriter | None = None
     maintenance: ScheduledMaintenance | None = None
     prometheus: LagRefresher | None = None
-    silver: SilverFollower | None = None
+    silver: SilverFollower | RouteSilvers | None = None
     available_now: bool = False
     stopped_in: float | None = None  # seconds `stop` took, once stopped
 
@@ -241,19 +242,24 @@ def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Pr
 
 
 def _silver(spark: SparkSession, config: PipelineConfig, pool: str | None, metrics: RunMetrics | None,
-            prometheus: LagRefresher | None) -> SilverFollower | None:
-    """The pipeline's silver follower, its bronze's change feed turned on before bronze's query writes."""
+            prometheus: LagRefresher | None) -> SilverFollower | RouteSilvers | None:
+    """The pipeline's silver follower, its bronze's change feed turned on before bronze's query writes; for a
+    routed pipeline, the followers of its routes' silvers (`routing.silver`), each route's metrics suffixed with its
+    table as its rows are (`silver_changes_<table>`)."""
+    if config.routing is not None and config.routing.silver:
+        def on_route_step(table: str, record: SilverRecord, lag: Lag) -> None:
+            if metrics is not None:
+                metrics.log(routes.followers[table].steps, _silver_metrics(record, lag, f"_{table}"))
+
+        routes = RouteSilvers(spark, config.route_silvers(), pool=pool, on_step=on_route_step)
+        routes.prepare()
+        return routes
     if config.silver is None:
         return None
 
     def on_step(record: SilverRecord, lag: Lag) -> None:
         if metrics is not None:
-            metrics.log(follower.steps, {
-                "silver_changes": record.changes, "silver_inserted": record.inserted,
-                "silver_updated": record.updated, "silver_deleted": record.deleted,
-                "silver_cross_partition_keys": record.cross_partition_keys,
-                "silver_lag_versions": lag.versions, "silver_lag_seconds": lag.seconds,
-                "silver_bronze_version": record.bronze_version})
+            metrics.log(follower.steps, _silver_metrics(record, lag))
         if prometheus is not None:
             prometheus.metrics.silver(record.changes, record.inserted, record.updated, record.deleted,
                                       record.cross_partition_keys, lag.versions, lag.seconds)
@@ -261,6 +267,15 @@ def _silver(spark: SparkSession, config: PipelineConfig, pool: str | None, metri
     follower = SilverFollower(spark, config, pool=pool, on_step=on_step)
     follower.prepare()
     return follower
+
+
+def _silver_metrics(record: SilverRecord, lag: Lag, suffix: str = "") -> dict[str, float]:
+    found = {"silver_changes": record.changes, "silver_inserted": record.inserted,
+             "silver_updated": record.updated, "silver_deleted": record.deleted,
+             "silver_cross_partition_keys": record.cross_partition_keys,
+             "silver_lag_versions": lag.versions, "silver_lag_seconds": lag.seconds,
+             "silver_bronze_version": record.bronze_version}
+    return {f"{k}{suffix}": v for k, v in found.items()}
 
 
 def run(spark: SparkSession, target: PipelineConfig | PipelineContext, *, available_now: bool = False,

@@ -30,7 +30,7 @@ from ingestion.decode.routes import Route, RouteNames
 from ingestion.delta import ledger
 from ingestion.delta.append import DeltaAppend
 from ingestion.delta.ledger import BatchKind, PartitionRange
-from ingestion.errors import SchemaError, one_line
+from ingestion.errors import ConfigError, SchemaError, one_line
 from ingestion.kafka.fetch import RangeFetcher, Span
 from ingestion.stream import setup
 from ingestion.stream.batch import (
@@ -96,6 +96,11 @@ class Router:
         sub = PipelineContext(config, self.ctx.kafka, {t: self.ctx.partitions.get(t, []) for t in read},
                               self.ctx.schemas)
         schemas = setup.resolver(spark, sub)
+        try:  # the pipeline's expectations hold on every route table: each compiles against its columns
+            setup.check_rules(config, schemas.spec)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} (route {route.value!r}, table {table}: every route table takes the "
+                              f"pipeline's expectations)") from None
         setup.ensure_tables(spark, config, schemas.spec)
         setup.widen_table(spark, config, schemas)
         targets = Targets(config, schemas, route_app_id(self.app_id, table))

@@ -47,10 +47,11 @@ def _config_keys(cls: type, prefix: str = "") -> set[str]:
             continue
         key = prefix + f.metadata.get("key", f.name)
         optional = [h for h in typing.get_args(hints[f.name]) if dataclasses.is_dataclass(h)]  # `X | None`
-        if dataclasses.is_dataclass(hints[f.name]) or optional:
-            keys |= _config_keys(optional[0] if optional else hints[f.name], key + ".")
-        elif typing.get_origin(hints[f.name]) in (typing.Mapping, dict) or "Mapping" in str(hints[f.name]):
+        mapping = typing.get_origin(hints[f.name]) in (typing.Mapping, dict) or "Mapping" in str(hints[f.name])
+        if mapping:  # settings by name, or sections by name (`routing.silver.<route>`)
             keys.add(key + ".<setting>")
+        elif dataclasses.is_dataclass(hints[f.name]) or optional:
+            keys |= _config_keys(optional[0] if optional else hints[f.name], key + ".")
         else:
             keys.add(key)
     return keys

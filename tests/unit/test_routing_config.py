@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -82,8 +83,10 @@ def test_each_routing_mistake_is_one_line_naming_the_key_and_value(tmp_path: Pat
 
 @pytest.mark.parametrize(("text", "key"), [
     ("topic: o\nvalue: {subject: o-value}\nrouting: {by: recordName}", "routing.by"),  # one subject, no types
-    ("topic: o\nvalue: {format: protobuf, subjectNameStrategy: RecordNameStrategy}\nrouting: {by: recordName}",
-     "routing.by"),  # Protobuf's message indexes: not yet
+    ("topic: o\nvalue: {format: jsonschema, subjectNameStrategy: RecordNameStrategy}\nrouting: {by: recordName}",
+     "routing.by"),  # JSON Schema: route by a field
+    ("topic: o\nvalue: {format: protobuf, subjectNameStrategy: RecordNameStrategy, messageName: a.B}\n"
+     "routing: {by: recordName}", "value.messageName"),  # each message its table: none pinned
     ("topic: o\nvalue: {format: avro, subject: s}\nrouting: {by: header, header: h}\nsilver: {key: [id]}",
      "silver"),
     ("topic: o\nvalue: {subject: o-value}\nrouting: {by: field, field: kind}", "routing.field"),  # Avro values
@@ -126,3 +129,22 @@ def test_commands_of_one_bronze_table_refuse_a_routed_pipeline_in_one_line(
     assert main([*command[:where], str(path), *command[where:]]) == 1
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "key 'routing'" in err and "not supported yet" in err, err
+
+
+def test_routing_silver_gives_each_named_route_its_silver_section(tmp_path: Path) -> None:
+    config = load(tmp_path, ROUTED + "  silver:\n    OrderPaid: {key: id}\n"
+                                     "    ordercreated: {key: [id], mode: history}\n")
+    silvers = config.route_silvers()
+    assert sorted(silvers) == ["orders_created", "orders_orderpaid"]  # routing.tables names OrderCreated's table
+    paid = silvers["orders_orderpaid"]
+    assert paid.silver is not None and paid.silver.key == ("id",) and paid.silver_path == paid.table_path + "_silver"
+    assert silvers["orders_created"].silver is not None and silvers["orders_created"].silver.mode == "history"
+    assert config.routed("OrderCreated").silver == silvers["orders_created"].silver  # the value as read, too
+    assert config.routed("OrderCancelled").silver is None
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, ROUTED + "  silver:\n    OrderPaid: {key: [id], trackHistoryOn: [amount]}\n")
+    assert "\n" not in str(info.value) and "key 'routing.silver.OrderPaid.trackHistoryOn'" in str(info.value)
+    with pytest.raises(ConfigError, match=re.escape("key 'routing.silver.OrderPaid.table' names the silver table "
+                                                    "of route 'OrderCreated' too")):
+        load(tmp_path, ROUTED + "  silver:\n    OrderCreated: {key: id, table: /s/x}\n"
+                                "    OrderPaid: {key: id, table: /s/x}\n")

@@ -67,28 +67,39 @@ def verify_pipeline(args: argparse.Namespace) -> int:
 
     ctx = context.resolve(load(args.pipeline))
     result = read_only(args, lambda reader: verify.audit(reader, ctx), ctx.config)
-    if ctx.config.silver is None:
+    # the silver tables to check: the pipeline's, or those of a routed pipeline's routes that have a table
+    silvers = {"": ctx.config} if ctx.config.silver is not None else _route_silvers(ctx.config)
+    if not silvers:
         print(json.dumps(result.to_json(), indent=2) if args.json else verify.render(result))
         return 0 if result.ok else 1
     from ingestion.delta.reader import JvmFreeReadError
     from ingestion.silver import audit, quarantined
 
-    found = _silver_audit(args, ctx.config)
+    found = {table: _silver_audit(args, config) for table, config in silvers.items()}
     try:
         held = quarantined.quarantined_changes(ctx.config)
     except JvmFreeReadError as exc:
         log.warning("%s; counting the quarantined change records with Spark", exc)
         held = read_only(args, lambda reader: quarantined.counted(reader, ctx.config), ctx.config)
     if args.json:
-        print(json.dumps({**result.to_json(), "silver": found.to_json(), "quarantined_changes": asdict(held)},
-                         indent=2))
+        shown = found[""].to_json() if "" in found else {t: a.to_json() for t, a in found.items()}
+        print(json.dumps({**result.to_json(), "silver": shown, "quarantined_changes": asdict(held)}, indent=2))
     else:
         print(verify.render(result))
-        print(audit.render(found))
-        print(f"silver {found.path}: {held.render(ctx.config.name)}")
-    if not (result.ok and found.ok):
+        for each in found.values():
+            print(audit.render(each))
+        print(f"silver {', '.join(a.path for a in found.values())}: {held.render(ctx.config.name)}")
+    if not (result.ok and all(a.ok for a in found.values())):
         return 1
     return QUARANTINED_CHANGES if held.count else 0
+
+
+def _route_silvers(config: Any) -> dict[str, Any]:
+    """A routed pipeline's route silvers (`routing.silver`) whose route tables exist, by route table."""
+    from ingestion.delta import routed
+
+    made = routed.route_tables(config)
+    return {table: route for table, route in config.route_silvers().items() if table in made}
 
 
 def _silver_audit(args: argparse.Namespace, config: Any) -> Any:

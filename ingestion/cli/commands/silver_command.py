@@ -47,6 +47,11 @@ def silver_status(args: argparse.Namespace) -> int:
     from ingestion.ops import silver_status as status
 
     config = load(args.pipeline)
+    if config.routing is not None and config.routing.silver:  # a silver per route: each route table's
+        states = {table: status.silver_state(route) for table, route in config.route_silvers().items()}
+        print(json.dumps({t: s.to_json() for t, s in states.items()}, indent=2) if args.json else
+              "\n".join(f"route table {t}: {status.render(s)}" for t, s in states.items()))
+        return 0
     try:
         found = status.silver_state(config)
     except JvmFreeReadError as exc:
@@ -80,9 +85,26 @@ def _silver(args: argparse.Namespace) -> Any:
     from ingestion.silver.follower import SilverFollower
 
     config, spark = pipeline_session(args.pipeline)
+    route = getattr(args, "route", None)
+    if config.routing is not None:
+        config = _route(config, route)
+    elif route:
+        raise ConfigError(f"{config.file}: --route is for a routed pipeline (routing:), got {route!r}")
     if config.silver is None:
         raise ConfigError(f"{config.file}: pipeline {config.name!r} has no 'silver' section (docs/cdc.md)")
     return SilverFollower(spark, config)
+
+
+def _route(config: Any, route: str | None) -> Any:
+    """The config of the route `--route` names (by its value or its table), whose silver section is the route's."""
+    from ingestion.errors import ConfigError
+
+    silvers = config.route_silvers()
+    table = route if route in silvers else config.route_table(route) if route else None
+    if table not in silvers:
+        raise ConfigError(f"{config.file}: key 'routing.silver' keeps a silver per route: name one with --route "
+                          f"(one of {sorted(config.routing.silver)}), got {route!r}")
+    return silvers[table]
 
 
 def _locked(follower: Any, work: Callable[[], Any]) -> Any:
