@@ -11,26 +11,30 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import re
 import shutil
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
 from ingestion.config import PipelineConfig
-from ingestion.delta import ledger
+from ingestion.delta import ledger, routed
 from ingestion.delta.append import commit_metadata
 from ingestion.delta.ledger import BatchKind, BatchRecord
 from ingestion.delta.reads import spark_layout
-from ingestion.errors import IngestionError
+from ingestion.delta.rs_reads import DeltaRsReader
+from ingestion.errors import ConfigError, IngestionError
 from ingestion.runtime import hadoop
 from ingestion.storage import local_folder
+from ingestion.stream import checkpoint
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class RewindResult:
-    bronze_version: int  # the version restored to
+    bronze_version: int | None  # the version restored to (None: a routed pipeline's, see `tables`)
     quarantine_version: int | None
     resume_from: dict[str, dict[str, int]]  # where the next run starts
     checkpoint_moved_to: str | None
@@ -38,12 +42,27 @@ class RewindResult:
     # quarantine: the next run does not redo a reprocess (`ingest quarantine reprocess` does).
     undone_reprocesses: tuple[int, ...] = ()
     requarantined: int = 0
+    # A routed pipeline's: each route table's version restored to (-1: emptied, it was made after the time), of
+    # the tables the rewind changed.
+    tables: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Commit:
+    """One commit of a routed pipeline's table, as its rewind sees it."""
+
+    table: str
+    version: int
+    millis: int  # the commit's own clock
+    record: BatchRecord | None
 
 
 def rewind(spark: SparkSession, config: PipelineConfig, *, to_version: int | None = None,
            to_timestamp: dt.datetime | None = None) -> RewindResult:
     from delta.tables import DeltaTable
 
+    if config.routing is not None:
+        return _rewind_routed(spark, config, to_version, to_timestamp)
     records = ledger.history(spark, config.table_path)
     history = DeltaTable.forPath(spark, config.table_path).history().select("version", "timestamp").collect()
     times = {int(r["version"]): r["timestamp"] for r in history}
@@ -80,8 +99,115 @@ def rewind(spark: SparkSession, config: PipelineConfig, *, to_version: int | Non
                         tuple(r.version for r in undone if r.version is not None), sum(r.rows for r in undone))
 
 
+def check_target(config: PipelineConfig, to_version: int | None) -> None:
+    """A routed pipeline is rewound to a time (all its tables together), not to a version: each table has its own."""
+    if config.routing is not None and to_version is not None:
+        raise ConfigError(f"{config.file}: key 'routing': a routed pipeline's tables each have versions of their "
+                          "own; rewind it with --to-timestamp (all its tables together)")
+
+
+def _rewind_routed(spark: SparkSession, config: PipelineConfig, to_version: int | None,
+                   when: dt.datetime | None) -> RewindResult:
+    """Every table of a routed pipeline (its route tables and quarantine) back to where it stood at `when`, with
+    each stream batch whole: a batch one table committed after `when` (or one a kill left in some tables only) is
+    undone in all of them. The checkpoint goes aside, and the next run resumes from the tables' offsets with a new
+    txnAppId, writing each record from there once, into its route's table."""
+    check_target(config, to_version)
+    if when is None:
+        raise IngestionError("rewind needs --to-timestamp")
+    until = int((when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp() * 1000)
+    options = config.storage_options() or None
+    commits: list[_Commit] = []
+    paths = dict(routed.named_paths(config))
+    for table, path in paths.items():
+        if not ledger.is_table(spark, path):
+            continue
+        by_version = {r.version: r for r in DeltaRsReader(options).history(path)}
+        commits.extend(_Commit(table, v, ms, by_version.get(v)) for v, ms in _commit_clock(path, options).items())
+    undone = _undone_batches(config, commits, until)
+    targets: dict[str, int] = {}
+    for table in sorted({c.table for c in commits}):
+        mine = sorted((c for c in commits if c.table == table), key=lambda c: c.version)
+        bad = [c.version for c in mine if c.millis > until or _batch(c) in undone]
+        if bad:
+            targets[table] = min(bad) - 1
+    if not targets:
+        log.info("%s: no table has a commit after %s: nothing rewound, the checkpoint stays", config.name,
+                 when.isoformat())
+        return RewindResult(None, None, routed.recorded_offsets(config), None)
+    for table, version in targets.items():  # refused before anything changes
+        layout = spark_layout(spark, paths[table])
+        oldest = layout.oldest_restorable if layout is not None else None
+        if oldest is not None and 0 <= version < oldest:
+            raise IngestionError(f"cannot rewind {config.name}'s table {table} to version {version}: its data files "
+                                 f"were vacuumed or are older than the table's retention "
+                                 f"({config.maintenance.vacuum_retention}); the oldest version still restorable is "
+                                 f"{oldest}")
+    reprocesses: list[BatchRecord] = []
+    for table, version in sorted(targets.items()):
+        records = [c.record for c in commits if c.table == table and c.record is not None]
+        kept = [r for r in records if r.version is not None and r.version <= version]
+        marker = BatchRecord(pipeline=config.name, app_id="rewind" if table == "quarantine" else f"rewind.{table}",
+                             batch_id=version, kind=BatchKind.REWIND, rows=0, schema_ids=(),
+                             ranges=ledger.coverage(kept))
+        reprocesses.extend(undone_reprocesses(records, version))
+        if version >= 0:
+            _restore(spark, paths[table], version, marker)
+        else:  # made after the time: emptied, its ledger saying so
+            from delta.tables import DeltaTable
+
+            with commit_metadata(spark, marker):
+                DeltaTable.forPath(spark, paths[table]).delete()
+    moved = _move_checkpoint_aside(spark, config.checkpoint_path)
+    resume = routed.recorded_offsets(config)
+    log.info("%s: rewound to %s: %s; checkpoint moved to %s; the next run resumes from %s", config.name,
+             when.isoformat(), ", ".join(f"{t} to version {v}" for t, v in sorted(targets.items())), moved, resume)
+    return RewindResult(None, targets.pop("quarantine", None), resume, moved,
+                        tuple(r.version for r in reprocesses if r.version is not None),
+                        sum(r.rows for r in reprocesses), targets)
+
+
+def _batch(commit: _Commit) -> tuple[str, int] | None:
+    """The stream batch a commit belongs to: (the checkpoint's txnAppId, the batch id), None for other commits."""
+    r = commit.record
+    if r is None or r.kind != BatchKind.STREAM or r.batch_id < 0:
+        return None
+    found = _CHECKPOINT_ID.match(r.app_id)
+    return (found.group(1), r.batch_id) if found else None
+
+
+_CHECKPOINT_ID = re.compile(r"^(.*?-[0-9a-f]{16})(?:\..*)?$")  # `<pipeline>-<16 hex>`, then `.<table>...`
+
+
+def _undone_batches(config: PipelineConfig, commits: list[_Commit], until: int) -> set[tuple[str, int]]:
+    """The stream batches a rewind to `until` undoes in every table: those with a commit after it, and the newest
+    batch when the checkpoint does not say it finished (a kill may have left it in some tables only)."""
+    batches: dict[tuple[str, int], list[_Commit]] = {}
+    for c in commits:
+        if (b := _batch(c)) is not None:
+            batches.setdefault(b, []).append(c)
+    undone = {b for b, found in batches.items() if any(c.millis > until for c in found)}
+    if batches:
+        newest = max(batches, key=lambda b: max(c.millis for c in batches[b]))
+        if newest not in undone and not _finished(config.checkpoint_path, *newest):
+            undone.add(newest)
+    return undone
+
+
+def _finished(location: str, app_id: str, batch_id: int) -> bool:
+    """Whether the checkpoint at `location` (of txnAppId `app_id`) records batch `batch_id` as finished (Spark's
+    `commits/<batch>`); False where that cannot be read (not a local folder, another checkpoint's batch)."""
+    folder = local_folder(location)
+    if folder is None or not (folder / checkpoint.APP_ID_FILE).is_file():
+        return False
+    return (folder / checkpoint.APP_ID_FILE).read_text().strip() == app_id and \
+        (folder / "commits" / str(batch_id)).is_file()
+
+
 def render(r: RewindResult, pipeline: str) -> str:
     """What a rewind did, in lines, and the reprocesses it undid with the command that redoes them."""
+    if r.bronze_version is None:
+        return _render_routed(r, pipeline)
     quarantine = ("quarantine had no version then (emptied, if the table exists)" if r.quarantine_version is None
                   else f"quarantine to version {r.quarantine_version}")
     kept = (f"old checkpoint kept at {r.checkpoint_moved_to}" if r.checkpoint_moved_to is not None
@@ -93,6 +219,21 @@ def render(r: RewindResult, pipeline: str) -> str:
                      f"{', '.join(map(str, r.undone_reprocesses))}: {r.requarantined} rows are back in quarantine, "
                      f"and the next run does not redo it; run `ingest quarantine reprocess {pipeline}` to move them "
                      "to bronze again")
+    return "\n".join(lines)
+
+
+def _render_routed(r: RewindResult, pipeline: str) -> str:
+    if not r.tables and r.quarantine_version is None:
+        return "no table has a commit after that time: nothing rewound, the checkpoint stays"
+    restored = [f"{t} {'emptied' if v < 0 else f'to version {v}'}" for t, v in sorted(r.tables.items())]
+    if r.quarantine_version is not None:
+        restored.append(f"quarantine {'emptied' if r.quarantine_version < 0 else f'to version {r.quarantine_version}'}")
+    kept = (f"old checkpoint kept at {r.checkpoint_moved_to}" if r.checkpoint_moved_to is not None
+            else "no checkpoint to move aside")
+    lines = [f"restored {', '.join(restored)}; {kept}; the next run resumes from {json.dumps(r.resume_from)}"]
+    if r.undone_reprocesses:
+        lines.append(f"the rewind undid quarantine reprocess(es): {r.requarantined} rows are back in quarantine; run "
+                     f"`ingest quarantine reprocess {pipeline}` to move them to their route tables again")
     return "\n".join(lines)
 
 

@@ -176,12 +176,14 @@ def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Pr
     location = config.checkpoint_path
     resumed = facts.checkpoint_started if facts.checkpoint_started is not None else \
         checkpoint.has_progress(location, config.spark, spark)
-    if config.routing is not None and not resumed and (tables := routed.route_tables(config)):
-        # A new checkpoint has a new txnAppId: its batches would be written again beside the tables' records.
+    if config.routing is not None and not resumed and (tables := routed.route_tables(config)) \
+            and not routed.rewound(config):
+        # A new checkpoint has a new txnAppId: a batch a lost checkpoint left in some tables only would be written
+        # again beside them. After `ingest rewind` every batch is whole, and the run resumes from the tables.
         raise IngestionError(f"pipeline {config.name!r}: the checkpoint {location} is new, but route tables "
-                             f"{', '.join(tables)} hold records of an earlier one; a routed pipeline does not resume "
-                             "from its tables yet (docs/routing.md#not-yet): restore the checkpoint, or move the "
-                             "route tables aside")
+                             f"{', '.join(tables)} hold records of an earlier one; a routed pipeline resumes from its "
+                             "tables only after `ingest rewind` (docs/routing.md#not-yet): restore the checkpoint, "
+                             "rewind the pipeline, or move the route tables aside")
     app_id = checkpoint.app_id(location, config.name, config.spark, spark)
     facts = facts.after(prepared.start_batches)
     recorded = _recorded_offsets(spark, config, facts) if available_now or not resumed else {}
