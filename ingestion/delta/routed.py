@@ -2,8 +2,9 @@
 
 A route's table is `<sink.root>/tables/<table>`, its name the `routing.table` template's (or a `routing.tables`
 name); it is the pipeline's when its ledger says so: a commit of the pipeline with the txnAppId
-`<checkpoint id>.<table>`. So `status`, `verify`, `history` and the writer's restart all see the same tables,
-including those of routes first seen by an earlier run, with nothing to keep in step.
+`<checkpoint id>.<table>` (or a replay's, reprocess's or rewind's record, `replay.<table>`, ...). So `status`,
+`verify`, `history` and the writer's restart all see the same tables, including those of routes first seen by an
+earlier run, with nothing to keep in step.
 """
 
 from __future__ import annotations

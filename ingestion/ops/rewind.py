@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import re
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,11 +18,9 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 
 from ingestion.config import PipelineConfig
-from ingestion.delta import ledger, routed
-from ingestion.delta.append import commit_metadata
+from ingestion.delta import ledger, routed, whole_batches
 from ingestion.delta.ledger import BatchKind, BatchRecord
 from ingestion.delta.reads import spark_layout
-from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.errors import ConfigError, IngestionError
 from ingestion.runtime import hadoop
 from ingestion.storage import local_folder
@@ -45,16 +42,6 @@ class RewindResult:
     # A routed pipeline's: each route table's version restored to (-1: emptied, it was made after the time), of
     # the tables the rewind changed.
     tables: Mapping[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class _Commit:
-    """One commit of a routed pipeline's table, as its rewind sees it."""
-
-    table: str
-    version: int
-    millis: int  # the commit's own clock
-    record: BatchRecord | None
 
 
 def rewind(spark: SparkSession, config: PipelineConfig, *, to_version: int | None = None,
@@ -79,12 +66,12 @@ def rewind(spark: SparkSession, config: PipelineConfig, *, to_version: int | Non
     marker = BatchRecord(pipeline=config.name, app_id="rewind", batch_id=version, kind=BatchKind.REWIND,
                          rows=0, schema_ids=(), ranges=ledger.coverage(kept))
     undone = undone_reprocesses(records, version)
-    _restore(spark, config.table_path, version, marker)
+    whole_batches.restore(spark, config.table_path, version, marker)
     q_version = None
     if ledger.is_table(spark, config.quarantine_path):
         q_version = _quarantine_version(spark, config, version, times)
         if q_version is not None:
-            _restore(spark, config.quarantine_path, q_version, marker)
+            whole_batches.restore(spark, config.quarantine_path, q_version, marker)
         else:  # the quarantine table did not exist yet then: empty it
             DeltaTable.forPath(spark, config.quarantine_path).delete()
     moved = _move_checkpoint_aside(spark, config.checkpoint_path)
@@ -109,55 +96,30 @@ def check_target(config: PipelineConfig, to_version: int | None) -> None:
 def _rewind_routed(spark: SparkSession, config: PipelineConfig, to_version: int | None,
                    when: dt.datetime | None) -> RewindResult:
     """Every table of a routed pipeline (its route tables and quarantine) back to where it stood at `when`, with
-    each stream batch whole: a batch one table committed after `when` (or one a kill left in some tables only) is
-    undone in all of them. The checkpoint goes aside, and the next run resumes from the tables' offsets with a new
-    txnAppId, writing each record from there once, into its route's table."""
+    each stream batch whole (`delta.whole_batches`): a batch one table committed after `when` (or one a kill left
+    in some tables only) is undone in all of them. The checkpoint goes aside, and the next run resumes from the
+    tables' offsets with a new txnAppId, writing each record from there once, into its route's table."""
     check_target(config, to_version)
     if when is None:
         raise IngestionError("rewind needs --to-timestamp")
     until = int((when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp() * 1000)
-    options = config.storage_options() or None
-    commits: list[_Commit] = []
-    paths = dict(routed.named_paths(config))
-    for table, path in paths.items():
-        if not ledger.is_table(spark, path):
-            continue
-        by_version = {r.version: r for r in DeltaRsReader(options).history(path)}
-        commits.extend(_Commit(table, v, ms, by_version.get(v)) for v, ms in _commit_clock(path, options).items())
-    undone = _undone_batches(config, commits, until)
-    targets: dict[str, int] = {}
-    for table in sorted({c.table for c in commits}):
-        mine = sorted((c for c in commits if c.table == table), key=lambda c: c.version)
-        bad = [c.version for c in mine if c.millis > until or _batch(c) in undone]
-        if bad:
-            targets[table] = min(bad) - 1
+    tables = whole_batches.read(spark, config)
+    targets = whole_batches.cut(tables, until, whole_batches.undone(
+        tables, until, lambda batch: _finished(config.checkpoint_path, *batch)))
     if not targets:
         log.info("%s: no table has a commit after %s: nothing rewound, the checkpoint stays", config.name,
                  when.isoformat())
         return RewindResult(None, None, routed.recorded_offsets(config), None)
     for table, version in targets.items():  # refused before anything changes
-        layout = spark_layout(spark, paths[table])
+        layout = spark_layout(spark, tables.paths[table])
         oldest = layout.oldest_restorable if layout is not None else None
         if oldest is not None and 0 <= version < oldest:
             raise IngestionError(f"cannot rewind {config.name}'s table {table} to version {version}: its data files "
                                  f"were vacuumed or are older than the table's retention "
                                  f"({config.maintenance.vacuum_retention}); the oldest version still restorable is "
                                  f"{oldest}")
-    reprocesses: list[BatchRecord] = []
-    for table, version in sorted(targets.items()):
-        records = [c.record for c in commits if c.table == table and c.record is not None]
-        kept = [r for r in records if r.version is not None and r.version <= version]
-        marker = BatchRecord(pipeline=config.name, app_id="rewind" if table == "quarantine" else f"rewind.{table}",
-                             batch_id=version, kind=BatchKind.REWIND, rows=0, schema_ids=(),
-                             ranges=ledger.coverage(kept))
-        reprocesses.extend(undone_reprocesses(records, version))
-        if version >= 0:
-            _restore(spark, paths[table], version, marker)
-        else:  # made after the time: emptied, its ledger saying so
-            from delta.tables import DeltaTable
-
-            with commit_metadata(spark, marker):
-                DeltaTable.forPath(spark, paths[table]).delete()
+    reprocesses = [r for table, version in targets.items() for r in undone_reprocesses(tables.records(table), version)]
+    whole_batches.apply(spark, config, tables, targets)
     moved = _move_checkpoint_aside(spark, config.checkpoint_path)
     resume = routed.recorded_offsets(config)
     log.info("%s: rewound to %s: %s; checkpoint moved to %s; the next run resumes from %s", config.name,
@@ -165,33 +127,6 @@ def _rewind_routed(spark: SparkSession, config: PipelineConfig, to_version: int 
     return RewindResult(None, targets.pop("quarantine", None), resume, moved,
                         tuple(r.version for r in reprocesses if r.version is not None),
                         sum(r.rows for r in reprocesses), targets)
-
-
-def _batch(commit: _Commit) -> tuple[str, int] | None:
-    """The stream batch a commit belongs to: (the checkpoint's txnAppId, the batch id), None for other commits."""
-    r = commit.record
-    if r is None or r.kind != BatchKind.STREAM or r.batch_id < 0:
-        return None
-    found = _CHECKPOINT_ID.match(r.app_id)
-    return (found.group(1), r.batch_id) if found else None
-
-
-_CHECKPOINT_ID = re.compile(r"^(.*?-[0-9a-f]{16})(?:\..*)?$")  # `<pipeline>-<16 hex>`, then `.<table>...`
-
-
-def _undone_batches(config: PipelineConfig, commits: list[_Commit], until: int) -> set[tuple[str, int]]:
-    """The stream batches a rewind to `until` undoes in every table: those with a commit after it, and the newest
-    batch when the checkpoint does not say it finished (a kill may have left it in some tables only)."""
-    batches: dict[tuple[str, int], list[_Commit]] = {}
-    for c in commits:
-        if (b := _batch(c)) is not None:
-            batches.setdefault(b, []).append(c)
-    undone = {b for b, found in batches.items() if any(c.millis > until for c in found)}
-    if batches:
-        newest = max(batches, key=lambda b: max(c.millis for c in batches[b]))
-        if newest not in undone and not _finished(config.checkpoint_path, *newest):
-            undone.add(newest)
-    return undone
 
 
 def _finished(location: str, app_id: str, batch_id: int) -> bool:
@@ -259,8 +194,8 @@ def _quarantine_version(spark: SparkSession, config: PipelineConfig, version: in
 
     options = config.storage_options() or None
     try:
-        until = _commit_clock(config.table_path, options)[version]
-        quarantine_ms = _commit_clock(config.quarantine_path, options)
+        until = whole_batches.commit_clock(config.table_path, options)[version]
+        quarantine_ms = whole_batches.commit_clock(config.quarantine_path, options)
     except Exception as exc:  # noqa: BLE001 - a log delta-rs cannot read: Spark's history, as before
         log.debug("%s: commit clocks not read with delta-rs (%s); by Spark's history", config.name, exc)
         q_times = {int(r["version"]): r["timestamp"] for r in
@@ -269,14 +204,6 @@ def _quarantine_version(spark: SparkSession, config: PipelineConfig, version: in
         return _version_at(q_times, times[version], allow_none=True)
     older = [v for v, ms in quarantine_ms.items() if ms <= until]
     return max(older) if older else None
-
-
-def _commit_clock(path: str, options: dict[str, str] | None) -> dict[int, int]:
-    """Each version's `commitInfo.timestamp` (milliseconds), read with delta-rs."""
-    from deltalake import DeltaTable
-
-    return {int(entry["version"]): int(entry["timestamp"])
-            for entry in DeltaTable(path, storage_options=options).history()}
 
 
 def _version_at(times: dict[int, dt.datetime], when: dt.datetime | None, allow_none: bool = False) -> int | None:
@@ -289,15 +216,6 @@ def _version_at(times: dict[int, dt.datetime], when: dt.datetime | None, allow_n
         raise IngestionError(f"no table version at or before {when.isoformat()} (oldest is "
                              f"{min(times.values()).isoformat()})")
     return max(older) if older else None
-
-
-def _restore(spark: SparkSession, path: str, version: int, marker: BatchRecord) -> None:
-    from delta.tables import DeltaTable
-
-    if ledger.table_version(spark, path) == version:
-        return
-    with commit_metadata(spark, marker):
-        DeltaTable.forPath(spark, path).restoreToVersion(version)
 
 
 def _move_checkpoint_aside(spark: SparkSession, location: str) -> str | None:
