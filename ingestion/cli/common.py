@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ingestion.errors import ConfigError, IngestionError
+from ingestion.errors import IngestionError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -75,10 +75,3 @@ def pipeline_session(name: str) -> tuple[PipelineConfig, SparkSession]:
     config = load(name)
     return config, spark_session(f"ingest-{config.name}", [config])
 
-
-def refuse_routed(config: PipelineConfig, command: str) -> None:
-    """The commands that act on one bronze table (replay, rewind, quarantine reprocess, maintain): a routed
-    pipeline's tables are not handled together by them yet."""
-    if config.routing is not None:
-        raise ConfigError(f"{config.file}: key 'routing': ingest {command} of a routed pipeline (a table per route) "
-                          f"is not supported yet (docs/routing.md#not-yet)")

@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from ingestion.config import PipelineConfig
-from ingestion.delta import ledger
+from ingestion.delta import ledger, routed
 from ingestion.delta.ledger import BatchRecord
 from ingestion.delta.reader import Bounds, HeldPartition, QuarantinedRecord, QuarantineGroup, TableLayout
 from ingestion.delta.restorable import Commit, oldest_restorable
@@ -27,8 +27,9 @@ def read_table(spark: SparkSession, path: str) -> DataFrame | None:
 
 
 def held_coordinates(spark: SparkSession, config: PipelineConfig) -> DataFrame | None:
-    """(topic, partition, offset) of every row bronze and quarantine hold, duplicates kept; None without tables."""
-    tables = [read_table(spark, path) for path in (config.table_path, config.quarantine_path)]
+    """(topic, partition, offset) of every row bronze (a routed pipeline's: every route table) and quarantine hold,
+    duplicates kept; None without tables."""
+    tables = [read_table(spark, path) for path in routed.data_paths(config)]
     frames = [table.select(F.col("_kafka_topic").alias("topic"), F.col("_kafka_partition").alias("partition"),
                            F.col("_kafka_offset").alias("offset"))
               for table in tables if table is not None]

@@ -2,19 +2,25 @@
 
 A route's table is `<sink.root>/tables/<table>`, its name the `routing.table` template's (or a `routing.tables`
 name); it is the pipeline's when its ledger says so: a commit of the pipeline with the txnAppId
-`<checkpoint id>.<table>`. So `status`, `verify`, `history` and the writer's restart all see the same tables,
-including those of routes first seen by an earlier run, with nothing to keep in step, locally as in object storage.
+`<checkpoint id>.<table>` (or a replay's, reprocess's or rewind's record, `replay.<table>`, ...). So `status`,
+`verify`, `history` and the writer's restart all see the same tables, including those of routes first seen by an
+earlier run, with nothing to keep in step, locally as in object storage.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import logging
 import re
 
 from ingestion import storage
 from ingestion.config import PipelineConfig
 from ingestion.delta import rs_reads
+from ingestion.delta.ledger import BatchKind, next_offsets
 from ingestion.delta.reader import JvmFreeReadError
 from ingestion.errors import one_line
+
+log = logging.getLogger(__name__)
 
 
 def name_pattern(config: PipelineConfig) -> re.Pattern[str]:
@@ -77,6 +83,13 @@ def data_paths(config: PipelineConfig) -> list[str]:
     return [*route_tables(config).values(), config.quarantine_path]
 
 
+def named_paths(config: PipelineConfig) -> list[tuple[str, str]]:
+    """`data_paths` with a name each: `bronze` (or each route table's name) and `quarantine`."""
+    if config.routing is None:
+        return [("bronze", config.table_path), ("quarantine", config.quarantine_path)]
+    return [*route_tables(config).items(), ("quarantine", config.quarantine_path)]
+
+
 def route_keys_in_table(config: PipelineConfig, path: str) -> list[tuple[str, int, int, str | None]]:
     """(topic, partition, offset, route key) of each row of a route table, the key read again from the row's own
     columns as the writer read it from the Kafka record (`decode.routes`): its topic, its header, its field (or
@@ -108,14 +121,29 @@ def route_keys_in_table(config: PipelineConfig, path: str) -> list[tuple[str, in
     return out
 
 
-def recorded_offsets(config: PipelineConfig) -> dict[str, dict[str, int]]:
-    """Per topic and partition, the offset after the last one any of a routed pipeline's tables holds (each table's
-    ledger, read with delta-rs): where an available-now run counts from, and whether it is caught up."""
-    out: dict[str, dict[str, int]] = {}
+def rewound(config: PipelineConfig) -> bool:
+    """Whether a rewind is the last thing that changed which batches the tables hold: the newest rewind commit
+    (`ingest rewind`, which leaves every batch whole in all the tables or in none) is newer than the newest stream
+    batch's commit in any of them. A new checkpoint then resumes from the tables' offsets, exactly once."""
+    newest: dict[BatchKind, dt.datetime] = {}
     options = config.storage_options() or None
     for path in ledger_paths(config):
         for record in rs_reads.history(path, options) or []:
-            for span in record.ranges:
-                done = out.setdefault(span.topic, {})
-                done[str(span.partition)] = max(done.get(str(span.partition), 0), span.last + 1)
+            if record.kind in (BatchKind.STREAM, BatchKind.REWIND) and record.committed_at is not None:
+                newest[record.kind] = max(newest.get(record.kind, record.committed_at), record.committed_at)
+    rewind, stream = newest.get(BatchKind.REWIND), newest.get(BatchKind.STREAM)
+    return rewind is not None and (stream is None or rewind > stream)
+
+
+def recorded_offsets(config: PipelineConfig) -> dict[str, dict[str, int]]:
+    """Per topic and partition, the offset after the last one any of a routed pipeline's tables holds (each table's
+    ledger, read with delta-rs, honouring its rewinds as a bronze table's does): where an available-now run counts
+    from, and where a new checkpoint resumes after a rewind."""
+    out: dict[str, dict[str, int]] = {}
+    options = config.storage_options() or None
+    for path in ledger_paths(config):
+        for topic, parts in next_offsets(rs_reads.history(path, options) or []).items():
+            done = out.setdefault(topic, {})
+            for partition, offset in parts.items():
+                done[partition] = max(done.get(partition, 0), offset)
     return out

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 
 from ingestion.config import PipelineConfig
-from ingestion.delta import maintenance, tables
+from ingestion.delta import maintenance, routed, tables
 from ingestion.runtime import hadoop
 from ingestion.runtime.delta_txn import is_table, table_version
 from ingestion.stream.maintenance import TableMaintenance, maintain_tables
@@ -34,8 +34,9 @@ class MaintainReport:
 
 def maintain(spark: SparkSession, config: PipelineConfig, *, optimize: bool = True, vacuum: bool = True,
              dry_run: bool = False, with_metrics: bool = True) -> MaintainReport:
-    """Maintain bronze and quarantine (or, with `dry_run`, report what would be done and write nothing)."""
-    paths = [p for p in (config.table_path, config.quarantine_path) if is_table(spark, p)]
+    """Maintain bronze (a routed pipeline's route tables, each) and quarantine (or, with `dry_run`, report what
+    would be done and write nothing)."""
+    paths = [p for p in routed.data_paths(config) if is_table(spark, p)]
     for path in paths:
         tables.check_table_retention(spark, config, path)
     report = MaintainReport()

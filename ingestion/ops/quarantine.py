@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
@@ -19,8 +20,9 @@ from pyspark.sql import functions as F
 
 from ingestion.columns import COORDINATES
 from ingestion.config import PipelineConfig
-from ingestion.decode import bronze, expectations
+from ingestion.decode import bronze, expectations, routes
 from ingestion.decode.python_decoder import decode_in_python
+from ingestion.decode.resolver import SchemaResolver
 from ingestion.delta import ledger, reads
 from ingestion.delta.append import commit_metadata
 from ingestion.delta.ledger import REDECODE_BATCH_ID, BatchKind, BatchRecord
@@ -28,6 +30,7 @@ from ingestion.delta.reader import QuarantinedRecord, QuarantineGroup
 from ingestion.ops.readers import Source, as_reader
 from ingestion.stream import context, setup
 from ingestion.stream.context import PipelineContext
+from ingestion.stream.routing import KEY, Router, route_app_id
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +46,7 @@ class RedecodeResult:
     errors_changed: int
     bronze_version: int | None
     quarantine_version: int | None
+    tables: Mapping[str, int] = field(default_factory=dict)  # a routed pipeline's: rows re-decoded per route table
 
 
 def read(spark: SparkSession, config: PipelineConfig) -> DataFrame | None:
@@ -82,6 +86,8 @@ def render_records(found: list[QuarantinedRecord]) -> str:
 
 def render_redecode(r: RedecodeResult) -> str:
     bronze = "bronze unchanged" if not r.redecoded else f"bronze version {r.bronze_version}"
+    if r.redecoded and r.tables:  # a routed pipeline's
+        bronze = "route tables: " + ", ".join(f"{t} {n}" for t, n in r.tables.items() if n)
     quarantine = "no quarantine table" if r.quarantine_version is None else f"quarantine version {r.quarantine_version}"
     return (f"{r.examined} examined: {r.redecoded} re-decoded into bronze, {r.already_in_bronze} were already there, "
             f"{r.still_failing} still failing ({r.errors_changed} with a new error); {bronze}, {quarantine}")
@@ -100,16 +106,50 @@ def as_kafka_rows(quarantined: DataFrame) -> DataFrame:
 
 
 def redecode(spark: SparkSession, target: PipelineConfig | PipelineContext) -> RedecodeResult:
-    from delta.tables import DeltaTable
-
     ctx = context.of(target)
     config = ctx.config
     quarantined = read(spark, config)
     if quarantined is None:
         return RedecodeResult(0, 0, 0, 0, 0, ledger.table_version(spark, config.table_path), None)
+    if config.routing is not None:
+        return _redecode_routed(spark, ctx, as_kafka_rows(quarantined))
     # The subjects of the topics the quarantined rows came from, matching now or not.
     topics = [r[0] for r in quarantined.select("_kafka_topic").distinct().collect()]
-    schemas = setup.resolver(spark, ctx, also=topics)
+    return _redecode(spark, config, setup.resolver(spark, ctx, also=topics), as_kafka_rows(quarantined))
+
+
+def _redecode_routed(spark: SparkSession, ctx: PipelineContext, quarantined: DataFrame) -> RedecodeResult:
+    """A routed pipeline's reprocess: each quarantined record's route read again from its Kafka row, as the stream
+    reads it (a record without a route then may have one now: a schema id the registry knows now), and the records
+    of each route re-decoded into its table (made if it is new) as one pipeline's into bronze; the records still
+    without a route stay as they are."""
+    config = ctx.config
+    keyed = quarantined.withColumn(KEY, routes.key_column(config)).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        examined = keyed.count()
+        router = Router(ctx, "redecode", None)
+        by_table, _ = router.split([(r[KEY], r["topic"]) for r in keyed.select(KEY, "topic").distinct().collect()],
+                                   spark)
+        done = [_redecode(spark, router.tables[table].targets.config, router.tables[table].targets.resolver,
+                          keyed.where(F.col(KEY).isin(sorted(keys))).drop(KEY), route_app_id("redecode", table))
+                for table, keys in sorted(by_table.items())]
+    finally:
+        keyed.unpersist()
+    moved, present = sum(r.redecoded for r in done), sum(r.already_in_bronze for r in done)
+    result = RedecodeResult(examined, moved, present, examined - moved - present, sum(r.errors_changed for r in done),
+                            None, ledger.table_version(spark, config.quarantine_path),
+                            {table: r.redecoded for table, r in zip(sorted(by_table), done, strict=True)})
+    log.info("%s quarantine: %d examined, %d re-decoded into route tables %s, %d still failing", config.name,
+             examined, moved, ", ".join(sorted(by_table)) or "(none)", result.still_failing)
+    return result
+
+
+def _redecode(spark: SparkSession, config: PipelineConfig, schemas: SchemaResolver, quarantined: DataFrame,
+              app_id: str = "redecode") -> RedecodeResult:
+    """Re-decode quarantined records (`as_kafka_rows`) into `config`'s bronze (a route's table: `app_id`
+    `redecode.<table>`), removing from quarantine what bronze holds then."""
+    from delta.tables import DeltaTable
+
     # Bronze follows the reader schema as at a stream's start: widened columns first (Delta's type widening), before
     # any DataFrame reads bronze (a read analyzed before the widening fails Delta's schema check later); added
     # columns come with the append's schema merge. A version no run has seen yet (every record of it quarantined)
@@ -119,12 +159,12 @@ def redecode(spark: SparkSession, target: PipelineConfig | PipelineContext) -> R
     # The expectations as they are now (docs/expectations.md): a record one refuses stays in quarantine (its class
     # and rules updated), one that passes them now (a rule relaxed or removed) moves to bronze.
     rules = setup.check_rules(config, spec)
-    kafka_rows = expectations.with_raw_value(as_kafka_rows(quarantined), rules)
+    kafka_rows = expectations.with_raw_value(quarantined, rules)
     decoded = decode_in_python(kafka_rows, spec)
     if setup.learn_schemas(spark, config, schemas, decoded):  # connect-json: schemas the records brought
         spec = schemas.spec
         rules = setup.check_rules(config, spec)
-        decoded = decode_in_python(expectations.with_raw_value(as_kafka_rows(quarantined), rules), spec)
+        decoded = decode_in_python(expectations.with_raw_value(quarantined, rules), spec)
     if rules:
         decoded = expectations.flag_rows(decoded, rules, bronze.decoder_sources()).select(*decoded.columns)
     decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
@@ -144,7 +184,7 @@ def redecode(spark: SparkSession, target: PipelineConfig | PipelineContext) -> R
         ).first()
         assert counts is not None  # a global aggregate always has one row
         examined, decodable, changed = (int(counts[k] or 0) for k in ("examined", "decodable", "changed"))
-        appended = _append_to_bronze(spark, config, new)
+        appended = _append_to_bronze(spark, config, new, app_id)
         quarantine_version = ledger.table_version(spark, config.quarantine_path)
         if decodable or changed:
             source = renamed.select(*KEYS, "_error_class", "_error_message", "_schema_id")
@@ -169,10 +209,10 @@ def redecode(spark: SparkSession, target: PipelineConfig | PipelineContext) -> R
     return result
 
 
-def _append_to_bronze(spark: SparkSession, config: PipelineConfig, new: DataFrame) -> int:
+def _append_to_bronze(spark: SparkSession, config: PipelineConfig, new: DataFrame, app_id: str) -> int:
     stats = bronze.batch_stats(new)
     record, _ = ledger.batch_records(stats, pipeline=config.name, batch_id=REDECODE_BATCH_ID, kind=BatchKind.REDECODE,
-                                     app_id="redecode", quarantine_app_id="redecode")
+                                     app_id=app_id, quarantine_app_id="redecode")
     if not record.rows:
         return 0
     rows_df = bronze.bronze_rows(new, batch_id=F.col("_orig_batch_id"), ingested_at=dt.datetime.now(dt.UTC))

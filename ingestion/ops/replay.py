@@ -10,15 +10,17 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from ingestion import kafka
 from ingestion.config import PipelineConfig
-from ingestion.decode import bronze
+from ingestion.decode import bronze, routes
 from ingestion.decode.python_decoder import decode_in_python
 from ingestion.delta import ledger, reads
 from ingestion.delta.ledger import REPLAY_BATCH_ID, BatchKind
@@ -26,6 +28,7 @@ from ingestion.errors import IngestionError
 from ingestion.kafka import access
 from ingestion.stream import context, setup
 from ingestion.stream.context import PipelineContext
+from ingestion.stream.routing import KEY, Router, route_app_id
 from ingestion.stream.source import kafka_options, with_timestamp_strategy
 
 log = logging.getLogger(__name__)
@@ -40,6 +43,7 @@ class ReplayResult:
     written: int
     quarantined: int
     bronze_version: int | None
+    tables: Mapping[str, int] = field(default_factory=dict)  # a routed pipeline's: rows written per route table
 
 
 def _is_pairs(text: str) -> bool:
@@ -164,6 +168,8 @@ def _replay(spark: SparkSession, ctx: PipelineContext, found: dict[str, list[int
     reader = spark.read.format("kafka")
     for key, value in options.items():
         reader = reader.option(key, value)
+    if config.routing is not None:
+        return _replay_routed(spark, ctx, reader.load(), f"{start}..{end} of {', '.join(topics)}")
     schemas = setup.resolver(spark, ctx, also=topics)
     decoded = decode_in_python(reader.load(), schemas.spec).persist(StorageLevel.MEMORY_AND_DISK)
     if setup.learn_schemas(spark, config, schemas, decoded):  # connect-json: schemas the records brought
@@ -189,14 +195,66 @@ def _replay(spark: SparkSession, ctx: PipelineContext, found: dict[str, list[int
     return result
 
 
-def _write_replay(spark: SparkSession, config: PipelineConfig, new: DataFrame, stats: list[dict[str, Any]]) -> None:
+def _replay_routed(spark: SparkSession, ctx: PipelineContext, kafka_rows: DataFrame, what: str) -> ReplayResult:
+    """A routed pipeline's replay: the records none of its tables (route tables and quarantine) holds, split by
+    route as the stream splits a batch (`stream.routing.Router`; a route without a table yet gets one), each
+    route's written to its table as a replay, the records without a route quarantined as RouteError."""
+    config = ctx.config
+    present = reads.held_coordinates(spark, config)
+    new = kafka_rows if present is None else kafka_rows.join(present, list(KEYS), "left_anti")
+    router = Router(ctx, "replay", None)
+    keyed = new.withColumn(KEY, routes.key_column(config)).persist(StorageLevel.MEMORY_AND_DISK)
+    read_count = kafka_rows.count()
+    written: dict[str, int] = {}
+    quarantined = 0
+    try:
+        found = keyed.groupBy(KEY, "topic").count().collect()
+        by_table, unrouted = router.split([(r[KEY], r["topic"]) for r in found], spark)
+        for table, keys in sorted(by_table.items()):
+            targets = router.tables[table].targets
+            decoded = decode_in_python(keyed.where(F.col(KEY).isin(sorted(keys))).drop(KEY), targets.spec)
+            decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                stats = bronze.batch_stats(decoded)
+                failed = sum(s["failed"] for s in stats)
+                _write_replay(spark, targets.config, decoded, stats, app_id=route_app_id("replay", table))
+            finally:
+                decoded.unpersist()
+            written[table] = sum(s["count"] for s in stats) - failed
+            quarantined += failed
+        if unrouted:
+            known = sorted(k for k in unrouted if k is not None)
+            rows = keyed.where((F.col(KEY).isNull() if None in unrouted else F.lit(False)) | F.col(KEY).isin(known))
+            failed_rows = router.route_errors(rows).persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                stats = bronze.batch_stats(failed_rows)
+                _write_replay(spark, config, failed_rows, stats, bronze_too=False)
+            finally:
+                failed_rows.unpersist()
+            quarantined += sum(s["count"] for s in stats)
+    finally:
+        keyed.unpersist()
+    new_count = sum(written.values()) + quarantined
+    result = ReplayResult(read_count, read_count - new_count, sum(written.values()), quarantined, None, written)
+    log.info("%s replay %s: %d records read, %d already present, %d written to route tables (%s), %d quarantined",
+             config.name, what, result.read, result.already_present, result.written,
+             ", ".join(f"{t} {n}" for t, n in written.items()) or "none", result.quarantined)
+    return result
+
+
+def _write_replay(spark: SparkSession, config: PipelineConfig, new: DataFrame, stats: list[dict[str, Any]],
+                  bronze_too: bool = True, app_id: str = "replay") -> None:
+    """Quarantine's rows, then bronze's (`bronze_too`), each commit with the replay's ledger record (`app_id`: a
+    route table's is `replay.<table>`, so the table is known as the pipeline's by its ledger, `delta.routed`)."""
     now = dt.datetime.now(dt.UTC)
     record, failed = ledger.batch_records(stats, pipeline=config.name,
-                                          batch_id=REPLAY_BATCH_ID, kind=BatchKind.REPLAY, app_id="replay",
+                                          batch_id=REPLAY_BATCH_ID, kind=BatchKind.REPLAY, app_id=app_id,
                                           quarantine_app_id="replay")
     if failed is not None:  # quarantine first, as the stream does
         (bronze.quarantine_rows(new, batch_id=REPLAY_BATCH_ID, ingested_at=now).write.format("delta")
          .mode("append").option("userMetadata", failed.to_user_metadata()).save(config.quarantine_path))
+    if not bronze_too:
+        return
     (bronze.bronze_rows(new, batch_id=REPLAY_BATCH_ID, ingested_at=now).write.format("delta").mode("append")
      .option("userMetadata", record.to_user_metadata()).option("mergeSchema", "true")  # columns of new versions
      .save(config.table_path))

@@ -12,25 +12,26 @@ import datetime as dt
 import json
 import logging
 import shutil
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
 from ingestion.config import PipelineConfig
-from ingestion.delta import ledger
-from ingestion.delta.append import commit_metadata
+from ingestion.delta import ledger, routed, whole_batches
 from ingestion.delta.ledger import BatchKind, BatchRecord
 from ingestion.delta.reads import spark_layout
-from ingestion.errors import IngestionError
+from ingestion.errors import ConfigError, IngestionError
 from ingestion.runtime import hadoop
 from ingestion.storage import local_folder
+from ingestion.stream import checkpoint
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class RewindResult:
-    bronze_version: int  # the version restored to
+    bronze_version: int | None  # the version restored to (None: a routed pipeline's, see `tables`)
     quarantine_version: int | None
     resume_from: dict[str, dict[str, int]]  # where the next run starts
     checkpoint_moved_to: str | None
@@ -38,12 +39,17 @@ class RewindResult:
     # quarantine: the next run does not redo a reprocess (`ingest quarantine reprocess` does).
     undone_reprocesses: tuple[int, ...] = ()
     requarantined: int = 0
+    # A routed pipeline's: each route table's version restored to (-1: emptied, it was made after the time), of
+    # the tables the rewind changed.
+    tables: Mapping[str, int] = field(default_factory=dict)
 
 
 def rewind(spark: SparkSession, config: PipelineConfig, *, to_version: int | None = None,
            to_timestamp: dt.datetime | None = None) -> RewindResult:
     from delta.tables import DeltaTable
 
+    if config.routing is not None:
+        return _rewind_routed(spark, config, to_version, to_timestamp)
     records = ledger.history(spark, config.table_path)
     history = DeltaTable.forPath(spark, config.table_path).history().select("version", "timestamp").collect()
     times = {int(r["version"]): r["timestamp"] for r in history}
@@ -60,12 +66,12 @@ def rewind(spark: SparkSession, config: PipelineConfig, *, to_version: int | Non
     marker = BatchRecord(pipeline=config.name, app_id="rewind", batch_id=version, kind=BatchKind.REWIND,
                          rows=0, schema_ids=(), ranges=ledger.coverage(kept))
     undone = undone_reprocesses(records, version)
-    _restore(spark, config.table_path, version, marker)
+    whole_batches.restore(spark, config.table_path, version, marker)
     q_version = None
     if ledger.is_table(spark, config.quarantine_path):
         q_version = _quarantine_version(spark, config, version, times)
         if q_version is not None:
-            _restore(spark, config.quarantine_path, q_version, marker)
+            whole_batches.restore(spark, config.quarantine_path, q_version, marker)
         else:  # the quarantine table did not exist yet then: empty it
             DeltaTable.forPath(spark, config.quarantine_path).delete()
     moved = _move_checkpoint_aside(spark, config.checkpoint_path)
@@ -80,8 +86,63 @@ def rewind(spark: SparkSession, config: PipelineConfig, *, to_version: int | Non
                         tuple(r.version for r in undone if r.version is not None), sum(r.rows for r in undone))
 
 
+def check_target(config: PipelineConfig, to_version: int | None) -> None:
+    """A routed pipeline is rewound to a time (all its tables together), not to a version: each table has its own."""
+    if config.routing is not None and to_version is not None:
+        raise ConfigError(f"{config.file}: key 'routing': a routed pipeline's tables each have versions of their "
+                          "own; rewind it with --to-timestamp (all its tables together)")
+
+
+def _rewind_routed(spark: SparkSession, config: PipelineConfig, to_version: int | None,
+                   when: dt.datetime | None) -> RewindResult:
+    """Every table of a routed pipeline (its route tables and quarantine) back to where it stood at `when`, with
+    each stream batch whole (`delta.whole_batches`): a batch one table committed after `when` (or one a kill left
+    in some tables only) is undone in all of them. The checkpoint goes aside, and the next run resumes from the
+    tables' offsets with a new txnAppId, writing each record from there once, into its route's table."""
+    check_target(config, to_version)
+    if when is None:
+        raise IngestionError("rewind needs --to-timestamp")
+    until = int((when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp() * 1000)
+    tables = whole_batches.read(spark, config)
+    targets = whole_batches.cut(tables, until, whole_batches.undone(
+        tables, until, lambda batch: _finished(config.checkpoint_path, *batch)))
+    if not targets:
+        log.info("%s: no table has a commit after %s: nothing rewound, the checkpoint stays", config.name,
+                 when.isoformat())
+        return RewindResult(None, None, routed.recorded_offsets(config), None)
+    for table, version in targets.items():  # refused before anything changes
+        layout = spark_layout(spark, tables.paths[table])
+        oldest = layout.oldest_restorable if layout is not None else None
+        if oldest is not None and 0 <= version < oldest:
+            raise IngestionError(f"cannot rewind {config.name}'s table {table} to version {version}: its data files "
+                                 f"were vacuumed or are older than the table's retention "
+                                 f"({config.maintenance.vacuum_retention}); the oldest version still restorable is "
+                                 f"{oldest}")
+    reprocesses = [r for table, version in targets.items() for r in undone_reprocesses(tables.records(table), version)]
+    whole_batches.apply(spark, config, tables, targets)
+    moved = _move_checkpoint_aside(spark, config.checkpoint_path)
+    resume = routed.recorded_offsets(config)
+    log.info("%s: rewound to %s: %s; checkpoint moved to %s; the next run resumes from %s", config.name,
+             when.isoformat(), ", ".join(f"{t} to version {v}" for t, v in sorted(targets.items())), moved, resume)
+    return RewindResult(None, targets.pop("quarantine", None), resume, moved,
+                        tuple(r.version for r in reprocesses if r.version is not None),
+                        sum(r.rows for r in reprocesses), targets)
+
+
+def _finished(location: str, app_id: str, batch_id: int) -> bool:
+    """Whether the checkpoint at `location` (of txnAppId `app_id`) records batch `batch_id` as finished (Spark's
+    `commits/<batch>`); False where that cannot be read (not a local folder, another checkpoint's batch)."""
+    folder = local_folder(location)
+    if folder is None or not (folder / checkpoint.APP_ID_FILE).is_file():
+        return False
+    return (folder / checkpoint.APP_ID_FILE).read_text().strip() == app_id and \
+        (folder / "commits" / str(batch_id)).is_file()
+
+
 def render(r: RewindResult, pipeline: str) -> str:
     """What a rewind did, in lines, and the reprocesses it undid with the command that redoes them."""
+    if r.bronze_version is None:
+        return _render_routed(r, pipeline)
     quarantine = ("quarantine had no version then (emptied, if the table exists)" if r.quarantine_version is None
                   else f"quarantine to version {r.quarantine_version}")
     kept = (f"old checkpoint kept at {r.checkpoint_moved_to}" if r.checkpoint_moved_to is not None
@@ -93,6 +154,21 @@ def render(r: RewindResult, pipeline: str) -> str:
                      f"{', '.join(map(str, r.undone_reprocesses))}: {r.requarantined} rows are back in quarantine, "
                      f"and the next run does not redo it; run `ingest quarantine reprocess {pipeline}` to move them "
                      "to bronze again")
+    return "\n".join(lines)
+
+
+def _render_routed(r: RewindResult, pipeline: str) -> str:
+    if not r.tables and r.quarantine_version is None:
+        return "no table has a commit after that time: nothing rewound, the checkpoint stays"
+    restored = [f"{t} {'emptied' if v < 0 else f'to version {v}'}" for t, v in sorted(r.tables.items())]
+    if r.quarantine_version is not None:
+        restored.append(f"quarantine {'emptied' if r.quarantine_version < 0 else f'to version {r.quarantine_version}'}")
+    kept = (f"old checkpoint kept at {r.checkpoint_moved_to}" if r.checkpoint_moved_to is not None
+            else "no checkpoint to move aside")
+    lines = [f"restored {', '.join(restored)}; {kept}; the next run resumes from {json.dumps(r.resume_from)}"]
+    if r.undone_reprocesses:
+        lines.append(f"the rewind undid quarantine reprocess(es): {r.requarantined} rows are back in quarantine; run "
+                     f"`ingest quarantine reprocess {pipeline}` to move them to their route tables again")
     return "\n".join(lines)
 
 
@@ -118,8 +194,8 @@ def _quarantine_version(spark: SparkSession, config: PipelineConfig, version: in
 
     options = config.storage_options() or None
     try:
-        until = _commit_clock(config.table_path, options)[version]
-        quarantine_ms = _commit_clock(config.quarantine_path, options)
+        until = whole_batches.commit_clock(config.table_path, options)[version]
+        quarantine_ms = whole_batches.commit_clock(config.quarantine_path, options)
     except Exception as exc:  # noqa: BLE001 - a log delta-rs cannot read: Spark's history, as before
         log.debug("%s: commit clocks not read with delta-rs (%s); by Spark's history", config.name, exc)
         q_times = {int(r["version"]): r["timestamp"] for r in
@@ -128,14 +204,6 @@ def _quarantine_version(spark: SparkSession, config: PipelineConfig, version: in
         return _version_at(q_times, times[version], allow_none=True)
     older = [v for v, ms in quarantine_ms.items() if ms <= until]
     return max(older) if older else None
-
-
-def _commit_clock(path: str, options: dict[str, str] | None) -> dict[int, int]:
-    """Each version's `commitInfo.timestamp` (milliseconds), read with delta-rs."""
-    from deltalake import DeltaTable
-
-    return {int(entry["version"]): int(entry["timestamp"])
-            for entry in DeltaTable(path, storage_options=options).history()}
 
 
 def _version_at(times: dict[int, dt.datetime], when: dt.datetime | None, allow_none: bool = False) -> int | None:
@@ -148,15 +216,6 @@ def _version_at(times: dict[int, dt.datetime], when: dt.datetime | None, allow_n
         raise IngestionError(f"no table version at or before {when.isoformat()} (oldest is "
                              f"{min(times.values()).isoformat()})")
     return max(older) if older else None
-
-
-def _restore(spark: SparkSession, path: str, version: int, marker: BatchRecord) -> None:
-    from delta.tables import DeltaTable
-
-    if ledger.table_version(spark, path) == version:
-        return
-    with commit_metadata(spark, marker):
-        DeltaTable.forPath(spark, path).restoreToVersion(version)
 
 
 def _move_checkpoint_aside(spark: SparkSession, location: str) -> str | None:

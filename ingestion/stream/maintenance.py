@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pyspark.sql import SparkSession
 
 from ingestion.config import PipelineConfig, duration_seconds
-from ingestion.delta import maintenance
+from ingestion.delta import maintenance, routed
 from ingestion.delta.ledger import BatchKind
 from ingestion.delta.maintenance import Files
 from ingestion.errors import one_line
@@ -73,10 +73,10 @@ def maintain_table(spark: SparkSession, config: PipelineConfig, path: str, *, op
 
 def maintain_tables(spark: SparkSession, config: PipelineConfig, *, optimize: bool = True, vacuum: bool = True,
                     metrics: RunMetrics | None = None, step: int = 0) -> list[TableMaintenance]:
-    """Maintain bronze, then quarantine; their files and bytes before and after go to `metrics` at `step`
-    (`bronze_*`, `quarantine_*`)."""
+    """Maintain bronze (a routed pipeline's route tables, each), then quarantine; their files and bytes before and
+    after go to `metrics` at `step` (`bronze_*` or `<route table>_*`, `quarantine_*`)."""
     done = []
-    for prefix, path in (("bronze", config.table_path), ("quarantine", config.quarantine_path)):
+    for prefix, path in routed.named_paths(config):
         found = maintain_table(spark, config, path, optimize=optimize, vacuum=vacuum)
         if found is not None:
             done.append(found)

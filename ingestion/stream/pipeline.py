@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -21,7 +21,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from ingestion import kafka
 from ingestion.config import PipelineConfig
-from ingestion.delta import ledger, routed
+from ingestion.delta import ledger, routed, whole_batches
 from ingestion.delta.log_checkpoints import BackgroundCheckpoints
 from ingestion.errors import IngestionError, KafkaAccessError, one_line
 from ingestion.kafka import access
@@ -177,12 +177,12 @@ def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Pr
     location = config.checkpoint_path
     resumed = facts.checkpoint_started if facts.checkpoint_started is not None else \
         checkpoint.has_progress(location, config.spark, spark)
-    if config.routing is not None and not resumed and (tables := routed.route_tables(config)):
-        # A new checkpoint has a new txnAppId: its batches would be written again beside the tables' records.
-        raise IngestionError(f"pipeline {config.name!r}: the checkpoint {location} is new, but route tables "
-                             f"{', '.join(tables)} hold records of an earlier one; a routed pipeline does not resume "
-                             "from its tables yet (docs/routing.md#not-yet): restore the checkpoint, or move the "
-                             "route tables aside")
+    if config.routing is not None and not resumed and routed.route_tables(config) and not routed.rewound(config):
+        # A new checkpoint has a new txnAppId: a batch a lost checkpoint left in some tables only would be written
+        # again beside them. Its newest batch is undone in every table (after `ingest rewind` each batch is whole
+        # already), and the run resumes from the tables' offsets.
+        whole_batches.resume_after_lost_checkpoint(spark, config)
+        facts = replace(facts, recorded=routed.recorded_offsets(config))
     app_id = checkpoint.app_id(location, config.name, config.spark, spark)
     facts = facts.after(prepared.start_batches)
     recorded = _recorded_offsets(spark, config, facts) if available_now or not resumed else {}

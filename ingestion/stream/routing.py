@@ -124,7 +124,7 @@ class Router:
             found = keyed.groupBy(KEY, "topic").count().collect()
             if not found:
                 return None
-            by_table, unrouted = self._split([(r[KEY], r["topic"]) for r in found], spark)
+            by_table, unrouted = self.split([(r[KEY], r["topic"]) for r in found], spark)
             results = []
             tables: dict[str, BatchResult] = {}
             for n, (table, keys) in enumerate(sorted(by_table.items())):
@@ -146,8 +146,8 @@ class Router:
             keyed.unpersist()
         return merged(batch_id, results, started, WritePath.SPARK, tables)
 
-    def _split(self, found: list[tuple[str | None, str]],
-               spark: SparkSession | None) -> tuple[dict[str, set[str]], set[str | None]]:
+    def split(self, found: list[tuple[str | None, str]],
+              spark: SparkSession | None) -> tuple[dict[str, set[str]], set[str | None]]:
         """The batch's keys by route table (tables of new routes made, with `spark`), and the keys without one."""
         topics: dict[str | None, set[str]] = {}
         for key, topic in found:
@@ -175,15 +175,7 @@ class Router:
     def _quarantine_spark(self, spark: SparkSession, rows: DataFrame, batch_id: int, ingested_at: dt.datetime,
                           started: float) -> BatchResult:
         """The records without a route, to the pipeline's quarantine table as RouteError."""
-        reasons = F.lit(self.names.reason(None))
-        for key in [r[KEY] for r in rows.select(KEY).distinct().collect() if r[KEY] is not None]:
-            reasons = F.when(F.col(KEY) == key, F.lit(self.names.reason(key))).otherwise(reasons)
-        failed = rows.select(
-            "key", "topic", "partition", "offset", "timestamp", "timestampType", "headers",
-            F.col("value").alias("_raw_value"), F.col("value").isNull().alias("_tombstone"),
-            F.lit(None).cast("int").alias("_schema_id"), F.lit(routes.ROUTE_ERROR).alias("_error_class"),
-            reasons.alias("_error_message"), F.length("value").cast("int").alias("_value_bytes"),
-        ).persist(StorageLevel.MEMORY_AND_DISK)
+        failed = self.route_errors(rows).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             stats = bronze.batch_stats(failed)
             _, record = ledger.batch_records(stats, pipeline=self.config.name, batch_id=batch_id,
@@ -201,6 +193,19 @@ class Router:
                            max((s["max_timestamp"] for s in stats if s["max_timestamp"] is not None), default=None),
                            time.monotonic() - started)
 
+    def route_errors(self, rows: DataFrame) -> DataFrame:
+        """Kafka rows (with the route key) that have no route, as decoded rows failed with RouteError and the
+        reason (what `bronze.quarantine_rows` takes)."""
+        reasons = F.lit(self.names.reason(None))
+        for key in [r[KEY] for r in rows.select(KEY).distinct().collect() if r[KEY] is not None]:
+            reasons = F.when(F.col(KEY) == key, F.lit(self.names.reason(key))).otherwise(reasons)
+        return rows.select(
+            "key", "topic", "partition", "offset", "timestamp", "timestampType", "headers",
+            F.col("value").alias("_raw_value"), F.col("value").isNull().alias("_tombstone"),
+            F.lit(None).cast("int").alias("_schema_id"), F.lit(routes.ROUTE_ERROR).alias("_error_class"),
+            reasons.alias("_error_message"), F.length("value").cast("int").alias("_value_bytes"),
+        )
+
     # --- the driver path --------------------------------------------------------------------------------------
 
     def write_driver(self, spans: Sequence[Span], batch_id: int, ingested_at: dt.datetime,
@@ -216,7 +221,7 @@ class Router:
         if not source.num_rows:
             return EMPTY
         keys = routes.keys_of(self.config, source)
-        by_table, unrouted = self._split(list(zip(keys, source.column("topic").to_pylist(), strict=True)), None)
+        by_table, unrouted = self.split(list(zip(keys, source.column("topic").to_pylist(), strict=True)), None)
         if unrouted or not by_table:
             return Declined("records without a route, or of a route that has no table yet")
         key_array = pa.array(keys, pa.string())

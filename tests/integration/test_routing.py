@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from ingestion.config import PipelineConfig, load_pipeline
-from ingestion.errors import IngestionError
 from ingestion.stream import checkpoint, pipeline
 from tests.helpers import delta_txns, wait_rows
 
@@ -257,10 +256,17 @@ routing:
         [(p, o, "RouteError") for (p, o), (t, _) in produced.items() if t is None]
     assert "'event-type'" in failed[0]["_error_message"]
 
-    # A new checkpoint beside tables that hold records would write their batches again under a new txnAppId.
+    # A lost checkpoint whose newest batch a kill left in some tables only (its commit to hdr_paid_v2 never made):
+    # the new checkpoint undoes that batch in every table and reads it again, each record once in its table.
+    log = Path(config.route_path("hdr_paid_v2")) / "_delta_log"
+    newest = max(int(f.stem) for f in log.glob("*.json"))
+    for leftover in (log / f"{newest:020d}.json", log / f".{newest:020d}.json.crc", log / f"{newest:020d}.crc"):
+        leftover.unlink(missing_ok=True)
+    assert len(held(spark, config.route_path("hdr_paid_v2"))) < 15
     shutil.move(config.checkpoint_path, config.checkpoint_path + ".aside")
-    with pytest.raises(IngestionError, match="is new, but route tables hdr_created, hdr_paid_v2 hold records"):
-        pipeline.run(spark, config, available_now=True)
+    again = pipeline.run(spark, config, available_now=True)
+    assert 0 < sum(b.rows + b.quarantined for b in again.batches) < 30  # the newest batch again, not everything
+    assert_each_once_in_its_table(spark, config, {k: (t, 0) for k, (t, _) in produced.items()})
 
 
 EVENT_SCHEMA = {"type": "object", "properties": {"kind": {"type": "string"}, "id": {"type": "integer"},
@@ -414,3 +420,180 @@ def test_init_scaffolds_a_routed_pipeline_for_a_topic_of_several_record_subjects
     (written,) = init.write([draft])
     report = onboard(lambda: pytest.fail("a dry run starts no JVM"), load_pipeline(written), dry_run=True)
     assert any(line.startswith("routing by recordName: a table per route at ") for line in report.lines), report.lines
+
+
+# --- operating a routed pipeline: replay, rewind, maintain and quarantine reprocess act on all of its tables ---
+
+def send_by_header(servers: str, topic: str, kinds: dict[int, str | None], schema_id: Any = lambda seq: 1,
+                   produced: dict[tuple[int, int], tuple[str | None, int]] | None = None
+                   ) -> dict[tuple[int, int], tuple[str | None, int]]:
+    """Orders (`dev.samples.order(seq)`) with header event-type set to kinds[seq] (none when None), over two
+    partitions; (partition, offset) -> (kind, seq)."""
+    from confluent_kafka import Producer as KafkaProducer
+
+    from ingestion.decode.wire import encode
+    from ingestion.dev.samples import avro_body, load_schema, order
+    from tests.conftest import REPO
+
+    parsed = load_schema(str(REPO / "schemas" / "orders-value" / "1.avsc"))
+    producer = KafkaProducer({"bootstrap.servers": servers})
+    found = {} if produced is None else produced
+    for seq, kind in kinds.items():
+        def done(err: Any, msg: Any, kind: str | None = kind, seq: int = seq) -> None:
+            assert err is None
+            found[(msg.partition(), msg.offset())] = (kind, seq)
+
+        producer.produce(topic, value=encode(schema_id(seq), avro_body(parsed, order(seq, random.Random(seq)))),
+                         key=f"k{seq}", headers=[("event-type", kind.encode())] if kind else [],
+                         partition=seq % 2, on_delivery=done)
+    producer.flush(30)
+    return found
+
+
+def header_yaml(tmp_path: Path, name: str, topic: str, servers: str) -> PipelineConfig:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"""name: {name}
+topic: {topic}
+kafka:
+  bootstrap.servers: "{servers}"
+source:
+  maxOffsetsPerTrigger: 8
+value:
+  subject: orders-value
+key:
+  format: string
+sink:
+  root: {tmp_path / 'lake'}
+routing:
+  by: header
+  header: event-type
+""")
+    return load_pipeline(path)
+
+
+def held(spark: Any, path: str) -> Counter[tuple[int, int]]:
+    return Counter((r["_kafka_partition"], r["_kafka_offset"])
+                   for r in spark.read.format("delta").load(path).select("_kafka_partition", "_kafka_offset").collect())
+
+
+def assert_each_once_in_its_table(spark: Any, config: PipelineConfig,
+                                  produced: dict[tuple[int, int], tuple[str | None, int]]) -> None:
+    """Each record once, in its kind's table (quarantine for none), and verify agrees."""
+    from ingestion.delta.rs_reads import DeltaRsReader
+    from ingestion.ops import verify
+
+    kinds = {kind for kind, _ in produced.values()}
+    for kind in kinds:
+        path = config.quarantine_path if kind is None else config.route_path(config.route_table(kind))
+        found = held(spark, path)
+        assert found == Counter(k for k, (t, _) in produced.items() if t == kind), kind
+    audit = verify.audit(DeltaRsReader(), config)
+    assert audit.ok, verify.render(audit)
+
+
+def stream_commits(config: PipelineConfig, table: str) -> dict[int, int]:
+    """Batch id -> the commit's own clock (ms) of a route table's stream commits."""
+    from deltalake import DeltaTable
+
+    out = {}
+    for commit in DeltaTable(config.route_path(table)).history():
+        body = json.loads(commit.get("userMetadata") or "{}").get("ingest", {})
+        if body.get("kind") == "stream":
+            out[int(body["batch_id"])] = int(commit["timestamp"])
+    return out
+
+
+def test_replay_rewind_and_maintain_act_on_every_route_table_together(
+        spark: Any, kafka_servers: str, make_topic: Any, tmp_path: Path) -> None:
+    import datetime as dt
+
+    from deltalake import DeltaTable
+
+    from ingestion.ops import maintain, replay, rewind
+
+    topic = make_topic(partitions=2)
+    # 24 records, 3 batches of 8; the record without a header in the first (the Spark path's, which makes the
+    # tables), so the later batches go the driver's path
+    produced = send_by_header(kafka_servers, topic, {seq: (None if seq == 5 else ("Created", "Paid")[seq % 3 == 0])
+                                                     for seq in range(24)})
+    config = header_yaml(tmp_path, "ops", topic, kafka_servers)
+    ran = pipeline.run(spark, config, available_now=True)
+    assert len([b for b in ran.batches if b.rows]) >= 3
+    assert_each_once_in_its_table(spark, config, produced)
+
+    # maintain: every route table and quarantine, each with its own maintenance commit
+    report = maintain.maintain(spark, config, vacuum=False, with_metrics=False)
+    assert sorted(t.path for t in report.tables) == sorted(
+        [config.route_path("ops_created"), config.route_path("ops_paid"), config.quarantine_path])
+    for table in ("ops_created", "ops_paid"):
+        assert ledger_kinds(config.route_path(table))[-1] == "optimize"
+    assert_each_once_in_its_table(spark, config, produced)
+
+    # replay: a gap made behind the pipeline's back is filled in its route's table; a route first seen by the
+    # replay gets its table; what the tables hold is not written again
+    DeltaTable(config.route_path("ops_created")).delete("_kafka_partition = 1 AND _kafka_offset < 5")
+    gap = sum(1 for (p, o), (t, _) in produced.items() if t == "Created" and p == 1 and o < 5)
+    send_by_header(kafka_servers, topic, {seq: "Shipped" for seq in range(24, 28)}, produced=produced)
+    result = replay.replay(spark, config, start="earliest")
+    assert (result.read, result.written, result.quarantined, dict(result.tables)) == \
+        (28, gap + 4, 0, {"ops_created": gap, "ops_shipped": 4})
+    assert_each_once_in_its_table(spark, config, produced)
+    again = replay.replay(spark, config, start="earliest")
+    assert (again.already_present, again.written, again.tables) == (28, 0, {})
+
+    # rewind to a time between two batches: every table (the replay's new one emptied) and quarantine go back
+    # together, and the next run rewrites each record from there once, into its route's table
+    batches = stream_commits(config, "ops_created")
+    paid = stream_commits(config, "ops_paid")
+    cut = max(batches[1], paid.get(1, 0))
+    assert min(t for b, t in {**batches, **paid}.items() if b >= 2) > cut
+    done = rewind.rewind(spark, config, to_timestamp=dt.datetime.fromtimestamp(cut / 1000, dt.UTC))
+    assert done.checkpoint_moved_to is not None and done.tables["ops_shipped"] == -1
+    assert (done.tables["ops_created"], done.tables["ops_paid"]) == (2, 2)  # made, batch 0, batch 1
+    assert "ops_shipped emptied" in rewind.render(done, config.name)
+    kept = {k for k, (_, seq) in produced.items() if seq < 16}  # batches 0 and 1: offsets 0-7 of each partition
+    assert held(spark, config.route_path("ops_created")) + held(spark, config.route_path("ops_paid")) + \
+        held(spark, config.quarantine_path) == Counter(kept)
+    assert held(spark, config.route_path("ops_shipped")) == Counter()
+    send_by_header(kafka_servers, topic, {seq: ("Created", "Paid")[seq % 2] for seq in range(28, 32)},
+                   produced=produced)
+    pipeline.run(spark, config, available_now=True)
+    assert_each_once_in_its_table(spark, config, produced)
+    app_id = checkpoint.app_id(config.checkpoint_path, config.name, config.spark)
+    txns = delta_txns(Path(config.route_path("ops_shipped")))
+    assert {a for _, a, _ in txns} == {f"{app_id}.ops_shipped"}  # rewritten by the new checkpoint's stream
+
+
+def ledger_kinds(path: str) -> list[str]:
+    from ingestion.delta import rs_reads
+
+    return [r.kind for r in rs_reads.history(path) or []]
+
+
+def test_quarantine_reprocess_moves_each_record_into_its_route_table(
+        spark: Any, kafka_servers: str, make_topic: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ingestion.ops import quarantine
+    from tests.conftest import REPO
+
+    schemas = tmp_path / "schemas"
+    shutil.copytree(REPO / "schemas", schemas)
+    monkeypatch.setenv("INGEST_SCHEMAS_DIR", str(schemas))
+    topic = make_topic(partitions=2)
+    kinds = {seq: None if seq == 9 else ("Created", "Paid")[seq % 2] for seq in range(12)}
+    produced = send_by_header(kafka_servers, topic, kinds, schema_id=lambda seq: 7 if seq in (0, 3, 8) else 1)
+    config = header_yaml(tmp_path, "redo", topic, kafka_servers)
+    pipeline.run(spark, config, available_now=True)
+    failed = spark.read.format("delta").load(config.quarantine_path).collect()
+    assert sorted(r["_error_class"] for r in failed) == ["RouteError"] + ["UnknownSchemaError"] * 3
+
+    (schemas / "orders-value" / "7.avsc").write_text((REPO / "schemas" / "orders-value" / "1.avsc").read_text())
+    result = quarantine.redecode(spark, config)
+    assert (result.examined, result.redecoded, result.already_in_bronze, result.still_failing) == (4, 3, 0, 1)
+    assert dict(result.tables) == {"redo_created": 2, "redo_paid": 1}  # seq 0, 8 (Created), 4 (Paid)
+    assert "route tables: redo_created 2, redo_paid 1" in quarantine.render_redecode(result)
+    assert_each_once_in_its_table(spark, config, produced)
+    rows = spark.read.format("delta").load(config.route_path("redo_created")).collect()
+    assert sorted(r["_schema_id"] for r in rows) == [1] * 4 + [7] * 2
+    assert ledger_kinds(config.route_path("redo_created"))[-1] == "redecode"
+    again = quarantine.redecode(spark, config)
+    assert (again.examined, again.redecoded, again.still_failing) == (1, 0, 1)

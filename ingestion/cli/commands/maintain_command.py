@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ingestion.cli.common import all_valid, load, refuse_routed, spark_session
+from ingestion.cli.common import all_valid, load, spark_session
 from ingestion.errors import UsageError
 
 
@@ -14,9 +14,6 @@ def maintain_tables(args: argparse.Namespace) -> int:
     if args.all == bool(args.pipeline):
         raise UsageError("name one pipeline, or pass --all")
     configs = all_valid() if args.all else [load(args.pipeline)]
-    if not args.all:
-        refuse_routed(configs[0], "maintain")
-    configs = [c for c in configs if c.routing is None]  # --all: a routed pipeline's tables are not maintained yet
     both = not args.optimize and not args.vacuum
     spark = spark_session("ingest-maintain", configs)
     for config in configs:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ingestion.cli.common import load, read_only, refuse_routed, spark_session
+from ingestion.cli.common import load, read_only, spark_session
 
 
 def quarantine_list(args: argparse.Namespace) -> int:
@@ -37,7 +37,6 @@ def quarantine_reprocess(args: argparse.Namespace) -> int:
     from ingestion.stream import context
 
     config = load(args.pipeline)
-    refuse_routed(config, "quarantine reprocess")
     ctx = context.resolve(config)
     spark = spark_session(f"ingest-{ctx.name}", [ctx.config])
     r = quarantine.redecode(spark, ctx)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ingestion.cli.common import load, pipeline_session, refuse_routed, spark_session
+from ingestion.cli.common import load, spark_session
 
 
 def replay_range(args: argparse.Namespace) -> int:
@@ -13,13 +13,14 @@ def replay_range(args: argparse.Namespace) -> int:
     from ingestion.stream import context
 
     config = load(args.pipeline)
-    refuse_routed(config, "replay")
     ctx = context.resolve(config)
     replay.check_positions(ctx, args.topic, args.start, args.end)  # a wrong topic or position: before a JVM
     spark = spark_session(f"ingest-{config.name}", [config])
     r = replay.replay(spark, ctx, start=args.start, end=args.end, topic=args.topic)
-    print(f"{r.read} records read, {r.already_present} already present, {r.written} written to bronze, "
-          f"{r.quarantined} quarantined (bronze version {r.bronze_version})")
+    where = (f"bronze version {r.bronze_version}" if config.routing is None else
+             "route tables: " + (", ".join(f"{t} {n}" for t, n in r.tables.items()) or "none written"))
+    print(f"{r.read} records read, {r.already_present} already present, {r.written} written to "
+          f"{'bronze' if config.routing is None else 'route tables'}, {r.quarantined} quarantined ({where})")
     return 0
 
 
@@ -28,8 +29,9 @@ def rewind_tables(args: argparse.Namespace) -> int:
 
     from ingestion.ops import rewind
 
-    refuse_routed(load(args.pipeline), "rewind")
-    config, spark = pipeline_session(args.pipeline)
+    config = load(args.pipeline)
+    rewind.check_target(config, args.to_version)  # a routed pipeline's --to-version: before a JVM
+    spark = spark_session(f"ingest-{config.name}", [config])
     when = dt.datetime.fromisoformat(args.to_timestamp) if args.to_timestamp else None
     r = rewind.rewind(spark, config, to_version=args.to_version, to_timestamp=when)
     print(rewind.render(r, args.pipeline))
