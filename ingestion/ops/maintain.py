@@ -41,7 +41,7 @@ def maintain(spark: SparkSession, config: PipelineConfig, *, optimize: bool = Tr
         tables.check_table_retention(spark, config, path)
     report = MaintainReport()
     if not paths:
-        report.lines.append(f"{config.name}: no tables at {config.table_path} yet, nothing to maintain")
+        report.lines.append(f"{config.name}: no tables at {_where(config)} yet, nothing to maintain")
         return report
     if dry_run:
         for path in paths:
@@ -88,10 +88,15 @@ def _dry_run(spark: SparkSession, config: PipelineConfig, path: str, *, optimize
 
 def _start_metrics(config: PipelineConfig, *, optimize: bool, vacuum: bool) -> RunMetrics:
     m = config.maintenance
-    params = {"pipeline": config.name, "table": config.table_path, "command": "maintain",
+    params = {"pipeline": config.name, "table": _where(config), "command": "maintain",
               "optimize": str(optimize), "vacuum": str(vacuum), "target_file_size": m.target_file_size,
               "z_order_by": ",".join(m.z_order_by), "vacuum_retention": m.vacuum_retention}
     return RunMetrics.start(config.experiment, f"{config.name}-maintain", params)
+
+
+def _where(config: PipelineConfig) -> str:
+    """Where the pipeline's tables are: bronze's path, or the folder of a routed pipeline's route tables."""
+    return config.route_path("x").rsplit("/", 1)[0] if config.routing is not None else config.table_path
 
 
 def _files(found: maintenance.Files) -> str:
