@@ -113,9 +113,9 @@ LOCAL_METASPACE = "-XX:MetaspaceSize=256m"
 # Parquet's encoders, Delta's statistics) pass those counts in the first few thousand records of a batch, so they
 # are compiled as soon as before; what no longer is are the methods called a few thousand times per run (Spark's SQL
 # parser, the analyser, class loading, task serialization), which a JVM on 2 cores compiled in the first batch
-# beside its tasks: with Java's thresholds a 1,000,000-record run spent 13.8 of its 36 CPU seconds in the compiler
-# threads, 7.1 with these (docs/performance.md#a-runs-fixed-cost). A pipeline's own -XX:Tier... options come later
-# and win.
+# beside its tasks: with Java's thresholds a 1,000,000-record run spent 13.2 of its 32.8 JVM CPU seconds in the
+# compiler threads, about half that with these; the JVM's CPU fell 8 to 15%, its wall time did not move
+# (docs/performance.md#a-runs-fixed-cost). A pipeline's own -XX:Tier... options come later and win.
 LOCAL_JIT = ("-XX:Tier3InvocationThreshold=2000 -XX:Tier3MinInvocationThreshold=1000 "
              "-XX:Tier3CompileThreshold=20000 -XX:Tier3BackEdgeThreshold=600000 "
              "-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
