@@ -231,3 +231,27 @@ def decode_both_ways(spark: Any, decoding: Any, values: list[bytes | None]) -> t
     fast.unpersist()
     assert len(jvm_rows) == len(python_rows) == len(values)
     return jvm_rows, python_rows, unverified
+
+
+def routed_by_field(folder: Path, name: str, topic: str, servers: str, schema: Path, *, source: str = "",
+                    sink: str = "", routing: str = "", extra: str = "") -> Path:
+    """A pipeline file routing a JSON topic (`schema` its JSON Schema file) by its `kind` field into tables under
+    `<folder>/lake` (docs/routing.md); `source`, `sink`, `routing`: more lines of those sections (indented),
+    `extra`: more top-level sections."""
+    path = folder / f"{name}.yaml"
+    path.write_text(f"""name: {name}
+topic: {topic}
+kafka:
+  bootstrap.servers: "{servers}"
+source:
+  startingOffsets: earliest
+{source}value:
+  format: json
+  schemaFile: {schema}
+sink:
+  root: {folder / 'lake'}
+{sink}routing:
+  by: field
+  field: kind
+{routing}{extra}""")
+    return path

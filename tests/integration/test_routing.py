@@ -19,7 +19,7 @@ import pytest
 
 from ingestion.config import PipelineConfig, load_pipeline
 from ingestion.stream import checkpoint, pipeline
-from tests.helpers import delta_txns, wait_rows
+from tests.helpers import delta_txns, routed_by_field, wait_rows
 
 NAMESPACE = "com.acme.orders"
 TYPES: dict[str, list[dict[str, Any]]] = {
@@ -223,24 +223,7 @@ def test_routing_by_header_splits_on_both_write_paths_and_quarantines_a_record_w
         producer.produce(topic, value=encode(1, avro_body(parsed, values)), key=f"k{seq}", headers=headers,
                          partition=seq % 2, on_delivery=done)
         producer.flush(30)
-    path = tmp_path / "hdr.yaml"
-    path.write_text(f"""name: hdr
-topic: {topic}
-kafka:
-  bootstrap.servers: "{kafka_servers}"
-source:
-  maxOffsetsPerTrigger: 8
-value:
-  subject: orders-value
-key:
-  format: string
-sink:
-  root: {tmp_path / 'lake'}
-routing:
-  by: header
-  header: event-type
-""")
-    config = load_pipeline(path)
+    config = header_yaml(tmp_path, "hdr", topic, kafka_servers)
     ran = pipeline.run(spark, config, available_now=True)
     paths = {b.path for b in ran.batches if b.rows}
     assert paths == {WritePath.SPARK, WritePath.DRIVER}  # new routes' tables by Spark, then the driver's batches
@@ -368,22 +351,8 @@ def test_routing_by_a_field_of_json_records(spark: Any, kafka_servers: str, make
     for doc in sent:
         producer.produce(topic, value=json.dumps(doc).encode(), partition=doc["id"] % 2)
     producer.flush(30)
-    path = tmp_path / "outbox.yaml"
-    path.write_text(f"""name: outbox
-topic: {topic}
-kafka:
-  bootstrap.servers: "{kafka_servers}"
-value:
-  format: json
-  schemaFile: {schema}
-sink:
-  root: {tmp_path / 'lake'}
-routing:
-  by: field
-  field: kind
-  tables: {{Refund: refunds}}
-""")
-    config = load_pipeline(path)
+    config = load_pipeline(routed_by_field(tmp_path, "outbox", topic, kafka_servers, schema,
+                                           routing="  tables: {Refund: refunds}\n"))
     pipeline.run(spark, config, available_now=True)
     for kind, table in (("Sale", "outbox_sale"), ("Refund", "refunds")):
         rows = spark.read.format("delta").load(config.route_path(table)).collect()

@@ -15,7 +15,7 @@ from ingestion.config import load_pipeline
 from ingestion.ops import verify
 from ingestion.stream import checkpoint, pipeline
 from ingestion.stream.batch import WritePath
-from tests.helpers import delta_txns
+from tests.helpers import delta_txns, routed_by_field
 
 pytestmark = pytest.mark.integration
 
@@ -35,26 +35,9 @@ def test_expectations_hold_on_every_route_table(spark: Any, kafka_servers: str, 
     for doc in sent:
         producer.produce(topic, value=json.dumps(doc).encode())
     producer.flush(30)
-    path = tmp_path / "shop.yaml"
-    path.write_text(f"""name: shop
-topic: {topic}
-kafka:
-  bootstrap.servers: "{kafka_servers}"
-source:
-  startingOffsets: earliest
-  maxOffsetsPerTrigger: 8
-value:
-  format: json
-  schemaFile: {schema}
-sink:
-  root: {tmp_path / 'lake'}
-routing:
-  by: field
-  field: kind
-expectations:
-  - {{name: qty_known, expect: "qty >= 0", onViolation: quarantine}}
-  - {{name: small_id, expect: "id < 100", onViolation: warn}}
-""")
+    path = routed_by_field(tmp_path, "shop", topic, kafka_servers, schema, source="  maxOffsetsPerTrigger: 8\n",
+                           extra='expectations:\n  - {name: qty_known, expect: "qty >= 0", onViolation: quarantine}\n'
+                                 '  - {name: small_id, expect: "id < 100", onViolation: warn}\n')
     config = load_pipeline(path)
     ran = pipeline.run(spark, config, available_now=True)
     assert {b.path for b in ran.batches if b.rows} == {WritePath.SPARK, WritePath.DRIVER}

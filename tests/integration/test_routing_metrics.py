@@ -21,6 +21,7 @@ from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.ops import status
 from ingestion.stream import context, pipeline
 from ingestion.stream.prometheus import Exporter, watch
+from tests.helpers import routed_by_field
 
 pytestmark = pytest.mark.integration
 
@@ -51,22 +52,8 @@ def test_a_routed_run_exposes_one_series_per_route_table_and_status_each_tables_
                          on_delivery=lambda err, msg, t=table: landed.setdefault(t, {}).__setitem__(
                              msg.partition(), max(landed.get(t, {}).get(msg.partition(), -1), msg.offset())))
     producer.flush(30)
-    path = tmp_path / "outbox.yaml"
-    path.write_text(f"""name: outbox
-topic: {topic}
-kafka:
-  bootstrap.servers: "{kafka_servers}"
-value:
-  format: json
-  schemaFile: {schema}
-sink:
-  root: {tmp_path / 'lake'}
-routing:
-  by: field
-  field: kind
-  tables: {{Refund: refunds}}
-""")
-    config = load_pipeline(path)
+    config = load_pipeline(routed_by_field(tmp_path, "outbox", topic, kafka_servers, schema,
+                                           routing="  tables: {Refund: refunds}\n"))
     exporter = Exporter()
     exporter.serve("127.0.0.1", 0)
     started = time.time()

@@ -16,6 +16,7 @@ from ingestion.cli import main
 from ingestion.config import load_pipeline
 from ingestion.silver import ledger
 from ingestion.stream import pipeline
+from tests.helpers import routed_by_field
 
 pytestmark = pytest.mark.integration
 
@@ -40,25 +41,8 @@ def test_a_route_keeps_a_silver_table_equal_to_the_fold_of_its_records(
             producer.produce(topic, value=json.dumps(doc).encode(), partition=doc["id"] % 2)
         producer.flush(30)
 
-    path = tmp_path / "shop.yaml"
-    path.write_text(f"""name: shop
-topic: {topic}
-kafka:
-  bootstrap.servers: "{kafka_servers}"
-source:
-  startingOffsets: earliest
-value:
-  format: json
-  schemaFile: {schema}
-sink:
-  root: {tmp_path / 'lake'}
-  trigger: 1 second
-routing:
-  by: field
-  field: kind
-  silver:
-    Sale: {{key: id}}
-""")
+    path = routed_by_field(tmp_path, "shop", topic, kafka_servers, schema, sink="  trigger: 1 second\n",
+                           routing="  silver:\n    Sale: {key: id}\n")
     config = load_pipeline(path)
     (sale,) = config.route_silvers().values()
     assert sale.table_path == config.route_path("shop_sale") and sale.silver_path == sale.table_path + "_silver"
