@@ -12,11 +12,12 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import re
+from collections.abc import Iterable
 
 from ingestion import storage
 from ingestion.config import PipelineConfig
 from ingestion.delta import rs_reads
-from ingestion.delta.ledger import BatchKind, next_offsets
+from ingestion.delta.ledger import BatchKind, BatchRecord, next_offsets
 from ingestion.delta.reader import JvmFreeReadError
 from ingestion.errors import one_line
 
@@ -35,6 +36,11 @@ def route_tables(config: PipelineConfig) -> dict[str, str]:
     """The route tables the pipeline has written, table name -> path, sorted by name: the folders under
     `<sink.root>/tables` that the name template can give and whose ledger is the pipeline's, in a local folder or
     in object storage (listed and read with delta-rs and the pipeline's storage options, no JVM)."""
+    return {name: path for name, (path, _) in _route_ledgers(config).items()}
+
+
+def _route_ledgers(config: PipelineConfig) -> dict[str, tuple[str, list[BatchRecord]]]:
+    """Each route table's path and ledger (read once: the ledger also says whether the table is the pipeline's)."""
     if config.routing is None:
         return {}
     folder = config.route_path("x").rsplit("/", 1)[0]
@@ -47,8 +53,14 @@ def route_tables(config: PipelineConfig) -> dict[str, str]:
         path = config.route_path(name)
         records = rs_reads.history(path, options) or []
         if any(r.pipeline == config.name and r.app_id.endswith(f".{name}") for r in records):
-            found[name] = path
+            found[name] = (path, records)
     return found
+
+
+def _ledgers(config: PipelineConfig) -> list[list[BatchRecord]]:
+    """The ledgers of `ledger_paths`, each table's read once."""
+    quarantine = rs_reads.history(config.quarantine_path, config.storage_options() or None) or []
+    return [*(records for _, records in _route_ledgers(config).values()), quarantine]
 
 
 def _folders(folder: str, options: dict[str, str] | None) -> list[str]:
@@ -126,9 +138,8 @@ def rewound(config: PipelineConfig) -> bool:
     (`ingest rewind`, which leaves every batch whole in all the tables or in none) is newer than the newest stream
     batch's commit in any of them. A new checkpoint then resumes from the tables' offsets, exactly once."""
     newest: dict[BatchKind, dt.datetime] = {}
-    options = config.storage_options() or None
-    for path in ledger_paths(config):
-        for record in rs_reads.history(path, options) or []:
+    for records in _ledgers(config):
+        for record in records:
             if record.kind in (BatchKind.STREAM, BatchKind.REWIND) and record.committed_at is not None:
                 newest[record.kind] = max(newest.get(record.kind, record.committed_at), record.committed_at)
     rewind, stream = newest.get(BatchKind.REWIND), newest.get(BatchKind.STREAM)
@@ -139,10 +150,15 @@ def recorded_offsets(config: PipelineConfig) -> dict[str, dict[str, int]]:
     """Per topic and partition, the offset after the last one any of a routed pipeline's tables holds (each table's
     ledger, read with delta-rs, honouring its rewinds as a bronze table's does): where an available-now run counts
     from, and where a new checkpoint resumes after a rewind."""
+    return held_offsets(_ledgers(config))
+
+
+def held_offsets(ledgers: Iterable[list[BatchRecord]]) -> dict[str, dict[str, int]]:
+    """Per topic and partition, the offset after the last one any of these tables' ledgers holds (each honouring
+    its own rewinds)."""
     out: dict[str, dict[str, int]] = {}
-    options = config.storage_options() or None
-    for path in ledger_paths(config):
-        for topic, parts in next_offsets(rs_reads.history(path, options) or []).items():
+    for records in ledgers:
+        for topic, parts in next_offsets(records).items():
             done = out.setdefault(topic, {})
             for partition, offset in parts.items():
                 done[partition] = max(done.get(partition, 0), offset)

@@ -127,8 +127,9 @@ def pipeline_status(source: Source, target: PipelineConfig | PipelineContext,
     reader = as_reader(source)
     now = now or dt.datetime.now(dt.UTC)
     settings = ctx.kafka.client
-    records = [r for path in routed.ledger_paths(config) for r in reader.history(path)]
-    recorded = routed.recorded_offsets(config) if config.routing is not None else ledger.next_offsets(records)
+    ledgers = [reader.history(path) for path in routed.ledger_paths(config)]
+    records = [r for table in ledgers for r in table]
+    recorded = routed.held_offsets(ledgers) if config.routing is not None else ledger.next_offsets(records)
     topics, gone = ctx.audited(recorded)
     group_start = handover.plan(ctx, strict=False) if config.source.start_from_group and not recorded else None
     partitions: list[PartitionStatus] = []
