@@ -22,6 +22,9 @@ REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("INGEST_JAR_CACHE", str(REPO / ".ingest" / "jars"))
 os.environ["INGEST_SCHEMAS_DIR"] = str(REPO / "schemas")
 os.environ["TZ"] = "UTC"
+# The suite's JVMs start without a class archive, as on any machine's first runs, and record none in the background
+# beside the tests (tests/*/test_class_archive.py turn it on).
+os.environ.setdefault("INGEST_CLASS_ARCHIVE", "off")
 time.tzset()
 
 

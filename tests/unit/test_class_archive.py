@@ -29,7 +29,7 @@ def test_the_first_start_records_the_others_wait_until_the_archive_is_there(cach
     first = class_archive.plan(OPTIONS, record=True)
     assert first is not None and not first.use
     assert first.claim.is_file() and first.archive.parent == cache
-    assert f"-XX:ArchiveClassesAtExit={first.recording}" in first.java_option()
+    assert first.java_option() == f"-XX:DumpLoadedClassList={first.recording}"  # a class list: costs the run nothing
     assert class_archive.plan(OPTIONS, record=True) is None  # claimed: another start neither records nor waits
     first.archive.write_bytes(b"archive")
     second = class_archive.plan(OPTIONS, record=True)
@@ -38,13 +38,11 @@ def test_the_first_start_records_the_others_wait_until_the_archive_is_there(cach
     assert options["spark.driver.extraJavaOptions"] == f"-XX:SharedArchiveFile={first.archive} -XX:+UseSerialGC"
 
 
-def test_only_a_start_told_to_record_does_but_any_uses_the_archive(cache: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    assert class_archive.plan(OPTIONS, record=False) is None
-    monkeypatch.delenv(class_archive.SWITCH)  # by default a run does not record: a recording JVM runs slower
-    assert class_archive.plan(OPTIONS, record=True) is None
-    monkeypatch.setenv(class_archive.SWITCH, class_archive.RECORD)
+def test_a_run_records_by_default_other_starts_only_use_the_archive(cache: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    assert class_archive.plan(OPTIONS, record=False) is None  # a notebook's session: no archive yet, none recorded
     assert not cache.exists() or not list(cache.iterdir())  # nothing claimed
+    monkeypatch.delenv(class_archive.SWITCH)  # by default `ingest run` records (its class list costs nothing)
     recording = class_archive.plan(OPTIONS, record=True)
     assert recording is not None
     recording.archive.write_bytes(b"archive")
@@ -61,7 +59,8 @@ def test_an_archive_per_classpath_jars_and_java() -> None:
         assert class_archive.key({**OPTIONS, name: "/j/other.jar"}, java) != same, name
 
 
-@pytest.mark.parametrize("own", ["-Xshare:off", "-XX:SharedArchiveFile=/mine.jsa", "-XX:ArchiveClassesAtExit=/x"])
+@pytest.mark.parametrize("own", ["-Xshare:off", "-XX:SharedArchiveFile=/mine.jsa", "-XX:ArchiveClassesAtExit=/x",
+                                 "-XX:DumpLoadedClassList=/x"])
 def test_a_session_that_chooses_its_own_class_sharing_keeps_it(own: str) -> None:
     assert class_archive.plan({**OPTIONS, "spark.driver.extraJavaOptions": f"-Xmx1g {own}"}, record=True) is None
 
@@ -88,17 +87,19 @@ def test_a_claim_left_by_a_killed_recording_is_taken_over(cache: Path) -> None:
     assert again.claim.read_text() == str(os.getpid())
 
 
-def test_finish_keeps_no_archive_java_refuses(cache: Path) -> None:
-    """A recording cut short (the JVM killed while writing it) would stop every later JVM from starting."""
+@pytest.mark.parametrize("listed", [b"\0" * 4096, b"java/lang/Object id: 0\n" * 200])
+def test_finish_keeps_no_archive_of_a_short_class_list(cache: Path, listed: bytes) -> None:
+    """A class list Java cannot read, or one of a JVM killed during its start, leaves no archive (one without the
+    classes a batch loads would stay for good), and nothing behind: the next run records again."""
     step = class_archive.plan(OPTIONS, record=True)
     assert step is not None
-    step.recording.write_bytes(b"\0" * 4096)
+    step.recording.write_bytes(listed)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     java = class_archive.java_executable()
     assert not class_archive.finish(dead.pid, step.recording, step.archive, step.claim, str(java), "/j/helper.jar")
     assert not step.archive.exists() and not step.recording.exists() and not step.claim.exists()
-    assert not list(cache.glob("*.hs_err"))
+    assert not list(cache.glob("*.hs_err")) and not list(cache.glob("*.writing"))
 
 
 def test_the_most_recently_used_archives_are_kept(cache: Path) -> None:
