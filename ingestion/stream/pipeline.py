@@ -225,7 +225,9 @@ def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Pr
                               on_topics=ctx.saw, kafka_client=ctx.kafka.client, context=ctx)
         writer.jvm_path(spark)  # decide (and log) how records are decoded; value.decoder jvm fails here if it cannot
         listener.routes(spark).add(config.name, monitor)
-        stream = (source.read_stream(spark, ctx, starting).writeStream
+        kafka_rows = source.read_stream(spark, ctx, starting)
+        _beside(f"{config.name}: the first batch's plan", lambda: writer.plan_ahead(kafka_rows))
+        stream = (kafka_rows.writeStream
                   .queryName(config.name).foreachBatch(writer).option("checkpointLocation", location))
         stream = (stream.trigger(availableNow=True) if available_now
                   else stream.trigger(processingTime=spark_interval(config.sink.trigger)))
@@ -239,6 +241,21 @@ def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Pr
         raise
     return RunningPipeline(ctx, query, app_id, metrics, monitor, batches, log_checkpoints, writer=writer,
                            maintenance=scheduled, silver=silver, available_now=available_now)
+
+
+def _beside(what: str, work: Callable[[], object]) -> None:
+    """`work` on a thread of its own, beside the query's start (the JVM's driver runs one thread of it at a time,
+    the machine has more cores); a failure is only logged: the work is done again where it is needed."""
+    def run() -> None:
+        started = time.monotonic()
+        try:
+            work()
+        except Exception as exc:  # noqa: BLE001 - ahead of time only; the batch that needs it does it again
+            log.debug("%s: not ahead: %s", what, one_line(exc))
+            return
+        log.debug("%s: ahead in %.2f s", what, time.monotonic() - started)
+
+    threading.Thread(target=run, name="ahead", daemon=True).start()
 
 
 def _silver(spark: SparkSession, config: PipelineConfig, pool: str | None, metrics: RunMetrics | None,

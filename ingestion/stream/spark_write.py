@@ -86,18 +86,8 @@ class SparkWrite:
         txn = delta_txn.DeltaTxn(spark, config.table_path)
         observation = Observation()
         observed = _observed(spark)
-        jvm = self.decoder.jvm(spark)
-        spec, rules = self.targets.spec, self.rules(spark)
-        source = expectations.with_raw_value(kafka_rows, rules)
-        decoded = (jvm_decoder.decode_in_jvm(source, spec) if jvm else decode_in_python(source, spec))
-        counted: list[Column] = []
-        if rules:  # a row a blocking rule refuses is one the job does not write: the driver settles it
-            decoded = expectations.flag_rows(decoded, rules, bronze.decoder_sources())
-            counted = expectations.spark_counts(decoded, rules, unflagged=True)
-        # The observation sits between the decode and bronze's filter: Spark cannot push the filter below it,
-        # so each record is decoded once.
-        rows = bronze.bronze_rows(decoded.observe(observation, *observed.values(), *counted), batch_id=batch_id,
-                                  ingested_at=ingested_at)
+        rules = self.rules(spark)
+        rows = self._rows(kafka_rows, observation, rules, batch_id, ingested_at)
         reason = txn.incompatible(rows.schema)
         if reason is None and txn.committed_version(bronze_target.app_id) >= batch_id:
             reason = "a batch Spark replays after a crash"  # the cached write reports Delta's skip
@@ -152,6 +142,37 @@ class SparkWrite:
                            record.ranges, max((s["max_timestamp"] for s in stats if s["max_timestamp"] is not None),
                                               default=None), time.monotonic() - started,
                            checked=record.checked, violated=dict(record.violated))
+
+    def plan_ahead(self, kafka_rows: DataFrame) -> None:
+        """Beside the query's start, what its first batch would otherwise load and build cold before its job: the
+        table's Delta log and snapshot (Delta caches them per path), the decode and bronze expressions (cached per
+        session) and their analysis, over the query's own Kafka rows. Nothing is written; the transaction it
+        opens is never committed."""
+        spark = kafka_rows.sparkSession
+        if not self._usable(spark):
+            return
+        txn = delta_txn.DeltaTxn(spark, self.targets.config.table_path)
+        rows = self._rows(kafka_rows, "planned ahead", self.rules(spark), 0, dt.datetime.now(dt.UTC))
+        txn.incompatible(rows.schema)
+        txn.committed_version(self.targets.bronze.app_id)
+
+    def _rows(self, kafka_rows: DataFrame, observation: Observation | str, rules: Rules, batch_id: int,
+              ingested_at: dt.datetime) -> DataFrame:
+        """The batch's bronze rows, decoded (Spark's decoder where it vouches for a record), the rules' flags and
+        counts and `_observed`'s values observed under `observation`."""
+        spark = kafka_rows.sparkSession
+        spec = self.targets.spec
+        source = expectations.with_raw_value(kafka_rows, rules)
+        decoded = jvm_decoder.decode_in_jvm(source, spec) if self.decoder.jvm(spark) else \
+            decode_in_python(source, spec)
+        counted: list[Column] = []
+        if rules:  # a row a blocking rule refuses is one the job does not write: the driver settles it
+            decoded = expectations.flag_rows(decoded, rules, bronze.decoder_sources())
+            counted = expectations.spark_counts(decoded, rules, unflagged=True)
+        # The observation sits between the decode and bronze's filter: Spark cannot push the filter below it,
+        # so each record is decoded once.
+        return bronze.bronze_rows(decoded.observe(observation, *_observed(spark).values(), *counted),
+                                  batch_id=batch_id, ingested_at=ingested_at)
 
     def _usable(self, spark: SparkSession) -> bool:
         """Whether Delta's transaction API is the expected one (logged once when not)."""

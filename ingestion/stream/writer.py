@@ -133,6 +133,12 @@ class BronzeWriter:
         if self.fetcher is not None:
             self.fetcher.close()
 
+    def plan_ahead(self, kafka_rows: DataFrame) -> None:
+        """The Spark path's first-batch plan built and its table's log loaded ahead (`SparkWrite.plan_ahead`); a
+        routed pipeline's tables are each route's, made as records come: nothing to do ahead."""
+        if self.router is None and self.jvm_path(kafka_rows.sparkSession):
+            self.spark.plan_ahead(kafka_rows)
+
     def jvm_path(self, spark: SparkSession) -> bool:
         """Whether records are decoded by Spark's JVM decoder first (decided once per schema version; a routed
         pipeline decides per route table, as each is made)."""

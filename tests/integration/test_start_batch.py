@@ -163,3 +163,28 @@ def test_no_start_batch_where_the_start_is_not_the_table_or_the_earliest_offsets
         finally:
             handed.lock.release()
         assert not list((Path(config.table_path) / "_delta_log").glob(f"{1:020d}.json"))
+
+
+def test_the_first_batch_plan_is_built_ahead_and_nothing_written(spark, kafka_servers, make_topic, orders_schema,
+                                                                  tmp_path: Path) -> None:
+    """What `pipeline._start` has done beside the query's start (`BronzeWriter.plan_ahead`): the decode plan of
+    the query's own Kafka rows built (and the table's log read), no file, commit or checkpoint written."""
+    from ingestion.runtime import session_cache
+    from ingestion.stream import setup, source
+    from ingestion.stream.writer import BronzeWriter
+
+    topic = make_topic(partitions=2)
+    produce_orders(kafka_servers, topic, 10, schema_id=1, schema=orders_schema)
+    config = _config(tmp_path, topic, kafka_servers, "ahead", 0)
+    ctx = launch.check_can_start(config)
+    schemas = setup.resolver(spark, ctx)
+    setup.ensure_tables(spark, config, schemas.spec)
+    table = Path(config.table_path)
+    before = sorted(p.relative_to(table) for p in table.rglob("*"))
+    writer = BronzeWriter(config=config, app_id="ahead-app", resolver=schemas, context=ctx)
+    key = ("decode plan", id(writer.targets.spec))
+    assert not any(k[1] == key for k in session_cache._BUILT)
+    writer.plan_ahead(source.read_stream(spark, ctx))  # raises what went wrong (the run's thread only logs it)
+    assert any(k[1] == key for k in session_cache._BUILT)
+    assert sorted(p.relative_to(table) for p in table.rglob("*")) == before
+    assert not Path(config.checkpoint_path).exists()
