@@ -1,17 +1,45 @@
 """The `ingest` command. Thin: parses arguments (`parser`), calls a command (`commands/`), prints. Exit 0 ok,
 1 failure, 2 usage, 3 (`verify` only) exact tables but a silver pipeline's change records in quarantine. Here:
-logging, and every failure as one line on stderr with secret values masked."""
+logging, every failure as one line on stderr with secret values masked, and the process's exit (`entry`)."""
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import sys
+import threading
 from collections.abc import Sequence
+from typing import NoReturn
 
 from ingestion.cli.parser import build_parser
 from ingestion.errors import IngestionError, UsageError, one_line
 
-__all__ = ["main"]
+__all__ = ["entry", "main"]
+
+
+def entry() -> NoReturn:
+    """The console script: `main`, then the exit without the interpreter's teardown (`exit_now`)."""
+    exit_now(main())
+
+
+def exit_now(code: int) -> NoReturn:
+    """End the process with `code` as Python's exit would, less its last step: freeing each object of every module
+    (Spark's, MLflow's, pyarrow's), 0.6 to 0.8 s of one core after a run (docs/performance.md#a-runs-fixed-cost).
+    Every promise is kept before `main` returns (commits, ledger, offsets to the group, MLflow run ended, writer
+    lock released); here the non-daemon threads are joined and the exit handlers run (logging's flush, the class
+    archive's hand-over) as at any exit, the output flushed, and the JVM, whose standard input closes with this
+    process, exits on its own."""
+    shutdown = getattr(threading, "_shutdown", None)  # what Python's exit runs first: joins non-daemon threads
+    if shutdown is not None:
+        shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
+from ingestion.cli import entry
 
-from ingestion.cli import main
-
-sys.exit(main())
+entry()

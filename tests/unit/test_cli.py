@@ -41,6 +41,34 @@ def test_the_help_imports_no_command_module_and_no_spark() -> None:
             "heavy = sorted(m for m in sys.modules if m.startswith(('pyspark', 'py4j', 'ingestion.cli.commands.',\n"
             "                                                        'ingestion.ops', 'ingestion.stream')))\n"
             "print(heavy)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    done = _python(code)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+
+
+def test_the_exit_keeps_the_code_the_output_the_exit_handlers_and_threads() -> None:
+    """`ingest` ends without the interpreter's teardown (`exit_now`), but as an exit would otherwise: the command's
+    code, its buffered output, the exit handlers (logging's flush, the class archive's hand-over) and the
+    non-daemon threads' work all kept."""
+    code = ("import atexit, sys, threading, time\n"
+            "from ingestion.cli import exit_now\n"
+            "atexit.register(lambda: print('handler ran', file=sys.stderr))\n"
+            "threading.Thread(target=lambda: (time.sleep(0.3), print('thread done'))).start()\n"
+            "sys.stdout.write('buffered output ')\n"
+            "exit_now(3)\n")
+    done = _python(code)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout == "buffered output thread done\n"
+    assert done.stderr == "handler ran\n"
+
+
+def test_the_console_script_is_the_entry_with_its_exit() -> None:
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    assert project["project"]["scripts"]["ingest"] == "ingestion.cli:entry"
