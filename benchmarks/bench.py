@@ -202,6 +202,10 @@ def main(argv: list[str] | None = None) -> int:
         results["stages_s"]["broker_and_topic"] = round(time.monotonic() - t0, 1)
         dirty = datagen.ensure_topic(servers, home, args.records, log, bad_every=args.bad_every) \
             if "dirty" in stages else None
+        if stages & {"ours", "fixed", "rules", "dirty", "freshness", "memory", "prometheus"}:
+            small = datagen.ensure_topic(servers, home, min(args.fixed_sizes), log) if "fixed" in stages else topic
+            results["first_run"] = bench_runs.first_run(ctx, small)
+            log(f"first run of ours (the class archive): {json.dumps(results['first_run'])}")
         _throughput(args, stages, ctx, topic, results, dirty)
         if "fixed" in stages:
             t0 = time.monotonic()
