@@ -226,7 +226,11 @@ def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Pr
         writer.jvm_path(spark)  # decide (and log) how records are decoded; value.decoder jvm fails here if it cannot
         listener.routes(spark).add(config.name, monitor)
         kafka_rows = source.read_stream(spark, ctx, starting)
-        _beside(f"{config.name}: the first batch's plan", lambda: writer.plan_ahead(kafka_rows))
+        first = min(facts.records_to_do(), config.source.max_offsets_per_trigger or 2**62)
+        if pool is None and first > writer.max_driver_offsets:
+            # the first batch is a Spark job (more than the driver-side path takes) of a session's only pipeline:
+            # its plan is built beside the query's start (run --all's pipelines start several at once already)
+            _beside(f"{config.name}: the first batch's plan", lambda: writer.plan_ahead(kafka_rows))
         stream = (kafka_rows.writeStream
                   .queryName(config.name).foreachBatch(writer).option("checkpointLocation", location))
         stream = (stream.trigger(availableNow=True) if available_now
