@@ -205,9 +205,10 @@ def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[s
         settings["spark.scheduler.allocation.file"] = str(pool_file(pools))
         settings[SNAPSHOT_PARTITIONS] = str(snapshot_partitions(master or "local"))
     locations = list(locations)
-    if not submitted():
+    if not submitted() and not local:
         # Under spark-submit the JVM runs already: its --jars are on the driver's classpath and shipped to the
-        # executors; a list set here would replace theirs (docs/cluster.md).
+        # executors; a list set here would replace theirs (docs/cluster.md). On a local master they go on the
+        # driver's classpath instead (below).
         settings["spark.jars"] = ",".join(str(jar) for jar in jars.spark_jars(locations))
     caller = dict(conf or {})
     if catalog:
@@ -228,12 +229,15 @@ def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[s
     ahead = {"spark.driver.extraJavaOptions": (driver_opts, " "),
              "spark.executor.extraJavaOptions": (java_opts if local else limits, " ")}
     if local and not submitted():
-        # On a local master the helper jar (its local file system class) and the object stores' file systems lead
-        # the driver's classpath: Hadoop loads a file system class from there, not from spark.jars. (spark-submit's
-        # JVM runs already, with its --jars on that classpath.)
+        # On a local master the executors run in the driver's JVM, so every jar goes on its classpath, not in
+        # spark.jars: Spark would copy each into a temporary folder of its own at every start (20 MB, 680 MB with
+        # S3A's SDK bundle), left behind by a JVM that is killed, and their classes could not be in the class
+        # archive (class_archive.py). The helper jar (its local file system class) and the object stores' file
+        # systems lead: Hadoop loads a file system class from there. (spark-submit's JVM runs already, with its
+        # --jars on that classpath.)
+        leading = [jars.helper_jar(), *jars.helper_dependencies(), *jars.object_store_jars(locations)]
         ahead["spark.driver.extraClassPath"] = (os.pathsep.join(
-            str(jar) for jar in [jars.helper_jar(), *jars.helper_dependencies(), *jars.object_store_jars(locations)]),
-            os.pathsep)
+            str(jar) for jar in dict.fromkeys([*leading, *jars.spark_jars(locations)])), os.pathsep)
     if catalog:  # the driver alone talks to the metastore
         classpath, separator = ahead.get("spark.driver.extraClassPath", ("", os.pathsep))
         ahead["spark.driver.extraClassPath"] = (separator.join(filter(None, [

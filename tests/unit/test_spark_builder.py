@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from ingestion.runtime import session as spark
 
 
@@ -92,7 +94,13 @@ def test_under_spark_submit_the_master_and_jars_are_spark_submits(monkeypatch) -
     assert "-Dorg.apache.avro.limits.string.maxLength=" in options["spark.executor.extraJavaOptions"]
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT")
     local = spark.builder("t", "local[2]", locations=["s3a://lake/t"])._options
-    assert any("hadoop-aws" in jar for jar in local["spark.jars"].split(","))
+    classpath = local["spark.driver.extraClassPath"].split(os.pathsep)
+    # on a local master every jar is on the driver's classpath, none copied by spark.jars; the helper leads
+    assert "spark.jars" not in local and classpath[0].endswith(".jar") and "ingest-helper" in classpath[0]
+    assert any("hadoop-aws" in jar for jar in classpath) and any("delta-spark" in jar for jar in classpath)
+    assert len(classpath) == len(set(classpath))
+    cluster = spark.builder("t", "spark://127.0.0.1:7077", locations=["s3a://lake/t"])._options
+    assert any("hadoop-aws" in jar for jar in cluster["spark.jars"].split(","))
 
 
 def test_run_all_declares_a_pool_per_pipeline_ahead_of_background_checkpoints() -> None:
