@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -46,11 +47,27 @@ def kafka_servers(state_home: Path) -> Iterator[str]:
 
     broker = Broker(state_home / "kafka")
     servers = broker.start()
+    _SUITE_BROKERS[servers] = broker
     try:
         yield servers
     finally:
         gc.collect()  # close producers tests left behind before their broker goes away (else they log refusals)
         broker.stop()
+
+
+_SUITE_BROKERS: dict[str, Any] = {}  # bootstrap servers -> the broker this suite started
+
+
+def _stop_if_broker_gone(servers: str) -> None:
+    """Every later test needs the suite's broker: if it exited, end the run here, saying why (its log's last lines
+    and the disk's free space: a full disk stops a broker), instead of a timeout in each test that follows."""
+    broker = _SUITE_BROKERS.get(servers)
+    if broker is None or broker.pid() is not None:
+        return
+    free = shutil.disk_usage(broker.home).free / 2**30
+    log = broker.log_file.read_text(errors="replace").splitlines()[-30:] if broker.log_file.is_file() else []
+    pytest.exit(f"the suite's Kafka broker ({servers}) has exited; {free:.1f} GiB free on its disk; "
+                f"{broker.log_file} ends:\n" + "\n".join(log), returncode=3)
 
 
 @pytest.fixture(scope="session")
@@ -117,7 +134,11 @@ def make_topic(kafka_servers: str, request: pytest.FixtureRequest) -> Callable[.
 
     def make(partitions: int = 3) -> str:
         name = f"t-{request.node.name[:40].replace('[', '-').replace(']', '')}-{uuid.uuid4().hex[:6]}"
-        create_topic({"bootstrap.servers": kafka_servers}, name, partitions)
+        try:
+            create_topic({"bootstrap.servers": kafka_servers}, name, partitions)
+        except Exception:
+            _stop_if_broker_gone(kafka_servers)
+            raise
         return name
 
     return make
@@ -135,11 +156,9 @@ def pipeline_yaml(tmp_path: Path, *, topic: str, servers: str, extra: str = "", 
     """A pipeline config file with its table and checkpoint under tmp_path."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / f"{name}.yaml"
-    path.write_text(f"""name: {name}
-topic: {topic}
-kafka:
-  bootstrap.servers: "{servers}"
-value:
+    from tests.helpers import pipeline_head
+
+    path.write_text(pipeline_head(name, topic, servers) + f"""value:
   format: confluent
   subject: orders-value
 key:

@@ -233,17 +233,22 @@ def decode_both_ways(spark: Any, decoding: Any, values: list[bytes | None]) -> t
     return jvm_rows, python_rows, unverified
 
 
+def pipeline_head(name: str, topic: str, servers: str) -> str:
+    """The first lines of a test's pipeline file: its name, topic and broker."""
+    return f"""name: {name}
+topic: {topic}
+kafka:
+  bootstrap.servers: "{servers}"
+"""
+
+
 def routed_by_field(folder: Path, name: str, topic: str, servers: str, schema: Path, *, source: str = "",
                     sink: str = "", routing: str = "", extra: str = "") -> Path:
     """A pipeline file routing a JSON topic (`schema` its JSON Schema file) by its `kind` field into tables under
     `<folder>/lake` (docs/routing.md); `source`, `sink`, `routing`: more lines of those sections (indented),
     `extra`: more top-level sections."""
     path = folder / f"{name}.yaml"
-    path.write_text(f"""name: {name}
-topic: {topic}
-kafka:
-  bootstrap.servers: "{servers}"
-source:
+    path.write_text(pipeline_head(name, topic, servers) + f"""source:
   startingOffsets: earliest
 {source}value:
   format: json

@@ -19,7 +19,7 @@ import pytest
 
 from ingestion.config import PipelineConfig, load_pipeline
 from ingestion.stream import checkpoint, pipeline
-from tests.helpers import delta_txns, routed_by_field, wait_rows
+from tests.helpers import delta_txns, pipeline_head, routed_by_field, wait_rows
 
 NAMESPACE = "com.acme.orders"
 TYPES: dict[str, list[dict[str, Any]]] = {
@@ -119,11 +119,7 @@ class Producer:
 def routed_yaml(tmp_path: Path, *, name: str, topic: str, servers: str, registry: Registry, sink: str = "",
                 source: str = "") -> Path:
     path = tmp_path / f"{name}.yaml"
-    path.write_text(f"""name: {name}
-topic: {topic}
-kafka:
-  bootstrap.servers: "{servers}"
-source:
+    path.write_text(pipeline_head(name, topic, servers) + f"""source:
   startingOffsets: earliest
 {source}value:
   format: confluent
