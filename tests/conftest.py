@@ -65,9 +65,10 @@ def _stop_if_broker_gone(servers: str) -> None:
     if broker is None or broker.pid() is not None:
         return
     free = shutil.disk_usage(broker.home).free / 2**30
-    log = broker.log_file.read_text(errors="replace").splitlines()[-30:] if broker.log_file.is_file() else []
+    log = broker.home / "server.log"  # the broker's own log (broker.log holds its standard output)
+    tail = log.read_text(errors="replace").splitlines()[-30:] if log.is_file() else []
     pytest.exit(f"the suite's Kafka broker ({servers}) has exited; {free:.1f} GiB free on its disk; "
-                f"{broker.log_file} ends:\n" + "\n".join(log), returncode=3)
+                f"{log} ends:\n" + "\n".join(tail), returncode=3)
 
 
 @pytest.fixture(scope="session")
