@@ -243,7 +243,11 @@ def builder(app_name: str = "ingest", master: str | None = None, conf: Mapping[s
         ahead["spark.driver.extraClassPath"] = (separator.join(filter(None, [
             classpath, *map(str, metastore.client_classpath(caller))])), separator)
     for key, (ours, separator) in ahead.items():
-        settings[key] = separator.join(filter(None, [ours, caller.get(key)]))
+        if separator == os.pathsep:  # a classpath: an entry once, where it first comes (the SQL server adds ours)
+            entries = [*ours.split(separator), *caller.get(key, "").split(separator)]
+            settings[key] = separator.join(dict.fromkeys(filter(None, entries)))
+        else:
+            settings[key] = separator.join(filter(None, [ours, caller.get(key)]))
     for key, value in settings.items():
         b = b.config(key, value)
     return b

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,6 +50,7 @@ def cluster(tmp_path: Path) -> Any:
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(tmp_path / "logs"),
            "PYSPARK_PYTHON": sys.executable}  # what pyspark's launch scripts find Spark's home with
     started: list[subprocess.Popen[bytes]] = []
+    workers = [tmp_path / "worker-a", tmp_path / "worker-b"]
 
     def daemon(name: str, *args: str) -> None:
         with open(tmp_path / f"{name}.log", "wb") as out:
@@ -58,7 +60,6 @@ def cluster(tmp_path: Path) -> Any:
     try:
         daemon("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
                "--webui-port", str(web))
-        workers = [tmp_path / "worker-a", tmp_path / "worker-b"]
         for work in workers:
             daemon(work.name, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host",
                    "127.0.0.1", "--cores", "1", "--memory", "1g", "--webui-port", str(free_port()),
@@ -81,6 +82,8 @@ def cluster(tmp_path: Path) -> Any:
                     proc.wait(30)
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
+        for work in workers:  # each executor's copy of the jars: 3.4 GB with S3A's SDK bundle
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def test_the_packaged_job_runs_exactly_once_on_a_two_worker_cluster_with_state_on_s3(

@@ -99,6 +99,10 @@ def test_under_spark_submit_the_master_and_jars_are_spark_submits(monkeypatch) -
     assert "spark.jars" not in local and classpath[0].endswith(".jar") and "ingest-helper" in classpath[0]
     assert any("hadoop-aws" in jar for jar in classpath) and any("delta-spark" in jar for jar in classpath)
     assert len(classpath) == len(set(classpath))
+    # a caller's classpath follows ours, without the entries ours has (the SQL server gives the session's jars)
+    served = spark.builder("t", "local[2]", {"spark.driver.extraClassPath": f"{classpath[-1]}{os.pathsep}/x.jar"},
+                           locations=["s3a://lake/t"])._options["spark.driver.extraClassPath"].split(os.pathsep)
+    assert served == [*classpath, "/x.jar"]
     cluster = spark.builder("t", "spark://127.0.0.1:7077", locations=["s3a://lake/t"])._options
     assert any("hadoop-aws" in jar for jar in cluster["spark.jars"].split(","))
 
