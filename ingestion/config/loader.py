@@ -84,7 +84,20 @@ def _with_defaults(data: dict[str, Any], path: Path, seen: tuple[Path, ...] = ()
             raise ConfigError(f"{parent}: key {key!r} belongs in each pipeline's file, not in shared defaults "
                               f"(value {coerce.shown(key, defaults[key])})")
     coerce.build(PipelineConfig, _interpolate(defaults, parent, ""), parent, "", partial=True)
-    return _merged(defaults, data)
+    return _merged(_without_start(defaults, data), data)
+
+
+# The three ways to say where a new pipeline starts are one setting: a file that gives any of them replaces the
+# start its defaults give (else `startingOffsets: earliest` in conf/defaults.yaml would contradict every file's
+# `startingTimestamp`).
+START_KEYS = ("startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp")
+
+
+def _without_start(defaults: dict[str, Any], data: Mapping[str, Any]) -> dict[str, Any]:
+    source, inherited = data.get("source"), defaults.get("source")
+    if not isinstance(source, dict) or not isinstance(inherited, dict) or not set(source) & set(START_KEYS):
+        return defaults
+    return {**defaults, "source": {k: v for k, v in inherited.items() if k not in START_KEYS}}
 
 
 def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

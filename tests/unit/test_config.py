@@ -373,6 +373,27 @@ def test_pipeline_files_inherit_conf_defaults_key_by_key(conf: Path) -> None:
                                 "s3a://lake/bronze/checkpoints/payments")
 
 
+def test_a_file_s_start_replaces_the_start_its_defaults_give(conf: Path) -> None:
+    # `ingest new` writes `source.startingOffsets: earliest` into conf/defaults.yaml; a pipeline that starts at a
+    # time must not be refused for giving two starts (the file's start is the one setting, the defaults' goes).
+    template = Path(__file__).resolve().parents[2] / "ingestion" / "ops" / "template" / "conf" / "defaults.yaml"
+    (conf / "defaults.yaml").write_text(template.read_text())
+    write(conf / "pipelines", "name: t\ntopic: t\nsource:\n  startingTimestamp: 1700000000000\n", "t.yaml")
+    write(conf / "pipelines", 'name: b\ntopic: b\nsource:\n  startingOffsetsByTimestamp: \'{"b": {"0": 5}}\'\n',
+          "b.yaml")
+    write(conf / "pipelines", "name: l\ntopic: l\nsource:\n  startingOffsets: latest\n", "l.yaml")
+    write(conf / "pipelines", "name: d\ntopic: d\n", "d.yaml")
+    timed = load_pipeline("t")
+    assert timed.source.starting_timestamp == 1700000000000
+    assert load_pipeline("b").source.starting_offsets_by_timestamp == '{"b": {"0": 5}}'
+    assert load_pipeline("l").source.starting_offsets == "latest"
+    assert load_pipeline("d").source.starting_offsets == "earliest"  # inherited (and the built-in default)
+    write(conf / "pipelines", "name: t\ntopic: t\nsource:\n  startingTimestamp: 1700000000000\n"
+          "  startingOffsets: earliest\n", "t.yaml")
+    with pytest.raises(ConfigError, match=r"give only one of .*got \['startingOffsets', 'startingTimestamp'\]"):
+        load_pipeline("t")  # both in one file is still a contradiction
+
+
 def test_a_bad_key_in_the_defaults_is_reported_with_the_defaults_file(conf: Path) -> None:
     defaults = write(conf, DEFAULTS.replace("maxOffsetsPerTrigger: 5000", "maxOffsetPerTrigger: 5000"),
                      "defaults.yaml")
