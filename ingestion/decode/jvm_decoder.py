@@ -131,7 +131,7 @@ def _build(spark: SparkSession, spec: DecodeSpec) -> _Plan:
     from pyspark.sql.avro.functions import from_avro
 
     value = F.col("value")
-    reader_ids = sorted(i for i, text in spec.writer_schemas.items() if text == spec.reader_schema)
+    reader_ids = spec.reader_ids
     attempt, schema_id, unknown = header_stage(spec, [(i, encode(i, b"")) for i in reader_ids])
     if spec.plain_schema_id is not None:
         body, header = value, 0
@@ -181,7 +181,7 @@ def decode_with_function(kafka_rows: DataFrame, spec: DecodeSpec, header: Callab
     whose value starts with `header(id)` of one of the table's schema ids (`header_stage`). The plan is built
     once per session and spec, as `_plan`'s."""
     def build() -> tuple[list[Column], Column, list[Column]]:
-        reader_ids = sorted(i for i, text in spec.writer_schemas.items() if text == spec.reader_schema)
+        reader_ids = spec.reader_ids
         attempt, schema_id, unknown = header_stage(spec, [(i, header(i)) for i in reader_ids])
         stage = [schema_id.alias("_schema_id"), unknown.alias("_unknown"),
                  F.when(attempt, F.call_function(function(kafka_rows.sparkSession), F.col("value"))).alias("_decoded")]

@@ -69,7 +69,7 @@ class BatchDecoder:
         # fastavro decodes some bodies the Avro specification rejects (negative enum or union indexes, booleans
         # of 2, ...): every body is checked against its writer schema first (see validate.py).
         self._checks = {sid: body_validator(json.loads(text)) for sid, text in self.spec.writer_schemas.items()}
-        self._same = {sid for sid, text in self.spec.writer_schemas.items() if text == self.spec.reader_schema}
+        self._same = set(self.spec.reader_ids)
         self._convert = avro_types.converter(reader_json)
         self._payload_type = to_arrow_type(self.spec.payload_type)
         avro_types.check_bounded(reader_json)

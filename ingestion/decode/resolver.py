@@ -25,7 +25,7 @@ from pyspark.sql import types as T
 
 from ingestion.config import PipelineConfig
 from ingestion.decode import protobuf_message
-from ingestion.decode.spec import DecodeSpec, payload_struct, protobuf_struct
+from ingestion.decode.spec import DecodeSpec, payload_struct, protobuf_struct, same_schema
 from ingestion.errors import SchemaError, SubjectNotFoundError
 from ingestion.schema import avro_types, connect_types, json_schemas, protobuf_schemas, struct_evolution
 from ingestion.schema.registry import SchemaSource
@@ -164,12 +164,13 @@ class SchemaResolver:
         for schema_id in learned:
             self._unresolved.pop(schema_id, None)
         reader = self._reader(versions, current=self.spec.reader_schema)
-        if reader != self.spec.reader_schema and self.config.value.format == "connect-json":
+        evolved = not same_schema(reader, self.spec.reader_schema)
+        if evolved and self.config.value.format == "connect-json":
             columns = self._payload(reader)
             assert columns is not None
             log.info("%s: new schema(s) %s embedded in the records: the table gains or widens %s", self.config.name,
                      sorted(learned), ", ".join(struct_evolution.changed(self.spec.payload_type, columns)))
-        elif reader != self.spec.reader_schema:
+        elif evolved:
             log.info("%s: new schema version(s) %s of %s: the table evolves to the newest", self.config.name,
                      sorted(learned), ", ".join(repr(s) for s in self.subjects))
         self.spec = self._build({**self.spec.writer_schemas, **versions}, reader)
@@ -287,7 +288,7 @@ class SchemaResolver:
                 self._key_message = protobuf_schemas.table_message(key_reader, self.config.key.message_name)
         plain_id = None
         if self.config.value.format in ("avro", "json", "connect-json"):  # no header: the newest version wrote all
-            plain_id = next((i for i in sorted(writers, reverse=True) if writers[i] == reader),
+            plain_id = next((i for i in sorted(writers, reverse=True) if same_schema(writers[i], reader)),
                             json_schemas.FILE_SCHEMA_ID)  # connect-json: a reader merged from several
         # Executors always flag failures instead of raising: the driver first learns schema ids it did not know,
         # then applies sink.onError (see sink.BronzeWriter).

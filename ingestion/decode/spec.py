@@ -58,6 +58,11 @@ class DecodeSpec:
     message_pinned: bool = False  # value.format protobuf: `message_name` is value.messageName's
     strict: bool = False  # value.format protobuf: unknown fields are UnknownFieldError (value.strict)
 
+    @functools.cached_property
+    def reader_ids(self) -> tuple[int, ...]:
+        """The writer schema ids whose schema is the reader's, compared by parsed content (`same_schema`)."""
+        return tuple(sorted(i for i, text in self.writer_schemas.items() if same_schema(text, self.reader_schema)))
+
     @property
     def key_type(self) -> T.DataType:
         if self.key_format == "string":
@@ -85,6 +90,23 @@ class DecodeSpec:
             T.StructField("_value_bytes", T.IntegerType(), True),
             *(field for field in source.fields if field.name != "value"),
         ])
+
+
+def same_schema(a: str, b: str) -> bool:
+    """Whether two schema texts hold the same schema. Every schema text here is JSON (Avro's, and the documents of
+    Protobuf, JSON Schema and Kafka Connect schemas), so they are compared parsed: a file's indentation, layout or
+    key order never makes two equal schemas differ."""
+    if a == b:
+        return True
+    try:
+        return bool(_parsed(a) == _parsed(b))
+    except ValueError:
+        return False
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(text: str) -> typing.Any:
+    return json.loads(text)
 
 
 def payload_struct(value_format: str, text: str, message_name: str = "") -> T.StructType:

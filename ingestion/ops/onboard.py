@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 from ingestion import kafka
 from ingestion.config import PipelineConfig
 from ingestion.decode.resolver import SchemaResolver
+from ingestion.decode.spec import same_schema
 from ingestion.delta import catalog, rs_reads, tables
 from ingestion.delta.reader import JvmFreeReadError
 from ingestion.errors import IngestionError, TopicNotFoundError
@@ -96,15 +97,15 @@ def onboard(spark: SparkSession | Callable[[], SparkSession], target: PipelineCo
                              sample=setup.earliest_records(ctx))
     where = config.value.registry.get("url", "") or str(schemas_dir())
     writers = schemas.spec.writer_schemas
-    reader_id = max(i for i, text in writers.items() if text == schemas.spec.reader_schema)
     shown = ", ".join(repr(s) for s in subjects)
     message = f" (Protobuf message {schemas.spec.message_name})" if schemas.spec.message_name else ""
     if config.value.schema_file:  # json, connect-json: one schema file, no subject
         report.say("schema", config.value.schema_file, f"schema file {config.value.schema_file} "
                    f"(value.format {config.value.format}): the table's columns")
     else:
+        follows = f"id {max(schemas.spec.reader_ids)}" if schemas.spec.reader_ids else "the merge of them"
         report.say("subject", ", ".join(subjects), f"subject{'s' if len(subjects) > 1 else ''} {shown} at {where}: "
-                   f"schema ids {sorted(writers)}; the table follows id {reader_id}{message}")
+                   f"schema ids {sorted(writers)}; the table follows {follows}{message}")
     rules = setup.check_rules(config, schemas.spec)
     if rules:
         report.say("expectations", config.name, f"expectations: {len(rules.rules)} rule(s) compile against the "
@@ -126,7 +127,7 @@ def onboard(spark: SparkSession | Callable[[], SparkSession], target: PipelineCo
             _create(session, config, schemas)
             report.say("table", plan.path, f"{shown}\n  created{extras}", State.CHANGED)
     if config.silver is not None:
-        _silver(session, config, found[0].schema, report)  # bronze's columns, made now or found
+        _silver(session, config, found[0].schema, report, ctx.partitions)  # bronze's columns, made now or found
     for name, path, state in named:
         if state == "exists":
             report.say("catalog", name, f"catalog table {name}: registered for {path}, left as it is")
@@ -178,18 +179,23 @@ def _create(session: _Session, config: PipelineConfig, schemas: SchemaResolver) 
         setup.ensure_tables(session.get(), config, schemas.spec)
 
 
-def _silver(session: _Session, config: PipelineConfig, bronze: Any, report: OnboardReport) -> None:
+def _silver(session: _Session, config: PipelineConfig, bronze: Any, report: OnboardReport,
+            partitions: dict[str, list[int]]) -> None:
     """The silver section checked against bronze's columns (a wrong key is refused here, not at the first run);
-    its table is made by the first run, from bronze (docs/cdc.md)."""
+    its table is made by the first run, from bronze (docs/cdc.md). Kafka's order set over several partitions is
+    said to be approximate (`SilverSpec.approximate`)."""
     from ingestion.silver.spec import SilverSpec
 
     spec = SilverSpec.of(config)
     spec.check(bronze)
     exists = session.either(lambda spark: tables.table_state(spark, config, spec.path)).exists
     how = (f"keyed by {list(spec.key)}, {spec.mode}, envelope {spec.envelope}, "
-           f"ordered by {spec.sequence_by or 'Kafka offsets'}")
+           f"ordered by {spec.ordering(bronze)}")
     report.say("silver", spec.path, f"silver {spec.path}: {how}; " +
                ("exists, left as it is" if exists else "made from bronze by the first run"))
+    warning = spec.approximate(partitions)
+    if warning:
+        report.say("silver", spec.path, warning)
 
 
 def check_kafka(config: PipelineConfig, *, create_topic: bool = False) -> PipelineContext:
@@ -259,7 +265,7 @@ def _register(config: PipelineConfig, subject: str, report: OnboardReport, *, dr
         else:
             text = read_proto(file, schemas_dir()) if protobuf else json.dumps(json.loads(file.read_text()),
                                                                                  sort_keys=True, separators=(",", ":"))
-        if text in known:
+        if any(same_schema(text, version) for version in known):
             report.say("schema", str(file), f"schema {file}: already registered under {subject!r}")
         elif dry_run:
             report.say("schema", str(file), f"schema {file}: would be registered under {subject!r}",

@@ -37,7 +37,7 @@ from ingestion.decode import bronze, expectations, jvm_decoder
 from ingestion.decode.arrow_rows import DecodedRecords, RecordDecoder
 from ingestion.decode.expectations import Counts, Rules
 from ingestion.decode.python_decoder import decode_in_python
-from ingestion.decode.spec import DecodeSpec
+from ingestion.decode.spec import DecodeSpec, same_schema
 from ingestion.delta import dictionaries
 from ingestion.delta.append import right_sized
 from ingestion.delta.rs_append import RsWriteError
@@ -207,7 +207,7 @@ class SparkWrite:
             reader = self.targets.spec.reader_schema
             topics = {s["topic"] for s in decoded.stats if s["unknown_ids"]}
             if self.targets.resolver.refresh(decoded.unknown_ids, topics, decoded.unknown_records()):
-                if self.targets.spec.reader_schema != reader:
+                if not same_schema(self.targets.spec.reader_schema, reader):
                     return None  # the table evolves; the cached write decodes the batch with the new schemas
                 decoded = self._record_decoder().decode(source, batch_id=batch_id, ingested_at=ingested_at)
         log.info("%s batch %d: %d of %d records decoded in Python (%d to quarantine), in the same commit",

@@ -418,3 +418,38 @@ def test_the_documented_test_record_snippet_lands_in_bronze(spark, kafka_servers
     assert [(r["order_id"], r["customer_id"], str(r["amount"]), r["items"][0]["sku"], r["_schema_id"])
             for r in rows] == [("o-1", 42, "12.34", "SKU-1", 1)]
     assert spark.read.format("delta").load(config.quarantine_path).count() == 0
+
+
+def test_onboard_of_a_debezium_connect_json_pipeline_whose_schema_file_is_laid_out_differently(
+        spark, kafka_servers, make_topic, tmp_path: Path) -> None:
+    """The schema file of a connect-json pipeline is the `schema` part of a Debezium record, pretty-printed as a user
+    writes it: its text differs from the records' embedded schemas (one line each), its content does not. onboard
+    matches schemas by content: it checks and creates what `run` would, never `max() arg is an empty sequence`."""
+    from confluent_kafka import Producer
+
+    from tests.connect_envelopes import change, envelope_schema
+
+    topic = make_topic(partitions=2)
+    producer = Producer({"bootstrap.servers": kafka_servers})
+    for lsn, (key, version, op) in enumerate([(1, 1, "c"), (2, 1, "c"), (1, 2, "u"), (2, 2, "d")], start=100):
+        producer.produce(topic, key=json.dumps({"id": key}).encode(), value=json.dumps(change(key, version, op,
+                         lsn=lsn)).encode(), partition=key % 2)
+    producer.flush(30)
+    schema = tmp_path / "customers.connect.json"
+    schema.write_text(json.dumps(envelope_schema(), indent=2) + "\n")
+    config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, extra=(
+        f"value:\n  format: connect-json\n  schemaFile: {schema}\nsilver:\n  key: [id]\n  envelope: debezium\n")))
+
+    def no_jvm() -> SparkSession:
+        pytest.fail("onboard started a Spark session")
+
+    dry = onboard(no_jvm, config, dry_run=True)
+    text = "\n".join(dry.lines)
+    assert f"schema file {schema} (value.format connect-json): the table's columns" in text
+    assert "would be created" in text and "after: struct" in text, text
+    assert not ledger.is_table(spark, config.table_path)
+    done = onboard(spark, config)
+    assert ledger.is_table(spark, config.table_path) and done.changes >= 2
+    columns = {f.name for f in spark.read.format("delta").load(config.table_path).schema.fields}
+    assert {"before", "after", "source", "op", "_kafka_offset"} <= columns
+    assert onboard(spark, config).changes == 0

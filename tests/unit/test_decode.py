@@ -358,3 +358,16 @@ def test_arrays_of_zero_byte_items_are_refused_before_decoding() -> None:
             check_bounded(schema)
     check_bounded(json.loads(ORDERS_JSON))  # arrays of real records are fine
     check_bounded({"type": "record", "name": "M", "fields": [{"name": "m", "type": {"type": "map", "values": "null"}}]})
+
+
+def test_schemas_are_matched_by_content_never_by_text() -> None:
+    from ingestion.decode.spec import DecodeSpec, same_schema
+
+    one_line = json.dumps({"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]})
+    pretty = json.dumps({"fields": [{"type": "int", "name": "a"}], "name": "R", "type": "record"}, indent=2)
+    other = json.dumps({"type": "record", "name": "R", "fields": [{"name": "a", "type": "long"}]})
+    assert same_schema(one_line, pretty) and not same_schema(one_line, other)
+    assert not same_schema("syntax = 'proto3';", one_line)  # a text that is not JSON equals only itself
+    spec = DecodeSpec(writer_schemas={1: other, 2: pretty, 3: one_line}, reader_schema=one_line, max_bytes=1 << 20,
+                      fail_fast=False)
+    assert spec.reader_ids == (2, 3)
