@@ -188,20 +188,14 @@ def test_the_sql_server_answers_a_thrift_client_as_spark_does_and_stops_by_its_p
 @pytest.fixture(scope="session")
 def connect_client() -> Path:
     """The Python of a virtualenv holding `pyspark-client` of the local pyspark's version and its own dependencies
-    alone (pure Python: no JVM, no jars), as an analyst's notebook has it; built once per machine under the jar
-    cache."""
+    alone (pure Python: no JVM, no jars), as an analyst's notebook has it; built once per machine, outside the
+    clone (tests/venvs.py)."""
     import pyspark
 
-    from ingestion.paths import jar_cache
+    from tests.venvs import cached_venv
 
-    venv = jar_cache() / "test-pyspark-client" / pyspark.__version__
-    python = venv / "bin" / "python"
-    if not (venv / ".installed").is_file():
-        subprocess.run([sys.executable, "-m", "venv", "--clear", "--without-pip", str(venv)], check=True, timeout=120)
-        subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
-                        f"pyspark-client=={pyspark.__version__}", "pandas<3"], check=True, timeout=900)
-        (venv / ".installed").touch()
-    return python
+    venv = cached_venv("pyspark-client", [f"pyspark-client=={pyspark.__version__}", "pandas<3"], timeout=900)
+    return venv / "bin" / "python"
 
 
 def test_a_pyspark_client_of_its_own_reads_bronze_by_name_and_as_of_a_version_through_the_connect_server(

@@ -1,6 +1,6 @@
 """The packaged job on another Spark line than the local one: `ingest package --spark-version` picks that line's
 Delta and Kafka connector jars, and spark-submit of that line's own pyspark (installed by the fixture into a
-virtualenv of its own, kept in the jar cache between runs) runs the job on a local master, writing the pipeline's
+virtualenv of its own, built once per machine) runs the job on a local master, writing the pipeline's
 bronze exactly once, as the project's own `verify` reads it back; the job packaged for the local line is refused
 there in one line."""
 
@@ -32,15 +32,11 @@ OTHER_PYSPARK = jars.SPARK_LINES[OTHER_LINE].spark
 def other_pyspark() -> Path:
     """A virtualenv with pyspark of the other line, its own py4j and spark-submit; every other package lent by the
     test's environment through a .pth file (read after the virtualenv's own folder, so its pyspark wins). Built
-    once per machine under the jar cache (pyspark is a 450 MB download)."""
-    venv = jars.jar_cache() / "test-pyspark" / OTHER_PYSPARK
+    once per machine, outside the clone (tests/venvs.py: pyspark is a 450 MB download)."""
+    from tests.venvs import cached_venv
+
+    venv = cached_venv("pyspark", [f"pyspark=={OTHER_PYSPARK}"], timeout=1500)
     python = venv / "bin" / "python"
-    ready = venv / ".installed"
-    if not ready.is_file():
-        subprocess.run([sys.executable, "-m", "venv", "--clear", "--without-pip", str(venv)], check=True, timeout=120)
-        subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
-                        f"pyspark=={OTHER_PYSPARK}"], check=True, timeout=1500)
-        ready.touch()
     purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                              capture_output=True, text=True, check=True).stdout.strip()
     # Written on every use: the environment running the tests may differ from the one that built the virtualenv.
