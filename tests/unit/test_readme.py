@@ -94,8 +94,14 @@ def _ingest_commands(block: str) -> Iterator[tuple[str, list[str]]]:
             continue
         lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
+        try:
+            tokens = [*lexer, ";"]
+        except ValueError:  # unbalanced quotes: prose in a code block (the package map), unless a command
+            if re.match(r"(\S*/)?ingest\s", line):
+                raise
+            continue
         segment: list[str] = []
-        for token in [*lexer, ";"]:
+        for token in tokens:
             if token not in _SHELL_OPERATORS:
                 segment.append(token)
                 continue
@@ -317,7 +323,7 @@ def test_bad_usage_exits_2_as_the_readme_says(argv: list[str], tmp_path: Path) -
     import subprocess
     import sys
 
-    assert "Exit codes: 0 success, 1 a failure explained on stderr (`error: ...`), 2 bad usage." in README
+    assert "Exit codes: 0 success, 1 a failure explained on stderr (`error: ...`), 2 bad usage," in README
     done = subprocess.run([sys.executable, "-m", "ingestion.cli", *argv], capture_output=True, text=True,
                           cwd=tmp_path, timeout=60)
     assert done.returncode == 2, done.stderr
