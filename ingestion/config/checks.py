@@ -261,8 +261,8 @@ def _check_silver(config: PipelineConfig) -> None:
     for name in silver.key:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", name):
             raise ConfigError(f"{file}: key 'silver.key' names fields (dotted for nested ones), got {name!r}")
-    if silver.sequence_by != "kafka" and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*",
-                                                            silver.sequence_by):
+    if silver.sequence_by not in ("", "kafka") and not re.fullmatch(
+            r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", silver.sequence_by):
         raise ConfigError(f"{file}: key 'silver.sequenceBy' is 'kafka' or a field (dotted for nested ones), got "
                           f"{silver.sequence_by!r}")
     if silver.catalog_table and not _CATALOG_NAME.fullmatch(silver.catalog_table):

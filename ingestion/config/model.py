@@ -199,8 +199,9 @@ class SilverOptions:
     key: tuple[str, ...] = ()
     mode: Literal["upsert", "history"] = "upsert"
     envelope: Literal["none", "debezium"] = "none"
-    # `kafka`: Kafka order (offsets within a partition); or a field, e.g. source.lsn, ts_ms, updated_at.
-    sequence_by: str = field(default="kafka", metadata=_key("sequenceBy"))
+    # `kafka`: Kafka order (offsets within a partition); or a field, e.g. source.lsn, ts_ms, updated_at. Unset (""):
+    # the Debezium connector's own position with `envelope: debezium` (silver/order.py), else Kafka order.
+    sequence_by: str = field(default="", metadata=_key("sequenceBy"))
     # A SQL condition on the bronze row that makes a change a delete (besides tombstones and debezium's `d`).
     delete_when: str = field(default="", metadata=_key("deleteWhen"))
     # Which of the row's own (top-level) fields silver keeps: only `columns`, or all but `exceptColumns`.

@@ -2,11 +2,13 @@
 each step, the rebuild and the audit, so all three mean the same state.
 
 A change row holds the row's own fields (the Debezium envelope's `after`, its `before` for a delete), then silver's
-metadata columns (`spec.py`), and `_delete`. Ordering (`order`): with `sequenceBy` a field, by that field (null
-lowest), ties by offset; with Kafka order, by offset when all of a key's changes are in one partition, else by
-Kafka timestamp (a key in two partitions has no order Kafka promises: `cross_partition` counts such keys); ties
-by topic and partition. The options: the fields kept (`columns` / `exceptColumns`, in `changes`), truncates
-(`truncates.py`), `ignoreNullUpdates` (`_nulls_filled`) and `trackHistoryOn` (`_versions`).
+metadata columns (`spec.py`), and `_delete`. Ordering (`_order`): with `sequenceBy` a field, by that field (null
+lowest), ties by offset; with `envelope: debezium` and `sequenceBy` unset, the same by the connector's position
+(`order.py`: `source.lsn`, the binlog file and position, ...); with Kafka order, by offset when all of a key's
+changes are in one partition, else by Kafka timestamp (a key in two partitions has no order Kafka promises:
+`cross_partition` counts such keys); ties by topic and partition. The options: the fields kept (`columns` /
+`exceptColumns`, in `changes`), truncates (`truncates.py`), `ignoreNullUpdates` (`_nulls_filled`) and
+`trackHistoryOn` (`_versions`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ingestion.silver import truncates
+from ingestion.silver import order, truncates
 from ingestion.silver.spec import (
     DEBEZIUM_COLUMNS,
     DELETE,
@@ -60,7 +62,7 @@ def changes(bronze: DataFrame, spec: SilverSpec) -> DataFrame:
         extra = []
     if spec.delete_when:
         delete = delete | F.coalesce(F.expr(spec.delete_when), F.lit(False))
-    if spec.sequence_by:
+    if spec.sequenced:
         extra.append(_sequence(spec, schema).alias(SEQUENCE))
     history = [valid_from(spec, schema).alias("_valid_from")] if spec.history else []
     return rows.select(*payload, *extra, *[F.col(c) for c in KAFKA_COLUMNS], delete.alias(DELETE), *history)
@@ -86,7 +88,7 @@ def _positioned(rows: DataFrame, spec: SilverSpec) -> DataFrame:
     """`rows` with `_partitions` (in how many Kafka partitions the key's changes are) and `_position`, the first
     ordering column (see the module's doc)."""
     rows = rows.withColumn("_partitions", F.size(F.collect_set(_partition()).over(_by_key(spec))))
-    if spec.sequence_by:
+    if spec.sequenced:
         return rows.withColumn("_position", F.col(SEQUENCE))
     return rows.withColumn("_position", F.when(F.col("_partitions") == 1, F.col("_kafka_offset"))
                            .otherwise(F.unix_micros("_kafka_timestamp")))
@@ -172,7 +174,7 @@ def as_history(change_rows: DataFrame) -> DataFrame:
 def truncates_of(bronze: DataFrame, spec: SilverSpec) -> DataFrame | None:
     """The truncate rows of bronze (`truncates.of`), with the sequence and time a change of theirs would have."""
     schema = bronze.schema
-    return truncates.of(bronze, spec, valid_from(spec, schema), _sequence(spec, schema) if spec.sequence_by else None)
+    return truncates.of(bronze, spec, valid_from(spec, schema), _sequence(spec, schema) if spec.sequenced else None)
 
 
 def fold(bronze: DataFrame, spec: SilverSpec) -> tuple[DataFrame, DataFrame | None]:
@@ -196,7 +198,7 @@ def fold_changes(rows: DataFrame, spec: SilverSpec, cut: DataFrame | None) -> tu
 
 def markers(deletes: DataFrame, spec: SilverSpec) -> DataFrame:
     """Delete markers: the key's fields as `_key0..`, and the delete's ordering columns."""
-    kept = [SEQUENCE] if spec.sequence_by else []
+    kept = [SEQUENCE] if spec.sequenced else []
     return deletes.select(*[F.col(p).alias(spec.marker_column(i)) for i, p in enumerate(spec.key)],
                           *kept, "_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp")
 
@@ -207,7 +209,7 @@ def newer(spec: SilverSpec, new: str, old: str) -> str:
     other_partition = (f"({new}._kafka_topic <> {old}._kafka_topic OR "
                        f"{new}._kafka_partition <> {old}._kafka_partition)")
     later = f"({other_partition} OR {new}._kafka_offset > {old}._kafka_offset)"
-    if not spec.sequence_by:
+    if not spec.sequenced:
         return later
     seq_new, seq_old = f"{new}.{SEQUENCE}", f"{old}.{SEQUENCE}"
     return (f"({seq_new} > {seq_old} OR ({seq_old} IS NULL AND {seq_new} IS NOT NULL) OR "
@@ -240,7 +242,11 @@ def _sequence_type(spec: SilverSpec, schema: T.StructType) -> T.DataType | None:
 
 
 def _sequence(spec: SilverSpec, schema: T.StructType) -> Column:
-    """The `sequenceBy` field: of the bronze row (an envelope field such as source.lsn), else of the row's image."""
+    """The `sequenceBy` field: of the bronze row (an envelope field such as source.lsn), else of the row's image;
+    unset with `envelope: debezium`, the connector's position (`order.spark_sql`, `fold_sql`'s twin)."""
+    if spec.by_source:
+        found = order.of(schema, spec.file)
+        return F.expr(order.spark_sql(found)).cast(order.spark_type(found))
     assert spec.sequence_by
     if field_type(schema, spec.sequence_by) is not None:
         return F.col(spec.sequence_by)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pyspark.sql import types as T
 
+from ingestion.silver import order
 from ingestion.silver.spec import DELETE, KAFKA_COLUMNS, KAFKA_KEY, SEQUENCE, SilverSpec, field_type
 
 BRONZE = "__bronze"  # the relation of bronze's rows the query reads
@@ -54,7 +55,7 @@ def fold_query(spec: SilverSpec, bronze: T.StructType) -> tuple[str, list[str]]:
     # A key's changes in one Kafka partition are ordered by offset; in several, by Kafka timestamp (`_positioned`).
     multi = ("(min(_kafka_partition) OVER __w <> max(_kafka_partition) OVER __w OR "
              "min(_kafka_topic) OVER __w <> max(_kafka_topic) OVER __w)")
-    position = (name(SEQUENCE) if spec.sequence_by else
+    position = (name(SEQUENCE) if spec.sequenced else
                 f"CASE WHEN NOT {multi} THEN _kafka_offset ELSE epoch_us(_kafka_timestamp) END")
     positioned = (f"SELECT *, {position} AS __position FROM ({keyed}) WHERE {known}{surviving} "
                   f"WINDOW __w AS (PARTITION BY {by_key})")
@@ -97,7 +98,7 @@ def truncates_query(spec: SilverSpec, bronze: T.StructType) -> str | None:
     truncates."""
     if not spec.truncate_when:
         return None
-    sequence = _sequence(spec, bronze) if spec.sequence_by else "CAST(NULL AS VARCHAR)"
+    sequence = _sequence(spec, bronze) if spec.sequenced else "CAST(NULL AS VARCHAR)"
     return (f"SELECT _kafka_topic AS _t_topic, _kafka_partition AS _t_partition, _kafka_offset AS _t_offset, "
             f"_kafka_timestamp AS _t_timestamp, {sequence} AS _t_sequence, {_valid_from(spec, bronze)} AS _t_at "
             f"FROM {BRONZE} WHERE coalesce(({_condition(spec.truncate_when)}), FALSE)")
@@ -109,7 +110,7 @@ def _before(spec: SilverSpec, prefix: str = "") -> str:
                                                                    "_kafka_offset", "_kafka_timestamp"))
     same = f"({topic} = _t_topic AND {partition} = _t_partition)"
     kafka = f"(({same} AND {offset} < _t_offset) OR (NOT {same} AND {at} < _t_timestamp))"
-    if not spec.sequence_by:
+    if not spec.sequenced:
         return kafka
     mine = name(f"{prefix}{SEQUENCE}")
     return (f"(CASE WHEN _t_sequence IS NULL THEN {kafka} ELSE ({mine} IS NULL OR {mine} < _t_sequence OR "
@@ -122,7 +123,7 @@ def _closed(spec: SilverSpec, cut: str | None, ordered: str) -> str:
     if cut is None:
         return "SELECT *, CAST(NULL AS TIMESTAMPTZ) AS _closed_at FROM __positioned"
     ordering = ["_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp",
-                *([SEQUENCE] if spec.sequence_by else [])]
+                *([SEQUENCE] if spec.sequenced else [])]
     nexts = ", ".join(f"lead({name(c)}) OVER __n AS {name('__next' + c)}" for c in ordering)
     closing = (f"(SELECT min(_t_at) FROM __truncates WHERE {_before(spec)} AND (__next_kafka_offset IS NULL OR "
                f"NOT {_before(spec, '__next')}))")
@@ -178,7 +179,7 @@ def changes_query(spec: SilverSpec, bronze: T.StructType) -> tuple[str, list[str
         selected += [(_filled(f, spec, bronze), f.name) for f in row_type.fields]
     if spec.delete_when:
         delete = f"({delete} OR coalesce(({_condition(spec.delete_when)}), FALSE))"
-    if spec.sequence_by:
+    if spec.sequenced:
         selected.append((_sequence(spec, bronze), SEQUENCE))
     selected += [(name(c), c) for c in KAFKA_COLUMNS]
     selected.append((delete, DELETE))
@@ -204,7 +205,9 @@ def _image(field: str) -> str:
 
 def _sequence(spec: SilverSpec, bronze: T.StructType) -> str:
     """The `sequenceBy` field: of the bronze row (an envelope field such as source.lsn), else of the row's
-    image (`changes._sequence`)."""
+    image; unset with `envelope: debezium`, the connector's position (`changes._sequence`, `order.duckdb_sql`)."""
+    if spec.by_source:
+        return order.duckdb_sql(order.of(bronze, spec.file), path)
     assert spec.sequence_by
     if field_type(bronze, spec.sequence_by) is not None:
         return path(spec.sequence_by)

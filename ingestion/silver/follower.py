@@ -13,12 +13,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from ingestion.config import PipelineConfig
 from ingestion.delta import catalog
@@ -28,7 +29,7 @@ from ingestion.runtime.delta_txn import is_table, table_property, table_version
 from ingestion.silver import changes
 from ingestion.silver import ledger as silver_ledger
 from ingestion.silver.ledger import SilverRecord, StepKind
-from ingestion.silver.spec import SilverSpec
+from ingestion.silver.spec import SEQUENCE, SilverSpec
 from ingestion.silver.table import SilverTable
 from ingestion.units import duration_seconds
 
@@ -65,12 +66,17 @@ class SilverFollower:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._order_checked = False
 
     # -- before bronze's query starts ------------------------------------------------------------------------
 
-    def prepare(self) -> None:
+    def prepare(self, partitions: Mapping[str, Iterable[int]] | None = None) -> None:
         """Check the silver section against bronze's columns, and turn on bronze's change feed if it is off (a
-        metadata commit, so before bronze's query writes)."""
+        metadata commit, so before bronze's query writes). With the topics' `partitions`, warn when the file sets
+        Kafka's order over several of them (`spec.approximate`)."""
+        warning = self.spec.approximate(partitions) if partitions is not None else None
+        if warning:
+            log.warning("%s", warning)
         path = self.spec.bronze_path
         if not is_table(self.session, path):
             return
@@ -107,7 +113,7 @@ class SilverFollower:
         if at is None:
             record = self.rebuild(bronze, reason="no silver table yet")
         else:
-            why = self._not_appends(at.bronze_version, bronze)
+            why = self._not_appends(at.bronze_version, bronze) or self._order_changed()
             record = self.rebuild(bronze, reason=why, epoch=at.epoch + 1) if why else self._merge(at, bronze)
         self.position = record
         self.steps += 1
@@ -206,6 +212,21 @@ class SilverFollower:
         return feed.where(F.col("_change_type") == "insert").drop("_change_type", "_commit_version",
                                                                   "_commit_timestamp")
 
+    def _order_changed(self) -> str | None:
+        """Why silver must be rebuilt although bronze only appended: its `_sequence` column is not the one the
+        section's order makes (a table made under another `sequenceBy`, or under Kafka's order before the Debezium
+        connector's position became the default), so its rows would be compared with changes by another order.
+        Asked once per follower."""
+        if self._order_checked:
+            return None
+        self._order_checked = True
+        bronze = self.session.read.format("delta").load(self.spec.bronze_path)
+        wanted = _shape(changes.changes(bronze, self.spec).schema)
+        held = _shape(self.table.read().schema)
+        if wanted == held:
+            return None
+        return f"silver's order changed: its {SEQUENCE} column is {held}, the section orders by {wanted}"
+
     def _not_appends(self, after: int, upto: int) -> str | None:
         """Why bronze versions after..upto cannot be merged change by change (one did more than append), or None."""
         from delta.tables import DeltaTable
@@ -255,6 +276,16 @@ class SilverFollower:
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+
+
+def _shape(schema: T.StructType) -> str:
+    """What a table's `_sequence` is, for comparing orders: none, a record of these fields, or a field's value."""
+    if SEQUENCE not in schema.fieldNames():
+        return "none (Kafka order)"
+    kind = schema[SEQUENCE].dataType
+    if isinstance(kind, T.StructType):
+        return f"the connector's position ({', '.join(kind.fieldNames())})"
+    return "a field's value"
 
 
 def _committed_at(spark: SparkSession, path: str, version: int, newest: int) -> float:

@@ -3,6 +3,7 @@ envelope, the table's locations and transaction ids."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from pyspark.sql import types as T
@@ -10,10 +11,11 @@ from pyspark.sql import types as T
 from ingestion.columns import METADATA_COLUMNS
 from ingestion.config import PipelineConfig
 from ingestion.errors import ConfigError
+from ingestion.silver import order
 
 # The columns silver adds after the row's own fields, by what they hold.
 DEBEZIUM_COLUMNS = ("_op", "_source", "_ts_ms")  # the envelope's operation, source block and processing time
-SEQUENCE = "_sequence"  # the `sequenceBy` field's value, when ordering is by a field
+SEQUENCE = "_sequence"  # the `sequenceBy` field's value, or the Debezium connector's position (`order`)
 KAFKA_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_key")
 HISTORY_COLUMNS = ("_deleted", "_valid_from", "_valid_to", "_is_current")
 DEBEZIUM_TRUNCATE = "op = 't'"  # Debezium's truncate record (PostgreSQL, MySQL, ...): `truncateWhen` by default
@@ -28,7 +30,7 @@ class SilverSpec:
     key: tuple[str, ...]
     mode: str  # upsert | history
     envelope: str  # none | debezium
-    sequence_by: str | None  # None: Kafka order
+    sequence_by: str | None  # a field; None: the connector's position (`by_source`) or Kafka order
     delete_when: str
     bronze_path: str
     path: str
@@ -39,20 +41,54 @@ class SilverSpec:
     track_history_on: tuple[str, ...] = ()  # history: a new version only when one of these changes
     ignore_null_updates: bool = False  # a null in a change keeps the value the key's row holds
     truncate_when: str = ""  # the bronze rows that truncate (debezium: op = 't' by default); "" for none
+    # debezium with sequenceBy unset: ordered by the connector's own position in `source` (`order`)
+    by_source: bool = False
+    kafka_set: bool = False  # the file says `sequenceBy: kafka`
 
     @classmethod
     def of(cls, config: PipelineConfig) -> SilverSpec:
         silver = config.silver
         if silver is None or config.silver_path is None:
             raise ConfigError(f"{config.file}: pipeline {config.name!r} has no 'silver' section")
+        given = silver.sequence_by
         return cls(pipeline=config.name, file=str(config.file), key=silver.key, mode=silver.mode,
                    envelope=silver.envelope,
-                   sequence_by=None if silver.sequence_by == "kafka" else silver.sequence_by,
+                   sequence_by=None if given in ("", "kafka") else given,
+                   by_source=given == "" and silver.envelope == "debezium", kafka_set=given == "kafka",
                    delete_when=silver.delete_when, bronze_path=config.table_path, path=config.silver_path,
                    catalog_table=silver.catalog_table, trigger=silver.trigger or config.sink.trigger,
                    columns=silver.columns, except_columns=silver.except_columns,
                    track_history_on=silver.track_history_on, ignore_null_updates=silver.ignore_null_updates,
                    truncate_when=silver.truncate_when or (DEBEZIUM_TRUNCATE if silver.envelope == "debezium" else ""))
+
+    @property
+    def sequenced(self) -> bool:
+        """Whether changes are ordered by a sequence (`_sequence`: a field's, or the connector's position) rather
+        than by Kafka."""
+        return self.sequence_by is not None or self.by_source
+
+    def ordering(self, bronze: T.StructType) -> str:
+        """How a key's changes are ordered, for messages: `source.lsn`, `the connector's position (...)`,
+        `Kafka offsets`."""
+        if self.sequence_by:
+            return self.sequence_by
+        if self.by_source:
+            found = order.of(bronze, self.file)
+            return f"the {found.connector} connector's position ({found.fields})"
+        return "Kafka offsets"
+
+    def approximate(self, partitions: Mapping[str, Iterable[int]]) -> str | None:
+        """A warning when the file sets `sequenceBy: kafka` and the topics have several partitions: Kafka orders
+        nothing across partitions, so silver is approximate there; None otherwise."""
+        count = sum(len(list(p)) for p in partitions.values())
+        if not self.kafka_set or count <= 1:
+            return None
+        exact = ("; leave it unset for the Debezium connector's own position, which is exact"
+                 if self.envelope == "debezium" else "; set it to a field that orders a key's changes")
+        return (f"{self.file}: warning: silver of pipeline {self.pipeline!r} is ordered by Kafka "
+                f"(silver.sequenceBy: kafka) over {count} partitions: approximate, since Kafka orders a key's "
+                f"changes only within one partition and a truncate against the other partitions only by timestamp"
+                f"{exact}")
 
     @property
     def markers_path(self) -> str:
@@ -110,6 +146,8 @@ class SilverSpec:
             if field_type(where, path) is None:
                 raise ConfigError(f"{self.file}: key 'silver.key' names {path!r}, which is not a field of the "
                                   f"{'Kafka key' if where is bronze else 'row'} (fields: {row.fieldNames()})")
+        if self.by_source:
+            order.of(bronze, self.file)  # a clear error when the source record has no position silver knows
         if self.sequence_by and field_type(bronze, self.sequence_by) is None and (
                 self.envelope != "debezium" or field_type(row, self.sequence_by) is None):
             columns = [c for c in bronze.fieldNames() if c not in METADATA_COLUMNS]

@@ -131,7 +131,7 @@ class SilverTable:
                              cross_partition_keys=int(counts["cross"] or 0))
             if keys == 0:
                 return self.record_only(record)
-            if not spec.sequence_by:
+            if not spec.sequenced:
                 record = replace(record, cross_partition_keys=record.cross_partition_keys + self._moved(latest))
             self._evolve(latest.drop(DELETE, "_partitions", "_changes").schema, record)
             if deletes or self._markers_in_use():
@@ -171,7 +171,7 @@ class SilverTable:
         if not is_table(self.session, path):
             changes.markers(latest.where(F.lit(False)), spec).write.format("delta").save(path)
         on = " AND ".join(f"m.{spec.marker_column(i)} = s.{p}" for i, p in enumerate(spec.key))
-        ordering = [c for c in (SEQUENCE if spec.sequence_by else None,
+        ordering = [c for c in (SEQUENCE if spec.sequenced else None,
                                 "_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp") if c]
         values: dict[str, Any] = {spec.marker_column(i): f"s.{p}" for i, p in enumerate(spec.key)}
         values |= {c: f"s.{c}" for c in ordering}

@@ -2,9 +2,10 @@
 DataFrame functions shared by the fold, the merge of each step and the rebuild (`fold_sql` has their DuckDB twins).
 
 A truncate removes every change ordered before it (docs/cdc.md, "Truncates"). The order is the one silver already
-uses, extended to a record that belongs to no key: with `sequenceBy`, a change is before the truncate when its value
-is lower (or null), or equal and before it in Kafka order; a truncate whose own value is null (a field of the row's
-image, which a truncate has none of) falls back to Kafka order. In Kafka order a change is before the truncate when
+uses, extended to a record that belongs to no key: with a sequence (`sequenceBy`'s field, or the Debezium connector's
+position, `order.py`), a change is before the truncate when its value is lower (or null), or equal and before it in
+Kafka order; a truncate whose own value is null (a field of the row's image, which a truncate has none of, or a
+truncate without a source position) falls back to Kafka order. In Kafka order a change is before the truncate when
 it is in the truncate's partition at a lower offset, or in another partition with an earlier Kafka timestamp (Kafka
 orders no two partitions; the timestamps of one producer, such as Debezium's connector, do).
 
@@ -28,8 +29,8 @@ TOPIC, PARTITION, OFFSET, TIMESTAMP, TSEQUENCE, AT = ("_t_topic", "_t_partition"
 CLOSED = "_closed_at"  # history: the time a truncate ended the row (null: none did)
 NEXT = "_next"  # the prefix of the next change's ordering columns
 
-# A truncate as the ledger records it: topic, partition, offset, Kafka timestamp (µs), the sequence as text
-# (None: null or no sequenceBy) and its time (µs).
+# A truncate as the ledger records it: topic, partition, offset, Kafka timestamp (µs), the sequence as text (a
+# record's as JSON; None: null, or Kafka order) and its time (µs).
 Position = tuple[str, int, int, int, str | None, int]
 
 
@@ -51,7 +52,7 @@ def before(spec: SilverSpec, prefix: str = "") -> Column:
     same = (topic == F.col(TOPIC)) & (partition == F.col(PARTITION))
     kafka = ((same & (F.col(f"{prefix}_kafka_offset") < F.col(OFFSET)))
              | (~same & (F.col(f"{prefix}_kafka_timestamp") < F.col(TIMESTAMP))))
-    if not spec.sequence_by:
+    if not spec.sequenced:
         return kafka
     mine, theirs = F.col(f"{prefix}{SEQUENCE}"), F.col(TSEQUENCE)
     return F.when(theirs.isNull(), kafka).otherwise(mine.isNull() | (mine < theirs) | ((mine == theirs) & kafka))
@@ -70,7 +71,7 @@ def closed(rows: DataFrame, spec: SilverSpec, cut: DataFrame | None, ordered: Wi
     if cut is None:
         return rows.withColumn(CLOSED, F.lit(None).cast("timestamp"))
     ordering = ["_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp",
-                *([SEQUENCE] if spec.sequence_by else [])]
+                *([SEQUENCE] if spec.sequenced else [])]
     coordinates = ["_kafka_topic", "_kafka_partition", "_kafka_offset"]
     nexts = rows.select(*ordering, *[F.lead(c).over(ordered).alias(f"{NEXT}{c}") for c in ordering])
     ends = (nexts.join(F.broadcast(cut), before(spec) & (F.col(f"{NEXT}_kafka_offset").isNull()
@@ -80,8 +81,11 @@ def closed(rows: DataFrame, spec: SilverSpec, cut: DataFrame | None, ordered: Wi
 
 
 def positions(cut: DataFrame) -> tuple[Position, ...]:
-    """The truncates of `cut`, as the ledger records them, in Kafka order."""
-    rows = cut.select(TOPIC, PARTITION, OFFSET, F.unix_micros(TIMESTAMP), F.col(TSEQUENCE).cast("string"),
+    """The truncates of `cut`, as the ledger records them, in Kafka order: a sequence that is a record (the
+    connector's position, `order.py`) as its JSON, `{"lsn":42}`, any other as its text."""
+    sequence = F.col(TSEQUENCE)
+    text = F.to_json(sequence) if isinstance(cut.schema[TSEQUENCE].dataType, T.StructType) else sequence.cast("string")
+    rows = cut.select(TOPIC, PARTITION, OFFSET, F.unix_micros(TIMESTAMP), text,
                       F.unix_micros(AT)).collect()
     return tuple(sorted((str(r[0]), int(r[1]), int(r[2]), int(r[3]), None if r[4] is None else str(r[4]), int(r[5]))
                         for r in rows))
@@ -96,5 +100,6 @@ def frame(session: SparkSession, found: tuple[Position, ...], sequence: T.DataTy
         "t string, p int, o long, ts long, seq string, at long")
     return raw.select(F.col("t").alias(TOPIC), F.col("p").alias(PARTITION), F.col("o").alias(OFFSET),
                       F.timestamp_micros("ts").alias(TIMESTAMP),
-                      F.col("seq").cast(sequence or T.StringType()).alias(TSEQUENCE),
+                      (F.from_json("seq", sequence) if isinstance(sequence, T.StructType)
+                       else F.col("seq").cast(sequence or T.StringType())).alias(TSEQUENCE),
                       F.timestamp_micros("at").alias(AT))

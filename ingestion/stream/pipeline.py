@@ -203,7 +203,7 @@ def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Pr
         if log_checkpoints is not None and not available_now:
             log_checkpoints.warm_up()  # the JVM's first checkpoint is slow: at start, not beside the steady stream
         scheduled = None if config.routing is not None else ScheduledMaintenance.for_pipeline(spark, config, metrics)
-        silver = _silver(spark, config, pool, metrics, prometheus)
+        silver = _silver(spark, config, pool, metrics, prometheus, ctx.partitions)
 
         def on_batch(result: BatchResult) -> None:
             batches.append(result)
@@ -263,7 +263,8 @@ def _beside(what: str, work: Callable[[], object]) -> None:
 
 
 def _silver(spark: SparkSession, config: PipelineConfig, pool: str | None, metrics: RunMetrics | None,
-            prometheus: LagRefresher | None) -> SilverFollower | RouteSilvers | None:
+            prometheus: LagRefresher | None,
+            partitions: dict[str, list[int]] | None = None) -> SilverFollower | RouteSilvers | None:
     """The pipeline's silver follower, its bronze's change feed turned on before bronze's query writes; for a
     routed pipeline, the followers of its routes' silvers (`routing.silver`), each route's metrics suffixed with its
     table as its rows are (`silver_changes_<table>`)."""
@@ -286,7 +287,7 @@ def _silver(spark: SparkSession, config: PipelineConfig, pool: str | None, metri
                                       record.cross_partition_keys, lag.versions, lag.seconds)
 
     follower = SilverFollower(spark, config, pool=pool, on_step=on_step)
-    follower.prepare()
+    follower.prepare(partitions)  # warns of Kafka's order set over several partitions
     return follower
 
 

@@ -21,10 +21,11 @@ def _load(tmp_path: Path, silver: str, sink: str = "sink:\n  table: /lake/bronze
 def test_defaults_and_where_silver_lives(tmp_path: Path) -> None:
     config = _load(tmp_path, "  key: id\n")
     assert config.silver is not None and config.silver.key == ("id",)  # a single name for a one-field key
-    assert (config.silver.mode, config.silver.envelope, config.silver.sequence_by) == ("upsert", "none", "kafka")
+    assert (config.silver.mode, config.silver.envelope, config.silver.sequence_by) == ("upsert", "none", "")
     assert config.silver_path == "/lake/bronze/orders_silver"
     spec = SilverSpec.of(config)
     assert spec.markers_path == "/lake/bronze/orders_silver_deletes" and spec.sequence_by is None
+    assert not spec.sequenced and not spec.by_source  # Kafka's order: no envelope names a position
     assert spec.txn_app_id(3) == "ingest-silver-orders.3" and spec.txn_app_id(3, "deletes").endswith(".3.deletes")
     assert spec.trigger == "10 seconds"
     assert (spec.truncate_when, spec.refolds) == ("", False)
