@@ -122,7 +122,7 @@ def _ranks(values: list[Any]) -> list[int]:
 
 
 def test_positions_order_as_each_connector_orders_its_log() -> None:
-    # MySQL: the file by its number (000010 after 000009, and 1000000 after 999999), then pos, then row.
+    # MySQL: the file by its number (000010 after 000009; a seventh digit after six), then pos, then row.
     mysql = _duckdb_sequences("mysql", [
         {"file": "mysql-bin.1000000", "pos": 4, "row": 0}, {"file": "mysql-bin.000010", "pos": 154, "row": 1},
         {"file": "mysql-bin.000010", "pos": 154, "row": 0}, {"file": "mysql-bin.000009", "pos": 9999, "row": 0},
