@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: setup demo test test-unit lint bench clean kafka-stop servers-stop prometheus kcat postgresql
+.PHONY: setup demo test test-fast test-unit lint bench clean kafka-stop servers-stop prometheus kcat postgresql
 
 setup: $(STAMP) .ingest/jars/.ready
 
@@ -35,12 +35,12 @@ prometheus:
 	  && { [ ! -x /etc/init.d/prometheus ] || /etc/init.d/prometheus stop >/dev/null 2>&1 || true; }; }
 
 # Debian's kcat: the JSON acceptance test produces plain JSON with a producer that is not Python
-# (tests/integration/test_json.py). Installed only when missing, as prometheus is; where apt cannot provide it the
-# test is skipped (and says why), so this target does not fail the run.
+# (tests/integration/test_json.py). Installed only when missing, as prometheus is; where apt cannot provide it this
+# target fails, saying so (the test skips without kcat on a developer's machine, and fails in CI).
 kcat:
 	@command -v kcat >/dev/null || command -v kafkacat >/dev/null || { \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends kcat; } \
-	  || echo "kcat could not be installed: tests/integration/test_json.py skips its kcat test"
+	  || { echo "kcat could not be installed (Debian's kcat package): tests/integration/test_json.py needs it"; exit 1; }
 
 # Debian's postgresql: the source database of the real Debezium test (tests/e2e/test_debezium.py), which starts a
 # cluster of its own (initdb in a temporary folder, as the `postgres` user when run as root, a free loopback port)
@@ -51,8 +51,15 @@ postgresql:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql \
 	  && { [ ! -x /etc/init.d/postgresql ] || /etc/init.d/postgresql stop >/dev/null 2>&1 || true; }; }
 
-test-unit: setup
-	$(BIN)/pytest tests/unit
+# The tiers a developer runs between `make test`s (markers set by tests/conftest.py): neither needs Java, the jars
+# (Maven) or a Debian package; `make test-fast` adds the integration tests that start no JVM (a local S3 server).
+TIER := -m "not jvm and not debian" --durations=10
+
+test-unit: $(STAMP)
+	$(BIN)/pytest tests/unit $(TIER)
+
+test-fast: $(STAMP)
+	$(BIN)/pytest tests/unit tests/integration $(TIER)
 
 lint: setup
 	$(BIN)/ruff check ingestion tests benchmarks

@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -27,6 +27,35 @@ os.environ["TZ"] = "UTC"
 # beside the tests (tests/*/test_class_archive.py turn it on).
 os.environ.setdefault("INGEST_CLASS_ARCHIVE", "off")
 time.tzset()
+
+
+# Tiers a developer can choose (`-m`, or `make test-fast`): the folder's marker, and `jvm` on every test that needs
+# Java and the jars `make setup` resolves with Maven: it starts Spark, the suite's Kafka broker, `java` or the
+# `ingest` command (every e2e test does). Files whose tests need them with none of the fixtures below carry
+# `pytest.mark.jvm` themselves or are named here; `debian` marks the tests of a Debian package's tool.
+TIERS = ("unit", "integration", "e2e")
+JVM_FIXTURES = frozenset({"spark", "kafka_servers", "secure_broker"})
+JVM_FILES = frozenset({"test_clients_under_broker_faults.py"})  # brokers of its own (tests/kafka_cluster.py)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = item.path.relative_to(REPO / "tests").parts
+        tier = parts[0] if len(parts) > 1 and parts[0] in TIERS else None
+        if tier is not None and item.get_closest_marker(tier) is None:
+            item.add_marker(tier)
+        if item.get_closest_marker("jvm") is None and (
+                tier == "e2e" or item.path.name in JVM_FILES
+                or JVM_FIXTURES & set(getattr(item, "fixturenames", ()))):
+            item.add_marker("jvm")
+
+
+def missing_tool(reason: str) -> NoReturn:
+    """A tool the test needs is not installed: a skip that says why (`-ra`) on a developer's machine, a failure in
+    CI (CI=true), whose `make test` installs every tool, so a missing one is a broken setup, not a test left out."""
+    if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
+        pytest.fail(f"{reason}; CI needs it (CI=true)", pytrace=False)
+    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

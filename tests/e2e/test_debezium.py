@@ -34,7 +34,7 @@ import pytest
 from tests.debezium import DebeziumConnect, Postgres, postgres_bin
 from tests.helpers import wait_while_running
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.debian]
 
 INGEST = str(Path(sys.executable).parent / "ingest")
 PARTITIONS = 3

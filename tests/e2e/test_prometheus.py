@@ -29,7 +29,7 @@ from ingestion.dev.samples import produce_orders
 from tests.conftest import pipeline_yaml
 from tests.helpers import wait_while_running as _wait
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.debian]
 
 INGEST = str(Path(sys.executable).parent / "ingest")
 SCRAPE = 1  # seconds between scrapes and between rule evaluations in the test's Prometheus

@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 
 from ingestion.runtime import class_archive
+from tests.conftest import missing_tool
+
+pytestmark = pytest.mark.jvm
 
 # A driver memory of its own gives this test an archive (key) no other session shares.
 SESSION = """
@@ -38,7 +41,7 @@ def start(*java_options: str) -> subprocess.CompletedProcess[str]:
 def archive() -> Path:
     java = class_archive.java_executable()
     if java is None:
-        pytest.skip("no java")
+        missing_tool("no java on PATH or in JAVA_HOME")
     from ingestion.runtime import session
 
     options = dict(session.builder(conf={"spark.driver.memory": "700m"})._options)

@@ -33,6 +33,8 @@ from ingestion.decode.wire import encode
 from ingestion.limits import AVRO_JAVA_LIMITS
 from ingestion.schema.files import canonical_json
 
+pytestmark = pytest.mark.jvm  # Avro's Java reader, compiled and run by the test
+
 REFERENCE = Path(__file__).resolve().parents[1] / "reference" / "AvroReference.java"
 SEED = int(os.environ.get("INGEST_DIFFERENTIAL_SEED", "20261124"))
 SCHEMAS = 40

@@ -27,7 +27,7 @@ from ingestion.kafka.clients import create_topic
 from ingestion.ops.onboard import onboard
 from ingestion.schema.registry import registry_client
 from ingestion.stream import pipeline
-from tests.conftest import pipeline_yaml
+from tests.conftest import missing_tool, pipeline_yaml
 from tests.helpers import decode_both_ways, wait_rows
 from tests.unit.test_json import (
     BODIES,
@@ -277,8 +277,10 @@ def test_no_type_mismatch_lands_as_a_null(landed: dict[str, Any]) -> None:
         assert row["_error_message"].startswith(f"$.{path.split('.')[0]}"), (key, row["_error_message"])
 
 
-@pytest.mark.skipif(KCAT is None, reason="kcat is not installed (make kcat installs Debian's package)")
+@pytest.mark.debian
 def test_plain_json_from_kcat_with_a_schema_file(landed: dict[str, Any]) -> None:
+    if KCAT is None:
+        missing_tool("kcat is not installed (make kcat installs Debian's package)")
     run = landed["kcat"]
     assert sorted(run["rows"]) == sorted(run["produced"])
     for key, doc in run["produced"].items():

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ingestion.runtime import class_archive
+from tests.conftest import missing_tool
 
 OPTIONS = {"spark.master": "local[*]", "spark.jars": "/j/delta.jar,/j/kafka.jar",
            "spark.driver.extraClassPath": "/j/helper.jar", "spark.driver.extraJavaOptions": "-XX:+UseSerialGC"}
@@ -21,7 +22,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("INGEST_JAR_CACHE", str(tmp_path))
     monkeypatch.setenv(class_archive.SWITCH, class_archive.RECORD)
     if class_archive.java_executable() is None:
-        pytest.skip("no java")
+        missing_tool("no java on PATH or in JAVA_HOME")
     return tmp_path / "class-archive"
 
 

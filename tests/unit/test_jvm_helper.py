@@ -5,7 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from zipfile import ZipFile
 
+import pytest
+
 from ingestion.runtime import jars as jvm
+
+pytestmark = pytest.mark.jvm  # compiles the helper with javac (a JDK)
 
 
 def test_helper_jar_is_compiled_once_per_source_version(tmp_path: Path) -> None:

@@ -14,6 +14,8 @@ import yaml
 RULES = Path(str(resources.files("ingestion.stream") / "data" / "prometheus-rules.yml"))
 TESTS = Path(__file__).parents[1] / "prometheus" / "rules_test.yml"
 
+pytestmark = pytest.mark.debian  # promtool: in `make test`, not in `make test-unit` or `make test-fast`
+
 
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
     tool = shutil.which("promtool")

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from ingestion.runtime import session as spark
+
+pytestmark = pytest.mark.jvm  # no JVM started, but the builder needs the jars `make setup` resolves with Maven
 
 
 def test_java_options_of_a_pipeline_come_after_ingests_own() -> None:
