@@ -8,6 +8,7 @@ A command resolves a pipeline's settings once (`resolve_settings`) and lists its
 from ingestion.kafka.clients import (
     ISOLATION,
     READ_COMMITTED,
+    GroupCommitter,
     admin_client,
     check_access,
     commit_group_offsets,
@@ -25,7 +26,7 @@ from ingestion.kafka.settings import KafkaSettings
 from ingestion.kafka.settings import resolve as resolve_settings
 from ingestion.kafka.topics import check_pipeline, pipeline_partitions
 
-__all__ = ["ISOLATION", "READ_COMMITTED", "KafkaSettings", "admin_client", "check_access",
+__all__ = ["ISOLATION", "READ_COMMITTED", "GroupCommitter", "KafkaSettings", "admin_client", "check_access",
            "check_pipeline", "commit_group_offsets", "committed_offsets", "consumer", "create_topic",
            "earliest_values", "first_unread",
            "partitions", "pipeline_partitions", "raise_refusal", "resolve_settings", "watermarks",

@@ -13,6 +13,7 @@ import contextlib
 import difflib
 import logging
 import re
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -184,18 +185,26 @@ def check_group(settings: Mapping[str, Any], group: str, timeout: float) -> None
     """Offsets may be committed to `group` (READ on it): commit to it an offset of a topic that does not exist;
     Kafka checks READ on the group before anything else and answers GROUP_AUTHORIZATION_FAILED, or refuses the
     partition (unknown topic, or a topic the client may not read) and writes nothing, not even the group. Listing
-    the group's offsets would check DESCRIBE only."""
+    the group's offsets would check DESCRIBE only. The commit is a consumer's, as every group commit of the project
+    is (`GroupCommitter`: not the admin client's, whose coordinator requests abort the process under broker
+    faults)."""
     import uuid
 
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka import KafkaError
 
-    probe = ConsumerGroupTopicPartitions(group, [TopicPartition(f"ingest-group-check-{uuid.uuid4().hex}", 0, 0)])
-    admin = admin_client(settings)
-    with refusals(settings, group=group):
-        result = admin.alter_consumer_group_offsets([probe], request_timeout=timeout)[group].result(timeout)
-    for partition in result.topic_partitions:
-        if partition.error is not None and partition.error.code() == access.GROUP_AUTHORIZATION_FAILED:
-            raise access.group_denied(settings, group)
+    probe = f"ingest-group-check-{uuid.uuid4().hex}"
+    with GroupCommitter(settings, group, timeout) as committer:
+        error = committer.send({probe: {0: 0}})
+    # The partition's own refusal is the answer that the group may be used: the topic does not exist.
+    if error is None or error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, access.TOPIC_AUTHORIZATION_FAILED):
+        return
+    if error.code() == access.GROUP_AUTHORIZATION_FAILED:
+        raise access.group_denied(settings, group)
+    refused = access.from_error(error, settings, group=group)
+    if refused is not None:
+        raise refused
+    raise IngestionError(f"cannot check consumer group {group!r} at {settings.get('bootstrap.servers')}: "
+                         f"{error.str()}")
 
 
 def _probe_read(settings: Mapping[str, Any], topic: str, partition: int, timeout: float) -> None:
@@ -300,17 +309,129 @@ def _watermark(client: Any, partition: Any) -> tuple[int, int]:
             time.sleep(0.2)
 
 
-def commit_group_offsets(admin: Any, group: str, offsets: Mapping[str, Mapping[int, int]], timeout: float = 30,
-                         settings: Mapping[str, Any] | None = None) -> None:
-    """Set `group`'s committed offsets (per topic, the next offset to read per partition), as a consumer commit
-    would. KafkaAccessError when Kafka refuses the group or a topic (`settings` name the client in its message)."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+class GroupCommitter:
+    """Commits of offsets to one consumer group (per topic, the next offset to read per partition), as a consumer
+    commit would, by one consumer that never joins the group (never subscribed: Kafka takes its commit as an
+    admin's, generation -1, refused only while the group has members).
 
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, o) for t, parts in sorted(offsets.items())
-                                                   for p, o in sorted(parts.items())])
-    with refusals(settings or {}, next(iter(sorted(offsets)), None), group):
-        for future in admin.alter_consumer_group_offsets([request], request_timeout=timeout).values():
-            future.result(timeout)
+    Not the admin client's alter_consumer_group_offsets: librdkafka (to 2.16 at least) aborts the whole process
+    when a coordinator-targeted admin request (AlterConsumerGroupOffsets, DescribeConsumerGroups,
+    ListConsumerGroupOffsets) cannot be sent to a coordinator that has just gone away (`rdkafka_queue.h:
+    rd_kafka_enq_once_del_source_return: Assertion 'eonce->refcnt > 0' failed`; librdkafka issue 4605, fix proposed
+    in pull request 5397): a pipeline committing every batch aborted so while the brokers of its cluster were
+    killed and restarted, however its futures were awaited. A consumer's commit goes through its group handle
+    instead, and fails as an error.
+
+    One owner: every call holds the committer's lock, so the consumer is never used by two threads at once and is
+    closed (`close`) only when no call is inside it. A commit waits at most `timeout` seconds for its answer; one
+    that did not come in time is not waited for again (the consumer is kept: it ends that commit itself, within
+    the same timeout given to librdkafka, and closing it meanwhile would wait for it).
+    """
+
+    def __init__(self, settings: Mapping[str, Any], group: str, timeout: float = 30.0) -> None:
+        self.settings = settings
+        self.group = group
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._client: Any = None
+        self._answers: list[tuple[Any, list[Any]]] = []  # (error, partitions) of the commits sent, in order
+        self._sent = 0  # commits sent since the last one answered
+        self._closed = False
+
+    def __enter__(self) -> GroupCommitter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def commit(self, offsets: Mapping[str, Mapping[int, int]]) -> None:
+        """Commit `offsets`. KafkaAccessError when Kafka refuses the group or a topic (named with the client of
+        `settings`); a KafkaException for any other error, IngestionError when no answer came in time."""
+        topic = next(iter(sorted(offsets)), None)
+        with refusals(self.settings, topic, self.group):
+            error = self.send(offsets)
+            if error is not None:
+                raise _kafka_exception(error)
+
+    def send(self, offsets: Mapping[str, Mapping[int, int]]) -> Any:
+        """Commit `offsets` and return the first error of the answer (the request's, else a partition's), or None
+        when every partition was committed. A refusal of the group's coordinator look-up is that error too."""
+        from confluent_kafka import TopicPartition
+
+        wanted = [TopicPartition(t, int(p), int(o)) for t, parts in sorted(offsets.items())
+                  for p, o in sorted(parts.items())]
+        if not wanted:
+            return None
+        with self._lock:
+            if self._closed:
+                raise IngestionError(f"the commits to consumer group {self.group!r} are closed")
+            client = self._open()
+            client.commit(offsets=wanted, asynchronous=True)
+            self._sent += 1
+            deadline = time.monotonic() + self.timeout
+            # Answers come in the order the commits were sent: this one's is the last, once every commit still
+            # waiting from before (one that did not end in time) has its answer too.
+            while len(self._answers) < self._sent:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    # The commit still waits inside the consumer, which is kept (closing it now would wait for
+                    # its requests to a broker that went away): its answer comes, and is passed over, later.
+                    raise IngestionError(f"no answer to a commit to consumer group {self.group!r} at "
+                                         f"{self.settings.get('bootstrap.servers')} within {self.timeout:.0f}s")
+                event = client.poll(min(left, 0.05))  # serves the commits' callbacks; returns error events
+                error = event.error() if event is not None else None
+                if error is not None and (error.code() == access.GROUP_AUTHORIZATION_FAILED or
+                                          access.from_error(error, self.settings, group=self.group) is not None):
+                    # the coordinator look-up, the login or the handshake refused: the commit would only wait
+                    return error
+            error, partitions = self._answers[-1]
+            self._answers.clear()
+            self._sent = 0
+        return next((tp.error for tp in partitions or () if tp.error is not None), error)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Close the consumer, once no call is inside it; later commits raise IngestionError."""
+        with self._lock:
+            self._closed = True
+            self._close_client()
+
+    def _open(self) -> Any:
+        if self._client is None:
+            # A commit waits for an unknown coordinator session.timeout.ms at most, a request socket.timeout.ms:
+            # both the commit's timeout, which also bounds `close` with a commit still waiting.
+            ms = int(max(1.0, self.timeout) * 1000)
+            self._client = consumer(self.settings, self.group, **{
+                "session.timeout.ms": ms, "heartbeat.interval.ms": max(1, min(3000, ms // 3)),
+                "socket.timeout.ms": ms, "on_commit": self._answered})
+        return self._client
+
+    def _answered(self, error: Any, partitions: list[Any]) -> None:  # on the owner's thread, inside poll/close
+        self._answers.append((error, partitions))
+
+    def _close_client(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+        self._answers.clear()
+        self._sent = 0
+
+
+def _kafka_exception(error: Any) -> Exception:
+    from confluent_kafka import KafkaException
+
+    return KafkaException(error)
+
+
+def commit_group_offsets(settings: Mapping[str, Any], group: str, offsets: Mapping[str, Mapping[int, int]],
+                         timeout: float = 30) -> None:
+    """Set `group`'s committed offsets once (per topic, the next offset to read per partition) with a
+    `GroupCommitter` of its own. KafkaAccessError when Kafka refuses the group or a topic."""
+    with GroupCommitter(settings, group, timeout) as committer:
+        committer.commit(offsets)
 
 
 def committed_offsets(settings: Mapping[str, Any], group: str, topic: str, found: list[int] | None = None,

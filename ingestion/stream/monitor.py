@@ -152,7 +152,9 @@ class PipelineMonitor(ProgressListener):
         self.last_lag: dict[str, dict[int, int]] = {}  # per topic and partition
         self._results: dict[int, BatchResult] = {}
         self._lock = threading.Lock()
-        self._admin: Any = None
+        # The group commits' one consumer (not an admin client: see kafka.GroupCommitter), used by the thread that
+        # reports a batch (Spark's listener, or the start batch's) and closed by `close` once no commit is inside.
+        self._commits = kafka.GroupCommitter(settings, self.group, COMMIT_TIMEOUT)
         self._pending: tuple[int, dict[str, dict[str, int]]] | None = None  # a commit that failed, to retry
         # Kafka refused the consumer group (or the login): the pipeline stops with this error (see pipeline.run).
         self.refused: KafkaAccessError | None = None
@@ -188,8 +190,9 @@ class PipelineMonitor(ProgressListener):
             time.sleep(0.05)
 
     def close(self) -> None:
-        """Drop the Kafka admin client (its threads would outlive the pipeline and log the broker's absence)."""
-        self._admin = None
+        """Close the group commits' consumer (its threads would outlive the pipeline and log the broker's absence),
+        after a commit in flight on another thread has ended; a batch reported later commits nothing."""
+        self._commits.close()
 
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
@@ -227,23 +230,18 @@ class PipelineMonitor(ProgressListener):
 
     def _commit(self, batch_id: int, end: dict[str, dict[str, int]]) -> None:
         """Commit the batch's end offsets to the consumer group. A failure (the broker restarting, say) costs one
-        warning line: the admin client is made again, and the commit is retried when the query is idle or done
-        by the next batch's."""
-        if not any(end.values()) or self.refused is not None:
+        warning line: the commit is retried when the query is idle or done by the next batch's."""
+        if not any(end.values()) or self.refused is not None or self._commits.closed:
             return
         self._pending = None
         try:
-            settings = self.settings
-            if self._admin is None:
-                self._admin = kafka.admin_client(settings)
-            kafka.commit_group_offsets(self._admin, self.group,
-                                       {t: {int(p): int(o) for p, o in parts.items()} for t, parts in end.items()},
-                                       timeout=COMMIT_TIMEOUT, settings=settings)
+            self._commits.commit({t: {int(p): int(o) for p, o in parts.items()} for t, parts in end.items()})
         except KafkaAccessError as exc:  # not transient: retrying would only repeat it
             self.refused = exc
             log.error("%s batch %d: offsets not committed: %s", self.config.name, batch_id, exc)
         except Exception as exc:  # noqa: BLE001 - monitoring only; recovery uses the checkpoint and the table
-            self._admin = None
+            if self._commits.closed:
+                return
             self._pending = (batch_id, end)
             log.warning("%s batch %d: offsets not committed to consumer group %r (%s); retried when the query is "
                         "idle or with the next batch", self.config.name, batch_id, self.group,
