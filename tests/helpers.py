@@ -58,6 +58,18 @@ def delta_txns(table: Path) -> list[tuple[int, str, int]]:
     return found
 
 
+def commits_without_txn(table: Path) -> list[tuple[int, str]]:
+    """(version, operation) of every commit in the table's JSON log that adds or removes data (dataChange) without
+    a SetTransaction action: what Delta could not skip if it were repeated."""
+    found = []
+    for commit in sorted((table / "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in commit.read_text().splitlines()]
+        data = any(a.get(kind, {}).get("dataChange") for a in actions for kind in ("add", "remove"))
+        if data and not any("txn" in a for a in actions):
+            found.append((int(commit.stem), next(a["commitInfo"]["operation"] for a in actions if "commitInfo" in a)))
+    return found
+
+
 @contextmanager
 def py4j_commands(counted: Callable[[], bool] = lambda: True) -> Iterator[list[str]]:
     """The py4j commands this process sends to the JVM inside the block, other than py4j's own garbage collection,

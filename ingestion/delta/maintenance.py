@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pyspark.sql import SparkSession
 
 from ingestion.delta import ledger
-from ingestion.delta.append import commit_metadata
+from ingestion.delta.commit import committing
 from ingestion.delta.ledger import BatchKind, BatchRecord
 from ingestion.errors import one_line
 from ingestion.runtime import delta_txn, hadoop
@@ -92,7 +92,7 @@ def _session(spark: SparkSession, record: BatchRecord, settings: dict[str, str])
     previous = context.getLocalProperty("spark.scheduler.pool")
     context.setLocalProperty("spark.scheduler.pool", POOL)
     try:
-        with commit_metadata(own, record):
+        with committing(own, None, record.to_user_metadata()):
             yield own
     finally:
         context.setLocalProperty("spark.scheduler.pool", previous)  # type: ignore[arg-type]

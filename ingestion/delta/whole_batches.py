@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 
 from ingestion.config import PipelineConfig
 from ingestion.delta import ledger, routed
-from ingestion.delta.append import commit_metadata
+from ingestion.delta.commit import committing
 from ingestion.delta.ledger import BatchKind, BatchRecord
 from ingestion.delta.rs_reads import DeltaRsReader
 
@@ -122,7 +122,7 @@ def apply(spark: SparkSession, config: PipelineConfig, tables: Tables, targets: 
         if version >= 0:
             restore(spark, tables.paths[table], version, marker)
         else:  # made after the cut: emptied, its ledger saying so
-            with commit_metadata(spark, marker):
+            with committing(spark, None, marker.to_user_metadata()):
                 DeltaTable.forPath(spark, tables.paths[table]).delete()
 
 
@@ -132,7 +132,7 @@ def restore(spark: SparkSession, path: str, version: int, marker: BatchRecord) -
 
     if ledger.table_version(spark, path) == version:
         return
-    with commit_metadata(spark, marker):
+    with committing(spark, None, marker.to_user_metadata()):
         DeltaTable.forPath(spark, path).restoreToVersion(version)
 
 

@@ -1,10 +1,11 @@
 """The quarantine table: what is in it, and re-decoding it into bronze once the cause is fixed.
 
-Re-decoding is idempotent by construction rather than by a txn id: it appends to bronze only the records whose
-(topic, partition, offset) bronze does not hold yet, then removes from quarantine every record bronze now holds
-and updates the error of those that still fail, in one MERGE. A crash between the two steps leaves records in
-both tables for a moment; the next run appends nothing new and finishes the removal. Nothing changes (no new
-table version) when there is nothing to do.
+Re-decoding appends to bronze only the records whose (topic, partition, offset) bronze does not hold yet, then
+removes from quarantine every record bronze now holds and updates the error of those that still fail, in one
+MERGE. Both commits carry the run's transaction id (txnAppId `redecode`, or `redecode.<table>` for a route's
+table; txnVersion the run's number, `delta.commit.next_version`), so a commit repeated within a run is skipped by
+Delta. A crash between the two steps leaves records in both tables for a moment; the next run appends nothing new
+and finishes the removal. Nothing changes (no new table version) when there is nothing to do.
 """
 
 from __future__ import annotations
@@ -23,8 +24,7 @@ from ingestion.config import PipelineConfig
 from ingestion.decode import bronze, expectations, routes
 from ingestion.decode.python_decoder import decode_in_python
 from ingestion.decode.resolver import SchemaResolver
-from ingestion.delta import ledger, reads
-from ingestion.delta.append import commit_metadata
+from ingestion.delta import commit, ledger, reads
 from ingestion.delta.ledger import REDECODE_BATCH_ID, BatchKind, BatchRecord
 from ingestion.delta.reader import QuarantinedRecord, QuarantineGroup
 from ingestion.ops.readers import Source, as_reader
@@ -115,7 +115,8 @@ def redecode(spark: SparkSession, target: PipelineConfig | PipelineContext) -> R
         return _redecode_routed(spark, ctx, as_kafka_rows(quarantined))
     # The subjects of the topics the quarantined rows came from, matching now or not.
     topics = [r[0] for r in quarantined.select("_kafka_topic").distinct().collect()]
-    return _redecode(spark, config, setup.resolver(spark, ctx, also=topics), as_kafka_rows(quarantined))
+    run = commit.next_version(spark, [config.table_path, config.quarantine_path], "redecode")
+    return _redecode(spark, config, setup.resolver(spark, ctx, also=topics), as_kafka_rows(quarantined), run)
 
 
 def _redecode_routed(spark: SparkSession, ctx: PipelineContext, quarantined: DataFrame) -> RedecodeResult:
@@ -130,8 +131,10 @@ def _redecode_routed(spark: SparkSession, ctx: PipelineContext, quarantined: Dat
         router = Router(ctx, "redecode", None)
         by_table, _ = router.split([(r[KEY], r["topic"]) for r in keyed.select(KEY, "topic").distinct().collect()],
                                    spark)
+        run = max((commit.next_version(spark, [router.tables[t].targets.config.table_path, config.quarantine_path],
+                                       route_app_id("redecode", t)) for t in by_table), default=0)
         done = [_redecode(spark, router.tables[table].targets.config, router.tables[table].targets.resolver,
-                          keyed.where(F.col(KEY).isin(sorted(keys))).drop(KEY), route_app_id("redecode", table))
+                          keyed.where(F.col(KEY).isin(sorted(keys))).drop(KEY), run, route_app_id("redecode", table))
                 for table, keys in sorted(by_table.items())]
     finally:
         keyed.unpersist()
@@ -145,9 +148,9 @@ def _redecode_routed(spark: SparkSession, ctx: PipelineContext, quarantined: Dat
 
 
 def _redecode(spark: SparkSession, config: PipelineConfig, schemas: SchemaResolver, quarantined: DataFrame,
-              app_id: str = "redecode") -> RedecodeResult:
+              run: int, app_id: str = "redecode") -> RedecodeResult:
     """Re-decode quarantined records (`as_kafka_rows`) into `config`'s bronze (a route's table: `app_id`
-    `redecode.<table>`), removing from quarantine what bronze holds then."""
+    `redecode.<table>`), removing from quarantine what bronze holds then; both commits carry (`app_id`, `run`)."""
     from delta.tables import DeltaTable
 
     # Bronze follows the reader schema as at a stream's start: widened columns first (Delta's type widening), before
@@ -184,11 +187,11 @@ def _redecode(spark: SparkSession, config: PipelineConfig, schemas: SchemaResolv
         ).first()
         assert counts is not None  # a global aggregate always has one row
         examined, decodable, changed = (int(counts[k] or 0) for k in ("examined", "decodable", "changed"))
-        appended = _append_to_bronze(spark, config, new, app_id)
+        appended = _append_to_bronze(config, new, commit.Txn(app_id, run))
         quarantine_version = ledger.table_version(spark, config.quarantine_path)
         if decodable or changed:
             source = renamed.select(*KEYS, "_error_class", "_error_message", "_schema_id")
-            with commit_metadata(spark, _redecode_marker(config)):
+            with commit.committing(spark, commit.Txn(app_id, run), _redecode_marker(config).to_user_metadata()):
                 (DeltaTable.forPath(spark, config.quarantine_path).alias("q")
                  .merge(source.alias("s"), " AND ".join(f"q.{k} = s.{k}" for k in KEYS))
                  .whenMatchedDelete(condition="s._error_class IS NULL")
@@ -209,15 +212,14 @@ def _redecode(spark: SparkSession, config: PipelineConfig, schemas: SchemaResolv
     return result
 
 
-def _append_to_bronze(spark: SparkSession, config: PipelineConfig, new: DataFrame, app_id: str) -> int:
+def _append_to_bronze(config: PipelineConfig, new: DataFrame, txn: commit.Txn) -> int:
     stats = bronze.batch_stats(new)
     record, _ = ledger.batch_records(stats, pipeline=config.name, batch_id=REDECODE_BATCH_ID, kind=BatchKind.REDECODE,
-                                     app_id=app_id, quarantine_app_id="redecode")
+                                     app_id=txn.app_id, quarantine_app_id="redecode")
     if not record.rows:
         return 0
     rows_df = bronze.bronze_rows(new, batch_id=F.col("_orig_batch_id"), ingested_at=dt.datetime.now(dt.UTC))
-    (rows_df.write.format("delta").mode("append").option("userMetadata", record.to_user_metadata())
-     .option("mergeSchema", "true").save(config.table_path))
+    commit.append(rows_df, config.table_path, txn, record.to_user_metadata(), merge_schema=True)
     return record.rows
 
 

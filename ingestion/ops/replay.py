@@ -22,7 +22,7 @@ from ingestion import kafka
 from ingestion.config import PipelineConfig
 from ingestion.decode import bronze, routes
 from ingestion.decode.python_decoder import decode_in_python
-from ingestion.delta import ledger, reads
+from ingestion.delta import commit, ledger, reads
 from ingestion.delta.ledger import REPLAY_BATCH_ID, BatchKind
 from ingestion.errors import IngestionError
 from ingestion.kafka import access
@@ -183,7 +183,8 @@ def _replay(spark: SparkSession, ctx: PipelineContext, found: dict[str, list[int
         stats = bronze.batch_stats(new)
         failed = sum(s["failed"] for s in stats)
         if new_count:
-            _write_replay(spark, config, new, stats)
+            run = replay_run(spark, [(config.table_path, "replay"), (config.quarantine_path, "replay")])
+            _write_replay(spark, config, new, stats, run)
         new.unpersist()
     finally:
         decoded.unpersist()
@@ -210,6 +211,9 @@ def _replay_routed(spark: SparkSession, ctx: PipelineContext, kafka_rows: DataFr
     try:
         found = keyed.groupBy(KEY, "topic").count().collect()
         by_table, unrouted = router.split([(r[KEY], r["topic"]) for r in found], spark)
+        run = replay_run(spark, [(config.quarantine_path, "replay"), *(
+            (path, route_app_id("replay", t)) for t in by_table
+            for path in (router.tables[t].targets.config.table_path, config.quarantine_path))])
         for table, keys in sorted(by_table.items()):
             targets = router.tables[table].targets
             decoded = decode_in_python(keyed.where(F.col(KEY).isin(sorted(keys))).drop(KEY), targets.spec)
@@ -217,7 +221,7 @@ def _replay_routed(spark: SparkSession, ctx: PipelineContext, kafka_rows: DataFr
             try:
                 stats = bronze.batch_stats(decoded)
                 failed = sum(s["failed"] for s in stats)
-                _write_replay(spark, targets.config, decoded, stats, app_id=route_app_id("replay", table))
+                _write_replay(spark, targets.config, decoded, stats, run, app_id=route_app_id("replay", table))
             finally:
                 decoded.unpersist()
             written[table] = sum(s["count"] for s in stats) - failed
@@ -228,7 +232,7 @@ def _replay_routed(spark: SparkSession, ctx: PipelineContext, kafka_rows: DataFr
             failed_rows = router.route_errors(rows).persist(StorageLevel.MEMORY_AND_DISK)
             try:
                 stats = bronze.batch_stats(failed_rows)
-                _write_replay(spark, config, failed_rows, stats, bronze_too=False)
+                _write_replay(spark, config, failed_rows, stats, run, bronze_too=False)
             finally:
                 failed_rows.unpersist()
             quarantined += sum(s["count"] for s in stats)
@@ -243,18 +247,24 @@ def _replay_routed(spark: SparkSession, ctx: PipelineContext, kafka_rows: DataFr
 
 
 def _write_replay(spark: SparkSession, config: PipelineConfig, new: DataFrame, stats: list[dict[str, Any]],
-                  bronze_too: bool = True, app_id: str = "replay") -> None:
-    """Quarantine's rows, then bronze's (`bronze_too`), each commit with the replay's ledger record (`app_id`: a
-    route table's is `replay.<table>`, so the table is known as the pipeline's by its ledger, `delta.routed`)."""
+                  run: int, bronze_too: bool = True, app_id: str = "replay") -> None:
+    """Quarantine's rows, then bronze's (`bronze_too`), each commit with the replay's ledger record and transaction
+    id (`app_id`, this replay's number `run`: `replay_run`); a route table's app id is `replay.<table>`, so the table
+    is known as the pipeline's by its ledger (`delta.routed`)."""
     now = dt.datetime.now(dt.UTC)
     record, failed = ledger.batch_records(stats, pipeline=config.name,
                                           batch_id=REPLAY_BATCH_ID, kind=BatchKind.REPLAY, app_id=app_id,
                                           quarantine_app_id="replay")
     if failed is not None:  # quarantine first, as the stream does
-        (bronze.quarantine_rows(new, batch_id=REPLAY_BATCH_ID, ingested_at=now).write.format("delta")
-         .mode("append").option("userMetadata", failed.to_user_metadata()).save(config.quarantine_path))
+        commit.append(bronze.quarantine_rows(new, batch_id=REPLAY_BATCH_ID, ingested_at=now), config.quarantine_path,
+                      commit.Txn(app_id, run), failed.to_user_metadata())  # a route's failures: its own id
     if not bronze_too:
         return
-    (bronze.bronze_rows(new, batch_id=REPLAY_BATCH_ID, ingested_at=now).write.format("delta").mode("append")
-     .option("userMetadata", record.to_user_metadata()).option("mergeSchema", "true")  # columns of new versions
-     .save(config.table_path))
+    commit.append(bronze.bronze_rows(new, batch_id=REPLAY_BATCH_ID, ingested_at=now), config.table_path,
+                  commit.Txn(app_id, run), record.to_user_metadata(), merge_schema=True)  # columns of new versions
+
+
+def replay_run(spark: SparkSession, writes: list[tuple[str, str]]) -> int:
+    """This replay's number, the txnVersion of each of its commits: one more than any replay committed to the
+    tables it writes before (`writes`: (table path, app id) pairs; `commit.next_version`)."""
+    return max(commit.next_version(spark, [path], app_id) for path, app_id in writes)

@@ -15,8 +15,7 @@ key's row depends on more than its newest change: a step refolds the keys it tou
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
@@ -25,6 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ingestion import faults
+from ingestion.delta import commit
 from ingestion.runtime.delta_txn import DeltaTxn, is_table
 from ingestion.silver import changes, truncates
 from ingestion.silver import ledger as silver_ledger
@@ -34,23 +34,12 @@ from ingestion.silver.spec import DELETE, SEQUENCE, SilverSpec
 
 log = logging.getLogger(__name__)
 
-TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
-TXN_VERSION = "spark.databricks.delta.write.txnVersion"
-USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 TYPE_WIDENING = "delta.enableTypeWidening"
 
 
-@contextmanager
-def _committing(session: SparkSession, app_id: str, version: int, record: SilverRecord) -> Iterator[None]:
+def _committing(session: SparkSession, app_id: str, version: int, record: SilverRecord) -> AbstractContextManager[None]:
     """Delta DML inside the block commits with this transaction id and the record as its userMetadata."""
-    settings = {TXN_APP_ID: app_id, TXN_VERSION: str(version), USER_METADATA: record.to_user_metadata()}
-    for key, value in settings.items():
-        session.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key in settings:
-            session.conf.unset(key)
+    return commit.committing(session, commit.Txn(app_id, version), record.to_user_metadata())
 
 
 class SilverTable:

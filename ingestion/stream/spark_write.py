@@ -39,7 +39,7 @@ from ingestion.decode.expectations import Counts, Rules
 from ingestion.decode.python_decoder import decode_in_python
 from ingestion.decode.spec import DecodeSpec, same_schema
 from ingestion.delta import dictionaries
-from ingestion.delta.append import right_sized
+from ingestion.delta.commit import right_sized
 from ingestion.delta.rs_append import RsWriteError
 from ingestion.errors import DecodeError, ExpectationError, one_line
 from ingestion.kafka.fetch import SOURCE_ARROW_SCHEMA

@@ -16,6 +16,7 @@ from ingestion.dev.samples import avro_body, order
 from ingestion.kafka import clients as kafka_admin
 from ingestion.stream import pipeline
 from tests.conftest import pipeline_yaml
+from tests.helpers import commits_without_txn, delta_txns
 
 pytestmark = pytest.mark.integration
 
@@ -173,6 +174,12 @@ def test_reprocess_moves_what_now_decodes_exactly_once_and_twice_changes_nothing
     left = spark.read.format("delta").load(config.quarantine_path).collect()
     assert [(r["_kafka_partition"], r["_error_class"]) for r in left] == [(0, "WireFormatError")]
     assert ledger.history(spark, config.table_path)[-1].kind == "redecode"
+    # Both of its commits carry its transaction id (Delta skips a repeat), as every stream commit does.
+    bronze_version, quarantine_version = (ledger.table_version(spark, p) for p in (config.table_path,
+                                                                                    config.quarantine_path))
+    assert delta_txns(Path(config.table_path))[-1] == (bronze_version, "redecode", 0)
+    assert delta_txns(Path(config.quarantine_path))[-1] == (quarantine_version, "redecode", 0)
+    assert commits_without_txn(Path(config.table_path)) == commits_without_txn(Path(config.quarantine_path)) == []
 
     versions = (ledger.table_version(spark, config.table_path), ledger.table_version(spark, config.quarantine_path))
     again = quarantine.redecode(spark, config)

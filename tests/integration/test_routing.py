@@ -19,7 +19,7 @@ import pytest
 
 from ingestion.config import PipelineConfig, load_pipeline
 from ingestion.stream import checkpoint, pipeline
-from tests.helpers import delta_txns, pipeline_head, routed_by_field, wait_rows
+from tests.helpers import commits_without_txn, delta_txns, pipeline_head, routed_by_field, wait_rows
 
 NAMESPACE = "com.acme.orders"
 TYPES: dict[str, list[dict[str, Any]]] = {
@@ -503,6 +503,8 @@ def test_replay_rewind_and_maintain_act_on_every_route_table_together(
     assert (result.read, result.written, result.quarantined, dict(result.tables)) == \
         (28, gap + 4, 0, {"ops_created": gap, "ops_shipped": 4})
     assert_each_once_in_its_table(spark, config, produced)
+    for table in ("ops_created", "ops_shipped"):  # each replay commit carries the replay's transaction id
+        assert delta_txns(Path(config.route_path(table)))[-1][1:] == (f"replay.{table}", 0)
     again = replay.replay(spark, config, start="earliest")
     assert (again.already_present, again.written, again.tables) == (28, 0, {})
 
@@ -526,7 +528,9 @@ def test_replay_rewind_and_maintain_act_on_every_route_table_together(
     assert_each_once_in_its_table(spark, config, produced)
     app_id = checkpoint.app_id(config.checkpoint_path, config.name, config.spark)
     txns = delta_txns(Path(config.route_path("ops_shipped")))
-    assert {a for _, a, _ in txns} == {f"{app_id}.ops_shipped"}  # rewritten by the new checkpoint's stream
+    # emptied by the rewind, rewritten by the new checkpoint's stream
+    assert {a for _, a, _ in txns} == {"replay.ops_shipped", f"{app_id}.ops_shipped"}
+    assert [op for _, op in commits_without_txn(Path(config.route_path("ops_shipped")))] == ["DELETE"]  # rewind's
 
 
 def ledger_kinds(path: str) -> list[str]:
@@ -560,5 +564,9 @@ def test_quarantine_reprocess_moves_each_record_into_its_route_table(
     rows = spark.read.format("delta").load(config.route_path("redo_created")).collect()
     assert sorted(r["_schema_id"] for r in rows) == [1] * 4 + [7] * 2
     assert ledger_kinds(config.route_path("redo_created"))[-1] == "redecode"
+    assert delta_txns(Path(config.route_path("redo_created")))[-1][1:] == ("redecode.redo_created", 0)
+    merges = {a for _, a, _ in delta_txns(Path(config.quarantine_path)) if a.startswith("redecode")}
+    assert merges == {"redecode.redo_created", "redecode.redo_paid"}  # each route's MERGE of quarantine, its own id
+    assert commits_without_txn(Path(config.quarantine_path)) == []
     again = quarantine.redecode(spark, config)
     assert (again.examined, again.redecoded, again.still_failing) == (1, 0, 1)

@@ -15,7 +15,7 @@ from ingestion.dev.samples import avro_body, order, produce_orders
 from ingestion.ops import catalog, replay, rewind, verify
 from ingestion.stream import checkpoint, pipeline
 from tests.conftest import pipeline_yaml
-from tests.helpers import assert_exactly_produced
+from tests.helpers import assert_exactly_produced, commits_without_txn, delta_txns
 
 pytestmark = pytest.mark.integration
 
@@ -43,8 +43,10 @@ def test_replay_fills_a_gap_exactly_once_and_is_a_no_op_over_ingested_ranges(
     assert (filled.read, filled.already_present, filled.written, filled.quarantined) == (80, 75, 5, 0)
     assert_exactly_produced(_rows(spark, config), produced)
     assert ledger.history(spark, config.table_path)[-1].kind == "replay"
-
     version = ledger.table_version(spark, config.table_path)
+    assert delta_txns(Path(config.table_path))[-1] == (version, "replay", 0)  # Delta would skip it if repeated
+    assert [op for _, op in commits_without_txn(Path(config.table_path))] == ["DELETE"]  # the test's own gap
+
     again = replay.replay(spark, config, start="0:0,1:0", end="0:40,1:40")
     assert (again.written, again.quarantined) == (0, 0)
     assert ledger.table_version(spark, config.table_path) == version
