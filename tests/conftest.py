@@ -23,9 +23,10 @@ REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("INGEST_JAR_CACHE", str(REPO / ".ingest" / "jars"))
 os.environ["INGEST_SCHEMAS_DIR"] = str(REPO / "schemas")
 os.environ["TZ"] = "UTC"
-# The suite's JVMs start without a class archive, as on any machine's first runs, and record none in the background
-# beside the tests (tests/*/test_class_archive.py turn it on).
-os.environ.setdefault("INGEST_CLASS_ARCHIVE", "off")
+# The suite's JVMs start as on any machine after its first run: with the class archive of their classpath
+# (ingestion/runtime/class_archive.py), which the suite's first `ingest run` records into the jar cache (written
+# after that run, in the background, once per classpath). tests/integration/test_class_archive.py still starts
+# cold, with a classpath of its own, and records its archive; INGEST_CLASS_ARCHIVE=off runs the suite without.
 time.tzset()
 
 
