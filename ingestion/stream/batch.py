@@ -1,16 +1,19 @@
-"""What the two write paths share: the pipeline's tables, the decoder choice, and a batch's outcome."""
+"""What the write paths share: the pipeline's tables, the decoder choice, the commit stage (`commit_stage`: the
+order of a batch's commits and the fault points between them) and a batch's outcome (`BatchResult.of`)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.sql import SparkSession
 
+from ingestion import faults
 from ingestion.config import PipelineConfig
 from ingestion.decode import bronze as bronze_rows
 from ingestion.decode import expectations, jvm_decoder
@@ -50,6 +53,20 @@ class BatchResult:
     violated: Mapping[str, int] = field(default_factory=dict)
     # a routed pipeline's batch: per route table, the rows it committed and its version after the batch
     tables: Mapping[str, tuple[int, int | None]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, record: BatchRecord, stats: Sequence[Mapping[str, Any]], *, version: int | None, committed: bool,
+           started: float, path: WritePath = WritePath.SPARK, value_bytes: int | None = None,
+           quarantine_only: bool = False) -> BatchResult:
+        """A batch's outcome from its bronze commit's ledger record and its per-partition stats (`quarantine_only`:
+        a batch that wrote quarantine only, `record` the quarantine commit's); `value_bytes`: the batch's, when the
+        stats do not sum to it."""
+        return cls(record.batch_id, 0 if quarantine_only else record.rows,
+                   record.rows if quarantine_only else record.quarantined,
+                   sum(s["bytes"] for s in stats) if value_bytes is None else value_bytes, version, committed,
+                   record.ranges, max((s["max_timestamp"] for s in stats if s["max_timestamp"] is not None),
+                                      default=None),
+                   time.monotonic() - started, path, record.checked, dict(record.violated))
 
 
 @dataclass(frozen=True)
@@ -115,6 +132,22 @@ class Targets:
 def quarantine_app_id(app_id: str) -> str:
     """The quarantine table's txnAppId of a bronze txnAppId."""
     return f"{app_id}.quarantine"
+
+
+Committed = TypeVar("Committed")
+
+
+def commit_stage(batch_id: int, quarantine: Callable[[], object] | None, bronze: Callable[[], Committed]) -> Committed:
+    """A batch's commits, whichever engine makes them: quarantine first (when records failed), then bronze, so a
+    bronze commit, whose ledger ranges say where a lost checkpoint resumes, always implies its quarantine rows are
+    committed; the crash tests' fault points between them (`faults`) are reached here and only here."""
+    faults.reached(faults.FaultPoint.BEFORE_COMMIT, batch_id)
+    if quarantine is not None:
+        quarantine()
+        faults.reached(faults.FaultPoint.QUARANTINE_COMMITTED, batch_id)
+    done = bronze()
+    faults.reached(faults.FaultPoint.AFTER_COMMIT, batch_id)
+    return done
 
 
 class DecoderChoice:

@@ -52,11 +52,13 @@ class PipelineContext:
     def saw(self, found: Mapping[str, Iterable[int]]) -> list[str]:
         """Record the topics and partitions a batch held (Spark's own listing found them); the topics new to the
         context, each logged once."""
-        new = sorted(set(found) - set(self.partitions))
-        for topic, parts in found.items():
-            self.partitions[topic] = sorted(set(self.partitions.get(topic, ())) | {int(p) for p in parts})
+        # A new mapping replaces the old one whole, never changed in place: the lag thread iterates the one it took.
+        known = self.partitions
+        new = sorted(set(found) - set(known))
+        grown = {t: sorted(set(known.get(t, ())) | {int(p) for p in parts}) for t, parts in found.items()}
+        if any(grown[t] != known.get(t) for t in grown):
+            self.partitions = dict(sorted({**known, **grown}.items()))
         if new:
-            self.partitions = dict(sorted(self.partitions.items()))
             log.info("%s: now reading %s (new since the start: %s)", self.name, ", ".join(self.partitions),
                      ", ".join(new))
         return new

@@ -23,13 +23,21 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from ingestion import faults
 from ingestion.decode.arrow_rows import RecordDecoder
 from ingestion.delta.ledger import PartitionRange
-from ingestion.delta.rs_append import RsWriteError
+from ingestion.delta.rs_append import Appended, RsWriteError
 from ingestion.errors import DecodeError, ExpectationError
 from ingestion.kafka.fetch import RangeFetcher, Span
-from ingestion.stream.batch import EMPTY, BatchResult, Declined, Empty, Targets, WritePath, quarantine_app_id
+from ingestion.stream.batch import (
+    EMPTY,
+    BatchResult,
+    Declined,
+    Empty,
+    Targets,
+    WritePath,
+    commit_stage,
+    quarantine_app_id,
+)
 
 log = logging.getLogger(__name__)
 
@@ -122,29 +130,31 @@ class DriverWrite:
                 return self._decline(f"quarantine: {exc}")
             if reason := targets.quarantine_rs.refusal(decoder.quarantine_schema):
                 return self._decline(f"quarantine: {reason}")
-        faults.reached(faults.FaultPoint.BEFORE_COMMIT, batch_id)
-        try:
-            if failed is not None:
+        quarantine = None
+        if failed is not None:
+            metadata = failed.to_user_metadata()
+
+            def quarantine() -> None:
                 targets.quarantine_rs.append(decoded.quarantine, app_id=quarantine_app_id(bronze_app),
-                                             txn_version=version, user_metadata=failed.to_user_metadata())
-                faults.reached(faults.FaultPoint.QUARANTINE_COMMITTED, batch_id)
-            appended = targets.bronze_rs.append(decoded.bronze, app_id=bronze_app, txn_version=version,
-                                                user_metadata=record.to_user_metadata(), fault_id=batch_id)
+                                             txn_version=version, user_metadata=metadata)
+
+        def bronze() -> Appended:
+            return targets.bronze_rs.append(decoded.bronze, app_id=bronze_app, txn_version=version,
+                                            user_metadata=record.to_user_metadata(), fault_id=batch_id)
+
+        try:
+            appended = commit_stage(batch_id, quarantine, bronze)
         except RsWriteError as exc:
             # Nothing of bronze is committed; a quarantine commit that went before is skipped by its txn when the
             # Spark path writes the batch.
             return self._decline(str(exc))
         targets.bronze.version = appended.version
-        faults.reached(faults.FaultPoint.AFTER_COMMIT, batch_id)
         marks.append(("commit", time.monotonic()))
         log.debug("%s batch %d: driver %s", config.name, batch_id,
                   ", ".join(f"{name} {1000 * (at - marks[i][1]):.0f} ms" for i, (name, at) in enumerate(marks[1:])))
         self._declined = None
-        stats = decoded.stats
-        return BatchResult(batch_id, record.rows, record.quarantined, sum(s["bytes"] for s in stats),
-                           appended.version, appended.committed, record.ranges,
-                           max((s["max_timestamp"] for s in stats if s["max_timestamp"] is not None), default=None),
-                           time.monotonic() - started, WritePath.DRIVER, record.checked, dict(record.violated))
+        return BatchResult.of(record, decoded.stats, version=appended.version, committed=appended.committed,
+                              started=started, path=WritePath.DRIVER)
 
     def _decline(self, reason: str) -> Declined:
         if reason != self._declined:

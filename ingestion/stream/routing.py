@@ -206,10 +206,8 @@ class Router:
             failed.unpersist()
         log.info("%s batch %d: %d records without a route quarantined (%s)", self.config.name, batch_id,
                  record.rows, self.names.reason(None) if len(stats) else "")
-        return BatchResult(batch_id, 0, record.rows, sum(s["bytes"] for s in stats), self.quarantine.version,
-                           committed, record.ranges,
-                           max((s["max_timestamp"] for s in stats if s["max_timestamp"] is not None), default=None),
-                           time.monotonic() - started)
+        return BatchResult.of(record, stats, version=self.quarantine.version, committed=committed, started=started,
+                              quarantine_only=True)
 
     def route_errors(self, rows: DataFrame) -> DataFrame:
         """Kafka rows (with the route key) that have no route, as decoded rows failed with RouteError and the

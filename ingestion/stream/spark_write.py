@@ -32,7 +32,6 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from ingestion import faults
 from ingestion.decode import bronze, expectations, jvm_decoder
 from ingestion.decode.arrow_rows import DecodedRecords, RecordDecoder
 from ingestion.decode.expectations import Counts, Rules
@@ -45,7 +44,7 @@ from ingestion.errors import DecodeError, ExpectationError, one_line
 from ingestion.kafka.fetch import SOURCE_ARROW_SCHEMA
 from ingestion.runtime import delta_txn, helper, session_cache
 from ingestion.stream import setup
-from ingestion.stream.batch import BatchResult, DecoderChoice, Targets
+from ingestion.stream.batch import BatchResult, DecoderChoice, Targets, commit_stage
 
 log = logging.getLogger(__name__)
 
@@ -125,23 +124,23 @@ class SparkWrite:
         if config.sink.on_error == "fail" and python_rows is not None and (bad := python_rows.first_failure()):
             txn.discard(files)
             raise DecodeError(f"cannot decode {bad} (sink.onError: fail)")
-        faults.reached(faults.FaultPoint.BEFORE_COMMIT, batch_id)
+        quarantine = None
         if failed is not None and python_rows is not None:
-            self._quarantine(spark, python_rows, failed, batch_id)
-            faults.reached(faults.FaultPoint.QUARANTINE_COMMITTED, batch_id)
-        bronze_target.version = txn.commit(files, app_id=bronze_target.app_id, txn_version=batch_id,
-                                           user_metadata=record.to_user_metadata())
-        faults.reached(faults.FaultPoint.AFTER_COMMIT, batch_id)
+            failed_rows, failed_record = python_rows, failed
+
+            def quarantine() -> None:
+                self._quarantine(spark, failed_rows, failed_record, batch_id)
+
+        bronze_target.version = commit_stage(batch_id, quarantine, lambda: txn.commit(
+            files, app_id=bronze_target.app_id, txn_version=batch_id, user_metadata=record.to_user_metadata()))
         marks.append(("commit", time.monotonic()))
         log.debug("%s batch %d: spark %s", config.name, batch_id,
                   ", ".join(f"{name} {1000 * (at - marks[i][1]):.0f} ms" for i, (name, at) in enumerate(marks[1:])))
         if records >= dictionaries.MIN_VALUES * len(files) and self._dictionaries_for is not self.targets.spec:
             self._dictionaries_for = self.targets.spec
             self._tune_dictionaries(txn, txn.file_paths(files), batch_id)
-        return BatchResult(batch_id, record.rows, record.quarantined, int(seen["bytes"]), bronze_target.version, True,
-                           record.ranges, max((s["max_timestamp"] for s in stats if s["max_timestamp"] is not None),
-                                              default=None), time.monotonic() - started,
-                           checked=record.checked, violated=dict(record.violated))
+        return BatchResult.of(record, stats, version=bronze_target.version, committed=True, started=started,
+                              value_bytes=int(seen["bytes"]))
 
     def plan_ahead(self, kafka_rows: DataFrame) -> None:
         """Beside the query's start, what its first batch would otherwise load and build cold before its job: the
@@ -366,22 +365,24 @@ class CachedWrite:
                 counts = self._rules_counted(decoded, rules)
                 stats = bronze.batch_stats(decoded)
             record, failed = self.targets.records(stats, batch_id, counts=counts)
-            faults.reached(faults.FaultPoint.BEFORE_COMMIT, batch_id)
-            if failed is not None:
+            rows, failed_record = decoded, failed
+
+            def quarantine() -> None:
+                assert failed_record is not None
                 self.targets.quarantine.append(
-                    spark, bronze.quarantine_rows(decoded, batch_id=batch_id, ingested_at=ingested_at), failed)
-                faults.reached(faults.FaultPoint.QUARANTINE_COMMITTED, batch_id)
-            committed = self.targets.bronze.append(
-                spark, bronze.bronze_rows(decoded, batch_id=batch_id, ingested_at=ingested_at), record,
-                merge_schema=True)  # additive schema versions add columns; the resolver adopts no other kind
-            faults.reached(faults.FaultPoint.AFTER_COMMIT, batch_id)
+                    spark, bronze.quarantine_rows(rows, batch_id=batch_id, ingested_at=ingested_at), failed_record)
+
+            def to_bronze() -> bool:  # additive schema versions add columns; the resolver adopts no other kind
+                return self.targets.bronze.append(
+                    spark, bronze.bronze_rows(rows, batch_id=batch_id, ingested_at=ingested_at), record,
+                    merge_schema=True)
+
+            committed = commit_stage(batch_id, quarantine if failed is not None else None, to_bronze)
         finally:
             for frame in cached:
                 frame.unpersist()
-        return BatchResult(batch_id, record.rows, record.quarantined, sum(s["bytes"] for s in stats),
-                           self.targets.bronze.version, committed, record.ranges,
-                           max((s["max_timestamp"] for s in stats if s["max_timestamp"] is not None), default=None),
-                           time.monotonic() - started, checked=record.checked, violated=dict(record.violated))
+        return BatchResult.of(record, stats, version=self.targets.bronze.version, committed=committed,
+                              started=started)
 
     def _rules_counted(self, flagged: DataFrame, rules: Rules) -> Counts:
         """The rules' counts over the batch's flagged rows; an ExpectationError for a row a `fail` rule refuses,

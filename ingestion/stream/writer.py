@@ -1,4 +1,5 @@
-"""The exactly-once writer, called by `foreachBatch` once per micro-batch: it picks one of the two write paths.
+"""The exactly-once writer, called by `foreachBatch` once per micro-batch: the planner (`planner`) picks one of the
+two write paths.
 
 Every commit carries `txnAppId` (bronze: the checkpoint's id; quarantine: the same with `.quarantine`),
 `txnVersion = batch id`, and the batch's offset ranges (the ledger) as the commit's `userMetadata`, whichever path
@@ -30,9 +31,10 @@ from ingestion.decode.resolver import SchemaResolver
 from ingestion.errors import IngestionError
 from ingestion.kafka.fetch import RangeFetcher
 from ingestion.runtime import batch_plan
-from ingestion.stream.batch import BatchResult, DecoderChoice, Empty, Targets, log_result
+from ingestion.stream.batch import BatchResult, DecoderChoice, Empty, Targets, WritePath, log_result
 from ingestion.stream.context import PipelineContext
 from ingestion.stream.driver_write import DriverWrite
+from ingestion.stream.planner import Planner
 from ingestion.stream.routing import Router
 from ingestion.stream.spark_write import SparkWrite
 
@@ -69,6 +71,7 @@ class BronzeWriter:
         self.max_driver_offsets = config.sink.direct_write_max_offsets if kafka_client is not None else 0
         self.fetcher = RangeFetcher(kafka_client, config.consumer_group) \
             if kafka_client is not None and self.max_driver_offsets else None
+        self.planner = Planner(config.name, self.max_driver_offsets if self.fetcher is not None else 0)
         self.router: Router | None = None
         self.driver: DriverWrite | None = None
         if config.routing is not None:  # a table per route, each written through these same two paths
@@ -100,7 +103,7 @@ class BronzeWriter:
         if spans == []:  # Spark plans no input partition for a batch without offsets (a new query's first, say)
             log.debug("%s batch %d: no records, nothing to write", self.config.name, batch_id)
             return
-        if self.fetcher is not None and spans and sum(s.size for s in spans) <= self.max_driver_offsets:
+        if self.planner(spans, batch_id).engine is WritePath.DRIVER and spans:
             written = self.router.write_driver(spans, batch_id, ingested_at, started) if self.router is not None \
                 else self._driver().write(spans, batch_id, ingested_at, started)
             if isinstance(written, Empty):
