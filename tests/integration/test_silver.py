@@ -20,6 +20,7 @@ from ingestion.ops.onboard import onboard
 from ingestion.silver import audit, ledger, rs_audit
 from ingestion.silver.follower import SilverFollower
 from ingestion.stream import pipeline
+from tests.helpers import commits_without_txn
 from tests.integration.test_silver_rows import _same_fold
 
 pytestmark = pytest.mark.integration
@@ -100,6 +101,9 @@ def test_debezium_changes_fold_into_upsert_and_history_tables(spark, kafka_serve
     # The fold verify computes without a JVM (DuckDB) is Spark's, in both modes.
     assert _same_fold(spark, history) == len(model.changes)
     assert _same_fold(spark, config) == len(model.state())
+    # Every data commit so far, bronze's and silver's (upsert, its delete markers, history), carries a txn action.
+    for table in (config.table_path, config.silver_path, f"{config.silver_path}_deletes", tmp_path / "history"):
+        assert Path(table).is_dir() and commits_without_txn(Path(table)) == [], table
 
     # verify: equal to bronze's fold, then a row changed behind silver's back is named by its key (by Spark's fold
     # and by DuckDB's alike).
