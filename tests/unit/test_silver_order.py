@@ -77,8 +77,9 @@ def test_a_source_without_a_known_position_is_one_line_naming_the_file_and_key(t
         text = str(caught.value)
         assert "\n" not in text and text.startswith(f"{spec.file}: key 'silver.sequenceBy' is unset")
         assert "set 'silver.sequenceBy' to a field" in text and "'kafka'" in text
-    assert "source fields: ['version', 'connector'" in str(pytest.raises(
-        ConfigError, order.of, _bronze([*COMMON, ("table", S)]), "f").value)
+    with pytest.raises(ConfigError) as caught:
+        order.of(_bronze([*COMMON, ("table", S)]), "f")
+    assert "source fields: ['version', 'connector'" in str(caught.value)
     # Kafka's order or a field, set in the file, need no position.
     _spec(tmp_path, "  sequenceBy: kafka\n").check(_bronze(None))
     assert not _spec(tmp_path, "  sequenceBy: kafka\n").sequenced
