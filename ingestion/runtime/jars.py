@@ -145,13 +145,18 @@ def s3a_artifacts(line: str | None = None) -> ArtifactSet:
     )
 
 
-# The local metastore's Derby network server and its JDBC client (`runtime/metastore.py`). pyspark ships Derby's
-# embedded engine (derby, derbyshared, derbytools) but not these two, of the same version. Resolved only when a
-# session uses the local persistent catalog.
+# The local metastore's Derby network server and its JDBC client (`runtime/metastore.py`): the whole of Derby, one
+# version, resolved only when a session uses the local persistent catalog. The server runs in a JVM of its own with
+# these jars alone on its classpath, never pyspark's: a job run by spark-submit imports `pyspark` from
+# spark-submit's pyspark.zip, beside which there is no jars folder (nor on a cluster whose Spark is not pip's), so
+# borrowing pyspark's engine (derby, derbyshared, derbytools) left a submitted driver's server without them on every
+# line. The driver's client (derbyclient) is of the version every supported line's pyspark ships its engine at
+# (`derbyshared`, which the client needs, comes from there): 10.16.1.1 on 4.0, 4.1 and 4.2.
 DERBY_VERSION = "10.16.1.1"
 DERBY_JARS = ArtifactSet(
     "derby-server",
-    (f"org.apache.derby:derbynet:{DERBY_VERSION}", f"org.apache.derby:derbyclient:{DERBY_VERSION}"),
+    tuple(f"org.apache.derby:{artifact}:{DERBY_VERSION}"
+          for artifact in ("derby", "derbyshared", "derbytools", "derbynet", "derbyclient")),
     transitive=False,
 )
 
@@ -300,14 +305,6 @@ def helper_dependencies(cache: Path | None = None) -> list[Path]:
     """The resolved jars the helper's classes need beyond pyspark's (protobuf-java): wherever the helper jar is put
     on a classpath of its own (the driver's, on local masters), they go beside it."""
     return [jar for jar in resolve(spark_artifacts(), cache) if jar.name.startswith("protobuf-java-")]
-
-
-def pyspark_jars(*patterns: str) -> list[Path]:
-    """Jars of pyspark's own jars folder matching these glob patterns (e.g. Derby's engine for its server)."""
-    import pyspark
-
-    folder = Path(pyspark.__file__).parent / "jars"
-    return sorted(jar for pattern in patterns for jar in folder.glob(pattern))
 
 
 def spark_jars(locations: Iterable[str] = (), line: str | None = None) -> list[Path]:

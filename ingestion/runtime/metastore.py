@@ -25,15 +25,23 @@ import subprocess
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ingestion.errors import IngestionError
 from ingestion.paths import jvm_error_file, state_dir
 from ingestion.processes import PidFile, free_port, port_open, wait_for_port
 from ingestion.runtime import data_files, jars
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 log = logging.getLogger(__name__)
 
-DERBY_CLIENT_DRIVER = "org.apache.derby.jdbc.ClientDriver"
+# derbyclient's own driver class (the one its java.sql.Driver service names). Not `org.apache.derby.jdbc.ClientDriver`:
+# in Derby 10.15 and later that is a subclass of this one in derbytools, which every pyspark's jars folder holds, so a
+# driver whose JVM classpath lacks derbyclient (spark-submit's: `load_client_driver`) would load it from there and
+# fail on its missing superclass.
+DERBY_CLIENT_DRIVER = "org.apache.derby.client.ClientAutoloadedDriver"
 CATALOG_IMPLEMENTATION = "spark.sql.catalogImplementation"
 # Settings that say a session has its own metastore (a cluster's): then the local server is not used.
 SERVER_SOURCE = "derby/MetastoreServer.java"  # run by `java` as a single source file: no build step
@@ -105,8 +113,7 @@ def start(port: int | None = None, timeout: float = 60.0, folder: Path | None = 
         if found is not None and port_open(found[1]):
             return found[1]
         port = port or free_port()
-        classpath = [*jars.resolve(jars.DERBY_JARS), *jars.pyspark_jars("derby-*.jar", "derbyshared-*.jar",
-                                                                       "derbytools-*.jar")]
+        classpath = jars.resolve(jars.DERBY_JARS)  # the whole of Derby, one version (jars.py: why not pyspark's)
         logfile = folder / "derby.log"
         command = ["java", "-Xmx256m", "-XX:+UseSerialGC", jvm_error_file(), f"-Dderby.system.home={folder / 'db'}",
                    f"-Dderby.stream.error.file={logfile}", "-Dderby.drda.host=127.0.0.1",
@@ -170,3 +177,30 @@ def client_classpath(conf: Mapping[str, str]) -> list[Path]:
     if uses_external(conf):
         return []
     return [jar for jar in jars.resolve(jars.DERBY_JARS) if jar.name.startswith("derbyclient")]
+
+
+def load_client_driver(spark: SparkSession, conf: Mapping[str, str]) -> None:
+    """Make Derby's network client usable by a session whose JVM spark-submit started (so `client_classpath` could
+    not go on its classpath), before its Hive client first connects: derbyclient (from the jar cache, unless --jars
+    brought it) joins the driver's class loader, and its driver is registered with DriverManager through Spark's
+    driver registry, as Spark's JDBC source registers a driver of --jars."""
+    if uses_external(conf):
+        return
+    jvm = spark._jvm
+    client = client_classpath(conf)
+    try:
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()  # type: ignore[union-attr]
+        try:
+            jvm.java.lang.Class.forName(DERBY_CLIENT_DRIVER, False, loader)  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001 - py4j raises its own error type for a ClassNotFoundException
+            for jar in client:  # spark-submit's class loader of --jars: a MutableURLClassLoader
+                loader.addURL(jvm.java.io.File(str(jar)).toURI().toURL())  # type: ignore[union-attr]
+        # Spark's registry of JDBC drivers of a child class loader hands DriverManager a wrapper of the driver from
+        # Spark's own jar, which the metastore's connection pool (of the JVM's class loader) is allowed to use.
+        jvm.org.apache.spark.sql.execution.datasources.jdbc.DriverRegistry.register(  # type: ignore[union-attr]
+            DERBY_CLIENT_DRIVER)
+    except Exception as exc:  # noqa: BLE001 - py4j's error: a class loader without addURL, a registry moved
+        raise IngestionError(f"the local metastore's JDBC client ({DERBY_CLIENT_DRIVER}) cannot be loaded into this "
+                             f"spark-submit driver ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}): "
+                             f"pass {', '.join(map(str, client))} with --driver-class-path, or point "
+                             "spark.hadoop.hive.metastore.uris at a metastore (docs/catalog.md)") from None

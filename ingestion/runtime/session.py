@@ -267,6 +267,8 @@ def get_session(app_name: str = "ingest", master: str | None = None, conf: Mappi
     spark.sparkContext.setLogLevel("WARN")
     if submitted():
         _check_submitted_classpath(spark)
+        if catalog:
+            metastore.load_client_driver(spark, dict(conf or {}))
     return spark
 
 

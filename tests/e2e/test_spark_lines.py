@@ -2,7 +2,11 @@
 Delta and Kafka connector jars, and spark-submit of that line's own pyspark (installed by the fixture into a
 virtualenv of its own, built once per machine) runs the job on a local master, writing the pipeline's
 bronze exactly once, as the project's own `verify` reads it back; the job packaged for the local line is refused
-there in one line."""
+there in one line. A pipeline with `sink.catalogTable`, packaged for each line of the jar table (4.0, 4.1 and
+the local 4.2 alike), runs on that line's own spark-submit: its driver starts the local metastore's Derby server
+(whose classpath is Derby's own jars from the jar cache: a submitted driver's `pyspark` module, imported from
+spark-submit's pyspark.zip, points at no jars folder), loads Derby's client into a JVM whose classpath spark-submit
+fixed, registers its tables, and that line's Spark SQL reads the exact rows back by their catalog name."""
 
 from __future__ import annotations
 
@@ -11,13 +15,15 @@ import os
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
 from ingestion.dev.samples import produce_orders
-from ingestion.runtime import jars
+from ingestion.runtime import jars, metastore
 from tests.conftest import pipeline_yaml
 
 pytestmark = pytest.mark.e2e
@@ -28,14 +34,16 @@ OTHER_LINE = "4.1" if jars.local_line() != "4.1" else "4.2"
 OTHER_PYSPARK = jars.SPARK_LINES[OTHER_LINE].spark
 
 
-@pytest.fixture(scope="session")
-def other_pyspark() -> Path:
-    """A virtualenv with pyspark of the other line, its own py4j and spark-submit; every other package lent by the
-    test's environment through a .pth file (read after the virtualenv's own folder, so its pyspark wins). Built
-    once per machine, outside the clone (tests/venvs.py: pyspark is a 450 MB download)."""
+def _line_pyspark(line: str) -> Path:
+    """The virtualenv with pyspark of `line`: the test's own for the local line; else one with pyspark of the
+    release the jar table names, its own py4j and spark-submit, every other package lent by the test's environment
+    through a .pth file (read after the virtualenv's own folder, so its pyspark wins). Built once per machine,
+    outside the clone (tests/venvs.py: pyspark is a 450 MB download)."""
+    if line == jars.local_line():
+        return Path(sys.prefix)
     from tests.venvs import cached_venv
 
-    venv = cached_venv("pyspark", [f"pyspark=={OTHER_PYSPARK}"], timeout=1500)
+    venv = cached_venv("pyspark", [f"pyspark=={jars.SPARK_LINES[line].spark}"], timeout=1500)
     python = venv / "bin" / "python"
     purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                              capture_output=True, text=True, check=True).stdout.strip()
@@ -44,12 +52,65 @@ def other_pyspark() -> Path:
     return venv
 
 
+@pytest.fixture(scope="session")
+def other_pyspark() -> Path:
+    return _line_pyspark(OTHER_LINE)
+
+
+@pytest.fixture(scope="session", params=sorted(jars.SPARK_LINES), ids=lambda line: f"spark-{line}")
+def line_pyspark(request: pytest.FixtureRequest) -> tuple[str, Path]:
+    """(line, its pyspark's virtualenv) for every line of the jar table (docs/cluster.md#which-spark)."""
+    return request.param, _line_pyspark(request.param)
+
+
+@pytest.fixture(scope="module")
+def catalog_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A state folder for the catalog pipelines of every line: one metastore (its tables created once), whose Derby
+    server the first submitted driver starts; stopped by its pid afterwards."""
+    state = tmp_path_factory.mktemp("lines-state")
+    try:
+        yield state
+    finally:
+        metastore.stop(state / "metastore")
+
+
+def _spark_home(venv: Path) -> str:
+    """The folder of the virtualenv's pyspark (its jars/ and bin/): SPARK_HOME of its spark-submit."""
+    python = venv / "bin" / "python"
+    found = subprocess.run([python, "-c", "import pyspark, os; print(os.path.dirname(pyspark.__file__), "
+                                          "pyspark.__version__)"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    spark_home, version = found
+    assert (Path(spark_home) / "jars" / f"spark-core_2.13-{version}.jar").is_file(), spark_home
+    return spark_home
+
+
+def _submit_env(venv: Path, **more: str) -> dict[str, str]:
+    return {**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")},
+            "SPARK_HOME": _spark_home(venv), "PYSPARK_PYTHON": str(venv / "bin" / "python"),
+            "SPARK_LOCAL_IP": "127.0.0.1", **more}
+
+
+def _submit(venv: Path, folder: Path, args: list[str], env: dict[str, str],
+            cwd: Path) -> subprocess.CompletedProcess[str]:
+    """spark-submit of the virtualenv's pyspark, on a local master, of the job packaged into `folder`."""
+    command = [str(venv / "bin" / "spark-submit"), "--master", "local[2]",
+               "--py-files", str(next(folder.glob("ingestion-*.zip"))),
+               "--jars", ",".join(map(str, sorted((folder / "jars").glob("*.jar")))),
+               str(folder / "ingest_main.py"), *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd, timeout=900)
+
+
+def _package(config: Path, out: Path, line: str) -> None:
+    packaged = subprocess.run([str(BIN / "ingest"), "package", str(config), "--out", str(out),
+                               "--spark-version", line, "--master", "local[2]"],
+                              capture_output=True, text=True, timeout=300)
+    assert packaged.returncode == 0, packaged.stderr[-3000:]
+    assert f"for Spark {line}" in packaged.stdout, packaged.stdout
+
+
 def test_the_job_packaged_for_the_other_spark_line_runs_on_it_exactly_once(
         other_pyspark: Path, kafka_servers: str, make_topic, orders_schema, tmp_path: Path) -> None:
-    python = other_pyspark / "bin" / "python"
-    spark_home = subprocess.run([python, "-c", "import pyspark, os; print(os.path.dirname(pyspark.__file__))"],
-                                capture_output=True, text=True, check=True).stdout.strip()
-    assert (Path(spark_home) / "jars" / f"spark-core_2.13-{OTHER_PYSPARK}.jar").is_file(), spark_home
 
     topic = make_topic(partitions=3)
     produced = produce_orders(kafka_servers, topic, 300, schema_id=1, schema=orders_schema)
@@ -58,27 +119,17 @@ def test_the_job_packaged_for_the_other_spark_line_runs_on_it_exactly_once(
                            sink="  directWriteMaxOffsets: 0\n  startBatchMaxOffsets: 0\n",
                            extra="source:\n  maxOffsetsPerTrigger: 120\n")
 
-    packaged = subprocess.run([str(BIN / "ingest"), "package", str(config), "--out", str(tmp_path / "dist"),
-                               "--spark-version", OTHER_LINE, "--master", "local[2]"],
-                              capture_output=True, text=True, timeout=300)
-    assert packaged.returncode == 0, packaged.stderr[-3000:]
-    assert f"for Spark {OTHER_LINE}" in packaged.stdout, packaged.stdout
     dist = tmp_path / "dist"
+    _package(config, dist, OTHER_LINE)
     bundled = sorted((dist / "jars").glob("*.jar"))
     names = {jar.name for jar in bundled}
     assert f"delta-spark_{OTHER_LINE}_2.13-{jars.DELTA_VERSION}.jar" in names, names
     assert f"spark-sql-kafka-0-10_2.13-{OTHER_PYSPARK}.jar" in names, names
 
-    env = {**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")},
-           "SPARK_HOME": spark_home, "PYSPARK_PYTHON": str(python), "SPARK_LOCAL_IP": "127.0.0.1",
-           "INGEST_JAR_CACHE": str(tmp_path / "driver-cache")}
+    env = _submit_env(other_pyspark, INGEST_JAR_CACHE=str(tmp_path / "driver-cache"))
 
     def submit(folder: Path) -> subprocess.CompletedProcess[str]:
-        command = [str(other_pyspark / "bin" / "spark-submit"), "--master", "local[2]",
-                   "--py-files", str(next(folder.glob("ingestion-*.zip"))),
-                   "--jars", ",".join(map(str, sorted((folder / "jars").glob("*.jar")))),
-                   str(folder / "ingest_main.py"), "run", str(config), "--available-now"]
-        return subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
+        return _submit(other_pyspark, folder, ["run", str(config), "--available-now"], env, tmp_path)
 
     # The job packaged for the local line (the default) is refused by that Spark at once, in one line.
     local = subprocess.run([str(BIN / "ingest"), "package", str(config), "--out", str(tmp_path / "dist-local")],
@@ -111,6 +162,37 @@ def test_the_job_packaged_for_the_other_spark_line_runs_on_it_exactly_once(
     verified = subprocess.run([str(BIN / "ingest"), "verify", str(config)], capture_output=True, text=True,
                               timeout=300)
     assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr[-2000:]
+
+
+def test_a_catalog_pipeline_packaged_for_each_spark_line_runs_on_it_and_reads_back_by_name(
+        line_pyspark: tuple[str, Path], catalog_home: Path, kafka_servers: str, make_topic, orders_schema,
+        tmp_path: Path) -> None:
+    line, venv = line_pyspark
+    topic = make_topic(partitions=2)
+    produced = produce_orders(kafka_servers, topic, 40, schema_id=1, schema=orders_schema)
+    name = f"catalog_on_spark_{line.replace('.', '_')}"
+    config = pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, name=name,
+                           sink=f"  catalogTable: lines.{name}\n")
+    dist = tmp_path / "dist"
+    _package(config, dist, line)
+    env = _submit_env(venv, INGEST_HOME=str(catalog_home))
+    run = _submit(venv, dist, ["run", str(config), "--available-now"], env, tmp_path)
+    said = run.stdout + run.stderr
+    assert run.returncode == 0, said[-5000:]
+    assert "ClassNotFound" not in said and "Traceback" not in said, said[-3000:]
+    assert (catalog_home / "metastore" / "derby.pid").is_file()  # the driver started the server, or found it
+
+    # That line's Spark SQL, by the catalog name alone (no pipeline file where it runs names the table).
+    asker = tmp_path / "asker"
+    asker.mkdir()
+    out = tmp_path / "rows.parquet"
+    read = _submit(venv, dist, ["sql", "--engine", "spark", "--output", str(out),
+                                f"SELECT _kafka_partition, _kafka_offset, order_id FROM lines.{name}"], env, asker)
+    assert read.returncode == 0, (read.stdout + read.stderr)[-5000:]
+    assert f"{len(produced)} rows written to {out}" in read.stdout, read.stdout[-2000:]
+    rows = pq.read_table(out).to_pylist()
+    assert sorted((r["_kafka_partition"], r["_kafka_offset"], r["order_id"]) for r in rows) == \
+        sorted((p.partition, p.offset, p.record["order_id"]) for p in produced)
 
 
 def _commits(table_uri: str) -> list[tuple[str, int]]:
