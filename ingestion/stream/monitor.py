@@ -150,8 +150,9 @@ class PipelineMonitor(ProgressListener):
         self.prometheus = prometheus
         self.group = config.consumer_group
         self.last_lag: dict[str, dict[int, int]] = {}  # per topic and partition
+        # Filled by the batch thread, emptied by Spark's listener thread, waited on by `drain`: under one condition.
         self._results: dict[int, BatchResult] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         # The group commits' one consumer (not an admin client: see kafka.GroupCommitter), used by the thread that
         # reports a batch (Spark's listener, or the start batch's) and closed by `close` once no commit is inside.
         self._commits = kafka.GroupCommitter(settings, self.group, COMMIT_TIMEOUT)
@@ -185,9 +186,8 @@ class PipelineMonitor(ProgressListener):
 
     def drain(self, timeout: float = 15.0) -> None:
         """Wait until Spark has reported every batch the writer finished (progress events are asynchronous)."""
-        deadline = time.monotonic() + timeout
-        while self._results and time.monotonic() < deadline:
-            time.sleep(0.05)
+        with self._lock:
+            self._lock.wait_for(lambda: not self._results, timeout)
 
     def close(self) -> None:
         """Close the group commits' consumer (its threads would outlive the pipeline and log the broker's absence),
@@ -209,6 +209,7 @@ class PipelineMonitor(ProgressListener):
         source = progress.sources[0]
         with self._lock:
             result = self._results.pop(progress.batchId, None)
+            self._lock.notify_all()
         lags = topic_lags(source.endOffset, source.latestOffset)
         self.last_lag = lags
         values = batch_metrics(progress, result, lags, dt.datetime.now(dt.UTC), single_topic=bool(self.config.topic))
