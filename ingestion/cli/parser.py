@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_verify(commands)
     _add_silver(commands)
     _add_quarantine(commands)
+    _add_shadow(commands)
     _add_demo(commands)
     _add_jars(commands)
     _add_new(commands)
@@ -269,6 +270,57 @@ def _add_quarantine(commands: Commands) -> None:
                                "bronze exactly once, what still fails stays with its new error")
     q_redo.add_argument("pipeline")
     q_redo.set_defaults(func=_lazy("quarantine_command", "quarantine_reprocess"))
+
+
+def _add_shadow(commands: Commands) -> None:
+    shadow = commands.add_parser(
+        "shadow", help="re-ingest the offsets some table versions hold under another config into a shadow table "
+        "beside the live one, compare it record by record, promote it in one commit, or drop it "
+        "(docs/reprocessing.md)",
+        description="start: re-ingest from Kafka the offsets the live versions --from..--to hold, under --config, "
+        "into <table>__<name> (and its quarantine); status: the shadows and their counts; diff: shadow against "
+        "live by (topic, partition, offset), no JVM; promote: the live rows of those offsets replaced by the "
+        "shadow's in one commit per table (under the writer lock) and the pipeline switched to --config's file; "
+        "drop: remove a shadow not promoted. Routed pipelines and silver: not yet.")
+    s_cmds = shadow.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def named(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("pipeline", help="pipeline name or path to its YAML file")
+        parser.add_argument("--name", default="shadow", help="the shadow's name (default: shadow); its tables are "
+                            "<table>__<name> and <quarantine>__<name>")
+
+    start = s_cmds.add_parser("start", help="re-ingest the Kafka offsets live versions --from..--to hold, under "
+                              "another config, into a shadow table; refused when Kafka no longer holds them; a "
+                              "rerun completes an interrupted start")
+    named(start)
+    start.add_argument("--config", required=True, metavar="FILE", help="the other config: the same pipeline "
+                       "(name, topic, tables) with another schema file, version pin, decoder option or expectations")
+    start.add_argument("--from", dest="start", required=True, metavar="VERSION|TIME",
+                       help="the first live table version, or an ISO time (the first version committed at or "
+                       "after it)")
+    start.add_argument("--to", dest="end", metavar="VERSION|TIME", help="the last live table version, or an ISO "
+                       "time (the last version committed at or before it); default: the newest")
+    start.set_defaults(func=_lazy("shadow_command", "shadow_start"))
+    status = s_cmds.add_parser("status", help="the pipeline's shadows: versions, offsets, rows, quarantined "
+                               "records, state (no JVM)")
+    status.add_argument("pipeline", help="pipeline name or path to its YAML file")
+    status.add_argument("--json", action="store_true", help="one JSON document for scripts")
+    status.set_defaults(func=_lazy("shadow_command", "shadow_status"))
+    diff = s_cmds.add_parser("diff", help="compare the shadow with the live table over the same offsets, record by "
+                             "record: rows only in one, moves to or from quarantine, changed values per column with "
+                             "sample offsets (no JVM)")
+    named(diff)
+    diff.add_argument("--json", action="store_true", help="one JSON document for scripts")
+    diff.set_defaults(func=_lazy("shadow_command", "shadow_diff"))
+    promote = s_cmds.add_parser("promote", help="under the writer lock, replace the live rows of the shadow's "
+                                "offsets with the shadow's in one commit (quarantine likewise), switch the pipeline "
+                                "file to the other config (the old kept as <file>.before-<name>); refused while the "
+                                "pipeline runs")
+    named(promote)
+    promote.set_defaults(func=_lazy("shadow_command", "shadow_promote"))
+    drop = s_cmds.add_parser("drop", help="remove a shadow that was not promoted: its tables and its state")
+    named(drop)
+    drop.set_defaults(func=_lazy("shadow_command", "shadow_drop"))
 
 
 def _add_demo(commands: Commands) -> None:

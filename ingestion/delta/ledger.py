@@ -31,6 +31,7 @@ class BatchKind(StrEnum):
     REDECODE = "redecode"
     OPTIMIZE = "optimize"
     VACUUM = "vacuum"
+    PROMOTE = "promote"  # a shadow's rows replacing the live table's over the same offsets (ops/shadow.py)
 
 
 MAINTENANCE = (BatchKind.OPTIMIZE, BatchKind.VACUUM)
@@ -41,6 +42,7 @@ REDECODE_BATCH_ID = -1
 REPLAY_BATCH_ID = -2
 MAINTENANCE_BATCH_ID = -3
 START_BATCH_ID = -4  # a stream batch written before its query started (stream/early.py)
+PROMOTE_BATCH_ID = -5  # a shadow's promote (ops/shadow.py)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ def test_every_command_names_a_command_function_that_exists() -> None:
     from ingestion.cli.parser import build_parser
 
     commands = _commands(build_parser())
-    assert len(commands) == 27
+    assert len(commands) == 32
     for line, parser in commands.items():
         func = parser._defaults["func"]
         assert func.__module__.startswith("ingestion.cli.commands."), line

@@ -1,0 +1,532 @@
+"""`ingest shadow`: re-ingest the offsets some live table versions hold, under another config, into a shadow table
+beside the live one; show it, compare it (`ops/shadow_diff.py`), promote it in one commit per table, or drop it
+(docs/reprocessing.md).
+
+A shadow is named (`shadow` by default); its tables are `<table>__<name>` and `<quarantine>__<name>`, written as
+a replay writes (`ops/replay.py`: each commit with its txn action and a `replay` ledger record), and its facts
+(the other config file, the live versions and their offset spans, its state) are kept in one small JSON file
+beside the pipeline's checkpoint, `<checkpoint>.shadows.json` (`state_files`: a local folder or object storage).
+
+States: `starting` (written before the first commit; a rerun of `start` completes it), `ready`, `promoting` (the
+promote's txn version recorded before its first commit: a rerun repeats the same commits, which Delta skips where
+they were made), `promoted`. For now a routed pipeline or one with a silver table is refused ("not yet").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from ingestion import kafka, state_files
+from ingestion.config import PipelineConfig
+from ingestion.decode import bronze, expectations
+from ingestion.decode.python_decoder import decode_in_python
+from ingestion.delta import commit, ledger, reads, rs_reads, shadow_tables
+from ingestion.delta.ledger import PROMOTE_BATCH_ID, BatchKind, BatchRecord, PartitionRange
+from ingestion.errors import ConfigError, IngestionError
+from ingestion.ops import replay
+from ingestion.stream import context, setup
+from ingestion.stream.lock import WriterLock
+from ingestion.stream.source import kafka_options
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NAME = "shadow"
+STATE_SUFFIX = ".shadows.json"
+DATA_KINDS = (BatchKind.STREAM, BatchKind.REPLAY)  # commits that consumed Kafka offsets of their own
+STARTING, READY, PROMOTING, PROMOTED = "starting", "ready", "promoting", "promoted"
+
+
+class ShadowError(IngestionError):
+    """A shadow command cannot do what was asked; the message says why, in one line."""
+
+
+@dataclass(frozen=True)
+class Span:
+    """Offsets `first`..`last` (inclusive) of one partition."""
+
+    topic: str
+    partition: int
+    first: int
+    last: int
+
+    def as_tuple(self) -> shadow_tables.Span:
+        return (self.topic, self.partition, self.first, self.last)
+
+    def __str__(self) -> str:
+        return f"{self.topic}/{self.partition}:{self.first}-{self.last}"
+
+
+@dataclass
+class Shadow:
+    """One shadow's facts, as its state file keeps them."""
+
+    name: str
+    config_file: str  # the other config, absolute
+    table: str
+    quarantine: str
+    versions: tuple[int, int]  # the live bronze versions re-ingested, both inclusive
+    spans: tuple[Span, ...]
+    state: str = STARTING
+    created_at: str = ""
+    rows: int = 0  # the shadow's bronze rows
+    quarantined: int = 0  # its quarantine rows
+    promote_txn: int | None = None  # the promote's txnVersion (app id `promote_app_id(name)`), once recorded
+    promoted_version: int | None = None  # the live bronze version the promote committed
+    config_backup: str | None = None  # where the live config file was kept at the promote
+
+    def to_json(self) -> dict[str, Any]:
+        body = asdict(self)
+        body["versions"] = list(self.versions)
+        body["spans"] = [asdict(s) for s in self.spans]
+        return body
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> Shadow:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in body.items() if k in fields}
+        values["versions"] = (int(body["versions"][0]), int(body["versions"][1]))
+        values["spans"] = tuple(Span(**s) for s in body["spans"])
+        return cls(**values)
+
+
+def promote_app_id(name: str) -> str:
+    return f"promote.{name}"
+
+
+# --- the state file ---------------------------------------------------------------------------------------------
+
+def state_location(config: PipelineConfig) -> str:
+    """`<checkpoint>.shadows.json`: beside the checkpoint, so a rewind's move of the checkpoint keeps it."""
+    return config.checkpoint_path.rstrip("/") + STATE_SUFFIX
+
+
+def _files(config: PipelineConfig) -> state_files.StateFiles:
+    files = state_files.for_location(state_location(config), config.spark)
+    if files is None:
+        raise ShadowError(f"{config.name}: shadows keep their state beside the checkpoint, and "
+                          f"{config.checkpoint_path} is on a store reached only through the JVM (not yet)")
+    return files
+
+
+def load_shadows(config: PipelineConfig) -> dict[str, Shadow]:
+    text = _files(config).read_text(state_location(config))
+    if not text:
+        return {}
+    try:
+        body = json.loads(text)
+        return {name: Shadow.from_json(s) for name, s in body["shadows"].items()}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ShadowError(f"{state_location(config)} cannot be read as shadows ({exc}); remove it to start over") \
+            from None
+
+
+def save_shadow(config: PipelineConfig, shadow: Shadow | None, name: str) -> None:
+    """Write `shadow` under `name` in the state file (None: remove it), the others kept."""
+    shadows = load_shadows(config)
+    if shadow is None:
+        shadows.pop(name, None)
+    else:
+        shadows[name] = shadow
+    body = {"pipeline": config.name, "shadows": {n: s.to_json() for n, s in sorted(shadows.items())}}
+    _files(config).write_text(state_location(config), json.dumps(body, indent=2) + "\n")
+
+
+def get(config: PipelineConfig, name: str) -> Shadow:
+    shadows = load_shadows(config)
+    if name not in shadows:
+        known = ", ".join(sorted(shadows)) or "none"
+        raise ShadowError(f"{config.name} has no shadow {name!r} (shadows: {known}); `ingest shadow start` makes one")
+    return shadows[name]
+
+
+# --- what a shadow covers (pure) --------------------------------------------------------------------------------
+
+def _as_time(text: str) -> dt.datetime:
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ShadowError(f"cannot read {text!r} as a table version or an ISO time (2026-01-01T10:00:00)") from None
+    return when.astimezone(dt.UTC).replace(tzinfo=None) if when.tzinfo else when
+
+
+def version_range(records: Sequence[BatchRecord], start: str, end: str | None) -> tuple[int, int]:
+    """The live versions `--from`/`--to` name: a version number, or an ISO time as `rewind` reads one (`--from` a
+    time: the oldest version committed at or after it; `--to` a time: the newest at or before it); `--to` left
+    out: the newest version. Only versions that record offsets count."""
+    times = {r.version: r.committed_at for r in records if r.version is not None}
+    if not times:
+        raise ShadowError("the live table records no offsets yet: nothing to re-ingest")
+    if start.isdigit():
+        low = int(start)
+    else:
+        when = _as_time(start)
+        after = [v for v, t in times.items() if t is not None and t >= when]
+        if not after:
+            raise ShadowError(f"no table version committed at or after {start} (newest: {max(times)})")
+        low = min(after)
+    if end is None:
+        high = max(times)
+    elif end.isdigit():
+        high = int(end)
+    else:
+        when = _as_time(end)
+        before = [v for v, t in times.items() if t is not None and t <= when]
+        if not before:
+            raise ShadowError(f"no table version committed at or before {end} (oldest: {min(times)})")
+        high = max(before)
+    if low > high:
+        raise ShadowError(f"--from names version {low}, after --to's {high}")
+    return low, high
+
+
+def spans_of(records: Sequence[BatchRecord], low: int, high: int) -> tuple[Span, ...]:
+    """Per partition, the offsets the data commits of versions `low`..`high` hold (one span each: the stream reads
+    a partition's offsets in order). Refused: a range with no data commit, one holding a commit of another kind
+    (a rewind, a promote, a quarantine re-decode: not yet), and one whose spans other versions' offsets
+    interleave (a replay that filled a gap inside it: not yet)."""
+    inside = [r for r in records if r.version is not None and low <= r.version <= high]
+    odd = [r for r in inside if r.kind not in DATA_KINDS and r.kind not in ledger.MAINTENANCE]
+    if odd:
+        raise ShadowError(f"version {odd[0].version} in {low}-{high} is a {odd[0].kind} commit: a shadow over "
+                          "rewinds, promotes or quarantine re-decodes is not supported yet; choose versions "
+                          "after it")
+    data = [r for r in inside if r.kind in DATA_KINDS and r.ranges]
+    if not data:
+        raise ShadowError(f"versions {low}-{high} hold no Kafka offsets (maintenance or table creation only)")
+    found: dict[tuple[str, int], Span] = {}
+    for record in data:
+        for r in record.ranges:
+            old = found.get((r.topic, r.partition))
+            found[(r.topic, r.partition)] = Span(r.topic, r.partition, r.first, r.last) if old is None else Span(
+                r.topic, r.partition, min(old.first, r.first), max(old.last, r.last))
+    outside = [r for r in records if r.version is not None and not low <= r.version <= high and r.kind in DATA_KINDS]
+    for record in outside:
+        for r in record.ranges:
+            span = found.get((r.topic, r.partition))
+            if span is not None and r.first <= span.last and r.last >= span.first:
+                raise ShadowError(f"version {record.version} ({record.kind}) holds offsets {r.first}-{r.last} of "
+                                  f"{r.topic}/{r.partition}, inside the range's {span.first}-{span.last}: a shadow "
+                                  "over interleaved versions is not supported yet")
+    return tuple(found[k] for k in sorted(found))
+
+
+def check_kafka_holds(spans: Sequence[Span], marks: Mapping[str, Mapping[int, tuple[int, int]]]) -> None:
+    """Refuse, naming the first missing partition and offset, when Kafka no longer holds (log start after `first`)
+    or does not yet hold (end at or before `last`) the spans' records. `marks`: topic -> partition -> (log start,
+    end)."""
+    for span in sorted(spans, key=lambda s: (s.topic, s.partition)):
+        low, high = marks.get(span.topic, {}).get(span.partition, (None, None))
+        if low is None or high is None:
+            raise ShadowError(f"Kafka has no partition {span.partition} of topic {span.topic!r}: its offsets "
+                              f"{span.first}-{span.last} cannot be read again")
+        if low > span.first:
+            raise ShadowError(f"Kafka no longer holds offset {span.first} of {span.topic}/{span.partition} (the "
+                              f"partition's log starts at {low}, retention or deletion): the range cannot be "
+                              "re-ingested; choose later versions")
+        if high <= span.last:
+            raise ShadowError(f"Kafka holds offsets of {span.topic}/{span.partition} up to {high - 1}, the range "
+                              f"reaches {span.last}")
+
+
+def shadow_config(config: PipelineConfig, other: PipelineConfig, name: str) -> PipelineConfig:
+    """`other` as the shadow writes it: its decoding, expectations and schemas, the shadow's tables (no catalog
+    names). Refused: another pipeline, other tables or topics, another partitioning, routing and silver (not
+    yet)."""
+    if not name.replace("_", "").replace("-", "").isalnum():
+        raise ShadowError(f"shadow name {name!r}: letters, digits, '_' and '-' only")
+    for which in (config, other):
+        if which.routing is not None:
+            raise ShadowError(f"{which.file}: a routed pipeline's shadow is not supported yet")
+        if which.silver is not None:
+            raise ShadowError(f"{which.file}: a shadow of a pipeline with a silver table is not supported yet")
+    same = {"name": (config.name, other.name), "topic": (config.subscription, other.subscription),
+            "sink.table": (config.table_path, other.table_path),
+            "sink.quarantineTable": (config.quarantine_path, other.quarantine_path),
+            "sink.checkpointLocation": (config.checkpoint_path, other.checkpoint_path),
+            "sink.partitionBy": (list(config.sink.partition_by), list(other.sink.partition_by))}
+    for key, (live, changed) in same.items():
+        if live != changed:
+            why = " (a new partitioning: not yet)" if key == "sink.partitionBy" else ""
+            raise ConfigError(f"{other.file}: key {key!r}: {changed!r}, and the live pipeline's is {live!r}: the "
+                              f"other config must be the same pipeline{why}")
+    sink = dataclasses.replace(other.sink, table=shadow_path(config.table_path, name),
+                               quarantine_table=shadow_path(config.quarantine_path, name),
+                               catalog_table="", quarantine_catalog_table="")
+    return dataclasses.replace(other, sink=sink)
+
+
+def shadow_path(path: str, name: str) -> str:
+    return f"{path.rstrip('/')}__{name}"
+
+
+# --- start ------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Plan:
+    """What `start` will re-ingest, found before a JVM: the live versions and their spans, Kafka checked."""
+
+    shadow: Shadow
+    target: PipelineConfig  # the other config with the shadow's tables
+    resumed: bool = False
+
+
+def plan_start(config: PipelineConfig, other: PipelineConfig, *, start: str, end: str | None,
+               name: str = DEFAULT_NAME) -> Plan:
+    """The shadow `start` makes (or completes, when one of that name was started over the same range and config),
+    with every refusal said before a JVM: the ledger read with delta-rs, Kafka's bounds asked."""
+    target = shadow_config(config, other, name)
+    records = rs_reads.history(config.table_path, config.storage_options() or None)
+    if records is None:
+        raise ShadowError(f"{config.name}: no table at {config.table_path}")
+    low, high = version_range(records, start, end)
+    spans = spans_of(records, low, high)
+    existing = load_shadows(config).get(name)
+    if existing is not None:
+        if existing.state in (PROMOTING, PROMOTED):
+            raise ShadowError(f"shadow {name!r} of {config.name} is {existing.state}; a new one needs another "
+                              "--name")
+        if existing.versions != (low, high) or existing.config_file != str(Path(other.file).resolve()):
+            raise ShadowError(f"shadow {name!r} of {config.name} exists over versions {existing.versions[0]}-"
+                              f"{existing.versions[1]} with {existing.config_file}: drop it first "
+                              f"(`ingest shadow drop {config.name} --name {name}`) or choose another --name")
+    ctx = context.resolve(config)
+    topics = {s.topic for s in spans}
+    marks = kafka.watermarks_of(ctx.kafka.client, {t: ctx.partitions.get(t) or kafka.partitions(
+        ctx.kafka.client, t, ctx.kafka.timeout) for t in topics})
+    check_kafka_holds(spans, marks)
+    shadow = existing if existing is not None else Shadow(
+        name=name, config_file=str(Path(other.file).resolve()), table=target.table_path,
+        quarantine=target.quarantine_path, versions=(low, high), spans=spans, state=STARTING,
+        created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+    return Plan(shadow, target, resumed=existing is not None)
+
+
+def start(spark: SparkSession, config: PipelineConfig, plan: Plan) -> Shadow:
+    """Re-ingest the plan's spans from Kafka under the other config into the shadow's tables, as a replay writes:
+    only what the shadow's tables do not hold yet (a rerun after a crash completes the shadow), each commit with
+    its txn action and ledger record."""
+    shadow, target = plan.shadow, plan.target
+    if shadow.state == READY:
+        return shadow
+    save_shadow(config, shadow, shadow.name)  # `starting`: known before the first commit
+    ctx = context.resolve(target)
+    spans = [s.as_tuple() for s in shadow.spans]
+    options = {k: v for k, v in kafka_options(ctx).items() if k not in (
+        "startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy",
+        "maxOffsetsPerTrigger", "minPartitions", "subscribe", "subscribePattern")}
+    by_topic: dict[str, dict[str, int]] = {}
+    ends: dict[str, dict[str, int]] = {}
+    for topic, partition, first, last in spans:
+        by_topic.setdefault(topic, {})[str(partition)] = first
+        ends.setdefault(topic, {})[str(partition)] = last + 1
+    options.update({"assign": json.dumps({t: sorted(int(p) for p in parts) for t, parts in by_topic.items()}),
+                    "startingOffsets": json.dumps(by_topic), "endingOffsets": json.dumps(ends)})
+    reader = spark.read.format("kafka")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    wanted = F.lit(False)
+    for topic, partition, first, last in spans:
+        wanted = wanted | ((F.col("topic") == topic) & (F.col("partition") == partition)
+                           & F.col("offset").between(first, last))
+    kafka_rows = reader.load().where(wanted)
+    schemas = setup.resolver(spark, ctx, also=sorted(by_topic))
+    setup.make_tables(spark, target, schemas.spec)
+    rules = setup.check_rules(target, schemas.spec)
+    decoded = _decoded(kafka_rows, schemas.spec, rules)
+    if setup.learn_schemas(spark, target, schemas, decoded):  # connect-json: schemas the records brought
+        rules = setup.check_rules(target, schemas.spec)
+        decoded = _decoded(kafka_rows, schemas.spec, rules)
+    decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        present = reads.held_coordinates(spark, target)
+        new = decoded if present is None else decoded.join(present, list(replay.KEYS), "left_anti")
+        new = new.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            if new.limit(1).count():
+                stats = bronze.batch_stats(new)
+                run = replay.replay_run(spark, [(target.table_path, "replay"), (target.quarantine_path, "replay")])
+                replay._write_replay(spark, target, new, stats, run)
+        finally:
+            new.unpersist()
+    finally:
+        decoded.unpersist()
+    shadow = dataclasses.replace(shadow, state=READY, rows=_count(spark, target.table_path),
+                                 quarantined=_count(spark, target.quarantine_path))
+    save_shadow(config, shadow, shadow.name)
+    log.info("%s: shadow %s over versions %d-%d (%s): %d rows, %d quarantined", config.name, shadow.name,
+             shadow.versions[0], shadow.versions[1], ", ".join(map(str, shadow.spans)), shadow.rows,
+             shadow.quarantined)
+    return shadow
+
+
+def _decoded(kafka_rows: DataFrame, spec: Any, rules: expectations.Rules) -> DataFrame:
+    """Decoder rows of `kafka_rows`, with the expectations' verdict (a row a blocking rule refuses fails, as the
+    stream's batches do)."""
+    decoded = decode_in_python(expectations.with_raw_value(kafka_rows, rules), spec)
+    if rules.rules:
+        decoded = expectations.flag_rows(decoded, rules, bronze.decoder_sources()).select(*decoded.columns)
+    return decoded
+
+
+def _count(spark: SparkSession, path: str) -> int:
+    table = reads.read_table(spark, path)
+    return 0 if table is None else table.count()
+
+
+# --- status -----------------------------------------------------------------------------------------------------
+
+def status(config: PipelineConfig) -> list[dict[str, Any]]:
+    """Every shadow of the pipeline with its range, rows and quarantined records (read with delta-rs where the
+    table exists, else the counts `start` recorded), state and config file. No JVM."""
+    reader = rs_reads.DeltaRsReader(config.storage_options() or None)
+    out = []
+    for name, s in sorted(load_shadows(config).items()):
+        rows = reader.rows(s.table) if s.state != PROMOTED else None
+        quarantined = reader.rows(s.quarantine) if s.state != PROMOTED else None
+        out.append({"name": name, "state": s.state, "versions": list(s.versions),
+                    "spans": [asdict(x) for x in s.spans], "records": sum(x.last - x.first + 1 for x in s.spans),
+                    "rows": s.rows if rows is None else rows,
+                    "quarantined": s.quarantined if quarantined is None else quarantined,
+                    "config": s.config_file, "table": s.table, "quarantine_table": s.quarantine,
+                    "created_at": s.created_at, "promoted_version": s.promoted_version,
+                    "config_backup": s.config_backup})
+    return out
+
+
+def render_status(config: PipelineConfig, found: list[dict[str, Any]]) -> str:
+    if not found:
+        return f"{config.name}: no shadows (`ingest shadow start {config.name} --config <file> --from <version>`)"
+    lines = [f"{'shadow':12} {'state':9} {'versions':>11} {'rows':>8} {'quar.':>6}  offsets  config"]
+    for s in found:
+        spans = ", ".join(f"{x['topic']}/{x['partition']}:{x['first']}-{x['last']}" for x in s["spans"])
+        versions = f"{s['versions'][0]}-{s['versions'][1]}"
+        lines.append(f"{s['name']:12} {s['state']:9} {versions:>11} {s['rows']:>8} {s['quarantined']:>6}  {spans}  "
+                     f"{s['config']}" + (f" (promoted at version {s['promoted_version']})"
+                                         if s["promoted_version"] is not None else ""))
+    return "\n".join(lines)
+
+
+# --- drop -------------------------------------------------------------------------------------------------------
+
+def drop(config: PipelineConfig, name: str) -> Shadow:
+    """Remove a shadow that was not promoted: its two tables and its entry in the state file."""
+    shadow = get(config, name)
+    if shadow.state in (PROMOTING, PROMOTED):
+        raise ShadowError(f"shadow {name!r} of {config.name} is {shadow.state}: its rows are the live table's now "
+                          "(undo by time travel or a rewind to the version before the promote, "
+                          f"{(shadow.promoted_version or 1) - 1})")
+    for path in (shadow.table, shadow.quarantine):
+        shadow_tables.remove_table(path, config.spark)
+    save_shadow(config, None, name)
+    return shadow
+
+
+# --- promote ----------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Promoted:
+    shadow: Shadow
+    bronze_version: int | None
+    quarantine_version: int | None
+    config_file: str
+    backup: str
+    replaced: Mapping[str, int] = field(default_factory=dict)
+
+
+def promote(spark: SparkSession, config: PipelineConfig, name: str) -> Promoted:
+    """Under the pipeline's writer lock: the live quarantine's rows of the shadow's spans replaced by the shadow's
+    quarantine rows, then bronze's by the shadow's bronze rows, each in one commit carrying the txn action
+    (`promote.<name>`, a version recorded before the first commit) and a `promote` ledger record; then the
+    pipeline's file replaced by the other config (the old one kept as `<file>.before-<name>`) and the shadow
+    marked promoted. A rerun after a crash makes the same commits (Delta skips those made) and completes."""
+    shadow = get(config, name)
+    if shadow.state == PROMOTED:
+        raise ShadowError(f"shadow {name!r} of {config.name} was promoted already (live version "
+                          f"{shadow.promoted_version})")
+    if shadow.state == STARTING:
+        raise ShadowError(f"shadow {name!r} of {config.name} is not complete: rerun `ingest shadow start` first")
+    lock = WriterLock(config.name, config.checkpoint_path, spark, config.spark)
+    lock.acquire()  # PipelineRunning, one line naming the holder, when the pipeline runs
+    try:
+        app_id = promote_app_id(name)
+        if shadow.promote_txn is None:
+            shadow = dataclasses.replace(shadow, state=PROMOTING, promote_txn=commit.next_version(
+                spark, [config.table_path, config.quarantine_path], app_id))
+            save_shadow(config, shadow, name)
+        assert shadow.promote_txn is not None
+        txn = commit.Txn(app_id, shadow.promote_txn)
+        spans = [s.as_tuple() for s in shadow.spans]
+        shadow_rows = reads.read_table(spark, shadow.table)
+        shadow_failed = reads.read_table(spark, shadow.quarantine)
+        if shadow_rows is None:
+            raise ShadowError(f"shadow {name!r}: its table {shadow.table} is gone; drop it and start again")
+        per_partition = _records_per_partition(shadow_rows, shadow_failed)
+        ranges = tuple(PartitionRange(s.topic, s.partition, s.first, s.last,
+                                      per_partition.get((s.topic, s.partition), 0)) for s in shadow.spans)
+        rows, failed = shadow_rows.count(), 0 if shadow_failed is None else shadow_failed.count()
+        record = BatchRecord(pipeline=config.name, app_id=app_id, batch_id=PROMOTE_BATCH_ID, kind=BatchKind.PROMOTE,
+                             rows=rows, schema_ids=_schema_ids(shadow_rows), ranges=ranges, quarantined=failed)
+        q_record = dataclasses.replace(record, rows=failed)
+        if shadow_failed is not None and ledger.is_table(spark, config.quarantine_path):
+            shadow_tables.replace_spans(shadow_failed, config.quarantine_path, spans, txn, q_record.to_user_metadata())
+        elif shadow_failed is not None and failed:
+            commit.append(shadow_failed, config.quarantine_path, txn, q_record.to_user_metadata())
+        shadow_tables.replace_spans(shadow_rows, config.table_path, spans, txn, record.to_user_metadata())
+        bronze_version = ledger.table_version(spark, config.table_path)
+        quarantine_version = ledger.table_version(spark, config.quarantine_path)
+        backup = switch_config(config.file, Path(shadow.config_file), name)
+        shadow = dataclasses.replace(shadow, state=PROMOTED, promoted_version=_promote_version(
+            spark, config.table_path, txn), config_backup=str(backup))
+        save_shadow(config, shadow, name)
+    finally:
+        lock.release()
+    log.info("%s: shadow %s promoted: bronze version %s, quarantine version %s; %s now holds %s (the old one is %s)",
+             config.name, name, bronze_version, quarantine_version, config.file, shadow.config_file, backup)
+    return Promoted(shadow, bronze_version, quarantine_version, str(config.file), str(backup))
+
+
+def _records_per_partition(rows: DataFrame, failed: DataFrame | None) -> dict[tuple[str, int], int]:
+    keys = rows.select("_kafka_topic", "_kafka_partition")
+    if failed is not None:
+        keys = keys.unionByName(failed.select("_kafka_topic", "_kafka_partition"))
+    return {(r["_kafka_topic"], int(r["_kafka_partition"])): int(r["count"])
+            for r in keys.groupBy("_kafka_topic", "_kafka_partition").count().collect()}
+
+
+def _schema_ids(rows: DataFrame) -> tuple[int, ...]:
+    if "_schema_id" not in rows.columns:
+        return ()
+    return tuple(sorted(int(r[0]) for r in rows.select("_schema_id").distinct().collect() if r[0] is not None))
+
+
+def _promote_version(spark: SparkSession, path: str, txn: commit.Txn) -> int | None:
+    """The live bronze version whose commit is the promote (its ledger record carries the txn's app id)."""
+    found = [r.version for r in ledger.history(spark, path) if r.kind == BatchKind.PROMOTE and r.app_id == txn.app_id]
+    return max((v for v in found if v is not None), default=None)
+
+
+def switch_config(live: Path, other: Path, name: str) -> Path:
+    """The pipeline's file replaced by `other`'s content, the old one kept beside it as `<file>.before-<name>`
+    (kept once: a rerun does not overwrite it with the new content); the backup's path."""
+    backup = live.with_name(f"{live.name}.before-{name}")
+    if not backup.exists():
+        temporary = backup.with_name(f".{backup.name}.tmp")
+        temporary.write_bytes(live.read_bytes())
+        os.replace(temporary, backup)
+    if live.resolve() != other.resolve():
+        temporary = live.with_name(f".{live.name}.tmp")
+        temporary.write_bytes(other.read_bytes())
+        os.replace(temporary, live)
+    return backup

@@ -1,0 +1,177 @@
+"""`ingest shadow` end to end (real Kafka, Spark, Delta): a JSON topic landed with a schema file that requires a
+property some records lack (they are quarantined) and leaves out one every record has (no column); a shadow over
+the versions of one run with the corrected file while the live pipeline goes on; diff names the moves out of
+quarantine and the added column with exact counts; promote replaces those offsets' rows in one commit per table;
+the stream continues with the corrected file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ingestion.config import load_pipeline
+from ingestion.delta import ledger
+from ingestion.delta.ledger import BatchKind
+from ingestion.delta.rs_reads import DeltaRsReader
+from ingestion.ops import shadow, shadow_diff, verify
+from ingestion.stream import pipeline
+from tests.conftest import pipeline_yaml
+from tests.helpers import commits_without_txn, delta_txns
+
+pytestmark = pytest.mark.integration
+
+PAYLOAD = ("id", "amount", "status", "coupon")
+
+
+def _schema(path: Path, *, corrected: bool) -> Path:
+    properties: dict[str, Any] = {"id": {"type": "string"}, "amount": {"type": "integer"},
+                                  "status": {"type": "string"}, "coupon": {"type": "string"}}
+    if corrected:
+        properties["channel"] = {"type": "string"}
+    path.write_text(json.dumps({"type": "object", "properties": properties,
+                                "required": ["id"] if corrected else ["id", "coupon"]}))
+    return path
+
+
+def _produce(servers: str, topic: str, seqs: range) -> dict[tuple[int, int], dict[str, Any]]:
+    """Orders `seqs` over two partitions; every fourth lacks its coupon. (partition, offset) -> document."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": servers, "enable.idempotence": True})
+    found: dict[tuple[int, int], dict[str, Any]] = {}
+    for seq in seqs:
+        doc: dict[str, Any] = {"id": f"o{seq}", "amount": seq * 10, "status": "NEW", "channel": f"ch{seq % 3}"}
+        if seq % 4:
+            doc["coupon"] = f"C{seq}"
+
+        def delivered(err: Any, msg: Any, doc: dict[str, Any] = doc) -> None:
+            assert err is None, err
+            found[(msg.partition(), msg.offset())] = doc
+
+        producer.produce(topic, key=doc["id"].encode(), value=json.dumps(doc).encode(), partition=seq % 2,
+                         on_delivery=delivered)
+    producer.flush(30)
+    assert len(found) == len(seqs)
+    return found
+
+
+def _rows(spark: Any, path: str, version: int | None = None) -> dict[tuple[int, int], dict[str, Any]]:
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    return {(r["_kafka_partition"], r["_kafka_offset"]): r.asDict() for r in reader.load(path).collect()}
+
+
+def test_shadow_diff_promote(spark: Any, kafka_servers: str, make_topic: Any, tmp_path: Path) -> None:
+    topic = make_topic(partitions=2)
+    wrong, right = _schema(tmp_path / "wrong.json", corrected=False), _schema(tmp_path / "right.json", corrected=True)
+    live_file = pipeline_yaml(tmp_path / "live", topic=topic, servers=kafka_servers,
+                              extra=f"value:\n  format: json\n  schemaFile: {wrong}\n")
+    other_file = tmp_path / "orders-fixed.yaml"
+    other_file.write_text(live_file.read_text().replace(str(wrong), str(right)))
+    config = load_pipeline(live_file)
+
+    produced: dict[tuple[int, int], dict[str, Any]] = {}
+    versions = []
+    for seqs in (range(0, 80), range(80, 160), range(160, 240)):
+        produced.update(_produce(kafka_servers, topic, seqs))
+        before = ledger.table_version(spark, config.table_path) if ledger.is_table(spark, config.table_path) else -1
+        pipeline.run(spark, config, available_now=True)
+        versions.append([r for r in ledger.history(spark, config.table_path) if (r.version or 0) > before])
+    second = versions[1]
+    low, high = min(r.version or 0 for r in second), max(r.version or 0 for r in second)
+    in_range = {(p, o) for (p, o), d in produced.items() if 80 <= int(d["id"][1:]) < 160}
+
+    plan = shadow.plan_start(config, load_pipeline(other_file), start=str(low), end=str(high))
+    assert [(s.partition, s.first, s.last) for s in plan.shadow.spans] == sorted(
+        (p, min(o for q, o in in_range if q == p), max(o for q, o in in_range if q == p)) for p in (0, 1))
+    started = shadow.start(spark, config, plan)
+    assert (started.state, started.rows, started.quarantined) == ("ready", 80, 0)
+    # The live pipeline goes on meanwhile, with the old file.
+    produced.update(_produce(kafka_servers, topic, range(240, 300)))
+    pipeline.run(spark, config, available_now=True)
+    # A rerun of start with the same range completes nothing more: same rows, no new commit.
+    shadow_version = ledger.table_version(spark, started.table)
+    again = shadow.start(spark, config, shadow.plan_start(config, load_pipeline(other_file), start=str(low),
+                                                          end=str(high)))
+    assert again.rows == 80 and ledger.table_version(spark, started.table) == shadow_version
+
+    d = shadow_diff.diff(config, "shadow")
+    lacking = sorted(k for k in in_range if "coupon" not in produced[k])
+    assert len(lacking) == 20
+    assert (d.live_rows, d.live_quarantined, d.shadow_rows, d.shadow_quarantined) == (60, 20, 80, 0)
+    assert d.from_quarantine.count == 20 and d.to_quarantine.count == 0
+    assert d.from_quarantine.samples == [[topic, p, o] for p, o in lacking[:3]]
+    assert d.only_live.count == d.only_shadow.count == d.error_changed.count == 0
+    assert d.added_columns == ["channel"] and list(d.columns) == ["channel"] and d.columns["channel"].count == 60
+    assert "channel: 60" in shadow_diff.render(d)
+    listed = shadow.status(config)
+    assert [(s["name"], s["state"], s["rows"], s["quarantined"]) for s in listed] == [("shadow", "ready", 80, 0)]
+
+    old = _rows(spark, config.table_path)
+    old_failed = _rows(spark, config.quarantine_path)
+    promoted = shadow.promote(spark, config, "shadow")
+    assert promoted.shadow.state == "promoted"
+    assert promoted.bronze_version == promoted.shadow.promoted_version
+    # The pipeline's file is the corrected one now, the old kept beside it.
+    assert live_file.read_text() == other_file.read_text()
+    assert Path(promoted.backup).read_text().count(str(wrong)) == 1
+    config = load_pipeline(live_file)
+
+    rows, failed = _rows(spark, config.table_path), _rows(spark, config.quarantine_path)
+    assert not set(rows) & set(failed)
+    assert set(rows) | set(failed) == set(produced)  # every offset once across bronze and quarantine
+    for key, doc in produced.items():
+        if key in in_range:
+            assert key in rows and rows[key]["channel"] == doc["channel"], key
+            assert {c: rows[key][c] for c in PAYLOAD} == {c: doc.get(c) for c in PAYLOAD}
+        elif "coupon" in doc:
+            assert rows[key]["channel"] is None and {c: rows[key][c] for c in PAYLOAD} == {c: doc[c] for c in PAYLOAD}
+        else:
+            assert key in failed
+    # The version before the promote reads the old rows; the promote is one commit per table, with its txn.
+    assert _rows(spark, config.table_path, promoted.bronze_version - 1) == old
+    assert promoted.quarantine_version is not None
+    assert _rows(spark, config.quarantine_path, promoted.quarantine_version - 1) == old_failed
+    for path in (config.table_path, config.quarantine_path):
+        txns = delta_txns(Path(path))
+        assert len({(a, v) for _, a, v in txns}) == len(txns), txns
+        assert [(a, v) for _, a, v in txns if a == "promote.shadow"] == [("promote.shadow", 0)]
+        assert commits_without_txn(Path(path)) == []
+    record = ledger.history(spark, config.table_path)[-1]
+    assert (record.kind, record.rows, record.quarantined) == (BatchKind.PROMOTE, 80, 0)
+    assert verify.audit(DeltaRsReader(), config).ok
+
+    # The stream continues where it was, with the corrected file: new records land with their channel, once.
+    produced.update(_produce(kafka_servers, topic, range(300, 320)))
+    pipeline.run(spark, config, available_now=True)
+    rows, failed = _rows(spark, config.table_path), _rows(spark, config.quarantine_path)
+    assert set(rows) | set(failed) == set(produced) and not set(rows) & set(failed)
+    assert all(rows[k]["channel"] == d["channel"] for k, d in produced.items() if int(d["id"][1:]) >= 300)
+    assert verify.audit(DeltaRsReader(), config).ok
+
+    with pytest.raises(shadow.ShadowError, match="promoted"):
+        shadow.drop(config, "shadow")
+    with pytest.raises(shadow.ShadowError, match="promoted already"):
+        shadow.promote(spark, config, "shadow")
+
+
+def test_shadow_drop(spark: Any, kafka_servers: str, make_topic: Any, tmp_path: Path) -> None:
+    topic = make_topic(partitions=2)
+    wrong = _schema(tmp_path / "wrong.json", corrected=False)
+    live_file = pipeline_yaml(tmp_path / "live", topic=topic, servers=kafka_servers,
+                              extra=f"value:\n  format: json\n  schemaFile: {wrong}\n")
+    config = load_pipeline(live_file)
+    _produce(kafka_servers, topic, range(0, 20))
+    pipeline.run(spark, config, available_now=True)
+    plan = shadow.plan_start(config, config, start="0", end=None, name="same")
+    made = shadow.start(spark, config, plan)
+    assert (made.rows, made.quarantined) == (15, 5)
+    d = shadow_diff.diff(config, "same")
+    assert d.same, shadow_diff.render(d)
+    shadow.drop(config, "same")
+    assert not Path(made.table).exists() and not Path(made.quarantine).exists()
+    assert shadow.status(config) == []

@@ -1,0 +1,152 @@
+"""`ingest shadow`'s pure parts: the versions and offsets a range names, the Kafka check, the state, the diff."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import io
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from ingestion.cli.parser import build_parser
+from ingestion.config import load_pipeline
+from ingestion.delta.ledger import BatchKind, BatchRecord, PartitionRange
+from ingestion.errors import ConfigError
+from ingestion.ops import shadow, shadow_diff
+from ingestion.ops.shadow import ShadowError, Span
+
+T0 = dt.datetime(2026, 1, 1, 10, 0, 0)
+
+
+def _record(version: int, ranges: list[tuple[int, int, int]], kind: BatchKind = BatchKind.STREAM) -> BatchRecord:
+    return BatchRecord(pipeline="orders", app_id="a", batch_id=version, kind=kind, rows=1, schema_ids=(),
+                       ranges=tuple(PartitionRange("t", p, f, last, last - f + 1) for p, f, last in ranges),
+                       version=version, committed_at=T0 + dt.timedelta(minutes=version))
+
+
+RECORDS = [_record(1, [(0, 0, 9), (1, 0, 4)]), _record(2, [(0, 10, 19)]), _record(3, [(0, 20, 29), (1, 5, 9)]),
+           _record(4, [(0, 30, 39)])]
+
+
+def test_versions_by_number_or_time() -> None:
+    assert shadow.version_range(RECORDS, "2", "3") == (2, 3)
+    assert shadow.version_range(RECORDS, "2", None) == (2, 4)
+    assert shadow.version_range(RECORDS, "2026-01-01T10:01:30", "2026-01-01T10:03:30") == (2, 3)
+    assert shadow.version_range(RECORDS, "2026-01-01T10:01:30+00:00", None) == (2, 4)
+    with pytest.raises(ShadowError, match="after --to"):
+        shadow.version_range(RECORDS, "4", "2")
+    with pytest.raises(ShadowError, match="no table version committed at or after"):
+        shadow.version_range(RECORDS, "2027-01-01T00:00:00", None)
+    with pytest.raises(ShadowError, match="cannot read 'yesterday'"):
+        shadow.version_range(RECORDS, "yesterday", None)
+
+
+def test_spans_are_the_offsets_the_versions_hold() -> None:
+    assert shadow.spans_of(RECORDS, 2, 3) == (Span("t", 0, 10, 29), Span("t", 1, 5, 9))
+    with pytest.raises(ShadowError, match="hold no Kafka offsets"):
+        shadow.spans_of([*RECORDS, _record(9, [], BatchKind.OPTIMIZE)], 9, 9)
+    rewound = [*RECORDS, _record(5, [(0, 0, 19)], BatchKind.REWIND), _record(6, [(0, 20, 25)])]
+    with pytest.raises(ShadowError, match="version 5 in 4-6 is a rewind commit"):
+        shadow.spans_of(rewound, 4, 6)
+    filled = [*RECORDS, _record(5, [(0, 12, 12)], BatchKind.REPLAY)]
+    with pytest.raises(ShadowError, match=r"version 5 .replay. holds offsets 12-12 of t/0"):
+        shadow.spans_of(filled, 2, 3)
+
+
+def test_a_range_kafka_no_longer_holds_is_refused_naming_the_first_missing_offset() -> None:
+    spans = [Span("t", 0, 10, 29), Span("t", 1, 5, 9)]
+    shadow.check_kafka_holds(spans, {"t": {0: (10, 100), 1: (0, 10)}})
+    with pytest.raises(ShadowError) as refused:
+        shadow.check_kafka_holds(spans, {"t": {0: (0, 100), 1: (7, 100)}})
+    text = str(refused.value)
+    assert "\n" not in text
+    assert text.startswith("Kafka no longer holds offset 5 of t/1 (the partition's log starts at 7")
+    with pytest.raises(ShadowError, match="no partition 1 of topic 't'"):
+        shadow.check_kafka_holds(spans, {"t": {0: (0, 100)}})
+
+
+def _pipeline(folder: Path, extra: str = "") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "orders.yaml"
+    path.write_text(f"""name: orders
+topic: orders
+kafka:
+  bootstrap.servers: "127.0.0.1:9"
+value:
+  format: json
+  schemaFile: {folder / 'x.json'}
+sink:
+  table: {folder.parent / 'tables' / 'orders'}
+  checkpointLocation: {folder.parent / 'checkpoints' / 'orders'}
+{extra}""")
+    return path
+
+
+def test_the_other_config_must_be_the_same_pipeline_and_the_state_file_keeps_shadows(tmp_path: Path) -> None:
+    live = load_pipeline(_pipeline(tmp_path / "live"))
+    other = load_pipeline(_pipeline(tmp_path / "other"))
+    target = shadow.shadow_config(live, other, "fix-1")
+    assert target.table_path == live.table_path + "__fix-1"
+    assert target.quarantine_path == live.quarantine_path + "__fix-1"
+    assert target.value.schema_file == other.value.schema_file
+    moved = load_pipeline(_pipeline(tmp_path / "moved", "  partitionBy: [status]\n"))
+    with pytest.raises(ConfigError, match=r"sink\.partitionBy.*not yet"):
+        shadow.shadow_config(live, moved, "shadow")
+    with pytest.raises(ShadowError, match="letters, digits"):
+        shadow.shadow_config(live, other, "a/b")
+    made = shadow.Shadow("s", str(other.file), target.table_path, target.quarantine_path, (2, 3),
+                         (Span("t", 0, 10, 29),), created_at="now")
+    shadow.save_shadow(live, made, "s")
+    assert shadow.load_shadows(live) == {"s": made}
+    assert Path(shadow.state_location(live)).is_file()
+    shadow.save_shadow(live, None, "s")
+    assert shadow.load_shadows(live) == {}
+    with pytest.raises(ShadowError, match="has no shadow 'x'"):
+        shadow.get(live, "x")
+
+
+def test_switching_the_config_keeps_the_old_file_once(tmp_path: Path) -> None:
+    live, other = tmp_path / "orders.yaml", tmp_path / "fixed.yaml"
+    live.write_text("old\n")
+    other.write_text("new\n")
+    backup = shadow.switch_config(live, other, "shadow")
+    assert (live.read_text(), backup.read_text(), backup.name) == ("new\n", "old\n", "orders.yaml.before-shadow")
+    shadow.switch_config(live, other, "shadow")  # a rerun keeps the old file
+    assert backup.read_text() == "old\n"
+
+
+def _table(rows: list[dict[str, object]]) -> pa.Table:
+    return pa.Table.from_pylist(rows)
+
+
+def test_diff_counts_moves_and_changed_values() -> None:
+    def row(offset: int, **values: object) -> dict[str, object]:
+        return {"_kafka_topic": "t", "_kafka_partition": 0, "_kafka_offset": offset, "_ingested_at": offset, **values}
+
+    live = _table([row(o, amount=o, note=None) for o in range(0, 6)])
+    live_q = _table([{**row(o), "_error_class": "MissingField"} for o in (6, 7)])
+    shadow_rows = _table([row(o, amount=o * (2 if o in (1, 2, 3, 4) else 1), note="n") for o in (0, 1, 2, 3, 4, 6)]
+                         + [{**row(o, amount=o, note="n"), "_ingested_at": 99} for o in (8,)])
+    shadow_q = _table([{**row(o), "_error_class": "Other"} for o in (5, 7)])
+    d = shadow_diff.compare("orders", "shadow", (2, 3), ["t/0:0-8"],
+                            {"lb": live, "lq": live_q, "sb": shadow_rows, "sq": shadow_q})
+    assert (d.to_quarantine.count, d.to_quarantine.samples) == (1, [["t", 0, 5]])
+    assert (d.from_quarantine.count, d.from_quarantine.samples) == (1, [["t", 0, 6]])
+    assert (d.error_changed.count, d.only_shadow.count, d.only_live.count) == (1, 1, 0)
+    assert d.columns["amount"].count == 4 and d.columns["amount"].samples == [["t", 0, 1], ["t", 0, 2], ["t", 0, 3]]
+    assert d.columns["note"].count == 5 and "_ingested_at" not in d.columns and not d.same
+    assert "amount: 4 (e.g. t/0:1, t/0:2, t/0:3)" in shadow_diff.render(d)
+
+
+def test_shadow_help_lists_the_five_subcommands() -> None:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        build_parser().parse_args(["shadow", "--help"])
+    for action in ("start", "status", "diff", "promote", "drop"):
+        assert f"    {action} " in out.getvalue()
+    args = build_parser().parse_args(["shadow", "start", "orders", "--config", "f.yaml", "--from", "3"])
+    assert (args.start, args.end, args.name, args.config) == ("3", None, "shadow", "f.yaml")
+    args = build_parser().parse_args(["shadow", "diff", "orders", "--name", "x", "--json"])
+    assert (args.name, args.json) == ("x", True)
