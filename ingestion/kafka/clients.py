@@ -309,6 +309,15 @@ def _watermark(client: Any, partition: Any) -> tuple[int, int]:
             time.sleep(0.2)
 
 
+# A commit's answer that says the group's coordinator could not be reached or has moved (or its write did not
+# reach the offsets topic's replicas): the committer's consumer is replaced before the next commit.
+_COORDINATOR_ERRORS = frozenset({
+    "_WAIT_COORD", "_TRANSPORT", "_TIMED_OUT", "_TIMED_OUT_QUEUE", "_ALL_BROKERS_DOWN", "_DESTROY_BROKER",
+    "NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS", "REQUEST_TIMED_OUT",
+    "NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+})
+
+
 class GroupCommitter:
     """Commits of offsets to one consumer group (per topic, the next offset to read per partition), as a consumer
     commit would, by one consumer that never joins the group (never subscribed: Kafka takes its commit as an
@@ -323,9 +332,17 @@ class GroupCommitter:
     instead, and fails as an error.
 
     One owner: every call holds the committer's lock, so the consumer is never used by two threads at once and is
-    closed (`close`) only when no call is inside it. A commit waits at most `timeout` seconds for its answer; one
-    that did not come in time is not waited for again (the consumer is kept: it ends that commit itself, within
-    the same timeout given to librdkafka, and closing it meanwhile would wait for it).
+    closed (`close`) only when no call is inside it. One commit at a time: a commit is sent only once the one
+    before it has its answer. librdkafka holds a commit sent while the coordinator is away and sends it when one is
+    found, after any commit sent meanwhile, so the group could end on the older offset.
+
+    A commit waits at most `timeout` seconds, all told: for the answer of a commit that did not end in time
+    before it (then nothing new is sent: the error is that it still waits), for the consumer to be replaced, and
+    for its own answer. librdkafka ends a commit itself in about half that time (it holds one for a coordinator
+    session.timeout.ms, a request socket.timeout.ms), so one rarely outlives the call that sent it. After a
+    commit that timed out or was answered with a coordinator's error, the consumer is closed (nothing inside it
+    then) and a new one sent the next commit: it looks up the coordinator and connects at once, where the old one
+    would wait out its coordinator query interval and reconnect backoff toward a broker that came back.
     """
 
     def __init__(self, settings: Mapping[str, Any], group: str, timeout: float = 30.0) -> None:
@@ -334,9 +351,11 @@ class GroupCommitter:
         self.timeout = timeout
         self._lock = threading.Lock()
         self._client: Any = None
-        self._answers: list[tuple[Any, list[Any]]] = []  # (error, partitions) of the commits sent, in order
-        self._sent = 0  # commits sent since the last one answered
+        self._answer: tuple[Any, list[Any]] | None = None  # (error, partitions) of the commit inside, once answered
+        self._inside = False  # a commit was sent and has no answer yet
+        self._replace = False  # the consumer is closed and a new one opened before the next commit
         self._closed = False
+        self.replaced = 0  # consumers closed and replaced after a coordinator's error or a timeout
 
     def __enter__(self) -> GroupCommitter:
         return self
@@ -355,7 +374,9 @@ class GroupCommitter:
 
     def send(self, offsets: Mapping[str, Mapping[int, int]]) -> Any:
         """Commit `offsets` and return the first error of the answer (the request's, else a partition's), or None
-        when every partition was committed. A refusal of the group's coordinator look-up is that error too."""
+        when every partition was committed. A refusal of the group's coordinator look-up is that error too.
+        IngestionError when no answer came within the timeout (this commit's, or the one before it, which still
+        waits: then this one was not sent)."""
         from confluent_kafka import TopicPartition
 
         wanted = [TopicPartition(t, int(p), int(o)) for t, parts in sorted(offsets.items())
@@ -365,29 +386,51 @@ class GroupCommitter:
         with self._lock:
             if self._closed:
                 raise IngestionError(f"the commits to consumer group {self.group!r} are closed")
-            client = self._open()
-            client.commit(offsets=wanted, asynchronous=True)
-            self._sent += 1
             deadline = time.monotonic() + self.timeout
-            # Answers come in the order the commits were sent: this one's is the last, once every commit still
-            # waiting from before (one that did not end in time) has its answer too.
-            while len(self._answers) < self._sent:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    # The commit still waits inside the consumer, which is kept (closing it now would wait for
-                    # its requests to a broker that went away): its answer comes, and is passed over, later.
-                    raise IngestionError(f"no answer to a commit to consumer group {self.group!r} at "
-                                         f"{self.settings.get('bootstrap.servers')} within {self.timeout:.0f}s")
-                event = client.poll(min(left, 0.05))  # serves the commits' callbacks; returns error events
-                error = event.error() if event is not None else None
-                if error is not None and (error.code() == access.GROUP_AUTHORIZATION_FAILED or
-                                          access.from_error(error, self.settings, group=self.group) is not None):
-                    # the coordinator look-up, the login or the handshake refused: the commit would only wait
-                    return error
-            error, partitions = self._answers[-1]
-            self._answers.clear()
-            self._sent = 0
-        return next((tp.error for tp in partitions or () if tp.error is not None), error)
+            if self._inside:  # the commit before this one did not end in time: its answer first
+                refused = self._wait(deadline)
+                if refused is not None:
+                    return refused
+                if self._inside:
+                    raise self._no_answer("the commit before it")
+                self._replace = True
+            if self._replace:
+                self._close_client()
+                self.replaced += 1
+            client = self._open()
+            self._answer = None
+            client.commit(offsets=wanted, asynchronous=True)
+            self._inside = True
+            refused = self._wait(deadline)
+            if refused is not None:
+                return refused
+            if self._inside:
+                # The commit still waits inside the consumer, which is kept (closing it now would wait for its
+                # requests to a broker that went away): its answer is waited for by the next commit.
+                raise self._no_answer("a commit")
+            assert self._answer is not None
+            error, partitions = self._answer
+            found = next((tp.error for tp in partitions or () if tp.error is not None), error)
+            self._replace = found is not None and found.name() in _COORDINATOR_ERRORS
+        return found
+
+    def _wait(self, deadline: float) -> Any:
+        """Serve the consumer until the commit inside has its answer or `deadline` passes; the error event of a
+        refused coordinator look-up, login or handshake (the commit would only wait), else None."""
+        while self._inside:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            event = self._client.poll(min(left, 0.05))  # serves the commit's callback; returns error events
+            error = event.error() if event is not None else None
+            if error is not None and (error.code() == access.GROUP_AUTHORIZATION_FAILED or
+                                      access.from_error(error, self.settings, group=self.group) is not None):
+                return error
+        return None
+
+    def _no_answer(self, which: str) -> IngestionError:
+        return IngestionError(f"no answer to {which} to consumer group {self.group!r} at "
+                              f"{self.settings.get('bootstrap.servers')} within {self.timeout:.0f}s")
 
     @property
     def closed(self) -> bool:
@@ -401,23 +444,29 @@ class GroupCommitter:
 
     def _open(self) -> Any:
         if self._client is None:
-            # A commit waits for an unknown coordinator session.timeout.ms at most, a request socket.timeout.ms:
-            # both the commit's timeout, which also bounds `close` with a commit still waiting.
-            ms = int(max(1.0, self.timeout) * 1000)
+            # librdkafka holds a commit for an unknown coordinator session.timeout.ms at most, and waits for a
+            # request's answer socket.timeout.ms: half the commit's timeout each, which also bounds `close` with
+            # a commit still inside. The coordinator is asked again every second (librdkafka's default: every
+            # 10 minutes while it answers) and a broker that went away reconnected within a second (at most
+            # 10 s by default).
+            ms = max(2000, int(self.timeout * 500))
             self._client = consumer(self.settings, self.group, **{
                 "session.timeout.ms": ms, "heartbeat.interval.ms": max(1, min(3000, ms // 3)),
-                "socket.timeout.ms": ms, "on_commit": self._answered})
+                "socket.timeout.ms": ms, "coordinator.query.interval.ms": 1000, "reconnect.backoff.max.ms": 1000,
+                "on_commit": self._answered})
         return self._client
 
     def _answered(self, error: Any, partitions: list[Any]) -> None:  # on the owner's thread, inside poll/close
-        self._answers.append((error, partitions))
+        self._answer = (error, partitions)
+        self._inside = False
 
     def _close_client(self) -> None:
         client, self._client = self._client, None
         if client is not None:
             client.close()
-        self._answers.clear()
-        self._sent = 0
+        self._answer = None
+        self._inside = False
+        self._replace = False
 
 
 def _kafka_exception(error: Any) -> Exception:
