@@ -18,6 +18,7 @@ from ingestion.delta.ledger import BatchKind
 from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.ops import shadow, shadow_diff, verify
 from ingestion.stream import pipeline
+from ingestion.stream.lock import PipelineRunning, WriterLock
 from tests.conftest import pipeline_yaml
 from tests.helpers import commits_without_txn, delta_txns
 
@@ -172,6 +173,16 @@ def test_shadow_drop(spark: Any, kafka_servers: str, make_topic: Any, tmp_path: 
     assert (made.rows, made.quarantined) == (15, 5)
     d = shadow_diff.diff(config, "same")
     assert d.same, shadow_diff.render(d)
+    # While a writer holds the pipeline's lock, promote is refused in one line, and the shadow stays as it was.
+    held = WriterLock(config.name, config.checkpoint_path)
+    held.acquire()
+    try:
+        with pytest.raises(PipelineRunning) as refused:
+            shadow.promote(spark, config, "same")
+        assert "\n" not in str(refused.value)
+    finally:
+        held.release()
+    assert shadow.get(config, "same").state == "ready"
     shadow.drop(config, "same")
     assert not Path(made.table).exists() and not Path(made.quarantine).exists()
     assert shadow.status(config) == []

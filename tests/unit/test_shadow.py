@@ -150,3 +150,17 @@ def test_shadow_help_lists_the_five_subcommands() -> None:
     assert (args.start, args.end, args.name, args.config) == ("3", None, "shadow", "f.yaml")
     args = build_parser().parse_args(["shadow", "diff", "orders", "--name", "x", "--json"])
     assert (args.name, args.json) == ("x", True)
+
+
+def test_the_commands_answer_in_one_line_without_a_jvm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ingestion.cli import main
+
+    path = _pipeline(tmp_path / "live")
+    assert main(["shadow", "status", str(path)]) == 0
+    assert "orders: no shadows" in capsys.readouterr().out
+    assert main(["shadow", "status", str(path), "--json"]) == 0
+    assert '"shadows": []' in capsys.readouterr().out
+    for action in ("diff", "drop", "promote"):
+        assert main(["shadow", action, str(path), "--name", "x"]) == 1
+        err = capsys.readouterr().err.strip()
+        assert "has no shadow 'x'" in err and "\n" not in err, err
