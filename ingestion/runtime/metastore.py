@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ingestion.errors import IngestionError
+from ingestion.errors import IngestionError, one_line
 from ingestion.paths import jvm_error_file, state_dir
 from ingestion.processes import PidFile, free_port, port_open, wait_for_port
 from ingestion.runtime import data_files, jars
@@ -201,6 +201,6 @@ def load_client_driver(spark: SparkSession, conf: Mapping[str, str]) -> None:
             DERBY_CLIENT_DRIVER)
     except Exception as exc:  # noqa: BLE001 - py4j's error: a class loader without addURL, a registry moved
         raise IngestionError(f"the local metastore's JDBC client ({DERBY_CLIENT_DRIVER}) cannot be loaded into this "
-                             f"spark-submit driver ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}): "
+                             f"spark-submit driver ({one_line(exc)}): "
                              f"pass {', '.join(map(str, client))} with --driver-class-path, or point "
                              "spark.hadoop.hive.metastore.uris at a metastore (docs/catalog.md)") from None
