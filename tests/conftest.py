@@ -41,7 +41,10 @@ JVM_FILES = frozenset({"test_clients_under_broker_faults.py"})  # brokers of its
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        parts = item.path.relative_to(REPO / "tests").parts
+        try:
+            parts = item.path.resolve().relative_to(REPO / "tests").parts
+        except ValueError:
+            continue  # not one of the suite's folders
         tier = parts[0] if len(parts) > 1 and parts[0] in TIERS else None
         if tier is not None and item.get_closest_marker(tier) is None:
             item.add_marker(tier)
