@@ -338,8 +338,8 @@ class GroupCommitter:
 
     A commit waits at most `timeout` seconds, all told: for the answer of a commit that did not end in time
     before it (then nothing new is sent: the error is that it still waits), for the consumer to be replaced, and
-    for its own answer. librdkafka ends a commit itself in about half that time (it holds one for a coordinator
-    session.timeout.ms, a request socket.timeout.ms), so one rarely outlives the call that sent it. After a
+    for its own answer. librdkafka holds a commit for a missing coordinator (session.timeout.ms) and waits for a
+    request's answer (socket.timeout.ms) half that time each, so a commit rarely outlives the call that sent it. After a
     commit that timed out or was answered with a coordinator's error, the consumer is closed (nothing inside it
     then) and a new one sent the next commit: it looks up the coordinator and connects at once, where the old one
     would wait out its coordinator query interval and reconnect backoff toward a broker that came back.

@@ -92,7 +92,7 @@ def commits(group: str) -> None:
     started = time.monotonic()
     monitor.close()
     results[group] = {"events": events, "last_landed": last_landed, "last_sent": offset, "recovered": recovered,
-                      "close_seconds": round(time.monotonic() - started, 3)}
+                      "close_seconds": round(time.monotonic() - started, 3), "replaced": monitor._commits.replaced}
 
 
 def check() -> None:

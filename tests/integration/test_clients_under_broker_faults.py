@@ -159,6 +159,7 @@ def _summary(result: dict[str, Any], timeline: list[tuple[float, str]]) -> str:
         rows.append(f"{group}: {sum(e[2] == 0 for e in during)} landed, {sum(e[2] == 1 for e in during)} timed out, "
                     f"{sum(e[2] == 2 for e in during)} failed in {whole - first:.1f}s of faults; longest without "
                     f"a landing {max(b - a for a, b in itertools.pairwise(ends)):.1f}s; landed "
-                    f"{found['recovered']}s after whole; closed in {found['close_seconds']}s")
+                    f"{found['recovered']}s after whole; consumer replaced {found['replaced']} times; closed in "
+                    f"{found['close_seconds']}s")
     rows.append(f"checks: {result['checks']}")
     return "\n".join(rows)
