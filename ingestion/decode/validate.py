@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ingestion import limits
+from ingestion.decode import validate_fast
 
 Reader = Callable[[bytes, int, str], int]  # (body, position, field path) -> position after the value
 
@@ -45,7 +46,7 @@ class UnrepresentableValueError(ValueError):
 
 _MIN_DAY, _MAX_DAY = -719_162, 2_932_896  # 0001-01-01 and 9999-12-31, in days from the Unix epoch
 _MIN_MILLIS, _MAX_MILLIS = _MIN_DAY * 86_400_000, (_MAX_DAY + 1) * 86_400_000 - 1
-_RANGES: dict[str, tuple[int, int, str]] = {
+RANGES: dict[str, tuple[int, int, str]] = {
     "date": (_MIN_DAY, _MAX_DAY, "days"),
     "time-millis": (0, 86_400_000 - 1, "ms"),
     "time-micros": (0, 86_400_000_000 - 1, "µs"),
@@ -54,7 +55,7 @@ _RANGES: dict[str, tuple[int, int, str]] = {
     "timestamp-micros": (_MIN_MILLIS * 1000, _MAX_MILLIS * 1000 + 999, "µs"),
     "local-timestamp-micros": (_MIN_MILLIS * 1000, _MAX_MILLIS * 1000 + 999, "µs"),
 }
-_UUID = re.compile(rb"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+UUID_FORM = re.compile(rb"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _PRIMITIVES = ("null", "boolean", "int", "long", "float", "double", "bytes", "string")
 
 
@@ -117,8 +118,19 @@ def body_validator(schema: Any) -> Callable[[bytes], int]:
     compiler = _Compiler()
     read = compiler.compile(schema, None)
 
-    def validate(body: bytes) -> int:
+    def precise(body: bytes) -> int:
         return read(body, 0, "")
+
+    fast = validate_fast.generated(schema, compiler.compile, compiler.definitions, set(compiler.named),
+                                  lambda items: min_size(items, compiler.definitions))
+    if fast is None:
+        return precise
+
+    def validate(body: bytes) -> int:
+        try:
+            return fast(body)
+        except Exception:  # noqa: BLE001 - not sure: the precise walk names the field and the fault, or accepts
+            return precise(body)
 
     return validate
 
@@ -310,7 +322,7 @@ class _Compiler:
             return _boolean
         if kind in ("int", "long"):
             most = 5 if kind == "int" else 10
-            bounds = _RANGES.get(str(logical)) if logical else None
+            bounds = RANGES.get(str(logical)) if logical else None
             if bounds is None:
                 return lambda buf, pos, path: _varint(buf, pos, path, kind, most)[1]
             low, high, unit = bounds
@@ -351,7 +363,7 @@ class _Compiler:
             n, start = _length(buf, pos, path, "string", limits.MAX_STRING_BYTES)
             end = start + n
             _utf8(buf, start, end, path, "string")
-            if uuid and not _UUID.fullmatch(buf[start:end]):
+            if uuid and not UUID_FORM.fullmatch(buf[start:end]):
                 raise MalformedAvroError(f"{_where(path)}: uuid {buf[start:end].decode()!r} is not in the "
                                          "8-4-4-4-12 hexadecimal form")
             return end
