@@ -18,9 +18,8 @@ import dataclasses
 import datetime as dt
 import json
 import logging
-import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,128 +27,39 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ingestion import kafka, state_files
+from ingestion import kafka
 from ingestion.config import PipelineConfig
 from ingestion.decode import bronze, expectations
 from ingestion.decode.python_decoder import decode_in_python
-from ingestion.delta import commit, ledger, reads, rs_reads, shadow_tables
-from ingestion.delta.ledger import PROMOTE_BATCH_ID, BatchKind, BatchRecord, PartitionRange
-from ingestion.errors import ConfigError, IngestionError
+from ingestion.delta import ledger, reads, rs_reads, shadow_tables
+from ingestion.delta.ledger import BatchKind, BatchRecord
+from ingestion.errors import ConfigError
 from ingestion.ops import replay
+from ingestion.ops.shadow_promote import Promoted, promote, switch_config
+from ingestion.ops.shadow_state import (
+    DEFAULT_NAME,
+    PROMOTED,
+    PROMOTING,
+    READY,
+    STARTING,
+    Shadow,
+    ShadowError,
+    Span,
+    get,
+    load_shadows,
+    save_shadow,
+    state_location,
+)
 from ingestion.stream import context, setup
-from ingestion.stream.lock import WriterLock
 from ingestion.stream.source import kafka_options
+
+__all__ = ["DEFAULT_NAME", "Promoted", "Shadow", "ShadowError", "Span", "check_kafka_holds", "drop", "get",
+           "load_shadows", "plan_start", "promote", "render_status", "save_shadow", "shadow_config", "spans_of",
+           "start", "state_location", "status", "switch_config", "version_range"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_NAME = "shadow"
-STATE_SUFFIX = ".shadows.json"
 DATA_KINDS = (BatchKind.STREAM, BatchKind.REPLAY)  # commits that consumed Kafka offsets of their own
-STARTING, READY, PROMOTING, PROMOTED = "starting", "ready", "promoting", "promoted"
-
-
-class ShadowError(IngestionError):
-    """A shadow command cannot do what was asked; the message says why, in one line."""
-
-
-@dataclass(frozen=True)
-class Span:
-    """Offsets `first`..`last` (inclusive) of one partition."""
-
-    topic: str
-    partition: int
-    first: int
-    last: int
-
-    def as_tuple(self) -> shadow_tables.Span:
-        return (self.topic, self.partition, self.first, self.last)
-
-    def __str__(self) -> str:
-        return f"{self.topic}/{self.partition}:{self.first}-{self.last}"
-
-
-@dataclass
-class Shadow:
-    """One shadow's facts, as its state file keeps them."""
-
-    name: str
-    config_file: str  # the other config, absolute
-    table: str
-    quarantine: str
-    versions: tuple[int, int]  # the live bronze versions re-ingested, both inclusive
-    spans: tuple[Span, ...]
-    state: str = STARTING
-    created_at: str = ""
-    rows: int = 0  # the shadow's bronze rows
-    quarantined: int = 0  # its quarantine rows
-    promote_txn: int | None = None  # the promote's txnVersion (app id `promote_app_id(name)`), once recorded
-    promoted_version: int | None = None  # the live bronze version the promote committed
-    config_backup: str | None = None  # where the live config file was kept at the promote
-
-    def to_json(self) -> dict[str, Any]:
-        body = asdict(self)
-        body["versions"] = list(self.versions)
-        body["spans"] = [asdict(s) for s in self.spans]
-        return body
-
-    @classmethod
-    def from_json(cls, body: Mapping[str, Any]) -> Shadow:
-        fields = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in body.items() if k in fields}
-        values["versions"] = (int(body["versions"][0]), int(body["versions"][1]))
-        values["spans"] = tuple(Span(**s) for s in body["spans"])
-        return cls(**values)
-
-
-def promote_app_id(name: str) -> str:
-    return f"promote.{name}"
-
-
-# --- the state file ---------------------------------------------------------------------------------------------
-
-def state_location(config: PipelineConfig) -> str:
-    """`<checkpoint>.shadows.json`: beside the checkpoint, so a rewind's move of the checkpoint keeps it."""
-    return config.checkpoint_path.rstrip("/") + STATE_SUFFIX
-
-
-def _files(config: PipelineConfig) -> state_files.StateFiles:
-    files = state_files.for_location(state_location(config), config.spark)
-    if files is None:
-        raise ShadowError(f"{config.name}: shadows keep their state beside the checkpoint, and "
-                          f"{config.checkpoint_path} is on a store reached only through the JVM (not yet)")
-    return files
-
-
-def load_shadows(config: PipelineConfig) -> dict[str, Shadow]:
-    text = _files(config).read_text(state_location(config))
-    if not text:
-        return {}
-    try:
-        body = json.loads(text)
-        return {name: Shadow.from_json(s) for name, s in body["shadows"].items()}
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ShadowError(f"{state_location(config)} cannot be read as shadows ({exc}); remove it to start over") \
-            from None
-
-
-def save_shadow(config: PipelineConfig, shadow: Shadow | None, name: str) -> None:
-    """Write `shadow` under `name` in the state file (None: remove it), the others kept."""
-    shadows = load_shadows(config)
-    if shadow is None:
-        shadows.pop(name, None)
-    else:
-        shadows[name] = shadow
-    body = {"pipeline": config.name, "shadows": {n: s.to_json() for n, s in sorted(shadows.items())}}
-    _files(config).write_text(state_location(config), json.dumps(body, indent=2) + "\n")
-
-
-def get(config: PipelineConfig, name: str) -> Shadow:
-    shadows = load_shadows(config)
-    if name not in shadows:
-        known = ", ".join(sorted(shadows)) or "none"
-        raise ShadowError(f"{config.name} has no shadow {name!r} (shadows: {known}); `ingest shadow start` makes one")
-    return shadows[name]
-
 
 # --- what a shadow covers (pure) --------------------------------------------------------------------------------
 
@@ -431,102 +341,3 @@ def drop(config: PipelineConfig, name: str) -> Shadow:
         shadow_tables.remove_table(path, config.spark)
     save_shadow(config, None, name)
     return shadow
-
-
-# --- promote ----------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Promoted:
-    shadow: Shadow
-    bronze_version: int | None
-    quarantine_version: int | None
-    config_file: str
-    backup: str
-    replaced: Mapping[str, int] = field(default_factory=dict)
-
-
-def promote(spark: SparkSession, config: PipelineConfig, name: str) -> Promoted:
-    """Under the pipeline's writer lock: the live quarantine's rows of the shadow's spans replaced by the shadow's
-    quarantine rows, then bronze's by the shadow's bronze rows, each in one commit carrying the txn action
-    (`promote.<name>`, a version recorded before the first commit) and a `promote` ledger record; then the
-    pipeline's file replaced by the other config (the old one kept as `<file>.before-<name>`) and the shadow
-    marked promoted. A rerun after a crash makes the same commits (Delta skips those made) and completes."""
-    shadow = get(config, name)
-    if shadow.state == PROMOTED:
-        raise ShadowError(f"shadow {name!r} of {config.name} was promoted already (live version "
-                          f"{shadow.promoted_version})")
-    if shadow.state == STARTING:
-        raise ShadowError(f"shadow {name!r} of {config.name} is not complete: rerun `ingest shadow start` first")
-    lock = WriterLock(config.name, config.checkpoint_path, spark, config.spark)
-    lock.acquire()  # PipelineRunning, one line naming the holder, when the pipeline runs
-    try:
-        app_id = promote_app_id(name)
-        if shadow.promote_txn is None:
-            shadow = dataclasses.replace(shadow, state=PROMOTING, promote_txn=commit.next_version(
-                spark, [config.table_path, config.quarantine_path], app_id))
-            save_shadow(config, shadow, name)
-        assert shadow.promote_txn is not None
-        txn = commit.Txn(app_id, shadow.promote_txn)
-        spans = [s.as_tuple() for s in shadow.spans]
-        shadow_rows = reads.read_table(spark, shadow.table)
-        shadow_failed = reads.read_table(spark, shadow.quarantine)
-        if shadow_rows is None:
-            raise ShadowError(f"shadow {name!r}: its table {shadow.table} is gone; drop it and start again")
-        per_partition = _records_per_partition(shadow_rows, shadow_failed)
-        ranges = tuple(PartitionRange(s.topic, s.partition, s.first, s.last,
-                                      per_partition.get((s.topic, s.partition), 0)) for s in shadow.spans)
-        rows, failed = shadow_rows.count(), 0 if shadow_failed is None else shadow_failed.count()
-        record = BatchRecord(pipeline=config.name, app_id=app_id, batch_id=PROMOTE_BATCH_ID, kind=BatchKind.PROMOTE,
-                             rows=rows, schema_ids=_schema_ids(shadow_rows), ranges=ranges, quarantined=failed)
-        q_record = dataclasses.replace(record, rows=failed)
-        if shadow_failed is not None and ledger.is_table(spark, config.quarantine_path):
-            shadow_tables.replace_spans(shadow_failed, config.quarantine_path, spans, txn, q_record.to_user_metadata())
-        elif shadow_failed is not None and failed:
-            commit.append(shadow_failed, config.quarantine_path, txn, q_record.to_user_metadata())
-        shadow_tables.replace_spans(shadow_rows, config.table_path, spans, txn, record.to_user_metadata())
-        bronze_version = ledger.table_version(spark, config.table_path)
-        quarantine_version = ledger.table_version(spark, config.quarantine_path)
-        backup = switch_config(config.file, Path(shadow.config_file), name)
-        shadow = dataclasses.replace(shadow, state=PROMOTED, promoted_version=_promote_version(
-            spark, config.table_path, txn), config_backup=str(backup))
-        save_shadow(config, shadow, name)
-    finally:
-        lock.release()
-    log.info("%s: shadow %s promoted: bronze version %s, quarantine version %s; %s now holds %s (the old one is %s)",
-             config.name, name, bronze_version, quarantine_version, config.file, shadow.config_file, backup)
-    return Promoted(shadow, bronze_version, quarantine_version, str(config.file), str(backup))
-
-
-def _records_per_partition(rows: DataFrame, failed: DataFrame | None) -> dict[tuple[str, int], int]:
-    keys = rows.select("_kafka_topic", "_kafka_partition")
-    if failed is not None:
-        keys = keys.unionByName(failed.select("_kafka_topic", "_kafka_partition"))
-    return {(r["_kafka_topic"], int(r["_kafka_partition"])): int(r["count"])
-            for r in keys.groupBy("_kafka_topic", "_kafka_partition").count().collect()}
-
-
-def _schema_ids(rows: DataFrame) -> tuple[int, ...]:
-    if "_schema_id" not in rows.columns:
-        return ()
-    return tuple(sorted(int(r[0]) for r in rows.select("_schema_id").distinct().collect() if r[0] is not None))
-
-
-def _promote_version(spark: SparkSession, path: str, txn: commit.Txn) -> int | None:
-    """The live bronze version whose commit is the promote (its ledger record carries the txn's app id)."""
-    found = [r.version for r in ledger.history(spark, path) if r.kind == BatchKind.PROMOTE and r.app_id == txn.app_id]
-    return max((v for v in found if v is not None), default=None)
-
-
-def switch_config(live: Path, other: Path, name: str) -> Path:
-    """The pipeline's file replaced by `other`'s content, the old one kept beside it as `<file>.before-<name>`
-    (kept once: a rerun does not overwrite it with the new content); the backup's path."""
-    backup = live.with_name(f"{live.name}.before-{name}")
-    if not backup.exists():
-        temporary = backup.with_name(f".{backup.name}.tmp")
-        temporary.write_bytes(live.read_bytes())
-        os.replace(temporary, backup)
-    if live.resolve() != other.resolve():
-        temporary = live.with_name(f".{live.name}.tmp")
-        temporary.write_bytes(other.read_bytes())
-        os.replace(temporary, live)
-    return backup

@@ -1,0 +1,127 @@
+"""`ingest shadow promote`: a shadow's rows put in place of the live rows of its offsets, one commit per table,
+then the pipeline switched to the shadow's config (docs/reprocessing.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from ingestion.config import PipelineConfig
+from ingestion.delta import commit, ledger, reads, shadow_tables
+from ingestion.delta.ledger import PROMOTE_BATCH_ID, BatchKind, BatchRecord, PartitionRange
+from ingestion.ops.shadow_state import (
+    PROMOTED,
+    PROMOTING,
+    STARTING,
+    Shadow,
+    ShadowError,
+    get,
+    promote_app_id,
+    save_shadow,
+)
+from ingestion.stream.lock import WriterLock
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Promoted:
+    shadow: Shadow
+    bronze_version: int | None
+    quarantine_version: int | None
+    config_file: str
+    backup: str
+    replaced: Mapping[str, int] = field(default_factory=dict)
+
+
+def promote(spark: SparkSession, config: PipelineConfig, name: str) -> Promoted:
+    """Under the pipeline's writer lock: the live quarantine's rows of the shadow's spans replaced by the shadow's
+    quarantine rows, then bronze's by the shadow's bronze rows, each in one commit carrying the txn action
+    (`promote.<name>`, a version recorded before the first commit) and a `promote` ledger record; then the
+    pipeline's file replaced by the other config (the old one kept as `<file>.before-<name>`) and the shadow
+    marked promoted. A rerun after a crash makes the same commits (Delta skips those made) and completes."""
+    shadow = get(config, name)
+    if shadow.state == PROMOTED:
+        raise ShadowError(f"shadow {name!r} of {config.name} was promoted already (live version "
+                          f"{shadow.promoted_version})")
+    if shadow.state == STARTING:
+        raise ShadowError(f"shadow {name!r} of {config.name} is not complete: rerun `ingest shadow start` first")
+    lock = WriterLock(config.name, config.checkpoint_path, spark, config.spark)
+    lock.acquire()  # PipelineRunning, one line naming the holder, when the pipeline runs
+    try:
+        app_id = promote_app_id(name)
+        if shadow.promote_txn is None:
+            shadow = dataclasses.replace(shadow, state=PROMOTING, promote_txn=commit.next_version(
+                spark, [config.table_path, config.quarantine_path], app_id))
+            save_shadow(config, shadow, name)
+        assert shadow.promote_txn is not None
+        txn = commit.Txn(app_id, shadow.promote_txn)
+        spans = [s.as_tuple() for s in shadow.spans]
+        shadow_rows = reads.read_table(spark, shadow.table)
+        shadow_failed = reads.read_table(spark, shadow.quarantine)
+        if shadow_rows is None:
+            raise ShadowError(f"shadow {name!r}: its table {shadow.table} is gone; drop it and start again")
+        per_partition = _records_per_partition(shadow_rows, shadow_failed)
+        ranges = tuple(PartitionRange(s.topic, s.partition, s.first, s.last,
+                                      per_partition.get((s.topic, s.partition), 0)) for s in shadow.spans)
+        rows, failed = shadow_rows.count(), 0 if shadow_failed is None else shadow_failed.count()
+        record = BatchRecord(pipeline=config.name, app_id=app_id, batch_id=PROMOTE_BATCH_ID, kind=BatchKind.PROMOTE,
+                             rows=rows, schema_ids=_schema_ids(shadow_rows), ranges=ranges, quarantined=failed)
+        q_record = dataclasses.replace(record, rows=failed)
+        if shadow_failed is not None and ledger.is_table(spark, config.quarantine_path):
+            shadow_tables.replace_spans(shadow_failed, config.quarantine_path, spans, txn, q_record.to_user_metadata())
+        elif shadow_failed is not None and failed:
+            commit.append(shadow_failed, config.quarantine_path, txn, q_record.to_user_metadata())
+        shadow_tables.replace_spans(shadow_rows, config.table_path, spans, txn, record.to_user_metadata())
+        bronze_version = ledger.table_version(spark, config.table_path)
+        quarantine_version = ledger.table_version(spark, config.quarantine_path)
+        backup = switch_config(config.file, Path(shadow.config_file), name)
+        shadow = dataclasses.replace(shadow, state=PROMOTED, promoted_version=_promote_version(
+            spark, config.table_path, txn), config_backup=str(backup))
+        save_shadow(config, shadow, name)
+    finally:
+        lock.release()
+    log.info("%s: shadow %s promoted: bronze version %s, quarantine version %s; %s now holds %s (the old one is %s)",
+             config.name, name, bronze_version, quarantine_version, config.file, shadow.config_file, backup)
+    return Promoted(shadow, bronze_version, quarantine_version, str(config.file), str(backup))
+
+
+def _records_per_partition(rows: DataFrame, failed: DataFrame | None) -> dict[tuple[str, int], int]:
+    keys = rows.select("_kafka_topic", "_kafka_partition")
+    if failed is not None:
+        keys = keys.unionByName(failed.select("_kafka_topic", "_kafka_partition"))
+    return {(r["_kafka_topic"], int(r["_kafka_partition"])): int(r["count"])
+            for r in keys.groupBy("_kafka_topic", "_kafka_partition").count().collect()}
+
+
+def _schema_ids(rows: DataFrame) -> tuple[int, ...]:
+    if "_schema_id" not in rows.columns:
+        return ()
+    return tuple(sorted(int(r[0]) for r in rows.select("_schema_id").distinct().collect() if r[0] is not None))
+
+
+def _promote_version(spark: SparkSession, path: str, txn: commit.Txn) -> int | None:
+    """The live bronze version whose commit is the promote (its ledger record carries the txn's app id)."""
+    found = [r.version for r in ledger.history(spark, path) if r.kind == BatchKind.PROMOTE and r.app_id == txn.app_id]
+    return max((v for v in found if v is not None), default=None)
+
+
+def switch_config(live: Path, other: Path, name: str) -> Path:
+    """The pipeline's file replaced by `other`'s content, the old one kept beside it as `<file>.before-<name>`
+    (kept once: a rerun does not overwrite it with the new content); the backup's path."""
+    backup = live.with_name(f"{live.name}.before-{name}")
+    if not backup.exists():
+        temporary = backup.with_name(f".{backup.name}.tmp")
+        temporary.write_bytes(live.read_bytes())
+        os.replace(temporary, backup)
+    if live.resolve() != other.resolve():
+        temporary = live.with_name(f".{live.name}.tmp")
+        temporary.write_bytes(other.read_bytes())
+        os.replace(temporary, live)
+    return backup
