@@ -27,23 +27,6 @@ class _NotSure(Exception):
     """The generated walk found something the precise walk must look at."""
 
 
-def _varint(buf: bytes, pos: int, most: int) -> tuple[int, int]:
-    """A zig-zag varint of at most `most` bytes whose value fits its type (the multi-byte case)."""
-    result = shift = 0
-    for _ in range(most):
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            value = (result >> 1) ^ -(result & 1)
-            bits = 31 if most == 5 else 63
-            if not -(1 << bits) <= value < (1 << bits):
-                raise _NotSure
-            return value, pos
-        shift += 7
-    raise _NotSure
-
-
 class _Writer:
     def __init__(self, precise: Callable[[Any, str | None], Callable[[bytes, int, str], int]],
                  definitions: dict[str, Any], known: set[str], smallest: Callable[[Any], int]) -> None:
@@ -72,7 +55,7 @@ class _Writer:
         self.emit(depth + 1, f"{target} = (b >> 1) ^ -(b & 1)")
         self.emit(depth + 1, "pos += 1")
         self.emit(depth, "else:")
-        self.emit(depth + 1, f"{target}, pos = varint(buf, pos, {most})")
+        self.emit(depth + 1, f"{target}, pos = varint(buf, pos, '', '', {most})")
 
     def delegate(self, depth: int, schema: Any, namespace: str | None) -> None:
         self.delegated.append(self.precise(schema, namespace))
@@ -216,7 +199,7 @@ def generated(schema: Any, precise: Callable[[Any, str | None], Callable[[bytes,
     it cannot be generated (the precise walk is then the only one). `precise(schema, namespace)` compiles a
     subschema's precise reader; `definitions`: the named types of the schema; `known`: the full names the precise
     reader resolves; `smallest(schema)`: the fewest bytes a value takes (`validate.min_size`)."""
-    from ingestion.decode.validate import UUID_FORM  # validate imports this module
+    from ingestion.decode.validate import UUID_FORM, _varint  # validate imports this module
 
     writer = _Writer(precise, definitions, known, smallest)
     try:
