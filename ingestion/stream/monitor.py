@@ -70,20 +70,23 @@ def phases(duration_ms: dict[str, int]) -> str:
 
 
 def batch_metrics(progress: Any, result: BatchResult | None, lags: dict[str, dict[int, int]],
-                  now: dt.datetime, *, single_topic: bool = True) -> dict[str, float]:
+                  now: dt.datetime, *, single_topic: bool = True,
+                  newest: dt.datetime | None = None) -> dict[str, float]:
     """The MLflow metrics of one batch (names documented in docs/operations.md#mlflow); `lags` per topic and
-    partition (`topic_lags`)."""
+    partition (`topic_lags`); `newest` the newest record time an earlier batch committed, for a batch that wrote
+    nothing (so `lag_seconds` is logged for every batch, alongside `lag_records`)."""
     read, read_rate, processed_rate = (float(progress.numInputRows), float(progress.inputRowsPerSecond or 0.0),
                                        float(progress.processedRowsPerSecond or 0.0))
     if result is not None and result.path is WritePath.DRIVER:  # Spark's source read nothing: the driver fetched
         read = float(result.rows + result.quarantined)
         read_rate = processed_rate = read / max(progress.batchDuration / 1000, 1e-3)
     return _metrics(read, read_rate, processed_rate, float(progress.batchDuration), result, lags, now,
-                    single_topic)
+                    single_topic, newest)
 
 
 def _metrics(read: float, read_rate: float, processed_rate: float, duration_ms: float, result: BatchResult | None,
-             lags: dict[str, dict[int, int]], now: dt.datetime, single_topic: bool) -> dict[str, float]:
+             lags: dict[str, dict[int, int]], now: dt.datetime, single_topic: bool,
+             newest: dt.datetime | None = None) -> dict[str, float]:
     values: dict[str, float] = {
         "input_rows": read,
         "input_rows_per_second": read_rate,
@@ -92,17 +95,20 @@ def _metrics(read: float, read_rate: float, processed_rate: float, duration_ms: 
         "lag_records": float(sum(n for parts in lags.values() for n in parts.values())),
     }
     values.update(lag_metrics(lags, single_topic))
-    if result is not None:
+    if result is not None and result.max_timestamp is not None:
         newest = result.max_timestamp
-        if newest is not None and newest.tzinfo is None:
-            newest = newest.replace(tzinfo=dt.UTC)
-        behind = (now - newest).total_seconds() if newest is not None and values["lag_records"] > 0 else 0.0
+    if newest is not None and newest.tzinfo is None:
+        newest = newest.replace(tzinfo=dt.UTC)
+    if values["lag_records"] == 0:
+        values["lag_seconds"] = 0.0
+    elif newest is not None:  # behind by at least the age of the newest record held
+        values["lag_seconds"] = max(0.0, (now - newest).total_seconds())
+    if result is not None:
         values.update({
             "rows": float(result.rows if result.committed else 0),
             "quarantined_rows": float(result.quarantined if result.committed else 0),
             "input_bytes": float(result.bytes),
             "table_version": float(result.version if result.version is not None else -1),
-            "lag_seconds": max(0.0, behind),
         })
         for table, (rows, version) in result.tables.items():  # a routed pipeline: each route table's own
             values[f"rows_{table}"] = float(rows)
@@ -150,6 +156,7 @@ class PipelineMonitor(ProgressListener):
         self.prometheus = prometheus
         self.group = config.consumer_group
         self.last_lag: dict[str, dict[int, int]] = {}  # per topic and partition
+        self._newest: dt.datetime | None = None  # the newest record time a batch committed (listener thread)
         # Filled by the batch thread, emptied by Spark's listener thread, waited on by `drain`: under one condition.
         self._results: dict[int, BatchResult] = {}
         self._lock = threading.Condition()
@@ -212,7 +219,10 @@ class PipelineMonitor(ProgressListener):
             self._lock.notify_all()
         lags = topic_lags(source.endOffset, source.latestOffset)
         self.last_lag = lags
-        values = batch_metrics(progress, result, lags, dt.datetime.now(dt.UTC), single_topic=bool(self.config.topic))
+        values = batch_metrics(progress, result, lags, dt.datetime.now(dt.UTC), single_topic=bool(self.config.topic),
+                               newest=self._newest)
+        if result is not None and result.committed and result.max_timestamp is not None:
+            self._newest = result.max_timestamp
         if self.metrics is not None:
             self.metrics.log(progress.batchId, values)
         log.info("%s batch %d: lag %d (%s)", self.config.name, progress.batchId, int(values["lag_records"]),

@@ -109,3 +109,15 @@ def test_run_all_combined_progress_line_names_counts_and_the_furthest_behind() -
     line = combined_progress(pipelines, failed, 4)  # type: ignore[arg-type]
     assert line == ("run --all: 4 pipelines, 2 running, 2 failed; 4 batches, 10,017 rows; lag 1,025 records "
                     "(orders 1,000, events 25)")
+
+
+def test_a_batch_that_wrote_nothing_still_logs_lag_seconds_beside_lag_records() -> None:
+    """Spark reports batches the writer never wrote (no offsets, say): `lag_seconds` still comes with
+    `lag_records`, from the newest record an earlier batch committed, so the two series stay aligned."""
+    now = dt.datetime(2026, 1, 1, 12, 1, 0, tzinfo=dt.UTC)
+    caught_up = batch_metrics(_progress(0), None, {"orders": {0: 0}}, now)
+    assert caught_up["lag_seconds"] == 0.0 and "rows" not in caught_up
+    behind = batch_metrics(_progress(0), None, {"orders": {0: 7}}, now, newest=dt.datetime(2026, 1, 1, 12, 0, 0))
+    assert behind["lag_seconds"] == 60.0
+    unknown = batch_metrics(_progress(0), None, {"orders": {0: 7}}, now)
+    assert "lag_seconds" not in unknown  # nothing held yet: no age to tell
