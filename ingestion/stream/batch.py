@@ -1,23 +1,25 @@
-"""What the write paths share: the pipeline's tables, the decoder choice, the commit stage (`commit_stage`: the
-order of a batch's commits and the fault points between them) and a batch's outcome (`BatchResult.of`)."""
+"""What the write paths share: the pipeline's tables (`Targets`, with the one Python decoder of their schemas), the
+one choice of decoder for a Spark job (`DecoderChoice`) and a batch's outcome (`BatchResult`, `Empty`, `Declined`).
+The stages every batch goes through after its decode are `stages`'."""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
-from ingestion import faults
 from ingestion.config import PipelineConfig
 from ingestion.decode import bronze as bronze_rows
 from ingestion.decode import expectations, jvm_decoder
+from ingestion.decode.arrow_rows import RecordDecoder
 from ingestion.decode.expectations import Counts, Rules
+from ingestion.decode.python_decoder import decode_in_python
 from ingestion.decode.resolver import SchemaResolver
 from ingestion.decode.spec import DecodeSpec, spec_format
 from ingestion.delta import ledger
@@ -68,6 +70,12 @@ class BatchResult:
                                       default=None),
                    time.monotonic() - started, path, record.checked, dict(record.violated))
 
+    @classmethod
+    def skipped(cls, batch_id: int, version: int | None, ranges: Sequence[PartitionRange], started: float,
+                path: WritePath) -> BatchResult:
+        """A batch Delta holds already (its (app id, version) committed): nothing written, the table's version."""
+        return cls(batch_id, 0, 0, 0, version, False, tuple(ranges), None, time.monotonic() - started, path)
+
 
 @dataclass(frozen=True)
 class Empty:
@@ -98,6 +106,7 @@ class Targets:
     bronze_rs: RsTable = field(init=False)
     quarantine_rs: RsTable = field(init=False)
     _rules: tuple[DecodeSpec, Rules] | None = field(default=None, init=False)
+    _decoder: RecordDecoder | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.bronze = DeltaAppend(self.config.table_path, self.app_id)
@@ -118,6 +127,14 @@ class Targets:
             self._rules = (spec, expectations.compile_rules(self.config, bronze_rows.table_schemas(spec)[0]))
         return self._rules[1]
 
+    def record_decoder(self) -> RecordDecoder:
+        """The Python decoder of the current schemas and rules, made once per schema version: the driver-side
+        path's, and the Spark path's for the records its job does not vouch for."""
+        spec = self.spec
+        if self._decoder is None or self._decoder.spec is not spec:
+            self._decoder = RecordDecoder(spec, self.rules)
+        return self._decoder
+
     def records(self, stats: list[Any], batch_id: int, app_id: str | None = None,
                 counts: Counts | None = None) -> tuple[BatchRecord, BatchRecord | None]:
         """The ledger records of the bronze commit and, when records failed, of the quarantine commit (`app_id`:
@@ -132,22 +149,6 @@ class Targets:
 def quarantine_app_id(app_id: str) -> str:
     """The quarantine table's txnAppId of a bronze txnAppId."""
     return f"{app_id}.quarantine"
-
-
-Committed = TypeVar("Committed")
-
-
-def commit_stage(batch_id: int, quarantine: Callable[[], object] | None, bronze: Callable[[], Committed]) -> Committed:
-    """A batch's commits, whichever engine makes them: quarantine first (when records failed), then bronze, so a
-    bronze commit, whose ledger ranges say where a lost checkpoint resumes, always implies its quarantine rows are
-    committed; the crash tests' fault points between them (`faults`) are reached here and only here."""
-    faults.reached(faults.FaultPoint.BEFORE_COMMIT, batch_id)
-    if quarantine is not None:
-        quarantine()
-        faults.reached(faults.FaultPoint.QUARANTINE_COMMITTED, batch_id)
-    done = bronze()
-    faults.reached(faults.FaultPoint.AFTER_COMMIT, batch_id)
-    return done
 
 
 class DecoderChoice:
@@ -173,6 +174,14 @@ class DecoderChoice:
             log.info("%s: decoding with %s, unverified records in Python", config.name, spec_format(spec).jvm_name)
         self._for, self._uses_jvm = spec, reason is None
         return self._uses_jvm
+
+    def decode(self, kafka_rows: DataFrame) -> DataFrame:
+        """Kafka's rows decoded by a Spark job: Spark's decoder where it vouches for a record (the rest marked for
+        the Python decoder), or the Python decoder in the workers for every record."""
+        spec = self.targets.spec
+        if self.jvm(kafka_rows.sparkSession):
+            return jvm_decoder.decode_in_jvm(kafka_rows, spec)
+        return decode_in_python(kafka_rows, spec)
 
 
 def log_result(pipeline: str, r: BatchResult) -> None:

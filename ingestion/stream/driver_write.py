@@ -23,11 +23,10 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from ingestion.decode.arrow_rows import RecordDecoder
-from ingestion.delta.ledger import PartitionRange
+from ingestion.delta.ledger import BatchRecord, PartitionRange
 from ingestion.delta.rs_append import Appended, RsWriteError
-from ingestion.errors import DecodeError, ExpectationError
 from ingestion.kafka.fetch import RangeFetcher, Span
+from ingestion.stream import stages
 from ingestion.stream.batch import (
     EMPTY,
     BatchResult,
@@ -35,7 +34,6 @@ from ingestion.stream.batch import (
     Empty,
     Targets,
     WritePath,
-    commit_stage,
     quarantine_app_id,
 )
 
@@ -50,15 +48,7 @@ class DriverWrite:
     def __init__(self, targets: Targets, fetcher: RangeFetcher | None) -> None:
         self.targets = targets
         self.fetcher = fetcher
-        self._decoder: RecordDecoder | None = None
         self._declined: str | None = None  # the last reason, logged when it changes
-
-    def decoder(self) -> RecordDecoder:
-        """The Python decoder of the current schemas, made once per schema version."""
-        spec = self.targets.spec
-        if self._decoder is None or self._decoder.spec is not spec:
-            self._decoder = RecordDecoder(spec, self.targets.rules)
-        return self._decoder
 
     def write(self, spans: Sequence[Span], batch_id: int, ingested_at: dt.datetime, started: float, *,
               app_id: str | None = None, txn_version: int | None = None,
@@ -93,7 +83,7 @@ class DriverWrite:
         targets = self.targets
         bronze_app = app_id or targets.bronze.app_id
         version = batch_id if txn_version is None else txn_version
-        decoder = self.decoder()
+        decoder = targets.record_decoder()
         try:
             targets.bronze_rs.current()  # the log read once per batch
         except RsWriteError as exc:
@@ -102,59 +92,53 @@ class DriverWrite:
         if refused is not None:
             return self._decline(refused)
         if targets.bronze_rs.committed_version(bronze_app) >= version:
-            table_version = targets.bronze_rs.table().version()
-            return BatchResult(batch_id, 0, 0, 0, table_version, False, _planned(spans), None,
-                               time.monotonic() - started, WritePath.DRIVER)
+            return BatchResult.skipped(batch_id, targets.bronze_rs.table().version(), _planned(spans), started,
+                                       WritePath.DRIVER)
         return None
 
     def _write(self, source: pa.RecordBatch, spans: Sequence[Span], batch_id: int, ingested_at: dt.datetime,
                started: float, app_id: str | None, txn_version: int | None,
                marks: list[tuple[str, float]]) -> BatchResult | Declined:
+        """The decode stage in Python on the driver, then `stages.finish` with delta-rs's commits."""
         config, targets = self.targets.config, self.targets
         bronze_app = app_id or targets.bronze.app_id
         version = batch_id if txn_version is None else txn_version
-        decoder = self.decoder()
+        decoder = targets.record_decoder()
         decoded = decoder.decode(source, batch_id=batch_id, ingested_at=ingested_at)
         if decoded.unknown_ids:
             return self._decline(f"schema ids {sorted(decoded.unknown_ids)} are not known yet")
         marks.append(("decode", time.monotonic()))
-        if decoded.rule_failure is not None:
-            raise ExpectationError(decoded.rule_failure)
-        record, failed = targets.records(decoded.stats, batch_id, bronze_app, decoded.counts)
-        if config.sink.on_error == "fail" and (bad := decoded.first_failure()):
-            raise DecodeError(f"cannot decode {bad} (sink.onError: fail)")
-        if failed is not None:
+        if decoded.quarantine.num_rows and decoded.rule_failure is None:
             try:
                 targets.quarantine_rs.current()
             except RsWriteError as exc:
                 return self._decline(f"quarantine: {exc}")
             if reason := targets.quarantine_rs.refusal(decoder.quarantine_schema):
                 return self._decline(f"quarantine: {reason}")
-        quarantine = None
-        if failed is not None:
-            metadata = failed.to_user_metadata()
 
-            def quarantine() -> None:
-                targets.quarantine_rs.append(decoded.quarantine, app_id=quarantine_app_id(bronze_app),
-                                             txn_version=version, user_metadata=metadata)
+        def quarantine(record: BatchRecord) -> None:
+            targets.quarantine_rs.append(decoded.quarantine, app_id=quarantine_app_id(bronze_app),
+                                         txn_version=version, user_metadata=record.to_user_metadata())
 
-        def bronze() -> Appended:
+        def bronze(record: BatchRecord) -> Appended:
             return targets.bronze_rs.append(decoded.bronze, app_id=bronze_app, txn_version=version,
                                             user_metadata=record.to_user_metadata(), fault_id=batch_id)
 
         try:
-            appended = commit_stage(batch_id, quarantine, bronze)
+            result = stages.finish(targets, stages.Decoded(decoded.stats, decoded.counts, decoded.rule_failure,
+                                                           decoded.first_failure),
+                                   stages.Commits(bronze, quarantine), batch_id=batch_id, started=started,
+                                   path=WritePath.DRIVER, app_id=bronze_app)
         except RsWriteError as exc:
             # Nothing of bronze is committed; a quarantine commit that went before is skipped by its txn when the
             # Spark path writes the batch.
             return self._decline(str(exc))
-        targets.bronze.version = appended.version
+        targets.bronze.version = result.version
         marks.append(("commit", time.monotonic()))
         log.debug("%s batch %d: driver %s", config.name, batch_id,
                   ", ".join(f"{name} {1000 * (at - marks[i][1]):.0f} ms" for i, (name, at) in enumerate(marks[1:])))
         self._declined = None
-        return BatchResult.of(record, decoded.stats, version=appended.version, committed=appended.committed,
-                              started=started, path=WritePath.DRIVER)
+        return result
 
     def _decline(self, reason: str) -> Declined:
         if reason != self._declined:

@@ -33,18 +33,18 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from ingestion.decode import bronze, expectations, jvm_decoder
-from ingestion.decode.arrow_rows import DecodedRecords, RecordDecoder
+from ingestion.decode.arrow_rows import DecodedRecords
 from ingestion.decode.expectations import Counts, Rules
-from ingestion.decode.python_decoder import decode_in_python
 from ingestion.decode.spec import DecodeSpec, same_schema
 from ingestion.delta import dictionaries
 from ingestion.delta.commit import right_sized
-from ingestion.delta.rs_append import RsWriteError
-from ingestion.errors import DecodeError, ExpectationError, one_line
+from ingestion.delta.ledger import BatchRecord
+from ingestion.delta.rs_append import Appended, RsWriteError
+from ingestion.errors import one_line
 from ingestion.kafka.fetch import SOURCE_ARROW_SCHEMA
 from ingestion.runtime import delta_txn, helper, session_cache
-from ingestion.stream import setup
-from ingestion.stream.batch import BatchResult, DecoderChoice, Targets, commit_stage
+from ingestion.stream import setup, stages
+from ingestion.stream.batch import BatchResult, DecoderChoice, Targets
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,6 @@ class SparkWrite:
         self.decoder = decoder
         self.cached = CachedWrite(targets, decoder)
         self._probe_logged = False
-        self._records: RecordDecoder | None = None
         self._dictionaries_for: DecodeSpec | None = None  # the spec Parquet's dictionaries were tuned for
         self._rules_checked: DecodeSpec | None = None  # the spec the rules were last compiled by Spark for
 
@@ -111,36 +110,32 @@ class SparkWrite:
             return self.cached.write(kafka_rows, batch_id, ingested_at, started)
         files, python_rows = written
         marks.append(("pending", time.monotonic()))
-        counts = None
-        if rules:
-            counts = expectations.counts_of(seen, rules)
-            if python_rows is not None and python_rows.counts is not None:
-                counts = counts.add(python_rows.counts)
-            if python_rows is not None and python_rows.rule_failure is not None:
-                txn.discard(files)
-                raise ExpectationError(python_rows.rule_failure)
+        counts = expectations.counts_of(seen, rules) if rules else None
+        if counts is not None and python_rows is not None and python_rows.counts is not None:
+            counts = counts.add(python_rows.counts)
         stats = _merged(bronze.observed_stats(seen["partitions"]), python_rows, int(seen["bytes"]))
-        record, failed = self.targets.records(stats, batch_id, counts=counts)
-        if config.sink.on_error == "fail" and python_rows is not None and (bad := python_rows.first_failure()):
-            txn.discard(files)
-            raise DecodeError(f"cannot decode {bad} (sink.onError: fail)")
-        quarantine = None
-        if failed is not None and python_rows is not None:
-            failed_rows, failed_record = python_rows, failed
+        decoded = stages.Decoded(stats, counts, value_bytes=int(seen["bytes"])) if python_rows is None else \
+            stages.Decoded(stats, counts, python_rows.rule_failure, python_rows.first_failure, int(seen["bytes"]))
 
-            def quarantine() -> None:
-                self._quarantine(spark, failed_rows, failed_record, batch_id)
+        def quarantine(failed: BatchRecord) -> None:
+            assert python_rows is not None  # only the records decoded in Python fail
+            self._quarantine(spark, python_rows, failed, batch_id)
 
-        bronze_target.version = commit_stage(batch_id, quarantine, lambda: txn.commit(
-            files, app_id=bronze_target.app_id, txn_version=batch_id, user_metadata=record.to_user_metadata()))
+        def to_bronze(record: BatchRecord) -> Appended:
+            return Appended(txn.commit(files, app_id=bronze_target.app_id, txn_version=batch_id,
+                                       user_metadata=record.to_user_metadata()), True)
+
+        result = stages.finish(self.targets, decoded, stages.Commits(to_bronze, quarantine,
+                                                                     lambda: txn.discard(files)),
+                               batch_id=batch_id, started=started)
+        bronze_target.version = result.version
         marks.append(("commit", time.monotonic()))
         log.debug("%s batch %d: spark %s", config.name, batch_id,
                   ", ".join(f"{name} {1000 * (at - marks[i][1]):.0f} ms" for i, (name, at) in enumerate(marks[1:])))
         if records >= dictionaries.MIN_VALUES * len(files) and self._dictionaries_for is not self.targets.spec:
             self._dictionaries_for = self.targets.spec
             self._tune_dictionaries(txn, txn.file_paths(files), batch_id)
-        return BatchResult.of(record, stats, version=bronze_target.version, committed=True, started=started,
-                              value_bytes=int(seen["bytes"]))
+        return result
 
     def plan_ahead(self, kafka_rows: DataFrame) -> None:
         """Beside the query's start, what its first batch would otherwise load and build cold before its job: the
@@ -160,10 +155,7 @@ class SparkWrite:
         """The batch's bronze rows, decoded (Spark's decoder where it vouches for a record), the rules' flags and
         counts and `_observed`'s values observed under `observation`."""
         spark = kafka_rows.sparkSession
-        spec = self.targets.spec
-        source = expectations.with_raw_value(kafka_rows, rules)
-        decoded = jvm_decoder.decode_in_jvm(source, spec) if self.decoder.jvm(spark) else \
-            decode_in_python(source, spec)
+        decoded = self.decoder.decode(expectations.with_raw_value(kafka_rows, rules))
         counted: list[Column] = []
         if rules:  # a row a blocking rule refuses is one the job does not write: the driver settles it
             decoded = expectations.flag_rows(decoded, rules, bronze.decoder_sources())
@@ -201,26 +193,20 @@ class SparkWrite:
                      "writing the batch through the cache", config.name, batch_id, pending)
             return None
         source = pending_source(text)
-        decoded = self._record_decoder().decode(source, batch_id=batch_id, ingested_at=ingested_at)
+        decoded = self.targets.record_decoder().decode(source, batch_id=batch_id, ingested_at=ingested_at)
         if decoded.unknown_ids:
             reader = self.targets.spec.reader_schema
             topics = {s["topic"] for s in decoded.stats if s["unknown_ids"]}
             if self.targets.resolver.refresh(decoded.unknown_ids, topics, decoded.unknown_records()):
                 if not same_schema(self.targets.spec.reader_schema, reader):
                     return None  # the table evolves; the cached write decodes the batch with the new schemas
-                decoded = self._record_decoder().decode(source, batch_id=batch_id, ingested_at=ingested_at)
+                decoded = self.targets.record_decoder().decode(source, batch_id=batch_id, ingested_at=ingested_at)
         log.info("%s batch %d: %d of %d records decoded in Python (%d to quarantine), in the same commit",
                  config.name, batch_id, pending, int(seen["records"]), decoded.quarantine.num_rows)
         if decoded.bronze.num_rows:
             frame = txn.spark.createDataFrame(decoded.bronze, schema=bronze.table_schemas(self.targets.spec)[0])
             files = files + txn.write(frame.coalesce(1))
         return files, decoded
-
-    def _record_decoder(self) -> RecordDecoder:
-        spec = self.targets.spec
-        if self._records is None or self._records.spec is not spec:
-            self._records = RecordDecoder(spec, self.targets.rules)
-        return self._records
 
     def _quarantine(self, spark: SparkSession, decoded: DecodedRecords, failed: Any, batch_id: int) -> None:
         """Append the batch's failed records to quarantine with its txn and ledger record: delta-rs, or Spark's
@@ -354,68 +340,64 @@ class CachedWrite:
                 stats = bronze.batch_stats(decoded)
             if not stats:
                 return None
-            if config.sink.on_error == "fail" and any(s["failed"] for s in stats):
-                raise _first_failure(decoded)
-            counts = None
+            counts, rule_failure = None, None
             rules = self.targets.rules
             if rules:
                 decoded = expectations.flag_rows(decoded, rules, bronze.decoder_sources()).persist(
                     StorageLevel.MEMORY_AND_DISK)
                 cached.append(decoded)
-                counts = self._rules_counted(decoded, rules)
+                counts, rule_failure = self._rules_counted(decoded, rules)
                 stats = bronze.batch_stats(decoded)
-            record, failed = self.targets.records(stats, batch_id, counts=counts)
-            rows, failed_record = decoded, failed
+            rows = decoded
 
-            def quarantine() -> None:
-                assert failed_record is not None
+            def quarantine(failed: BatchRecord) -> None:
                 self.targets.quarantine.append(
-                    spark, bronze.quarantine_rows(rows, batch_id=batch_id, ingested_at=ingested_at), failed_record)
+                    spark, bronze.quarantine_rows(rows, batch_id=batch_id, ingested_at=ingested_at), failed)
 
-            def to_bronze() -> bool:  # additive schema versions add columns; the resolver adopts no other kind
-                return self.targets.bronze.append(
+            def to_bronze(record: BatchRecord) -> Appended:  # additive schema versions add columns
+                committed = self.targets.bronze.append(
                     spark, bronze.bronze_rows(rows, batch_id=batch_id, ingested_at=ingested_at), record,
                     merge_schema=True)
+                assert self.targets.bronze.version is not None
+                return Appended(self.targets.bronze.version, committed)
 
-            committed = commit_stage(batch_id, quarantine if failed is not None else None, to_bronze)
+            return stages.finish(self.targets, stages.Decoded(stats, counts, rule_failure,
+                                                              lambda: _first_failure(rows)),
+                                 stages.Commits(to_bronze, quarantine), batch_id=batch_id, started=started)
         finally:
             for frame in cached:
                 frame.unpersist()
-        return BatchResult.of(record, stats, version=self.targets.bronze.version, committed=committed,
-                              started=started)
 
-    def _rules_counted(self, flagged: DataFrame, rules: Rules) -> Counts:
-        """The rules' counts over the batch's flagged rows; an ExpectationError for a row a `fail` rule refuses,
-        its line made by the driver's evaluation of that record (as the other paths make it)."""
+    def _rules_counted(self, flagged: DataFrame, rules: Rules) -> tuple[Counts, str | None]:
+        """The rules' counts over the batch's flagged rows, and the line of the first row a `fail` rule refuses
+        (made by the driver's evaluation of that record, as the other paths make it), None when none does."""
         counts = expectations.counts_of(flagged.agg(*expectations.spark_counts(flagged, rules, unflagged=False))
                                         .first().asDict(), rules)  # type: ignore[union-attr]
         failing = [i for i, r in enumerate(rules.rules) if r.on_violation == "fail" and counts.violated[r.name]]
         if not failing:
-            return counts
+            return counts, None
         refused = F.lit(False)
         for i in failing:
             refused = refused | F.col(expectations.RULE_COLUMN.format(i))
         first = (flagged.where(refused).orderBy("topic", "partition", "offset").limit(1)
                  .select(F.expr(_PENDING_RECORD).alias("r")).first())
         assert first is not None
-        record = RecordDecoder(self.targets.spec, rules).decode(
-            pending_source(f"[{first['r']}]"), batch_id=0, ingested_at=dt.datetime.now(dt.UTC))
-        raise ExpectationError(record.rule_failure or f"expectation {rules.rules[failing[0]].name!r} failed for "
-                               f"a record of the batch (onViolation: fail; nothing of the batch was committed)")
+        record = self.targets.record_decoder().decode(pending_source(f"[{first['r']}]"), batch_id=0,
+                                                      ingested_at=dt.datetime.now(dt.UTC))
+        return counts, record.rule_failure or (f"expectation {rules.rules[failing[0]].name!r} failed for a record "
+                                               f"of the batch (onViolation: fail; nothing of the batch was committed)")
 
     def _decode(self, kafka_rows: DataFrame) -> DataFrame:
         """The batch decoded (JVM path: unverified rows still to settle), persisted for the passes that follow."""
-        spec = self.targets.spec
-        if self.decoder.jvm(kafka_rows.sparkSession):
-            rows = jvm_decoder.decode_in_jvm(kafka_rows, spec)
-        else:
-            rows = decode_in_python(kafka_rows, spec)
-        return rows.persist(StorageLevel.MEMORY_AND_DISK)
+        return self.decoder.decode(kafka_rows).persist(StorageLevel.MEMORY_AND_DISK)
 
 
-def _first_failure(decoded: DataFrame) -> DecodeError:
-    bad = (decoded.where(F.col("_error_class").isNotNull()).orderBy("partition", "offset")
+def _first_failure(decoded: DataFrame) -> str | None:
+    """The first record of the batch that failed to decode, as `stages.Decoded.first_failure` says it."""
+    bad = (decoded.where(F.col("_error_class").isNotNull()
+                         & (F.col("_error_class") != F.lit(expectations.EXPECTATION_FAILED)))
+           .orderBy("topic", "partition", "offset")
            .select("topic", "partition", "offset", "_error_class", "_error_message").first())
-    assert bad is not None
-    return DecodeError(f"cannot decode record {bad['topic']}/{bad['partition']}@{bad['offset']}: "
-                       f"{bad['_error_class']}: {bad['_error_message']} (sink.onError: fail)")
+    if bad is None:
+        return None
+    return f"record {bad['topic']}/{bad['partition']}@{bad['offset']}: {bad['_error_class']}: {bad['_error_message']}"
