@@ -24,6 +24,9 @@ from tests.helpers import wait_while_running
 pytestmark = pytest.mark.e2e
 
 INGEST = str(Path(sys.executable).parent / "ingest")
+# 980 orders and 20 undecodable records, read in batches of 60: enough batches that the kill lands with some left,
+# few enough that the S3 commits and the read-only commands' walks of the log stay short.
+GOOD, BAD = 980, 20
 
 
 def _pipeline(path: Path, *, topic: str, servers: str, bucket: str, spark: dict[str, str]) -> Path:
@@ -70,15 +73,15 @@ def _bronze_version(bucket: str, s3: Any) -> int:
 def test_a_pipeline_on_s3_is_exactly_once_through_a_kill_and_every_command(
         kafka_servers, make_topic, make_bucket, s3_server, orders_schema, tmp_path: Path) -> None:
     bucket, topic = make_bucket(), make_topic(partitions=3)
-    produced = produce_orders(kafka_servers, topic, 1_980, schema_id=1, schema=orders_schema)
+    produced = produce_orders(kafka_servers, topic, GOOD, schema_id=1, schema=orders_schema)
     bad: list[tuple[int, int]] = []
     producer = Producer({"bootstrap.servers": kafka_servers})
-    for i in range(20):
+    for i in range(BAD):
         producer.produce(topic, value=b"\x07not avro", partition=i % 3,
                          on_delivery=lambda err, msg: bad.append((msg.partition(), msg.offset())))
     producer.flush(30)
     expected = {(p.partition, p.offset) for p in produced} | set(bad)
-    assert len(expected) == 2_000
+    assert len(expected) == GOOD + BAD
     config = _pipeline(tmp_path / "orders.yaml", topic=topic, servers=kafka_servers, bucket=bucket,
                        spark=s3_server.spark_settings())
 
@@ -101,7 +104,7 @@ def test_a_pipeline_on_s3_is_exactly_once_through_a_kill_and_every_command(
         if stream.poll() is None:
             os.killpg(stream.pid, signal.SIGKILL)
         stream.wait(30)
-    assert len(_held(bucket, s3_server)) < 2_000, "the kill should land before the topic is drained"
+    assert len(_held(bucket, s3_server)) < GOOD + BAD, "the kill should land before the topic is drained"
 
     # Killed again with a batch's data file written to the bucket by the driver-side path and not committed.
     live = _live_files(bucket, s3_server)
@@ -135,14 +138,14 @@ def test_a_pipeline_on_s3_is_exactly_once_through_a_kill_and_every_command(
     # The read-only commands answer from the bucket without a JVM; verify and status say all is well.
     done = _ingest("verify", str(config), "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert sum(p["rows"] for p in json.loads(done.stdout)["partitions"]) == 2_000
+    assert sum(p["rows"] for p in json.loads(done.stdout)["partitions"]) == GOOD + BAD
     done = _ingest("status", str(config), "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)[0]["lag_records"] == 0
     done = _ingest("history", str(config), "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     history = json.loads(done.stdout)
-    assert sum(r["rows"] for r in history) == 1_980 and sum(r["quarantined"] for r in history) == 20
+    assert sum(r["rows"] for r in history) == GOOD and sum(r["quarantined"] for r in history) == BAD
     # The first run's first records were written while its JVM booted: the start batch, committed by delta-rs to the
     # bucket under the lease taken without a JVM.
     assert [r["batch_id"] for r in history][:1] == [-4], history[:2]
@@ -155,7 +158,7 @@ def test_a_pipeline_on_s3_is_exactly_once_through_a_kill_and_every_command(
     assert back_to >= 2, history
     done = _ingest("rewind", str(config), "--to-version", str(back_to), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert len(_held(bucket, s3_server)) < 2_000
+    assert len(_held(bucket, s3_server)) < GOOD + BAD
     assert any(k.startswith("checkpoints/orders.rewound-") for k in s3_server.keys(bucket))
     done = _ingest("run", str(config), "--available-now", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
