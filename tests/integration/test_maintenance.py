@@ -159,7 +159,7 @@ def test_optimize_beside_a_streaming_run_loses_and_duplicates_nothing(
 def test_vacuum_honours_the_retention_and_rewind_beyond_it_fails_clearly(
         spark, kafka_servers, make_topic, orders_schema, tmp_path: Path) -> None:
     topic = make_topic(partitions=1)
-    retention = 15
+    retention = 10
     config, produced, _ = _small_commits(
         spark, kafka_servers, topic, orders_schema, tmp_path, 6, records=60,
         maintenance=f"maintenance:\n  vacuumRetention: {retention} seconds\n  allowShortRetention: true\n")
@@ -179,13 +179,13 @@ def test_vacuum_honours_the_retention_and_rewind_beyond_it_fails_clearly(
     assert second_files <= existing, "files removed inside the retention were deleted"
     assert_exactly_produced(spark.read.format("delta").load(config.table_path).collect(), produced + more)
 
-    # The window slides with the clock (15 s here), so each answer is at least the one before it, and past every
+    # The window slides with the clock (10 s here), so each answer is at least the one before it, and past every
     # version whose files VACUUM deleted.
     layout = SparkReader(spark).layout(config.table_path)
     assert layout is not None and layout.oldest_restorable is not None and layout.oldest_restorable > 6
     assert DeltaRsReader().layout(config.table_path).oldest_restorable >= layout.oldest_restorable
     with pytest.raises(IngestionError, match=r"^cannot rewind orders to version 3: its data files were vacuumed or "
-                                             r"are older than the table's retention \(15 seconds\); the oldest "
+                                             r"are older than the table's retention \(10 seconds\); the oldest "
                                              r"version still restorable is (\d+)$") as refused:
         rewind.rewind(spark, config, to_version=3)
     assert int(str(refused.value).rsplit(" ", 1)[1]) >= layout.oldest_restorable
