@@ -26,7 +26,7 @@ from ingestion.delta import commit, ledger, reads
 from ingestion.delta.ledger import REPLAY_BATCH_ID, BatchKind
 from ingestion.errors import IngestionError
 from ingestion.kafka import access
-from ingestion.stream import context, setup
+from ingestion.stream import context, setup, stages
 from ingestion.stream.context import PipelineContext
 from ingestion.stream.routing import KEY, Router, route_app_id
 from ingestion.stream.source import kafka_options, with_timestamp_strategy
@@ -255,13 +255,16 @@ def _write_replay(spark: SparkSession, config: PipelineConfig, new: DataFrame, s
     record, failed = ledger.batch_records(stats, pipeline=config.name,
                                           batch_id=REPLAY_BATCH_ID, kind=BatchKind.REPLAY, app_id=app_id,
                                           quarantine_app_id="replay")
-    if failed is not None:  # quarantine first, as the stream does
-        commit.append(bronze.quarantine_rows(new, batch_id=REPLAY_BATCH_ID, ingested_at=now), config.quarantine_path,
-                      commit.Txn(app_id, run), failed.to_user_metadata())  # a route's failures: its own id
-    if not bronze_too:
-        return
-    commit.append(bronze.bronze_rows(new, batch_id=REPLAY_BATCH_ID, ingested_at=now), config.table_path,
-                  commit.Txn(app_id, run), record.to_user_metadata(), merge_schema=True)  # columns of new versions
+    quarantine = None if failed is None else (lambda: commit.append(  # a route's failures: its own id
+        bronze.quarantine_rows(new, batch_id=REPLAY_BATCH_ID, ingested_at=now), config.quarantine_path,
+        commit.Txn(app_id, run), failed.to_user_metadata()))
+
+    def to_bronze() -> None:
+        if bronze_too:  # columns of new schema versions added
+            commit.append(bronze.bronze_rows(new, batch_id=REPLAY_BATCH_ID, ingested_at=now), config.table_path,
+                          commit.Txn(app_id, run), record.to_user_metadata(), merge_schema=True)
+
+    stages.commit(REPLAY_BATCH_ID, quarantine, to_bronze)  # quarantine first, as the stream's; its fault points
 
 
 def replay_run(spark: SparkSession, writes: list[tuple[str, str]]) -> int:

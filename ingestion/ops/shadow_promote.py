@@ -25,6 +25,7 @@ from ingestion.ops.shadow_state import (
     promote_app_id,
     save_shadow,
 )
+from ingestion.stream import stages
 from ingestion.stream.lock import WriterLock
 
 log = logging.getLogger(__name__)
@@ -74,11 +75,19 @@ def promote(spark: SparkSession, config: PipelineConfig, name: str) -> Promoted:
         record = BatchRecord(pipeline=config.name, app_id=app_id, batch_id=PROMOTE_BATCH_ID, kind=BatchKind.PROMOTE,
                              rows=rows, schema_ids=_schema_ids(shadow_rows), ranges=ranges, quarantined=failed)
         q_record = dataclasses.replace(record, rows=failed)
+        quarantine = None
         if shadow_failed is not None and ledger.is_table(spark, config.quarantine_path):
-            shadow_tables.replace_spans(shadow_failed, config.quarantine_path, spans, txn, q_record.to_user_metadata())
+            def quarantine() -> None:
+                assert shadow_failed is not None
+                shadow_tables.replace_spans(shadow_failed, config.quarantine_path, spans, txn,
+                                            q_record.to_user_metadata())
         elif shadow_failed is not None and failed:
-            commit.append(shadow_failed, config.quarantine_path, txn, q_record.to_user_metadata())
-        shadow_tables.replace_spans(shadow_rows, config.table_path, spans, txn, record.to_user_metadata())
+            def quarantine() -> None:
+                assert shadow_failed is not None
+                commit.append(shadow_failed, config.quarantine_path, txn, q_record.to_user_metadata())
+        # Quarantine first, as every batch's commits (and their fault points: the crash tests kill between them)
+        stages.commit(PROMOTE_BATCH_ID, quarantine, lambda: shadow_tables.replace_spans(
+            shadow_rows, config.table_path, spans, txn, record.to_user_metadata()))
         bronze_version = ledger.table_version(spark, config.table_path)
         quarantine_version = ledger.table_version(spark, config.quarantine_path)
         backup = switch_config(config.file, Path(shadow.config_file), name)

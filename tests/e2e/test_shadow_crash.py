@@ -1,0 +1,102 @@
+"""`ingest shadow start` and `ingest shadow promote` SIGKILLed at their commits' fault points: start after the
+shadow's commit (its state not yet `ready`), promote between the live quarantine's commit and bronze's. Each leaves
+the live table's old rows readable, says where it stopped (`status`), and a rerun completes with every offset once
+and each txn action once, as an uninterrupted promote would."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ingestion.config import load_pipeline
+from ingestion.delta import ledger
+from ingestion.delta.ledger import PROMOTE_BATCH_ID, REPLAY_BATCH_ID
+from ingestion.delta.rs_reads import DeltaRsReader
+from ingestion.ops import shadow, verify
+from ingestion.stream import pipeline
+from tests.conftest import pipeline_yaml
+from tests.helpers import commits_without_txn, delta_txns
+from tests.integration.test_shadow import _produce, _rows, _schema
+
+pytestmark = pytest.mark.e2e
+
+INGEST = str(Path(sys.executable).parent / "ingest")
+
+
+def _killed_at(fault: str, log: Path, *args: str) -> None:
+    """Run `ingest <args>` until it reaches `fault`, then SIGKILL it and the JVM it started."""
+    marker = log.with_suffix(".fault")
+    env = dict(os.environ, INGEST_TEST_FAULT=fault, INGEST_TEST_FAULT_FILE=str(marker))
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([INGEST, *args], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True)
+    deadline = time.monotonic() + 240
+    try:
+        while not marker.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"ingest {args[:2]} ended or timed out before {fault} (rc {proc.returncode}):\n"
+                                     f"{log.read_text(errors='replace')[-3000:]}")
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL
+
+
+def test_shadow_start_and_promote_killed_at_their_commits_then_rerun(spark: Any, kafka_servers: str,
+                                                                     make_topic: Any, tmp_path: Path) -> None:
+    topic = make_topic(partitions=2)
+    wrong, right = _schema(tmp_path / "wrong.json", corrected=False), _schema(tmp_path / "right.json", corrected=True)
+    live_file = pipeline_yaml(tmp_path / "live", topic=topic, servers=kafka_servers,
+                              extra=f"value:\n  format: json\n  schemaFile: {wrong}\n")
+    other_file = tmp_path / "orders-fixed.yaml"
+    other_file.write_text(live_file.read_text().replace(str(wrong), str(right)))
+    config = load_pipeline(live_file)
+    produced: dict[tuple[int, int], dict[str, Any]] = {}
+    for seqs in (range(0, 40), range(40, 80)):
+        produced.update(_produce(kafka_servers, topic, seqs))
+        pipeline.run(spark, config, available_now=True)
+    last = ledger.history(spark, config.table_path)[-1]
+    in_range = {(p, o) for (p, o), d in produced.items() if int(d["id"][1:]) >= 40}
+
+    # start, killed once the shadow's bronze is committed and before its state says `ready`
+    args = ("shadow", "start", str(live_file), "--config", str(other_file), "--from", str(last.version))
+    _killed_at(f"after_commit:{REPLAY_BATCH_ID}", tmp_path / "start.log", *args)
+    (stopped,) = shadow.status(config)
+    assert (stopped["state"], stopped["rows"]) == ("starting", 40)
+    table = stopped["table"]
+    committed = delta_txns(Path(table))
+    started = shadow.start(spark, config, shadow.plan_start(config, load_pipeline(other_file),
+                                                            start=str(last.version), end=None))
+    assert (started.state, started.rows, started.quarantined) == ("ready", 40, 0)
+    assert delta_txns(Path(table)) == committed  # the rerun found the rows committed: nothing written twice
+
+    # promote, killed between the live quarantine's commit and bronze's: bronze still holds the old rows, the
+    # pipeline's file is the old one, and the shadow says it is being promoted
+    old = _rows(spark, config.table_path)
+    old_text = live_file.read_text()
+    _killed_at(f"quarantine_committed:{PROMOTE_BATCH_ID}", tmp_path / "promote.log", "shadow", "promote",
+               str(live_file))
+    assert _rows(spark, config.table_path) == old and live_file.read_text() == old_text
+    assert [s["state"] for s in shadow.status(config)] == ["promoting"]
+    promoted = shadow.promote(spark, config, "shadow")
+    assert promoted.shadow.state == "promoted" and live_file.read_text() == other_file.read_text()
+    config = load_pipeline(live_file)
+    rows, failed = _rows(spark, config.table_path), _rows(spark, config.quarantine_path)
+    assert not set(rows) & set(failed) and set(rows) | set(failed) == set(produced)
+    assert all(rows[k]["channel"] == produced[k]["channel"] for k in in_range)
+    assert _rows(spark, config.table_path, promoted.bronze_version - 1) == old
+    for path in (config.table_path, config.quarantine_path):
+        txns = delta_txns(Path(path))
+        assert len({(a, v) for _, a, v in txns}) == len(txns), txns
+        assert [(a, v) for _, a, v in txns if a == "promote.shadow"] == [("promote.shadow", 0)]
+        assert commits_without_txn(Path(path)) == []
+    assert verify.audit(DeltaRsReader(), config).ok
