@@ -8,7 +8,8 @@ folder, delta-rs has not committed it); `quarantine_committed` (the batch's quar
 is not); `silver_between_commits` (a silver step has committed its delete markers,
 not its rows; the id is the bronze version the step merges up to); `between_tables` (a routed batch: one route
 table has committed, the next has not). `<point>:*` stops at the point's first
-occurrence. Replay's and a shadow's commits reach the first three as batch -2 (a shadow's start, as a replay) and -5 (its promote).
+occurrence. Replay's and a shadow's commits reach `before_commit`, `quarantine_committed` and `after_commit`
+as batch -2 (a shadow's start writes as a replay) and -5 (its promote).
 """
 
 from __future__ import annotations
