@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: setup demo test test-fast test-unit lint bench clean kafka-stop servers-stop prometheus kcat postgresql
+.PHONY: setup demo test test-fast test-unit lint bench clean kafka-stop servers-stop debian-tools prometheus kcat postgresql
 
 setup: $(STAMP) .ingest/jars/.ready
 
@@ -22,8 +22,24 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/ingest demo
 
-test: setup prometheus kcat postgresql
+test: setup debian-tools prometheus kcat postgresql
 	$(BIN)/pytest tests --durations=25
+
+# The Debian packages of the three targets below that are missing, installed by one `apt-get update` and one
+# `apt-get install` (a fresh machine paid one update per package before). The services the packages may start are
+# stopped, as each target does. Should that install fail, each target still tries its own package and fails
+# saying which one it could not install.
+DEBIAN_MISSING = $(strip \
+  $(if $(shell command -v promtool >/dev/null && command -v prometheus >/dev/null && echo y),,prometheus) \
+  $(if $(shell { command -v kcat || command -v kafkacat; } >/dev/null && echo y),,kcat) \
+  $(if $(shell { command -v initdb || ls /usr/lib/postgresql/*/bin/initdb; } >/dev/null 2>&1 && echo y),,postgresql))
+
+debian-tools:
+	@[ -z "$(DEBIAN_MISSING)" ] || { \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    $(DEBIAN_MISSING) \
+	  && for service in $(filter prometheus postgresql,$(DEBIAN_MISSING)); do \
+	    [ ! -x /etc/init.d/$$service ] || /etc/init.d/$$service stop >/dev/null 2>&1 || true; done; } || true
 
 # Debian's prometheus package: `promtool` checks and unit-tests the shipped alert rules, and the e2e test starts a
 # `prometheus` of its own (docs/operations.md#prometheus). Installed only when missing (as root in CI; a developer
