@@ -8,6 +8,11 @@ changes merged per second for each, and their ratio.
 
     .venv/bin/python benchmarks/silver_merge.py --changes 1000000 --keys 100000 --versions 10 --mode upsert
 
+`--phases` adds where ours spends a step: seconds per part (wall time summed over the steps), each part timed
+around the method that does it (nested parts are subtracted from the part around them). `--rounds N` runs the
+whole comparison N times on new tables and reports each round and the median ratio (the machine's load moves
+both sides of a round alike, not two rounds).
+
 `--freshness N` measures instead how far silver trails bronze in a streaming run: bronze gains one version of
 `changes / N` changes every `--trigger` seconds (a pipeline at that trigger) while silver's thread follows it as
 `ingest run` does (woken after each bronze commit, at least every trigger); reported: seconds from each bronze
@@ -29,7 +34,57 @@ from pyspark.sql import functions as F
 
 from ingestion.config import load_pipeline
 from ingestion.runtime.session import get_session
+from ingestion.silver import table as table_module
 from ingestion.silver.follower import SilverFollower
+
+# What a silver step does, by the method doing it (class, method, part); the parts of a method called inside
+# another are subtracted from the outer one's.
+PARTS = [(SilverFollower, "step", "bronze's version, silver's position"),
+         (SilverFollower, "_not_appends", "bronze's new versions: appends only?"),
+         (SilverFollower, "_order_changed", "order check (first step)"),
+         (SilverFollower, "_merge", "truncate check of the new rows"),
+         (SilverFollower, "lag", "lag after the step"),
+         (table_module.SilverTable, "merge", "new rows read, folded, counted"),
+         (table_module.SilverTable, "_evolve", "schema check"),
+         (table_module.SilverTable, "_markers_in_use", "markers lookup"),
+         (table_module.SilverTable, "_merge_markers", "markers MERGE"),
+         (table_module.SilverTable, "_merge_rows", "rows MERGE"),
+         (table_module.SilverTable, "_with_outcome", "MERGE's counts")]
+
+
+class Phases:
+    """Wall time per part of ours, exclusive of the parts called inside it."""
+
+    def __init__(self) -> None:
+        self.spent: dict[str, float] = {}
+        self._stack: list[float] = []  # time spent in nested parts, per open part
+        self._saved: list[tuple[type, str, Any]] = []
+
+    def install(self) -> None:
+        for cls, name, part in PARTS:
+            if name not in cls.__dict__:
+                continue
+            original = cls.__dict__[name]
+            self._saved.append((cls, name, original))
+            setattr(cls, name, self._timed(original, part))
+
+    def uninstall(self) -> None:
+        for cls, name, original in reversed(self._saved):
+            setattr(cls, name, original)
+
+    def _timed(self, method: Any, part: str) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            self._stack.append(0.0)
+            try:
+                return method(*args, **kwargs)
+            finally:
+                took = time.perf_counter() - started
+                inner = self._stack.pop()
+                self.spent[part] = self.spent.get(part, 0.0) + took - inner
+                if self._stack:
+                    self._stack[-1] += took
+        return timed
 
 
 def bronze_rows(spark: SparkSession, first: int, count: int, keys: int) -> DataFrame:
@@ -87,7 +142,7 @@ def _setup(spark: SparkSession, work: Path, keys: int, silver: str) -> tuple[str
     return bronze, file
 
 
-def run(changes: int, keys: int, versions: int, mode: str) -> dict[str, Any]:
+def run(changes: int, keys: int, versions: int, mode: str, phases: bool = False) -> dict[str, Any]:
     spark = get_session("bench-silver", conf={"spark.sql.shuffle.partitions": "4"})
     work = Path(tempfile.mkdtemp(prefix="bench-silver-"))
     try:
@@ -97,6 +152,9 @@ def run(changes: int, keys: int, versions: int, mode: str) -> dict[str, Any]:
         hand_written(spark, bronze, str(work / "hand"), 0)
         per = changes // versions
         ours = theirs = 0.0
+        parts = Phases()
+        if phases:
+            parts.install()
         for v in range(versions):
             bronze_rows(spark, 1 + v * per, per, keys).write.format("delta").mode("append").save(bronze)
             started = time.perf_counter()
@@ -111,6 +169,9 @@ def run(changes: int, keys: int, versions: int, mode: str) -> dict[str, Any]:
         if theirs:
             out |= {"hand_written_s": round(theirs, 1), "hand_written_changes_per_s": round(per * versions / theirs),
                     "ratio": round(theirs / ours, 2)}
+        if phases:
+            parts.uninstall()
+            out["phases_s"] = {k: round(v, 2) for k, v in sorted(parts.spent.items(), key=lambda kv: -kv[1])}
         return out
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -159,11 +220,21 @@ def main() -> None:
     parser.add_argument("--freshness", type=int, default=0, metavar="N",
                         help="measure silver's freshness over N bronze versions, one every --trigger seconds")
     parser.add_argument("--trigger", type=float, default=10.0)
+    parser.add_argument("--phases", action="store_true", help="also report where ours spends its steps")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat the comparison; report the median ratio")
     args = parser.parse_args()
     if args.freshness:
         print(json.dumps(freshness(args.changes, args.keys, args.freshness, args.trigger)))
         return
-    print(json.dumps(run(args.changes, args.keys, args.versions, args.mode)))
+    rounds = [run(args.changes, args.keys, args.versions, args.mode, args.phases) for _ in range(args.rounds)]
+    for result in rounds:
+        print(json.dumps(result))
+    if len(rounds) > 1 and all("ratio" in r for r in rounds):
+        import statistics
+
+        print(json.dumps({"rounds": len(rounds), "median_ratio": statistics.median(r["ratio"] for r in rounds),
+                          "median_ours_s": statistics.median(r["ours_s"] for r in rounds),
+                          "median_hand_written_s": statistics.median(r["hand_written_s"] for r in rounds)}))
 
 
 if __name__ == "__main__":
