@@ -59,10 +59,12 @@ class TablePlan:
 
 
 def plans(spark: SparkSession | None, config: PipelineConfig, bronze_schema: T.StructType,
-          quarantine_schema: T.StructType, bronze_properties: Mapping[str, str] | None = None) -> list[TablePlan]:
+          quarantine_schema: T.StructType, bronze_properties: Mapping[str, str] | None = None,
+          states: Mapping[str, rs_tables.TableState] | None = None) -> list[TablePlan]:
     """What bronze and quarantine look like (or would look like) for rows of these schemas; `bronze_properties`:
-    what bronze records of its rows besides (the Protobuf message it holds). The tables' state is read with
-    delta-rs; `spark` (if any) reads what delta-rs cannot."""
+    what bronze records of its rows besides (the Protobuf message it holds). The tables' state is `states`' (by
+    path, as the caller read them: `table_states`), else read with delta-rs; `spark` (if any) reads what delta-rs
+    cannot."""
     unknown = [c for c in config.sink.partition_by if c not in bronze_schema.fieldNames()]
     if unknown:
         raise ConfigError(f"{config.file}: key 'sink.partitionBy' names {unknown}, which are not bronze columns "
@@ -80,13 +82,18 @@ def plans(spark: SparkSession | None, config: PipelineConfig, bronze_schema: T.S
     for path, schema, partition_by, properties, quarantine in (
             (config.table_path, bronze_schema, config.sink.partition_by, bronze_props, False),
             (config.quarantine_path, quarantine_schema, (), props, True)):
-        now = table_state(spark, config, path)
+        now = states[path] if states is not None and path in states else table_state(spark, config, path)
         if now.exists:
             check_retention(config, _retention_properties(now.properties), f"{config.file}: table {path}",
                             table=True)
         found.append(TablePlan(path, schema, partition_by, properties, now.exists,
                                catalog.comment(config, quarantine=quarantine)))
     return found
+
+
+def table_states(spark: SparkSession | None, config: PipelineConfig) -> dict[str, rs_tables.TableState]:
+    """Bronze's and quarantine's state by path (`table_state` of each), read once for what follows."""
+    return {path: table_state(spark, config, path) for path in (config.table_path, config.quarantine_path)}
 
 
 def table_state(spark: SparkSession | None, config: PipelineConfig, path: str) -> rs_tables.TableState:
@@ -128,13 +135,13 @@ def check_table_retention(spark: SparkSession, config: PipelineConfig, path: str
 
 
 def ensure_tables(spark: SparkSession | None, config: PipelineConfig, bronze_schema: T.StructType,
-                  quarantine_schema: T.StructType, bronze_properties: Mapping[str, str] | None = None
-                  ) -> list[TablePlan]:
+                  quarantine_schema: T.StructType, bronze_properties: Mapping[str, str] | None = None,
+                  states: Mapping[str, rs_tables.TableState] | None = None) -> list[TablePlan]:
     """Create the tables that do not exist yet, with delta-rs (no JVM: a commit of the protocol and metadata)
     or, where delta-rs refuses and `spark` is given, with Spark's Delta; the plans, with `exists` as it was
     before and `made` for those made now. Without `spark`, a table delta-rs refused stays to make."""
     found = []
-    for plan in plans(spark, config, bronze_schema, quarantine_schema, bronze_properties):
+    for plan in plans(spark, config, bronze_schema, quarantine_schema, bronze_properties, states):
         if not plan.exists:
             made = rs_tables.create(plan.path, plan.schema, partition_by=plan.partition_by,
                                     properties=plan.properties, comment=plan.comment,

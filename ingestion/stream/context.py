@@ -18,6 +18,7 @@ from pathlib import Path
 from ingestion import kafka, security, storage
 from ingestion.config import PipelineConfig
 from ingestion.decode.resolver import SchemaResolver
+from ingestion.delta.rs_tables import TableState
 from ingestion.errors import ConfigError
 from ingestion.kafka import KafkaSettings
 from ingestion.schema.registry import SchemaSource, source_for
@@ -35,6 +36,8 @@ class PipelineContext:
     partitions: dict[str, list[int]]  # topic -> partitions, sorted by topic
     schemas: SchemaSource
     checked: SchemaResolver | None = None  # the schemas a run's checks resolved (`launch.check_can_start`)
+    # bronze's and quarantine's state by path as those checks read them (once), for the tables `setup.prepare` makes
+    tables: Mapping[str, TableState] | None = None
 
     @property
     def name(self) -> str:

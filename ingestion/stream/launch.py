@@ -76,7 +76,7 @@ def check_can_start(config: PipelineConfig) -> PipelineContext:
     ctx = context.resolve(config, check=True)
     WriterLock(config.name, config.checkpoint_path, settings=config.spark).probe()
     registry.check_registry(config)
-    return replace(ctx, checked=setup.check(ctx))
+    return setup.check(ctx)
 
 
 def check_all_can_start(configs: Sequence[PipelineConfig]) -> list[PipelineContext]:

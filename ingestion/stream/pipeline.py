@@ -171,9 +171,17 @@ def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Pr
     config = ctx.config
     schemas = None  # a routed pipeline's schemas and tables are each route's, made as its first records come
     if config.routing is None:
-        schemas = prepared.schemas or setup.resolver(spark, ctx)
-        setup.ensure_tables(spark, config, schemas.spec, made=prepared.schemas is not None)
-        setup.widen_table(spark, config, schemas)
+        # The schemas and tables as the run's checks and its facts read them, where they could (delta-rs); else
+        # read now with the session. Bronze's columns are the facts' (read under the writer lock).
+        schemas = prepared.schemas or ctx.checked or setup.resolver(spark, ctx)
+        table = facts.table
+        if prepared.schemas is None:
+            setup.ensure_tables(spark, config, schemas.spec, states=ctx.tables if ctx.checked is schemas else None)
+            table = table if table is not None and table.exists else None  # made now: read it
+        else:
+            setup.ensure_tables(spark, config, schemas.spec, made=True)
+        if table is None or table.exists:  # one delta-rs made from these schemas has nothing to widen
+            setup.widen_table(spark, config, schemas, table)
     location = config.checkpoint_path
     resumed = facts.checkpoint_started if facts.checkpoint_started is not None else \
         checkpoint.has_progress(location, config.spark, spark)

@@ -5,7 +5,8 @@ quarantine re-decode alike."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
@@ -18,6 +19,7 @@ from ingestion.decode.resolver import SchemaResolver
 from ingestion.decode.spec import DecodeSpec
 from ingestion.delta import catalog, tables
 from ingestion.delta.reader import JvmFreeReadError
+from ingestion.delta.rs_tables import TableState
 from ingestion.delta.tables import TablePlan
 from ingestion.errors import SchemaError
 from ingestion.schema import protobuf_schemas
@@ -31,13 +33,14 @@ log = logging.getLogger(__name__)
 SAMPLE_PER_PARTITION = 5
 
 
-def resolver(spark: SparkSession | None, ctx: PipelineContext, also: list[str] | None = None) -> SchemaResolver:
+def resolver(spark: SparkSession | None, ctx: PipelineContext, also: list[str] | None = None,
+             table: TableState | None = None) -> SchemaResolver:
     """The pipeline's schemas (registry or schemas/ folder) for the topics the context reads (and `also` these),
-    checked against the table's current columns (read with delta-rs, or with `spark` where delta-rs cannot); a
-    SchemaError names the pipeline file and the subject(s)."""
+    checked against the table's current columns (`table`, as the caller read it, else read with delta-rs, or with
+    `spark` where delta-rs cannot); a SchemaError names the pipeline file and the subject(s)."""
     config = ctx.config
     topics = tuple(sorted(set(ctx.topics) | set(also or ())))
-    payload, message = bronze_now(spark, config)
+    payload, message = bronze_now(spark, config, table)
     try:
         return SchemaResolver(config, ctx.schemas, table_payload=payload, topics=topics, table_message=message,
                               sample=earliest_records(ctx))
@@ -49,14 +52,11 @@ def resolver(spark: SparkSession | None, ctx: PipelineContext, also: list[str] |
         raise SchemaError(f"{config.file}: {where}: {exc}") from None
 
 
-def payload_columns(spark: SparkSession | None, config: PipelineConfig) -> T.StructType | None:
-    """The payload columns bronze has now (everything but the metadata columns), or None without a table."""
-    return bronze_now(spark, config)[0]
-
-
-def bronze_now(spark: SparkSession | None, config: PipelineConfig) -> tuple[T.StructType | None, str]:
-    """Bronze's payload columns now (None without a table) and the Protobuf message it records ("" when none)."""
-    state = tables.table_state(spark, config, config.table_path)
+def bronze_now(spark: SparkSession | None, config: PipelineConfig,
+               state: TableState | None = None) -> tuple[T.StructType | None, str]:
+    """Bronze's payload columns now (None without a table) and the Protobuf message it records ("" when none);
+    from `state` when the caller read it already."""
+    state = state or tables.table_state(spark, config, config.table_path)
     if state.schema is None:
         return None, ""
     payload = T.StructType([f for f in state.schema.fields if f.name not in METADATA_COLUMNS])
@@ -84,9 +84,10 @@ def table_properties(config: PipelineConfig) -> dict[str, str] | None:
         return None
 
 
-def plans(spark: SparkSession | None, config: PipelineConfig, spec: DecodeSpec) -> list[TablePlan]:
-    """Bronze's and quarantine's plans for the rows of this spec."""
-    return tables.plans(spark, config, *bronze.table_schemas(spec), bronze_properties(spec))
+def plans(spark: SparkSession | None, config: PipelineConfig, spec: DecodeSpec,
+          states: Mapping[str, TableState] | None = None) -> list[TablePlan]:
+    """Bronze's and quarantine's plans for the rows of this spec (`states`: the tables as the caller read them)."""
+    return tables.plans(spark, config, *bronze.table_schemas(spec), bronze_properties(spec), states)
 
 
 def check_rules(config: PipelineConfig, spec: DecodeSpec) -> expectations.Rules:
@@ -95,25 +96,27 @@ def check_rules(config: PipelineConfig, spec: DecodeSpec) -> expectations.Rules:
     return expectations.compile_rules(config, bronze.table_schemas(spec)[0])
 
 
-def check(ctx: PipelineContext) -> SchemaResolver | None:
+def check(ctx: PipelineContext) -> PipelineContext:
     """What `onboard --dry-run` checks, made by a run before it creates anything (a table, a checkpoint, a catalog
     entry, an MLflow run): the subjects or schema file resolve to columns the table can take, the expectations
     compile against bronze's columns, `sink.partitionBy` names bronze columns, the tables' retention settings hold,
-    and the `silver:` section's key and ordering name bronze columns. Returns the schemas (the run goes on with
-    them), None when only Spark can read a table (its checks then come at the query's start) and for a routed
-    pipeline (each route's schemas and table are made when its first records come)."""
+    and the `silver:` section's key and ordering name bronze columns. Returns the context with the schemas and the
+    tables' state it read (the run goes on with them: `prepare`), or as it was when only Spark can read a table
+    (its checks then come at the query's start) and for a routed pipeline (each route's schemas and table are made
+    when its first records come)."""
     if ctx.config.routing is not None:
-        return None
+        return ctx
     try:
-        schemas = resolver(None, ctx)
+        states = tables.table_states(None, ctx.config)  # read once: the checks and `prepare` take them
+        schemas = resolver(None, ctx, table=states[ctx.config.table_path])
         check_rules(ctx.config, schemas.spec)
-        found = plans(None, ctx.config, schemas.spec)
+        found = plans(None, ctx.config, schemas.spec, states)
     except JvmFreeReadError as exc:
         log.debug("%s: %s; the tables are checked with Spark", ctx.name, exc)
-        return None
+        return ctx
     if ctx.config.silver is not None:
         SilverSpec.of(ctx.config).check(found[0].schema)
-    return schemas
+    return replace(ctx, checked=schemas, tables=states)
 
 
 def prepare(ctx: PipelineContext) -> SchemaResolver | None:
@@ -125,27 +128,31 @@ def prepare(ctx: PipelineContext) -> SchemaResolver | None:
         return None
     try:
         schemas = ctx.checked or resolver(None, ctx)
-        made = make_tables(None, ctx.config, schemas.spec)
+        made = make_tables(None, ctx.config, schemas.spec, ctx.tables if ctx.checked is not None else None)
     except JvmFreeReadError as exc:
         log.debug("%s: %s; the tables are checked with Spark", ctx.name, exc)
         return None
     return schemas if made else None
 
 
-def make_tables(spark: SparkSession | None, config: PipelineConfig, spec: DecodeSpec) -> bool:
-    """Create the tables that do not exist yet: with delta-rs, or with `spark` (when given) where delta-rs
-    refuses; whether both exist now. Catalog names are `ensure_tables`' work."""
+def make_tables(spark: SparkSession | None, config: PipelineConfig, spec: DecodeSpec,
+                states: Mapping[str, TableState] | None = None) -> bool:
+    """Create the tables that do not exist yet (as `states` say, else as read now): with delta-rs, or with `spark`
+    (when given) where delta-rs refuses; whether both exist now. Catalog names are `ensure_tables`' work."""
     schemas = bronze.table_schemas(spec)
-    return all(p.exists or p.made for p in tables.ensure_tables(spark, config, *schemas, bronze_properties(spec)))
+    return all(p.exists or p.made for p in tables.ensure_tables(spark, config, *schemas, bronze_properties(spec),
+                                                                 states))
 
 
-def ensure_tables(spark: SparkSession, config: PipelineConfig, spec: DecodeSpec,
-                  made: bool = False) -> list[TablePlan]:
-    """Create the tables that do not exist yet (unless `made`: `prepare` made them), and register them under
-    `sink.catalogTable` when they are not; the plans (with `exists` as it was before; none when `made`)."""
+def ensure_tables(spark: SparkSession, config: PipelineConfig, spec: DecodeSpec, made: bool = False,
+                  states: Mapping[str, TableState] | None = None) -> list[TablePlan]:
+    """Create the tables that do not exist yet (unless `made`: `prepare` made them; `states`: as the caller read
+    them), and register them under `sink.catalogTable` when they are not; the plans (with `exists` as it was
+    before; none when `made`)."""
     for name, path in catalog.pipeline_names(config):  # a name taken elsewhere stops it before anything is made
         catalog.check(spark, name, path, config.file)
-    found = [] if made else tables.ensure_tables(spark, config, *bronze.table_schemas(spec), bronze_properties(spec))
+    found = [] if made else tables.ensure_tables(spark, config, *bronze.table_schemas(spec), bronze_properties(spec),
+                                                 states)
     for done in catalog.register_pipeline(spark, config):
         if done.state == "registered":
             log.info("%s: registered %s in the catalog (%s)", config.name, done.name, done.path)
@@ -167,9 +174,11 @@ def learn_schemas(spark: SparkSession, config: PipelineConfig, schemas: SchemaRe
     return True
 
 
-def widen_table(spark: SparkSession, config: PipelineConfig, schemas: SchemaResolver) -> list[str]:
-    """Widen bronze's columns where the reader schema widened them (sink.typeWidening); the columns widened."""
-    widened = schemas.widened_columns(payload_columns(spark, config))
+def widen_table(spark: SparkSession, config: PipelineConfig, schemas: SchemaResolver,
+                table: TableState | None = None) -> list[str]:
+    """Widen bronze's columns where the reader schema widened them (sink.typeWidening); the columns widened.
+    `table`: bronze as the caller read it (else read now)."""
+    widened = schemas.widened_columns(bronze_now(spark, config, table)[0])
     if widened:
         tables.widen_columns(spark, config.table_path, widened)
         log.info("%s: widened bronze columns %s (Delta type widening) for schema version %s", config.name,
