@@ -46,7 +46,7 @@ def _wait_for(expected: set[tuple[str, int, int]], table: Path, stream: subproce
         if expected <= set(_rows(table)):
             return
         assert stream.poll() is None, log.read_text()[-4000:]
-        time.sleep(1)
+        time.sleep(0.25)
     raise AssertionError(f"{len(expected - set(_rows(table)))} records not landed; log:\n{log.read_text()[-4000:]}")
 
 
