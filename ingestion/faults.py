@@ -9,7 +9,9 @@ is not); `silver_between_commits` (a silver step has committed its delete marker
 not its rows; the id is the bronze version the step merges up to); `between_tables` (a routed batch: one route
 table has committed, the next has not). `<point>:*` stops at the point's first
 occurrence. Replay's and a shadow's commits reach `before_commit`, `quarantine_committed` and `after_commit`
-as batch -2 (a shadow's start writes as a replay) and -5 (its promote).
+as batch -2 (a shadow's start writes as a replay) and -5 (its promote); `quarantine reprocess` (batch -1)
+reaches `before_commit`, `bronze_committed` (its bronze append is made, quarantine's MERGE is not) and
+`after_commit`.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class FaultPoint(StrEnum):
     QUARANTINE_COMMITTED = "quarantine_committed"
     SILVER_BETWEEN_COMMITS = "silver_between_commits"
     BETWEEN_TABLES = "between_tables"
+    BRONZE_COMMITTED = "bronze_committed"
 
 
 def armed(point: FaultPoint, batch_id: int) -> bool:

@@ -19,6 +19,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from ingestion import faults
 from ingestion.columns import COORDINATES
 from ingestion.config import PipelineConfig
 from ingestion.decode import bronze, expectations, routes
@@ -187,7 +188,11 @@ def _redecode(spark: SparkSession, config: PipelineConfig, schemas: SchemaResolv
         ).first()
         assert counts is not None  # a global aggregate always has one row
         examined, decodable, changed = (int(counts[k] or 0) for k in ("examined", "decodable", "changed"))
+        # Bronze first, then quarantine's MERGE (the reverse of a batch's order: a record moves out of quarantine
+        # only once bronze holds it); a crash between them leaves it in both, and the rerun's MERGE removes it.
+        faults.reached(faults.FaultPoint.BEFORE_COMMIT, REDECODE_BATCH_ID)
         appended = _append_to_bronze(config, new, commit.Txn(app_id, run))
+        faults.reached(faults.FaultPoint.BRONZE_COMMITTED, REDECODE_BATCH_ID)
         quarantine_version = ledger.table_version(spark, config.quarantine_path)
         if decodable or changed:
             source = renamed.select(*KEYS, "_error_class", "_error_message", "_schema_id")
@@ -201,6 +206,7 @@ def _redecode(spark: SparkSession, config: PipelineConfig, schemas: SchemaResolv
                                          "_schema_id": "s._schema_id"})
                  .execute())
             quarantine_version = ledger.table_version(spark, config.quarantine_path)
+        faults.reached(faults.FaultPoint.AFTER_COMMIT, REDECODE_BATCH_ID)
         new.unpersist()
     finally:
         decoded.unpersist()
