@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -107,6 +107,8 @@ class SilverTable:
         return truncates.frame(self.session, record.truncates, sequence)
 
     def _merge_upsert(self, change_rows: DataFrame, record: SilverRecord) -> SilverRecord:
+        """One pass over the step's changes: their fold, cached, its counts the step's one action before the
+        commits; the markers and the rows are merged from it."""
         spec = self.spec
         change_rows = truncates.surviving(change_rows, spec, self.truncated(change_rows, record))
         latest = changes.latest(change_rows, spec).cache()
@@ -146,9 +148,18 @@ class SilverTable:
                 self.session.read.format("delta").load(path).limit(1).count())
         return self.markers_in_use
 
+    def _markers(self) -> DataFrame:
+        return self.session.read.format("delta").load(self.spec.markers_path)
+
+    def _marker_on(self, marker: str, change: str) -> Column:
+        return F.expr(" AND ".join(f"{marker}.{self.spec.marker_column(i)} = {change}.{p}"
+                                   for i, p in enumerate(self.spec.key)))
+
     def _merge_markers(self, latest: DataFrame, record: SilverRecord) -> None:
         """Each key's marker holds the newest delete merged (deletes newer than it move it); an upsert newer than
         the marker removes it. Committed before the rows, under the same bronze version (see the module's doc).
+        The MERGE's source is the key and ordering columns only: it copies and joins narrow rows, not the wide
+        changes.
 
         A marker only stops inserts (a key without a row), so a marker older than the key's row is harmless: it
         blocks only changes older than the row, which the row's own order blocks anyway. That spares this MERGE a
@@ -157,16 +168,18 @@ class SilverTable:
 
         spec = self.spec
         path = spec.markers_path
-        if not is_table(self.session, path):
-            changes.markers(latest.where(F.lit(False)), spec).write.format("delta").save(path)
-        on = " AND ".join(f"m.{spec.marker_column(i)} = s.{p}" for i, p in enumerate(spec.key))
         ordering = [c for c in (SEQUENCE if spec.sequenced else None,
                                 "_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp") if c]
-        values: dict[str, Any] = {spec.marker_column(i): f"s.{p}" for i, p in enumerate(spec.key)}
-        values |= {c: f"s.{c}" for c in ordering}
+        narrow = latest.select(*[F.col(p).alias(spec.marker_column(i)) for i, p in enumerate(spec.key)],
+                               *ordering, DELETE)
+        if not is_table(self.session, path):
+            narrow.where(F.lit(False)).drop(DELETE).write.format("delta").save(path)
+        keys = [spec.marker_column(i) for i in range(len(spec.key))]
+        on = " AND ".join(f"m.{c} = s.{c}" for c in keys)
+        values: dict[str, Any] = {c: f"s.{c}" for c in (*keys, *ordering)}
         is_newer = newer(spec, "s", "m")
         with _committing(self.session, spec.txn_app_id(record.epoch, "deletes"), record.bronze_version, record):
-            (DeltaTable.forPath(self.session, path).alias("m").merge(latest.alias("s"), on)
+            (DeltaTable.forPath(self.session, path).alias("m").merge(narrow.alias("s"), on)
              .whenMatchedUpdate(condition=f"s.{DELETE} AND {is_newer}", set=dict(values))
              .whenMatchedDelete(condition=f"NOT s.{DELETE} AND {is_newer}")
              .whenNotMatchedInsert(condition=f"s.{DELETE}", values=values)
@@ -178,10 +191,8 @@ class SilverTable:
 
         spec = self.spec
         source = latest.alias("s")
-        if self.markers_in_use:
-            marks = self.session.read.format("delta").load(spec.markers_path).alias("m")
-            on = " AND ".join(f"m.{spec.marker_column(i)} = s.{p}" for i, p in enumerate(spec.key))
-            source = source.join(marks, F.expr(on), "left").select(
+        if self.markers_in_use:  # the markers as this step left them: a key's marker the change does not pass
+            source = source.join(self._markers().alias("m"), self._marker_on("m", "s"), "left").select(
                 "s.*", F.col("m._kafka_offset").isNotNull().alias("_marked"))
         else:
             source = source.withColumn("_marked", F.lit(False))
@@ -189,13 +200,13 @@ class SilverTable:
         assign: dict[str, Any] = {c: f"s.`{c}`" for c in columns}
         is_newer = newer(spec, "s", "t")
         with _committing(self.session, spec.txn_app_id(record.epoch), record.bronze_version, record):
-            (DeltaTable.forPath(self.session, spec.path).alias("t")
-             .merge(source.alias("s"), key_condition(spec, "t", "s"))
-             .whenMatchedDelete(condition=f"s.{DELETE} AND {is_newer}")
-             .whenMatchedUpdate(condition=f"NOT s.{DELETE} AND {is_newer}", set=assign)
-             .whenNotMatchedInsert(condition=f"NOT s.{DELETE} AND NOT s._marked", values=assign)
-             .execute())
-        return self._with_outcome(record)
+            result = (DeltaTable.forPath(self.session, spec.path).alias("t")
+                      .merge(source.alias("s"), key_condition(spec, "t", "s"))
+                      .whenMatchedDelete(condition=f"s.{DELETE} AND {is_newer}")
+                      .whenMatchedUpdate(condition=f"NOT s.{DELETE} AND {is_newer}", set=assign)
+                      .whenNotMatchedInsert(condition=f"NOT s.{DELETE} AND NOT s._marked", values=assign)
+                      .execute())
+        return self._with_outcome(record, result)
 
     def _merge_history(self, change_rows: DataFrame, record: SilverRecord) -> SilverRecord:
         from delta.tables import DeltaTable
@@ -218,12 +229,13 @@ class SilverTable:
             on = key_condition(spec, "t", "s") + "".join(f" AND t.{c} = s.{c}" for c in coordinates)
             assign: dict[str, Any] = {c: f"s.`{c}`" for c in silver.columns}
             with _committing(self.session, spec.txn_app_id(record.epoch), record.bronze_version, record):
-                (DeltaTable.forPath(self.session, spec.path).alias("t").merge(rows.alias("s"), on)
-                 .whenMatchedUpdate(condition="NOT (t._valid_to <=> s._valid_to AND t._is_current <=> s._is_current)",
-                                    set=_assigned("_valid_to", "_is_current"))
-                 .whenNotMatchedInsert(values=assign)
-                 .execute())
-            return self._with_outcome(replace(record, keys=keys.count(), changes=count))
+                result = (DeltaTable.forPath(self.session, spec.path).alias("t").merge(rows.alias("s"), on)
+                          .whenMatchedUpdate(condition="NOT (t._valid_to <=> s._valid_to AND "
+                                             "t._is_current <=> s._is_current)",
+                                             set=_assigned("_valid_to", "_is_current"))
+                          .whenNotMatchedInsert(values=assign)
+                          .execute())
+            return self._with_outcome(replace(record, keys=keys.count(), changes=count), result)
         finally:
             new.unpersist()
 
@@ -246,14 +258,15 @@ class SilverTable:
                     marks.where(F.lit(False)).write.format("delta").save(spec.markers_path)
                 self._replace_keys(spec.markers_path, marks, keys, record, "deletes")
                 self.markers_in_use = True
-            self._replace_keys(spec.path, rows, keys, record)
-            return self._with_outcome(replace(record, keys=count, changes=change_rows.count()))
+            result = self._replace_keys(spec.path, rows, keys, record)
+            return self._with_outcome(replace(record, keys=count, changes=change_rows.count()), result)
         finally:
             keys.unpersist()
 
     def _replace_keys(self, path: str, rows: DataFrame, keys: DataFrame, record: SilverRecord,
-                      table: str = "") -> None:
-        """One MERGE: the rows of `path` whose key is one of `keys` (`_k0..`) are deleted, `rows` inserted."""
+                      table: str = "") -> DataFrame:
+        """One MERGE: the rows of `path` whose key is one of `keys` (`_k0..`) are deleted, `rows` inserted; its
+        counts (`execute()`'s)."""
         from delta.tables import DeltaTable
 
         spec = self.spec
@@ -262,17 +275,25 @@ class SilverTable:
                                                                     allowMissingColumns=True)
         on = "s._drop AND " + " AND ".join(f"t.{c} = s._k{i}" for i, c in enumerate(target))
         with _committing(self.session, spec.txn_app_id(record.epoch, table), record.bronze_version, record):
-            (DeltaTable.forPath(self.session, path).alias("t").merge(source.alias("s"), on)
-             .whenMatchedDelete()
-             .whenNotMatchedInsert(condition="NOT s._drop", values={c: f"s.`{c}`" for c in rows.columns})
-             .execute())
+            return (DeltaTable.forPath(self.session, path).alias("t").merge(source.alias("s"), on)
+                    .whenMatchedDelete()
+                    .whenNotMatchedInsert(condition="NOT s._drop", values={c: f"s.`{c}`" for c in rows.columns})
+                    .execute())
 
-    def _with_outcome(self, record: SilverRecord) -> SilverRecord:
-        """The record with what the MERGE did, from its commit's operation metrics."""
+    def _with_outcome(self, record: SilverRecord, result: DataFrame | None = None) -> SilverRecord:
+        """The record with what the MERGE did: the counts its `execute()` returned (`result`, a local row, no
+        job), else (a MERGE Delta skipped as already committed returns none) its commit's operation metrics."""
         from delta.tables import DeltaTable
 
-        rows = DeltaTable.forPath(self.session, self.spec.path).history(1).select("operationMetrics").collect()
-        found = silver_ledger.with_outcome(record, dict(rows[0]["operationMetrics"] or {}) if rows else {})
+        found: SilverRecord | None = None
+        row = result.first() if result is not None else None
+        if row is not None:
+            found = silver_ledger.with_outcome(record, {"numTargetRowsInserted": str(row["num_inserted_rows"]),
+                                                        "numTargetRowsUpdated": str(row["num_updated_rows"]),
+                                                        "numTargetRowsDeleted": str(row["num_deleted_rows"])})
+        else:
+            rows = DeltaTable.forPath(self.session, self.spec.path).history(1).select("operationMetrics").collect()
+            found = silver_ledger.with_outcome(record, dict(rows[0]["operationMetrics"] or {}) if rows else {})
         return found if found is not None else record
 
     def _evolve(self, schema: T.StructType, record: SilverRecord) -> None:
