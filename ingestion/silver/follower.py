@@ -10,11 +10,13 @@ and a step whose versions the change feed no longer has (vacuumed, or from befor
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
@@ -25,6 +27,7 @@ from ingestion.config import PipelineConfig
 from ingestion.delta import catalog
 from ingestion.delta.tables import CHANGE_FEED
 from ingestion.errors import IngestionError, one_line
+from ingestion.runtime import hadoop
 from ingestion.runtime.delta_txn import is_table, table_property, table_version
 from ingestion.silver import changes
 from ingestion.silver import ledger as silver_ledger
@@ -228,18 +231,38 @@ class SilverFollower:
         return f"silver's order changed: its {SEQUENCE} column is {held}, the section orders by {wanted}"
 
     def _not_appends(self, after: int, upto: int) -> str | None:
-        """Why bronze versions after..upto cannot be merged change by change (one did more than append), or None."""
-        from delta.tables import DeltaTable
+        """Why bronze versions after..upto cannot be merged change by change (one did more than append), or None.
+        Read from the versions' own commit files (no Spark job); from Delta's history when one cannot be read."""
+        operations = self._operations(after, upto)
+        if operations is None:
+            from delta.tables import DeltaTable
 
-        rows = (DeltaTable.forPath(self.session, self.spec.bronze_path).history(upto - after)
-                .select("version", "operation", "operationParameters").collect())
-        for row in sorted(rows, key=lambda r: r["version"]):
-            if row["version"] <= after:
-                continue
-            operation, mode = row["operation"], (row["operationParameters"] or {}).get("mode", "")
+            rows = (DeltaTable.forPath(self.session, self.spec.bronze_path).history(upto - after)
+                    .select("version", "operation", "operationParameters").collect())
+            operations = [(int(r["version"]), str(r["operation"]), dict(r["operationParameters"] or {}))
+                          for r in rows if r["version"] > after]
+        for version, operation, parameters in sorted(operations, key=lambda r: r[0]):
+            mode = str(parameters.get("mode", ""))
             if operation not in APPENDS or mode.strip('"') == "Overwrite":
-                return f"bronze version {row['version']} is a {operation}{f' ({mode})' if mode else ''}"
+                return f"bronze version {version} is a {operation}{f' ({mode})' if mode else ''}"
         return None
+
+    def _operations(self, after: int, upto: int) -> list[tuple[int, str, dict[str, Any]]] | None:
+        """(version, operation, its parameters) of bronze versions after..upto, from their commit files' commitInfo;
+        None when a file cannot be read or holds none (cleaned up, or written without commit info)."""
+        log_path = f"{self.spec.bronze_path.rstrip('/')}/_delta_log"
+        found = []
+        for version in range(after + 1, upto + 1):
+            try:
+                text = hadoop.read_text(self.session, f"{log_path}/{version:020d}.json")
+            except Exception:  # noqa: BLE001 (a file cleaned up or unreadable: Delta's history answers instead)
+                return None
+            info = next((action["commitInfo"] for action in map(json.loads, filter(None, text.splitlines()))
+                         if "commitInfo" in action), None)
+            if not isinstance(info, dict) or "operation" not in info:
+                return None
+            found.append((version, str(info["operation"]), dict(info.get("operationParameters") or {})))
+        return found
 
     def _register(self) -> None:
         if self.spec.catalog_table:
