@@ -83,6 +83,13 @@ class Router:
         self.tables: dict[str, RouteTable] = {}
         self.quarantine = DeltaAppend(self.config.quarantine_path, quarantine_app_id(app_id))
 
+    def plan_ahead(self, kafka_rows: DataFrame) -> None:
+        """Nothing to plan ahead: each route's table is made as its first records come."""
+
+    def jvm_path(self, spark: SparkSession) -> bool:
+        """False: whether a route table's records are decoded by the JVM is decided per table, as each is made."""
+        return False
+
     def table_of(self, route: Route) -> str:
         return self.config.route_table(route.value)
 

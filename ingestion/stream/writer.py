@@ -11,6 +11,10 @@ makes it (docs/architecture.md#two-write-paths):
 - **Spark** (`spark_write.SparkWrite`, every other batch): one Spark job decodes and writes the batch, the few
   records its JVM decoder cannot vouch for decoded in Python by the driver and added to the same transaction.
 
+The writer asks its tables, whatever they are, for either path: one table (`TableWriter`: bronze's two paths) or
+a routed pipeline's (`routing.Router`: the batch split by route, each route table's two paths); it holds no branch
+on routing. What happens to a decoded batch is `stages`'.
+
 When Spark replays a batch after a crash between the Delta commits and its own checkpoint, the batch id is the
 same, so the table holds its (txnAppId, txnVersion) already and nothing is written; the writer logs the skip.
 """
@@ -21,7 +25,7 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -29,9 +33,9 @@ from pyspark.sql import DataFrame, SparkSession
 from ingestion.config import PipelineConfig
 from ingestion.decode.resolver import SchemaResolver
 from ingestion.errors import IngestionError
-from ingestion.kafka.fetch import RangeFetcher
+from ingestion.kafka.fetch import RangeFetcher, Span
 from ingestion.runtime import batch_plan
-from ingestion.stream.batch import BatchResult, DecoderChoice, Empty, Targets, WritePath, log_result
+from ingestion.stream.batch import BatchResult, Declined, DecoderChoice, Empty, Targets, WritePath, log_result
 from ingestion.stream.context import PipelineContext
 from ingestion.stream.driver_write import DriverWrite
 from ingestion.stream.planner import Planner
@@ -72,19 +76,20 @@ class BronzeWriter:
         self.fetcher = RangeFetcher(kafka_client, config.consumer_group) \
             if kafka_client is not None and self.max_driver_offsets else None
         self.planner = Planner(config.name, self.max_driver_offsets if self.fetcher is not None else 0)
-        self.router: Router | None = None
-        self.driver: DriverWrite | None = None
         if config.routing is not None:  # a table per route, each written through these same two paths
             if context is None:
                 raise IngestionError(f"pipeline {config.name!r}: a routed pipeline's writer needs its context")
-            self.router = Router(context, app_id, self.fetcher)
-            return
-        if resolver is None:
+            self.tables: TableWriter | Router = Router(context, app_id, self.fetcher)
+        elif resolver is None:
             raise IngestionError(f"pipeline {config.name!r}: the writer needs the pipeline's schemas")
-        self.targets = Targets(config, resolver, app_id)
-        self.decoder = DecoderChoice(self.targets)
-        self.driver = DriverWrite(self.targets, self.fetcher) if self.fetcher is not None else None
-        self.spark = SparkWrite(self.targets, self.decoder)
+        else:
+            self.tables = TableWriter(Targets(config, resolver, app_id), self.fetcher)
+
+    @property
+    def targets(self) -> Targets:
+        """The one table's targets (not a routed pipeline's: each route table has its own)."""
+        assert isinstance(self.tables, TableWriter)
+        return self.tables.targets
 
     def __call__(self, kafka_rows: DataFrame, batch_id: int) -> None:
         if self.stop_requested.is_set():
@@ -104,16 +109,13 @@ class BronzeWriter:
             log.debug("%s batch %d: no records, nothing to write", self.config.name, batch_id)
             return
         if self.planner(spans, batch_id).engine is WritePath.DRIVER and spans:
-            written = self.router.write_driver(spans, batch_id, ingested_at, started) if self.router is not None \
-                else self._driver().write(spans, batch_id, ingested_at, started)
+            written = self.tables.write_driver(spans, batch_id, ingested_at, started)
             if isinstance(written, Empty):
                 log.debug("%s batch %d: no records, nothing to write", self.config.name, batch_id)
                 return
-            result = written if isinstance(written, BatchResult) else None
-        if result is None and self.router is not None:
-            result = self.router.write_spark(kafka_rows, batch_id, ingested_at, started)
-        elif result is None:
-            result = self.spark.write(kafka_rows, batch_id, ingested_at, started)
+            result = written if isinstance(written, BatchResult) else None  # Declined: Spark writes it
+        if result is None:
+            result = self.tables.write_spark(kafka_rows, batch_id, ingested_at, started)
         if result is None:
             return
         log_result(self.config.name, result)
@@ -127,10 +129,6 @@ class BronzeWriter:
         if self.on_batch is not None:
             self.on_batch(result)
 
-    def _driver(self) -> DriverWrite:
-        assert self.driver is not None
-        return self.driver
-
     def close(self) -> None:
         """Close what the writer holds between batches (the driver path's consumer)."""
         if self.fetcher is not None:
@@ -139,10 +137,35 @@ class BronzeWriter:
     def plan_ahead(self, kafka_rows: DataFrame) -> None:
         """The Spark path's first-batch plan built and its table's log loaded ahead (`SparkWrite.plan_ahead`); a
         routed pipeline's tables are each route's, made as records come: nothing to do ahead."""
-        if self.router is None and self.jvm_path(kafka_rows.sparkSession):
-            self.spark.plan_ahead(kafka_rows)
+        self.tables.plan_ahead(kafka_rows)
 
     def jvm_path(self, spark: SparkSession) -> bool:
         """Whether records are decoded by Spark's JVM decoder first (decided once per schema version; a routed
         pipeline decides per route table, as each is made)."""
-        return False if self.router is not None else self.decoder.jvm(spark)
+        return self.tables.jvm_path(spark)
+
+
+class TableWriter:
+    """One table's two write paths (a pipeline's bronze; a routed pipeline's `Router` answers the same calls for
+    its route tables)."""
+
+    def __init__(self, targets: Targets, fetcher: RangeFetcher | None) -> None:
+        self.targets = targets
+        self.decoder = DecoderChoice(targets)
+        self.driver = DriverWrite(targets, fetcher)
+        self.spark = SparkWrite(targets, self.decoder)
+
+    def write_driver(self, spans: Sequence[Span], batch_id: int, ingested_at: dt.datetime,
+                     started: float) -> BatchResult | Empty | Declined:
+        return self.driver.write(spans, batch_id, ingested_at, started)
+
+    def write_spark(self, kafka_rows: DataFrame, batch_id: int, ingested_at: dt.datetime,
+                    started: float) -> BatchResult | None:
+        return self.spark.write(kafka_rows, batch_id, ingested_at, started)
+
+    def plan_ahead(self, kafka_rows: DataFrame) -> None:
+        if self.jvm_path(kafka_rows.sparkSession):
+            self.spark.plan_ahead(kafka_rows)
+
+    def jvm_path(self, spark: SparkSession) -> bool:
+        return self.decoder.jvm(spark)
