@@ -14,6 +14,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from html import escape
 from pathlib import Path
 
+import pyspark
+from pyspark import SparkConf, SparkContext
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
@@ -263,6 +265,9 @@ def get_session(app_name: str = "ingest", master: str | None = None, conf: Mappi
         session_builder = builder(app_name, master, conf, locations, pools, catalog, pipelines)
         if not submitted():  # spark-submit's JVM runs already, with its own output
             _launch_jvm(dict(session_builder._options), record_classes)
+        else:  # a job packaged for another line, refused before its context starts (seconds, not half a minute)
+            SparkContext._ensure_initialized()  # spark-submit's gateway: its settings, no context yet
+            _check_submitted_line(pyspark.__version__, SparkConf().get("spark.jars", ""))
         spark = session_builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     if submitted():
@@ -369,6 +374,16 @@ def _check_submitted_classpath(spark: SparkSession) -> None:
     if built_for is not None and built_for != running:
         raise JvmError(f"the job's Delta jar is built for Spark {built_for}, the cluster runs Spark {spark.version}: "
                        f"package the job with `ingest package --spark-version {running}` (docs/cluster.md#which-spark)")
+
+
+def _check_submitted_line(running: str, submitted_jars: str) -> None:
+    """Refuse a job whose Delta jar, as spark-submit's `--jars` name it, is built for another Spark line than the
+    one running (`pyspark.__version__` is the cluster's own under spark-submit)."""
+    match = re.search(r"delta-spark_(\d+\.\d+)_", submitted_jars)
+    line = ".".join(running.split(".")[:2])
+    if match and match.group(1) != line:
+        raise JvmError(f"the job's Delta jar is built for Spark {match.group(1)}, the cluster runs Spark {running}: "
+                       f"package the job with `ingest package --spark-version {line}` (docs/cluster.md#which-spark)")
 
 
 def _delta_jar_line(spark: SparkSession, loader: object) -> str | None:

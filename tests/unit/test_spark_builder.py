@@ -188,3 +188,15 @@ def test_checkpoints_all_in_s3_are_written_in_place_not_renamed(tmp_path) -> Non
     assert spark.checkpoint_settings([in_s3, local]) == {}  # one session, one manager: a local folder has no S3A
     chosen = config("c", "s3a://lake/_checkpoints/c", f"spark:\n  {spark.CHECKPOINT_MANAGER}: my.Manager\n")
     assert spark.checkpoint_settings([chosen]) == {}  # the pipeline's own choice stands
+
+
+def test_a_job_packaged_for_another_spark_line_is_refused_by_its_jar_names_before_a_context() -> None:
+    from ingestion.errors import JvmError
+    from ingestion.runtime.session import _check_submitted_line
+
+    jars = "file:/dist/jars/delta-spark_4.2_2.13-4.4.0.jar,file:/dist/jars/spark-sql-kafka-0-10_2.13-4.2.0.jar"
+    _check_submitted_line("4.2.0", jars)  # the same line: nothing to say
+    _check_submitted_line("4.1.1", "file:/dist/jars/delta-core-custom.jar")  # a name that does not say: no refusal
+    with pytest.raises(JvmError, match=r"^the job's Delta jar is built for Spark 4\.2, the cluster runs Spark 4\.1\.1: "
+                                       r"package the job with `ingest package --spark-version 4\.1`"):
+        _check_submitted_line("4.1.1", jars)
