@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -272,3 +273,25 @@ sink:
   field: kind
 {routing}{extra}""")
     return path
+
+
+def killed_at(fault: str, log: Path, *args: str) -> None:
+    """Run `ingest <args>` until it reaches the test fault point `fault` (`<point>:<batch id>`, ingestion/faults.py),
+    then SIGKILL it and the JVM it started; an AssertionError with its log when it ends or times out first."""
+    marker = log.with_suffix(".fault")
+    env = dict(os.environ, INGEST_TEST_FAULT=fault, INGEST_TEST_FAULT_FILE=str(marker))
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([str(Path(sys.executable).parent / "ingest"), *args], stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    deadline = time.monotonic() + 240
+    try:
+        while not marker.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"ingest {args[:2]} ended or timed out before {fault} (rc {proc.returncode}):\n"
+                                     f"{log.read_text(errors='replace')[-3000:]}")
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL

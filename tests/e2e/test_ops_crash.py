@@ -5,13 +5,8 @@ across bronze and quarantine, each (txnAppId, txnVersion) once per table, no dat
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,33 +21,9 @@ from ingestion.dev.samples import avro_body, order
 from ingestion.ops import quarantine, replay
 from ingestion.stream import pipeline
 from tests.conftest import REPO, pipeline_yaml
-from tests.helpers import commits_without_txn, delta_txns
+from tests.helpers import commits_without_txn, delta_txns, killed_at
 
 pytestmark = pytest.mark.e2e
-
-INGEST = str(Path(sys.executable).parent / "ingest")
-
-
-def _killed_at(fault: str, log: Path, *args: str) -> None:
-    """Run `ingest <args>` until it reaches `fault`, then SIGKILL it and the JVM it started."""
-    marker = log.with_suffix(".fault")
-    env = dict(os.environ, INGEST_TEST_FAULT=fault, INGEST_TEST_FAULT_FILE=str(marker))
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([INGEST, *args], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True)
-    deadline = time.monotonic() + 240
-    try:
-        while not marker.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"ingest {args[:2]} ended or timed out before {fault} (rc {proc.returncode}):\n"
-                                     f"{log.read_text(errors='replace')[-3000:]}")
-            time.sleep(0.2)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
-    assert proc.returncode == -signal.SIGKILL
-
 
 def _coordinates(spark: Any, path: str) -> list[tuple[int, int]]:
     return sorted((r[0], r[1]) for r in spark.read.format("delta").load(path)
@@ -99,7 +70,7 @@ def test_replay_and_reprocess_killed_between_their_commits_then_rerun(spark: Any
     # quarantine commit and its bronze commit; the rerun writes what the tables still lack, once.
     DeltaTable.forPath(spark, config.table_path).delete("_kafka_partition = 1")
     DeltaTable.forPath(spark, config.quarantine_path).delete("_kafka_partition = 1")
-    _killed_at(f"quarantine_committed:{REPLAY_BATCH_ID}", tmp_path / "replay.log", "replay", str(live),
+    killed_at(f"quarantine_committed:{REPLAY_BATCH_ID}", tmp_path / "replay.log", "replay", str(live),
                "--from", "earliest")
     assert all(p == 0 for p, _ in _coordinates(spark, config.table_path))  # bronze's commit was never made
     assert (1, max(o for p, o in offsets if p == 1)) in _coordinates(spark, config.quarantine_path)
@@ -111,7 +82,7 @@ def test_replay_and_reprocess_killed_between_their_commits_then_rerun(spark: Any
     # The missing schema registered; reprocess killed once bronze holds the re-decoded records and quarantine has
     # not let them go (each is in both): the rerun's MERGE removes them from quarantine, bronze gets nothing twice.
     (schemas / "orders-value" / "7.avsc").write_text(json.dumps(orders_schema))
-    _killed_at(f"bronze_committed:{REDECODE_BATCH_ID}", tmp_path / "reprocess.log", "quarantine", "reprocess",
+    killed_at(f"bronze_committed:{REDECODE_BATCH_ID}", tmp_path / "reprocess.log", "quarantine", "reprocess",
                str(live))
     assert len(set(_coordinates(spark, config.table_path)) & set(_coordinates(spark, config.quarantine_path))) == 8
     result = quarantine.redecode(spark, config)

@@ -5,11 +5,6 @@ and each txn action once, as an uninterrupted promote would."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,34 +17,10 @@ from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.ops import shadow, verify
 from ingestion.stream import pipeline
 from tests.conftest import pipeline_yaml
-from tests.helpers import commits_without_txn, delta_txns
+from tests.helpers import commits_without_txn, delta_txns, killed_at
 from tests.integration.test_shadow import _produce, _rows, _schema
 
 pytestmark = pytest.mark.e2e
-
-INGEST = str(Path(sys.executable).parent / "ingest")
-
-
-def _killed_at(fault: str, log: Path, *args: str) -> None:
-    """Run `ingest <args>` until it reaches `fault`, then SIGKILL it and the JVM it started."""
-    marker = log.with_suffix(".fault")
-    env = dict(os.environ, INGEST_TEST_FAULT=fault, INGEST_TEST_FAULT_FILE=str(marker))
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([INGEST, *args], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True)
-    deadline = time.monotonic() + 240
-    try:
-        while not marker.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"ingest {args[:2]} ended or timed out before {fault} (rc {proc.returncode}):\n"
-                                     f"{log.read_text(errors='replace')[-3000:]}")
-            time.sleep(0.2)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
-    assert proc.returncode == -signal.SIGKILL
-
 
 def test_shadow_start_and_promote_killed_at_their_commits_then_rerun(spark: Any, kafka_servers: str,
                                                                      make_topic: Any, tmp_path: Path) -> None:
@@ -69,7 +40,7 @@ def test_shadow_start_and_promote_killed_at_their_commits_then_rerun(spark: Any,
 
     # start, killed once the shadow's bronze is committed and before its state says `ready`
     args = ("shadow", "start", str(live_file), "--config", str(other_file), "--from", str(last.version))
-    _killed_at(f"after_commit:{REPLAY_BATCH_ID}", tmp_path / "start.log", *args)
+    killed_at(f"after_commit:{REPLAY_BATCH_ID}", tmp_path / "start.log", *args)
     (stopped,) = shadow.status(config)
     assert (stopped["state"], stopped["rows"]) == ("starting", 40)
     table = stopped["table"]
@@ -83,7 +54,7 @@ def test_shadow_start_and_promote_killed_at_their_commits_then_rerun(spark: Any,
     # pipeline's file is the old one, and the shadow says it is being promoted
     old = _rows(spark, config.table_path)
     old_text = live_file.read_text()
-    _killed_at(f"quarantine_committed:{PROMOTE_BATCH_ID}", tmp_path / "promote.log", "shadow", "promote",
+    killed_at(f"quarantine_committed:{PROMOTE_BATCH_ID}", tmp_path / "promote.log", "shadow", "promote",
                str(live_file))
     assert _rows(spark, config.table_path) == old and live_file.read_text() == old_text
     assert [s["state"] for s in shadow.status(config)] == ["promoting"]
