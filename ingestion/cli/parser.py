@@ -281,7 +281,8 @@ def _add_shadow(commands: Commands) -> None:
         "into <table>__<name> (and its quarantine); status: the shadows and their counts; diff: shadow against "
         "live by (topic, partition, offset), no JVM; promote: the live rows of those offsets replaced by the "
         "shadow's in one commit per table (under the writer lock) and the pipeline switched to --config's file; "
-        "drop: remove a shadow not promoted. Routed pipelines and silver: not yet.")
+        "drop: remove a shadow not promoted. A silver table is rebuilt from the promoted bronze; routed pipelines: not "
+        "yet.")
     s_cmds = shadow.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     def named(parser: argparse.ArgumentParser) -> None:

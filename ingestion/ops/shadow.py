@@ -9,7 +9,8 @@ beside the pipeline's checkpoint, `<checkpoint>.shadows.json` (`state_files`: a 
 
 States: `starting` (written before the first commit; a rerun of `start` completes it), `ready`, `promoting` (the
 promote's txn version recorded before its first commit: a rerun repeats the same commits, which Delta skips where
-they were made), `promoted`. For now a routed pipeline or one with a silver table is refused ("not yet").
+they were made), `promoted`. A pipeline's silver table is rebuilt from the promoted bronze by the promote; a routed
+pipeline is refused ("not yet").
 """
 
 from __future__ import annotations
@@ -152,15 +153,13 @@ def check_kafka_holds(spans: Sequence[Span], marks: Mapping[str, Mapping[int, tu
 
 def shadow_config(config: PipelineConfig, other: PipelineConfig, name: str) -> PipelineConfig:
     """`other` as the shadow writes it: its decoding, expectations and schemas, the shadow's tables (no catalog
-    names). Refused: another pipeline, other tables or topics, another partitioning, routing and silver (not
-    yet)."""
+    names, no silver table: the live silver follows the promote). Refused: another pipeline, other tables or
+    topics, another partitioning, routing (not yet)."""
     if not name.replace("_", "").replace("-", "").isalnum():
         raise ShadowError(f"shadow name {name!r}: letters, digits, '_' and '-' only")
     for which in (config, other):
         if which.routing is not None:
             raise ShadowError(f"{which.file}: a routed pipeline's shadow is not supported yet")
-        if which.silver is not None:
-            raise ShadowError(f"{which.file}: a shadow of a pipeline with a silver table is not supported yet")
     same = {"name": (config.name, other.name), "topic": (config.subscription, other.subscription),
             "sink.table": (config.table_path, other.table_path),
             "sink.quarantineTable": (config.quarantine_path, other.quarantine_path),
@@ -174,7 +173,7 @@ def shadow_config(config: PipelineConfig, other: PipelineConfig, name: str) -> P
     sink = dataclasses.replace(other.sink, table=shadow_path(config.table_path, name),
                                quarantine_table=shadow_path(config.quarantine_path, name),
                                catalog_table="", quarantine_catalog_table="")
-    return dataclasses.replace(other, sink=sink)
+    return dataclasses.replace(other, sink=sink, silver=None)
 
 
 def shadow_path(path: str, name: str) -> str:

@@ -39,6 +39,7 @@ class Promoted:
     config_file: str
     backup: str
     replaced: Mapping[str, int] = field(default_factory=dict)
+    silver: int | None = None  # the bronze version the pipeline's silver table holds after the promote
 
 
 def promote(spark: SparkSession, config: PipelineConfig, name: str) -> Promoted:
@@ -98,7 +99,23 @@ def promote(spark: SparkSession, config: PipelineConfig, name: str) -> Promoted:
         lock.release()
     log.info("%s: shadow %s promoted: bronze version %s, quarantine version %s; %s now holds %s (the old one is %s)",
              config.name, name, bronze_version, quarantine_version, config.file, shadow.config_file, backup)
-    return Promoted(shadow, bronze_version, quarantine_version, str(config.file), str(backup))
+    silver_version = follow_promote(spark, Path(config.file))
+    return Promoted(shadow, bronze_version, quarantine_version, str(config.file), str(backup), silver=silver_version)
+
+
+def follow_promote(spark: SparkSession, file: Path) -> int | None:
+    """The pipeline's silver table (as its switched file says), brought to the promoted bronze: the promote's
+    bronze commit replaced rows, so the step rebuilds silver from bronze's fold, exactly (as after a rewind);
+    the bronze version silver holds now, None without a silver table. A crash here leaves it to the next
+    `ingest run` or `ingest silver run`, whose first step rebuilds the same way."""
+    from ingestion.config import load_pipeline
+    from ingestion.silver.follower import SilverFollower
+
+    switched = load_pipeline(file)
+    if switched.silver is None:
+        return None
+    record = SilverFollower(spark, switched).step()
+    return record.bronze_version if record is not None else None
 
 
 def _records_per_partition(rows: DataFrame, failed: DataFrame | None) -> dict[tuple[str, int], int]:

@@ -37,14 +37,16 @@ def _schema(path: Path, *, corrected: bool) -> Path:
     return path
 
 
-def _produce(servers: str, topic: str, seqs: range) -> dict[tuple[int, int], dict[str, Any]]:
-    """Orders `seqs` over two partitions; every fourth lacks its coupon. (partition, offset) -> document."""
+def _produce(servers: str, topic: str, seqs: range, ids: int = 0) -> dict[tuple[int, int], dict[str, Any]]:
+    """Orders `seqs` over two partitions (or the topic's one); every fourth lacks its coupon; `ids`: the order ids
+    repeat every `ids` (later ones update earlier ones). (partition, offset) -> document."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": servers, "enable.idempotence": True})
     found: dict[tuple[int, int], dict[str, Any]] = {}
     for seq in seqs:
-        doc: dict[str, Any] = {"id": f"o{seq}", "amount": seq * 10, "status": "NEW", "channel": f"ch{seq % 3}"}
+        doc: dict[str, Any] = {"id": f"o{seq % ids if ids else seq}", "amount": seq * 10, "status": "NEW",
+                               "channel": f"ch{seq % 3}"}
         if seq % 4:
             doc["coupon"] = f"C{seq}"
 
@@ -52,8 +54,8 @@ def _produce(servers: str, topic: str, seqs: range) -> dict[tuple[int, int], dic
             assert err is None, err
             found[(msg.partition(), msg.offset())] = doc
 
-        producer.produce(topic, key=doc["id"].encode(), value=json.dumps(doc).encode(), partition=seq % 2,
-                         on_delivery=delivered)
+        producer.produce(topic, key=doc["id"].encode(), value=json.dumps(doc).encode(),
+                         partition=0 if ids else seq % 2, on_delivery=delivered)
     producer.flush(30)
     assert len(found) == len(seqs)
     return found
@@ -186,3 +188,38 @@ def test_shadow_drop(spark: Any, kafka_servers: str, make_topic: Any, tmp_path: 
     shadow.drop(config, "same")
     assert not Path(made.table).exists() and not Path(made.quarantine).exists()
     assert shadow.status(config) == []
+
+
+def test_a_promote_rebuilds_the_pipelines_silver_table_from_the_promoted_bronze(spark: Any, kafka_servers: str,
+                                                                                make_topic: Any,
+                                                                                tmp_path: Path) -> None:
+    from ingestion.silver import rs_audit
+
+    topic = make_topic(partitions=1)  # silver in Kafka's order: one partition, one order
+    wrong, right = _schema(tmp_path / "wrong.json", corrected=False), _schema(tmp_path / "right.json", corrected=True)
+    silver = "silver:\n  key: id\n"
+    live_file = pipeline_yaml(tmp_path / "live", topic=topic, servers=kafka_servers,
+                              extra=f"value:\n  format: json\n  schemaFile: {wrong}\n{silver}")
+    other_file = tmp_path / "orders-fixed.yaml"
+    other_file.write_text(live_file.read_text().replace(str(wrong), str(right)))
+    config = load_pipeline(live_file)
+    # 24 orders, then an update of each (seq and seq + 24 name one id); the wrong file quarantines every fourth
+    # (no coupon): live silver lacks those six ids
+    for seqs in (range(0, 24), range(24, 48)):
+        _produce(kafka_servers, topic, seqs, ids=24)
+        pipeline.run(spark, config, available_now=True)
+    before = rs_audit.audit(config)
+    assert before.ok and before.rows == 18
+    last = ledger.history(spark, config.table_path)[-1]
+    started = shadow.start(spark, config, shadow.plan_start(config, load_pipeline(other_file),
+                                                            start=str(last.version), end=None))
+    assert (started.rows, started.quarantined) == (24, 0)
+
+    promoted = shadow.promote(spark, config, "shadow")
+    config = load_pipeline(live_file)
+    assert promoted.silver == ledger.table_version(spark, config.table_path)
+    audit = rs_audit.audit(config)
+    assert audit.ok and audit.bronze_version == promoted.bronze_version and audit.rows == audit.expected_rows
+    # the fold of the promoted bronze: each id's newest row is one the corrected file decoded, with its channel
+    current = {r["id"]: r.asDict() for r in spark.read.format("delta").load(config.silver_path).collect()}
+    assert len(current) == 24 and all(row["channel"] is not None for row in current.values())

@@ -51,7 +51,8 @@ def shadow_promote(args: argparse.Namespace) -> int:
     p = shadow.promote(spark, config, args.name)
     print(f"shadow {args.name} promoted: bronze version {p.bronze_version}, quarantine version "
           f"{p.quarantine_version}; {p.config_file} now holds {p.shadow.config_file} (the old file is {p.backup}); "
-          f"the version before the promote reads the old rows (VERSION AS OF {(p.shadow.promoted_version or 1) - 1})")
+          f"the version before the promote reads the old rows (VERSION AS OF {(p.shadow.promoted_version or 1) - 1})"
+          + (f"; silver rebuilt from bronze version {p.silver}" if p.silver is not None else ""))
     return 0
 
 
