@@ -25,7 +25,7 @@ from pyspark.sql import types as T
 
 from ingestion import faults
 from ingestion.delta import commit
-from ingestion.runtime.delta_txn import DeltaTxn, is_table
+from ingestion.runtime.delta_txn import DeltaTxn, is_table, table_version
 from ingestion.silver import changes, truncates
 from ingestion.silver import ledger as silver_ledger
 from ingestion.silver.changes import key_condition, newer
@@ -125,10 +125,11 @@ class SilverTable:
             if not spec.sequenced:
                 record = replace(record, cross_partition_keys=record.cross_partition_keys + self._moved(latest))
             self._evolve(latest.drop(DELETE, "_partitions", "_changes").schema, record)
-            if deletes or self._markers_in_use():
+            held = self._markers_now() if self._markers_in_use() else None
+            if deletes or held is not None:
                 self._merge_markers(latest, record)
                 faults.reached(faults.FaultPoint.SILVER_BETWEEN_COMMITS, record.bronze_version)
-            return self._merge_rows(latest, record)
+            return self._merge_rows(latest, held, record)
         finally:
             latest.unpersist()
 
@@ -148,8 +149,11 @@ class SilverTable:
                 self.session.read.format("delta").load(path).limit(1).count())
         return self.markers_in_use
 
-    def _markers(self) -> DataFrame:
-        return self.session.read.format("delta").load(self.spec.markers_path)
+    def _markers_now(self) -> DataFrame:
+        """The markers as they are before this step's MERGE of them, pinned to that version: the rows' MERGE
+        reads them there, whose state the markers' MERGE has just rebuilt, not the version it commits."""
+        path = self.spec.markers_path
+        return self.session.read.format("delta").option("versionAsOf", table_version(self.session, path)).load(path)
 
     def _marker_on(self, marker: str, change: str) -> Column:
         return F.expr(" AND ".join(f"{marker}.{self.spec.marker_column(i)} = {change}.{p}"
@@ -186,14 +190,19 @@ class SilverTable:
              .execute())
         self.markers_in_use = True
 
-    def _merge_rows(self, latest: DataFrame, record: SilverRecord) -> SilverRecord:
+    def _merge_rows(self, latest: DataFrame, held: DataFrame | None, record: SilverRecord) -> SilverRecord:
+        """The MERGE of the step's newest change per key; `held`, the markers before this step (None: none). A
+        key whose marker the change does not pass (`_marked`) is not inserted: the markers' MERGE kept exactly
+        those markers, so the rows' MERGE need not read the version it committed (a step redone after a crash
+        between the two commits reads that version, and finds the same)."""
         from delta.tables import DeltaTable
 
         spec = self.spec
         source = latest.alias("s")
-        if self.markers_in_use:  # the markers as this step left them: a key's marker the change does not pass
-            source = source.join(self._markers().alias("m"), self._marker_on("m", "s"), "left").select(
-                "s.*", F.col("m._kafka_offset").isNotNull().alias("_marked"))
+        if held is not None:
+            passes = F.coalesce(F.expr(newer(spec, "s", "m")), F.lit(False))
+            source = source.join(held.alias("m"), self._marker_on("m", "s"), "left").select(
+                "s.*", (F.col("m._kafka_offset").isNotNull() & ~passes).alias("_marked"))
         else:
             source = source.withColumn("_marked", F.lit(False))
         columns = self.read().columns
