@@ -16,20 +16,16 @@ from ingestion.delta.ledger import PROMOTE_BATCH_ID, REPLAY_BATCH_ID
 from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.ops import shadow, verify
 from ingestion.stream import pipeline
-from tests.conftest import pipeline_yaml
 from tests.helpers import commits_without_txn, delta_txns, killed_at
-from tests.integration.test_shadow import _produce, _rows, _schema
+from tests.integration.test_shadow import _pipelines, _produce, _rows
 
 pytestmark = pytest.mark.e2e
+
 
 def test_shadow_start_and_promote_killed_at_their_commits_then_rerun(spark: Any, kafka_servers: str,
                                                                      make_topic: Any, tmp_path: Path) -> None:
     topic = make_topic(partitions=2)
-    wrong, right = _schema(tmp_path / "wrong.json", corrected=False), _schema(tmp_path / "right.json", corrected=True)
-    live_file = pipeline_yaml(tmp_path / "live", topic=topic, servers=kafka_servers,
-                              extra=f"value:\n  format: json\n  schemaFile: {wrong}\n")
-    other_file = tmp_path / "orders-fixed.yaml"
-    other_file.write_text(live_file.read_text().replace(str(wrong), str(right)))
+    live_file, other_file = _pipelines(tmp_path, topic, kafka_servers)
     config = load_pipeline(live_file)
     produced: dict[tuple[int, int], dict[str, Any]] = {}
     for seqs in (range(0, 40), range(40, 80)):

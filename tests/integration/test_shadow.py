@@ -37,6 +37,16 @@ def _schema(path: Path, *, corrected: bool) -> Path:
     return path
 
 
+def _pipelines(tmp_path: Path, topic: str, servers: str, extra: str = "") -> tuple[Path, Path]:
+    """The live pipeline's file (the wrong schema file) and the other config's (the same with the corrected one)."""
+    wrong, right = _schema(tmp_path / "wrong.json", corrected=False), _schema(tmp_path / "right.json", corrected=True)
+    live_file = pipeline_yaml(tmp_path / "live", topic=topic, servers=servers,
+                              extra=f"value:\n  format: json\n  schemaFile: {wrong}\n{extra}")
+    other_file = tmp_path / "orders-fixed.yaml"
+    other_file.write_text(live_file.read_text().replace(str(wrong), str(right)))
+    return live_file, other_file
+
+
 def _produce(servers: str, topic: str, seqs: range, ids: int = 0) -> dict[tuple[int, int], dict[str, Any]]:
     """Orders `seqs` over two partitions (or the topic's one); every fourth lacks its coupon; `ids`: the order ids
     repeat every `ids` (later ones update earlier ones). (partition, offset) -> document."""
@@ -70,11 +80,7 @@ def _rows(spark: Any, path: str, version: int | None = None) -> dict[tuple[int, 
 
 def test_shadow_diff_promote(spark: Any, kafka_servers: str, make_topic: Any, tmp_path: Path) -> None:
     topic = make_topic(partitions=2)
-    wrong, right = _schema(tmp_path / "wrong.json", corrected=False), _schema(tmp_path / "right.json", corrected=True)
-    live_file = pipeline_yaml(tmp_path / "live", topic=topic, servers=kafka_servers,
-                              extra=f"value:\n  format: json\n  schemaFile: {wrong}\n")
-    other_file = tmp_path / "orders-fixed.yaml"
-    other_file.write_text(live_file.read_text().replace(str(wrong), str(right)))
+    live_file, other_file = _pipelines(tmp_path, topic, kafka_servers)
     config = load_pipeline(live_file)
 
     produced: dict[tuple[int, int], dict[str, Any]] = {}
@@ -121,6 +127,7 @@ def test_shadow_diff_promote(spark: Any, kafka_servers: str, make_topic: Any, tm
     assert promoted.bronze_version == promoted.shadow.promoted_version
     # The pipeline's file is the corrected one now, the old kept beside it.
     assert live_file.read_text() == other_file.read_text()
+    wrong = tmp_path / "wrong.json"  # the live file's schema file (`_pipelines`)
     assert Path(promoted.backup).read_text().count(str(wrong)) == 1
     config = load_pipeline(live_file)
 
@@ -196,12 +203,7 @@ def test_a_promote_rebuilds_the_pipelines_silver_table_from_the_promoted_bronze(
     from ingestion.silver import rs_audit
 
     topic = make_topic(partitions=1)  # silver in Kafka's order: one partition, one order
-    wrong, right = _schema(tmp_path / "wrong.json", corrected=False), _schema(tmp_path / "right.json", corrected=True)
-    silver = "silver:\n  key: id\n"
-    live_file = pipeline_yaml(tmp_path / "live", topic=topic, servers=kafka_servers,
-                              extra=f"value:\n  format: json\n  schemaFile: {wrong}\n{silver}")
-    other_file = tmp_path / "orders-fixed.yaml"
-    other_file.write_text(live_file.read_text().replace(str(wrong), str(right)))
+    live_file, other_file = _pipelines(tmp_path, topic, kafka_servers, extra="silver:\n  key: id\n")
     config = load_pipeline(live_file)
     # 24 orders, then an update of each (seq and seq + 24 name one id); the wrong file quarantines every fourth
     # (no coupon): live silver lacks those six ids
