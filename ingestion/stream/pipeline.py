@@ -177,11 +177,11 @@ def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Pr
         table = facts.table
         if prepared.schemas is None:
             setup.ensure_tables(spark, config, schemas.spec, states=ctx.tables if ctx.checked is schemas else None)
-            table = table if table is not None and table.exists else None  # made now: read it
+            setup.widen_table(spark, config, schemas, table if table is not None and table.exists else None)
         else:
             setup.ensure_tables(spark, config, schemas.spec, made=True)
-        if table is None or table.exists:  # one delta-rs made from these schemas has nothing to widen
-            setup.widen_table(spark, config, schemas, table)
+            if table is None or table.exists:  # one delta-rs made from these schemas has nothing to widen
+                setup.widen_table(spark, config, schemas, table)
     location = config.checkpoint_path
     resumed = facts.checkpoint_started if facts.checkpoint_started is not None else \
         checkpoint.has_progress(location, config.spark, spark)
