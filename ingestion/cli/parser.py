@@ -281,8 +281,9 @@ def _add_shadow(commands: Commands) -> None:
         "into <table>__<name> (and its quarantine); status: the shadows and their counts; diff: shadow against "
         "live by (topic, partition, offset), no JVM; promote: the live rows of those offsets replaced by the "
         "shadow's in one commit per table (under the writer lock) and the pipeline switched to --config's file; "
-        "drop: remove a shadow not promoted. A silver table is rebuilt from the promoted bronze; routed pipelines: not "
-        "yet.")
+        "drop: remove a shadow not promoted. A silver table is rebuilt from the promoted bronze; a routed pipeline's "
+        "shadow covers the batches committed between two times (--from/--to ISO times: its tables each have "
+        "versions of their own), a shadow table per route table.")
     s_cmds = shadow.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     def named(parser: argparse.ArgumentParser) -> None:
@@ -298,7 +299,7 @@ def _add_shadow(commands: Commands) -> None:
                        "(name, topic, tables) with another schema file, version pin, decoder option or expectations")
     start.add_argument("--from", dest="start", required=True, metavar="VERSION|TIME",
                        help="the first live table version, or an ISO time (the first version committed at or "
-                       "after it)")
+                       "after it; a routed pipeline: a time only, the batches committed from it)")
     start.add_argument("--to", dest="end", metavar="VERSION|TIME", help="the last live table version, or an ISO "
                        "time (the last version committed at or before it); default: the newest")
     start.set_defaults(func=_lazy("shadow_command", "shadow_start"))

@@ -12,7 +12,7 @@ import shutil
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 from ingestion import state_files, storage
 from ingestion.delta.commit import Txn
@@ -61,6 +61,22 @@ def replace_spans(rows: DataFrame, path: str, spans: Iterable[Span], txn: Txn, m
      .option("userMetadata", metadata)
      .option("mergeSchema", "true")
      .save(path))
+
+
+def create_like(spark: SparkSession, source: str, path: str) -> None:
+    """An empty Delta table at `path` with the schema, partitioning and table properties of the one at `source` (a
+    route table a shadow made and the live pipeline lacks); nothing when one is there already. No rows, so no txn:
+    the rows come in the next commit, which carries it."""
+    from delta.tables import DeltaTable
+
+    detail = DeltaTable.forPath(spark, source).detail().collect()[0]
+    builder = (DeltaTable.createIfNotExists(spark).location(path)
+               .addColumns(spark.read.format("delta").load(source).schema))
+    if detail["partitionColumns"]:
+        builder = builder.partitionedBy(*detail["partitionColumns"])
+    for key, value in sorted((detail["properties"] or {}).items()):
+        builder = builder.property(key, value)
+    builder.execute()
 
 
 def remove_table(path: str, settings: Mapping[str, str] | None = None) -> bool:

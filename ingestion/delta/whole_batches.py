@@ -43,11 +43,16 @@ class Commit:
     @property
     def batch(self) -> Batch | None:
         """The stream batch the commit belongs to; None for other commits (replay, reprocess, maintenance, ...)."""
-        r = self.record
-        if r is None or r.kind != BatchKind.STREAM or r.batch_id < 0:
-            return None
-        found = _CHECKPOINT_ID.match(r.app_id)
-        return (found.group(1), r.batch_id) if found else None
+        return None if self.record is None else stream_batch(self.record)
+
+
+def stream_batch(record: BatchRecord) -> Batch | None:
+    """The stream batch a commit's record belongs to, whichever of the pipeline's tables it is in (its checkpoint's
+    txnAppId and batch id); None for other commits (replay, reprocess, maintenance, ...)."""
+    if record.kind != BatchKind.STREAM or record.batch_id < 0:
+        return None
+    found = _CHECKPOINT_ID.match(record.app_id)
+    return (found.group(1), record.batch_id) if found else None
 
 
 @dataclass(frozen=True)

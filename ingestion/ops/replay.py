@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from ingestion import kafka
 from ingestion.config import PipelineConfig
-from ingestion.decode import bronze, routes
+from ingestion.decode import bronze, expectations, routes
 from ingestion.decode.python_decoder import decode_in_python
 from ingestion.delta import commit, ledger, reads
 from ingestion.delta.ledger import REPLAY_BATCH_ID, BatchKind
@@ -196,10 +196,22 @@ def _replay(spark: SparkSession, ctx: PipelineContext, found: dict[str, list[int
     return result
 
 
-def _replay_routed(spark: SparkSession, ctx: PipelineContext, kafka_rows: DataFrame, what: str) -> ReplayResult:
+def decode_with_rules(kafka_rows: DataFrame, spec: Any, rules: expectations.Rules) -> DataFrame:
+    """Decoder rows of `kafka_rows`, with the expectations' verdict (a row a blocking rule refuses fails, as the
+    stream's batches do)."""
+    decoded = decode_in_python(expectations.with_raw_value(kafka_rows, rules), spec)
+    if rules.rules:
+        decoded = expectations.flag_rows(decoded, rules, bronze.decoder_sources()).select(*decoded.columns)
+    return decoded
+
+
+def _replay_routed(spark: SparkSession, ctx: PipelineContext, kafka_rows: DataFrame, what: str, *,
+                   with_rules: bool = False) -> ReplayResult:
     """A routed pipeline's replay: the records none of its tables (route tables and quarantine) holds, split by
     route as the stream splits a batch (`stream.routing.Router`; a route without a table yet gets one), each
-    route's written to its table as a replay, the records without a route quarantined as RouteError."""
+    route's written to its table as a replay, the records without a route quarantined as RouteError.
+    `with_rules`: each route's records checked against the expectations as the stream checks them (a shadow's
+    start, `ops/shadow.py`)."""
     config = ctx.config
     present = reads.held_coordinates(spark, config)
     new = kafka_rows if present is None else kafka_rows.join(present, list(KEYS), "left_anti")
@@ -216,7 +228,9 @@ def _replay_routed(spark: SparkSession, ctx: PipelineContext, kafka_rows: DataFr
             for path in (router.tables[t].targets.config.table_path, config.quarantine_path))])
         for table, keys in sorted(by_table.items()):
             targets = router.tables[table].targets
-            decoded = decode_in_python(keyed.where(F.col(KEY).isin(sorted(keys))).drop(KEY), targets.spec)
+            rows = keyed.where(F.col(KEY).isin(sorted(keys))).drop(KEY)
+            decoded = decode_with_rules(rows, targets.spec, setup.check_rules(targets.config, targets.spec)) \
+                if with_rules else decode_in_python(rows, targets.spec)
             decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
             try:
                 stats = bronze.batch_stats(decoded)

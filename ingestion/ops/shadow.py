@@ -9,8 +9,13 @@ beside the pipeline's checkpoint, `<checkpoint>.shadows.json` (`state_files`: a 
 
 States: `starting` (written before the first commit; a rerun of `start` completes it), `ready`, `promoting` (the
 promote's txn version recorded before its first commit: a rerun repeats the same commits, which Delta skips where
-they were made), `promoted`. A pipeline's silver table is rebuilt from the promoted bronze by the promote; a routed
-pipeline is refused ("not yet").
+they were made), `promoted`. A pipeline's silver table is rebuilt from the promoted bronze by the promote.
+
+A routed pipeline's shadow (`routing:`) covers the stream batches committed between two times (its tables have
+versions of their own, so a version number is refused): their offsets across the route tables and quarantine. Each
+route table gets its shadow `<table>__<name>` and the quarantine `<quarantine>__<name>`, written by the routed
+replay under the other config (whose routing may name other tables); promote replaces each live table's rows of
+those offsets, makes the tables only the shadow has, and leaves a table that empties out in place.
 """
 
 from __future__ import annotations
@@ -30,9 +35,8 @@ from pyspark.sql import functions as F
 
 from ingestion import kafka
 from ingestion.config import PipelineConfig
-from ingestion.decode import bronze, expectations
-from ingestion.decode.python_decoder import decode_in_python
-from ingestion.delta import ledger, reads, rs_reads, shadow_tables
+from ingestion.decode import bronze
+from ingestion.delta import ledger, reads, routed, rs_reads, shadow_tables, whole_batches
 from ingestion.delta.ledger import BatchKind, BatchRecord
 from ingestion.errors import ConfigError
 from ingestion.ops import replay
@@ -55,8 +59,9 @@ from ingestion.stream import context, setup
 from ingestion.stream.source import kafka_options
 
 __all__ = ["DEFAULT_NAME", "Promoted", "Shadow", "ShadowError", "Span", "check_kafka_holds", "drop", "get",
-           "load_shadows", "plan_start", "promote", "render_status", "save_shadow", "shadow_config", "spans_of",
-           "start", "state_location", "status", "switch_config", "version_range"]
+           "live_ledgers", "load_shadows", "plan_start", "promote", "render_status", "routed_spans", "save_shadow",
+           "shadow_config", "shadow_paths", "spans_of", "start", "state_location", "status", "switch_config",
+           "version_range"]
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +138,68 @@ def spans_of(records: Sequence[BatchRecord], low: int, high: int) -> tuple[Span,
     return tuple(found[k] for k in sorted(found))
 
 
+def routed_spans(ledgers: Mapping[str, Sequence[BatchRecord]], start: str, end: str | None,
+                 file: str = "") -> tuple[Span, ...]:
+    """A routed pipeline's range: per partition, the offsets its tables' (route tables' and quarantine's: `ledgers`,
+    by table name) data commits of the stream batches committed from `start` to `end` hold. A stream batch is one
+    commit per table, made one after another, so a batch is inside when its first commit is (whole: all its
+    tables' commits, or none); another commit (a replay) counts by its own time. Times only: each table has
+    versions of its own, so a version number is refused in one line. Refused as `spans_of` refuses: a rewind,
+    promote or re-decode inside, offsets other commits interleave."""
+    for key, text in (("--from", start), ("--to", end)):
+        if text is not None and text.isdigit():
+            raise ShadowError(f"{file}: {key} {text}: a routed pipeline's tables ({', '.join(sorted(ledgers))}) "
+                              "each have versions of their own, so a version names no range; give an ISO time "
+                              f"(2026-01-01T10:00:00) instead (`ingest history` shows each commit's time)")
+    low, high = _as_time(start), (None if end is None else _as_time(end))
+    groups: dict[object, list[tuple[str, BatchRecord]]] = {}
+    for table, records in ledgers.items():
+        for r in records:
+            if r.version is None or r.kind in ledger.MAINTENANCE:
+                continue
+            batch = whole_batches.stream_batch(r)
+            groups.setdefault(batch if batch is not None else (table, r.version), []).append((table, r))
+
+    def inside(group: list[tuple[str, BatchRecord]]) -> bool:
+        times = [r.committed_at for _, r in group if r.committed_at is not None]
+        return bool(times) and min(times) >= low and (high is None or min(times) <= high)
+
+    chosen = [(t, r) for g in groups.values() if inside(g) for t, r in g]
+    odd = [(t, r) for t, r in chosen if r.kind not in DATA_KINDS]
+    if odd:
+        table, record = odd[0]
+        raise ShadowError(f"{table} version {record.version} ({record.committed_at}) is a {record.kind} commit: a "
+                          "shadow over rewinds, promotes or quarantine re-decodes is not supported yet; choose a "
+                          "--from after it")
+    data = [r for _, r in chosen if r.ranges]
+    if not data:
+        raise ShadowError(f"no commit of the tables ({', '.join(sorted(ledgers))}) holds Kafka offsets from {start}"
+                          + (f" to {end}" if end else "") + ": nothing to re-ingest")
+    found = _union(data)
+    for g in groups.values():
+        if inside(g):
+            continue
+        for table, record in g:
+            for held in record.ranges if record.kind in DATA_KINDS else ():
+                span = found.get((held.topic, held.partition))
+                if span is not None and held.first <= span.last and held.last >= span.first:
+                    raise ShadowError(f"{table} version {record.version} ({record.kind}, {record.committed_at}) "
+                                      f"holds offsets {held.first}-{held.last} of {held.topic}/{held.partition}, "
+                                      f"inside the range's {span.first}-{span.last}: a shadow over interleaved "
+                                      "commits is not supported yet; choose other times")
+    return tuple(found[k] for k in sorted(found))
+
+
+def _union(records: Sequence[BatchRecord]) -> dict[tuple[str, int], Span]:
+    found: dict[tuple[str, int], Span] = {}
+    for record in records:
+        for r in record.ranges:
+            old = found.get((r.topic, r.partition))
+            found[(r.topic, r.partition)] = Span(r.topic, r.partition, r.first, r.last) if old is None else Span(
+                r.topic, r.partition, min(old.first, r.first), max(old.last, r.last))
+    return found
+
+
 def check_kafka_holds(spans: Sequence[Span], marks: Mapping[str, Mapping[int, tuple[int, int]]]) -> None:
     """Refuse, naming the first missing partition and offset, when Kafka no longer holds (log start after `first`)
     or does not yet hold (end at or before `last`) the spans' records. `marks`: topic -> partition -> (log start,
@@ -157,19 +224,26 @@ def shadow_config(config: PipelineConfig, other: PipelineConfig, name: str) -> P
     topics, another partitioning, routing (not yet)."""
     if not name.replace("_", "").replace("-", "").isalnum():
         raise ShadowError(f"shadow name {name!r}: letters, digits, '_' and '-' only")
-    for which in (config, other):
-        if which.routing is not None:
-            raise ShadowError(f"{which.file}: a routed pipeline's shadow is not supported yet")
-    same = {"name": (config.name, other.name), "topic": (config.subscription, other.subscription),
+    if (config.routing is None) != (other.routing is None):
+        shape = "routed" if config.routing is not None else "not routed"
+        raise ConfigError(f"{other.file}: key 'routing': {'absent' if other.routing is None else 'present'}, and "
+                          f"the live pipeline is {shape}: a shadow keeps the pipeline's shape (one table, or a table "
+                          "per route)")
+    same: dict[str, tuple[object, object]] = {
+            "name": (config.name, other.name), "topic": (config.subscription, other.subscription),
             "sink.table": (config.table_path, other.table_path),
             "sink.quarantineTable": (config.quarantine_path, other.quarantine_path),
             "sink.checkpointLocation": (config.checkpoint_path, other.checkpoint_path),
             "sink.partitionBy": (list(config.sink.partition_by), list(other.sink.partition_by))}
+    if config.routing is not None:  # its route tables live under the root
+        same["sink.root"] = (config.sink.root, other.sink.root)
     for key, (live, changed) in same.items():
         if live != changed:
             why = " (a new partitioning: not yet)" if key == "sink.partitionBy" else ""
             raise ConfigError(f"{other.file}: key {key!r}: {changed!r}, and the live pipeline's is {live!r}: the "
                               f"other config must be the same pipeline{why}")
+    if other.routing is not None:
+        return _routed_shadow_config(config, other, name)
     sink = dataclasses.replace(other.sink, table=shadow_path(config.table_path, name),
                                quarantine_table=shadow_path(config.quarantine_path, name),
                                catalog_table="", quarantine_catalog_table="")
@@ -178,6 +252,33 @@ def shadow_config(config: PipelineConfig, other: PipelineConfig, name: str) -> P
 
 def shadow_path(path: str, name: str) -> str:
     return f"{path.rstrip('/')}__{name}"
+
+
+def _routed_shadow_config(config: PipelineConfig, other: PipelineConfig, name: str) -> PipelineConfig:
+    """A routed `other` as its shadow writes it: each route's table named as `other` names it, with `__<name>`
+    (`routing.table`'s `{pipeline}` spelled out), the quarantine `<quarantine>__<name>`, the checkpoint kept, and
+    the pipeline's name `<pipeline>__<name>` in the shadow's ledgers: the live pipeline's tables are the folders
+    whose ledger names the pipeline (`delta/routed.py`), so the live commands never take a shadow's table for a
+    route table, and the shadow's own are found the same way."""
+    assert other.routing is not None
+    routing = dataclasses.replace(
+        other.routing, table=other.routing.table.replace("{pipeline}", other.name) + f"__{name}",
+        tables={k: f"{v}__{name}" for k, v in other.routing.tables.items()}, silver={})
+    sink = dataclasses.replace(other.sink, quarantine_table=shadow_path(config.quarantine_path, name),
+                               checkpoint_location=config.checkpoint_path, catalog_table="",
+                               quarantine_catalog_table="")
+    return dataclasses.replace(other, name=f"{config.name}__{name}", sink=sink, routing=routing, silver=None)
+
+
+def live_name(table: str, name: str) -> str:
+    """The live table a shadow's route table `<table>__<name>` stands for."""
+    return table[: -len(f"__{name}")] if table.endswith(f"__{name}") else table
+
+
+def live_ledgers(config: PipelineConfig) -> dict[str, list[BatchRecord]]:
+    """A routed pipeline's tables' ledgers by table name (route tables, `quarantine`), read with delta-rs."""
+    options = config.storage_options() or None
+    return {table: rs_reads.history(path, options) or [] for table, path in routed.named_paths(config)}
 
 
 # --- start ------------------------------------------------------------------------------------------------------
@@ -196,19 +297,30 @@ def plan_start(config: PipelineConfig, other: PipelineConfig, *, start: str, end
     """The shadow `start` makes (or completes, when one of that name was started over the same range and config),
     with every refusal said before a JVM: the ledger read with delta-rs, Kafka's bounds asked."""
     target = shadow_config(config, other, name)
-    records = rs_reads.history(config.table_path, config.storage_options() or None)
-    if records is None:
-        raise ShadowError(f"{config.name}: no table at {config.table_path}")
-    low, high = version_range(records, start, end)
-    spans = spans_of(records, low, high)
+    times: tuple[str, str] | None = None
+    if config.routing is not None:
+        ledgers = live_ledgers(config)
+        if not any(ledgers.values()):
+            raise ShadowError(f"{config.name}: its tables ({', '.join(sorted(ledgers)) or 'none yet'}) record no "
+                              "offsets yet: nothing to re-ingest")
+        low, high = -1, -1
+        spans = routed_spans(ledgers, start, end, str(config.file))
+        times = (start, end or "")
+    else:
+        records = rs_reads.history(config.table_path, config.storage_options() or None)
+        if records is None:
+            raise ShadowError(f"{config.name}: no table at {config.table_path}")
+        low, high = version_range(records, start, end)
+        spans = spans_of(records, low, high)
     existing = load_shadows(config).get(name)
     if existing is not None:
         if existing.state in (PROMOTING, PROMOTED):
             raise ShadowError(f"shadow {name!r} of {config.name} is {existing.state}; a new one needs another "
                               "--name")
-        if existing.versions != (low, high) or existing.config_file != str(Path(other.file).resolve()):
-            raise ShadowError(f"shadow {name!r} of {config.name} exists over versions {existing.versions[0]}-"
-                              f"{existing.versions[1]} with {existing.config_file}: drop it first "
+        if (existing.versions, existing.spans) != ((low, high), spans) or \
+                existing.config_file != str(Path(other.file).resolve()):
+            raise ShadowError(f"shadow {name!r} of {config.name} exists over {existing.covers} "
+                              f"({', '.join(map(str, existing.spans))}) with {existing.config_file}: drop it first "
                               f"(`ingest shadow drop {config.name} --name {name}`) or choose another --name")
     ctx = context.resolve(config)
     topics = {s.topic for s in spans}
@@ -216,9 +328,9 @@ def plan_start(config: PipelineConfig, other: PipelineConfig, *, start: str, end
         ctx.kafka.client, t, ctx.kafka.timeout) for t in topics})
     check_kafka_holds(spans, marks)
     shadow = existing if existing is not None else Shadow(
-        name=name, config_file=str(Path(other.file).resolve()), table=target.table_path,
+        name=name, config_file=str(Path(other.file).resolve()), table="" if times else target.table_path,
         quarantine=target.quarantine_path, versions=(low, high), spans=spans, state=STARTING,
-        created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+        created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), times=times)
     return Plan(shadow, target, resumed=existing is not None)
 
 
@@ -250,13 +362,15 @@ def start(spark: SparkSession, config: PipelineConfig, plan: Plan) -> Shadow:
         wanted = wanted | ((F.col("topic") == topic) & (F.col("partition") == partition)
                            & F.col("offset").between(first, last))
     kafka_rows = reader.load().where(wanted)
+    if shadow.routed:
+        return _start_routed(spark, config, plan, ctx, kafka_rows)
     schemas = setup.resolver(spark, ctx, also=sorted(by_topic))
     setup.make_tables(spark, target, schemas.spec)
     rules = setup.check_rules(target, schemas.spec)
-    decoded = _decoded(kafka_rows, schemas.spec, rules)
+    decoded = replay.decode_with_rules(kafka_rows, schemas.spec, rules)
     if setup.learn_schemas(spark, target, schemas, decoded):  # connect-json: schemas the records brought
         rules = setup.check_rules(target, schemas.spec)
-        decoded = _decoded(kafka_rows, schemas.spec, rules)
+        decoded = replay.decode_with_rules(kafka_rows, schemas.spec, rules)
     decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         present = reads.held_coordinates(spark, target)
@@ -280,13 +394,23 @@ def start(spark: SparkSession, config: PipelineConfig, plan: Plan) -> Shadow:
     return shadow
 
 
-def _decoded(kafka_rows: DataFrame, spec: Any, rules: expectations.Rules) -> DataFrame:
-    """Decoder rows of `kafka_rows`, with the expectations' verdict (a row a blocking rule refuses fails, as the
-    stream's batches do)."""
-    decoded = decode_in_python(expectations.with_raw_value(kafka_rows, rules), spec)
-    if rules.rules:
-        decoded = expectations.flag_rows(decoded, rules, bronze.decoder_sources()).select(*decoded.columns)
-    return decoded
+def _start_routed(spark: SparkSession, config: PipelineConfig, plan: Plan, ctx: context.PipelineContext,
+                  kafka_rows: DataFrame) -> Shadow:
+    """A routed pipeline's start: the spans' records that none of the shadow's tables holds yet, split by route
+    under the other config's routing, each route's written to its shadow table (made as its first records come)
+    with the expectations applied, the records without a route to the shadow's quarantine; as `ingest replay`
+    writes a routed pipeline's (each table's commit its txn action and ledger record)."""
+    shadow, target = plan.shadow, plan.target
+    replay._replay_routed(spark, ctx, kafka_rows, f"shadow {shadow.name} ({', '.join(map(str, shadow.spans))})",
+                          with_rules=True)
+    made = {live_name(t, shadow.name): path for t, path in routed.route_tables(target).items()}
+    shadow = dataclasses.replace(shadow, state=READY, routes=made,
+                                 rows=sum(_count(spark, path) for path in made.values()),
+                                 quarantined=_count(spark, target.quarantine_path))
+    save_shadow(config, shadow, shadow.name)
+    log.info("%s: shadow %s over %s (%s): %d rows in %s, %d quarantined", config.name, shadow.name, shadow.covers,
+             ", ".join(map(str, shadow.spans)), shadow.rows, ", ".join(sorted(made)) or "no table", shadow.quarantined)
+    return shadow
 
 
 def _count(spark: SparkSession, path: str) -> int:
@@ -302,7 +426,11 @@ def status(config: PipelineConfig) -> list[dict[str, Any]]:
     reader = rs_reads.DeltaRsReader(config.storage_options() or None)
     out = []
     for name, s in sorted(load_shadows(config).items()):
-        rows = reader.rows(s.table) if s.state != PROMOTED else None
+        if s.routed:
+            counts = [reader.rows(path) for path in s.routes.values()] if s.state != PROMOTED else [None]
+            rows = None if None in counts else sum(c or 0 for c in counts)
+        else:
+            rows = reader.rows(s.table) if s.state != PROMOTED else None
         quarantined = reader.rows(s.quarantine) if s.state != PROMOTED else None
         out.append({"name": name, "state": s.state, "versions": list(s.versions),
                     "spans": [asdict(x) for x in s.spans], "records": sum(x.last - x.first + 1 for x in s.spans),
@@ -310,7 +438,8 @@ def status(config: PipelineConfig) -> list[dict[str, Any]]:
                     "quarantined": s.quarantined if quarantined is None else quarantined,
                     "config": s.config_file, "table": s.table, "quarantine_table": s.quarantine,
                     "created_at": s.created_at, "promoted_version": s.promoted_version,
-                    "config_backup": s.config_backup})
+                    "config_backup": s.config_backup, "times": None if s.times is None else list(s.times),
+                    "routes": dict(s.routes), "promoted_versions": dict(s.promoted_versions)})
     return out
 
 
@@ -320,10 +449,14 @@ def render_status(config: PipelineConfig, found: list[dict[str, Any]]) -> str:
     lines = [f"{'shadow':12} {'state':9} {'versions':>11} {'rows':>8} {'quar.':>6}  offsets  config"]
     for s in found:
         spans = ", ".join(f"{x['topic']}/{x['partition']}:{x['first']}-{x['last']}" for x in s["spans"])
-        versions = f"{s['versions'][0]}-{s['versions'][1]}"
+        versions = "times" if s["times"] else f"{s['versions'][0]}-{s['versions'][1]}"
+        promoted = (f" (promoted at version {s['promoted_version']})" if s["promoted_version"] is not None else
+                    " (promoted: " + ", ".join(f"{t} version {v}" for t, v in sorted(s["promoted_versions"].items()))
+                    + ")" if s["promoted_versions"] else "")
+        routes = f"; tables {', '.join(sorted(s['routes']))}" if s["routes"] else ""
+        times = f" from {s['times'][0]}" + (f" to {s['times'][1]}" if s["times"][1] else "") if s["times"] else ""
         lines.append(f"{s['name']:12} {s['state']:9} {versions:>11} {s['rows']:>8} {s['quarantined']:>6}  {spans}  "
-                     f"{s['config']}" + (f" (promoted at version {s['promoted_version']})"
-                                         if s["promoted_version"] is not None else ""))
+                     f"{s['config']}{times}{routes}{promoted}")
     return "\n".join(lines)
 
 
@@ -333,10 +466,26 @@ def drop(config: PipelineConfig, name: str) -> Shadow:
     """Remove a shadow that was not promoted: its two tables and its entry in the state file."""
     shadow = get(config, name)
     if shadow.state in (PROMOTING, PROMOTED):
+        each = ", ".join(f"{t} {v - 1}" for t, v in sorted(shadow.promoted_versions.items()))
+        before = (f"version {(shadow.promoted_version or 1) - 1}" if not shadow.routed else
+                  f"each table's version before it: {each}")
         raise ShadowError(f"shadow {name!r} of {config.name} is {shadow.state}: its rows are the live table's now "
-                          "(undo by time travel or a rewind to the version before the promote, "
-                          f"{(shadow.promoted_version or 1) - 1})")
-    for path in (shadow.table, shadow.quarantine):
+                          f"(undo by time travel or a rewind to the version before the promote, {before})")
+    for path in [*shadow_paths(config, shadow), shadow.quarantine]:
         shadow_tables.remove_table(path, config.spark)
     save_shadow(config, None, name)
     return shadow
+
+
+def shadow_paths(config: PipelineConfig, shadow: Shadow) -> list[str]:
+    """The shadow's bronze tables: its table, or a routed pipeline's route tables (those `start` recorded, and those
+    an interrupted start made: found by the shadow's ledgers under its config, when the file is still there)."""
+    if not shadow.routed:
+        return [shadow.table]
+    found = dict(shadow.routes)
+    if Path(shadow.config_file).is_file():
+        from ingestion.config import load_pipeline
+
+        target = shadow_config(config, load_pipeline(Path(shadow.config_file)), shadow.name)
+        found.update({live_name(t, shadow.name): p for t, p in routed.route_tables(target).items()})
+    return sorted(found.values())

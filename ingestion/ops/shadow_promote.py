@@ -1,5 +1,11 @@
 """`ingest shadow promote`: a shadow's rows put in place of the live rows of its offsets, one commit per table,
-then the pipeline switched to the shadow's config (docs/reprocessing.md)."""
+then the pipeline switched to the shadow's config (docs/reprocessing.md).
+
+A routed pipeline's: quarantine's commit first, then each route table's (sorted by name; the fault point
+`between_tables` between two), every table that holds rows of the spans or has rows of them in the shadow, each
+carrying its own txn action (`promote.<name>.<table>`, one txnVersion for all, recorded before the first commit) and
+a `promote` ledger record; a route table only the shadow has is made (its schema, partitioning and properties the
+shadow table's), one that empties out keeps its table."""
 
 from __future__ import annotations
 
@@ -12,8 +18,9 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
+from ingestion import faults
 from ingestion.config import PipelineConfig
-from ingestion.delta import commit, ledger, reads, shadow_tables
+from ingestion.delta import commit, ledger, reads, routed, shadow_tables
 from ingestion.delta.ledger import PROMOTE_BATCH_ID, BatchKind, BatchRecord, PartitionRange
 from ingestion.ops.shadow_state import (
     PROMOTED,
@@ -40,6 +47,8 @@ class Promoted:
     backup: str
     replaced: Mapping[str, int] = field(default_factory=dict)
     silver: int | None = None  # the bronze version the pipeline's silver table holds after the promote
+    tables: Mapping[str, int] = field(default_factory=dict)  # a routed pipeline's: the version each promote made
+    silvers: Mapping[str, int | None] = field(default_factory=dict)  # route table -> the version its silver holds
 
 
 def promote(spark: SparkSession, config: PipelineConfig, name: str) -> Promoted:
@@ -54,6 +63,8 @@ def promote(spark: SparkSession, config: PipelineConfig, name: str) -> Promoted:
                           f"{shadow.promoted_version})")
     if shadow.state == STARTING:
         raise ShadowError(f"shadow {name!r} of {config.name} is not complete: rerun `ingest shadow start` first")
+    if shadow.routed:
+        return _promote_routed(spark, config, shadow)
     lock = WriterLock(config.name, config.checkpoint_path, spark, config.spark)
     lock.acquire()  # PipelineRunning, one line naming the holder, when the pipeline runs
     try:
@@ -101,6 +112,109 @@ def promote(spark: SparkSession, config: PipelineConfig, name: str) -> Promoted:
              config.name, name, bronze_version, quarantine_version, config.file, shadow.config_file, backup)
     silver_version = follow_promote(spark, Path(config.file))
     return Promoted(shadow, bronze_version, quarantine_version, str(config.file), str(backup), silver=silver_version)
+
+
+def _promote_routed(spark: SparkSession, config: PipelineConfig, shadow: Shadow) -> Promoted:
+    """`promote` of a routed pipeline's shadow: quarantine's rows of the spans replaced by the shadow quarantine's,
+    then each route table's by its shadow table's (none: the table's rows of the spans removed), each in one commit
+    with its txn action and `promote` record; then the file switched and the route silvers brought along."""
+    name = shadow.name
+    lock = WriterLock(config.name, config.checkpoint_path, spark, config.spark)
+    lock.acquire()  # PipelineRunning, one line naming the holder, when the pipeline runs
+    try:
+        live = routed.route_tables(config)
+        names = sorted(set(live) | set(shadow.routes))
+        paths = {table: live.get(table) or config.route_path(table) for table in names}
+        apps = {table: promote_app_id(name, table) for table in names}
+        if shadow.promote_txn is None:
+            version = max([commit.next_version(spark, [config.quarantine_path], promote_app_id(name)),
+                           *(commit.next_version(spark, [paths[t]], apps[t]) for t in names)])
+            shadow = dataclasses.replace(shadow, state=PROMOTING, promote_txn=version)
+            save_shadow(config, shadow, name)
+        assert shadow.promote_txn is not None
+        version = shadow.promote_txn
+        spans = [s.as_tuple() for s in shadow.spans]
+        where = shadow_tables.condition(spans)
+        failed = reads.read_table(spark, shadow.quarantine)
+        quarantine = None
+        if failed is not None:
+            failed_count = failed.count()
+            q_record = _promote_record(config, promote_app_id(name), shadow, failed, failed_count)
+            if ledger.is_table(spark, config.quarantine_path):
+                def quarantine() -> None:
+                    assert failed is not None
+                    shadow_tables.replace_spans(failed, config.quarantine_path, spans,
+                                                commit.Txn(promote_app_id(name), version), q_record.to_user_metadata())
+            elif failed_count:
+                def quarantine() -> None:
+                    assert failed is not None
+                    commit.append(failed, config.quarantine_path, commit.Txn(promote_app_id(name), version),
+                                  q_record.to_user_metadata())
+        work: list[tuple[str, DataFrame, DataFrame | None]] = []  # table, its new rows of the spans, shadow table
+        for table in names:
+            rows = reads.read_table(spark, shadow.routes[table]) if table in shadow.routes else None
+            current = reads.read_table(spark, paths[table])
+            if rows is None and (current is None or not current.where(where).limit(1).count()):
+                continue  # neither side holds rows of the spans
+            if rows is not None and current is None and not rows.limit(1).count():
+                continue  # a route only the shadow has, all of whose records are quarantined
+            if rows is None:
+                assert current is not None
+                rows = spark.createDataFrame([], current.schema)  # the table's rows of the spans removed
+                work.append((table, rows, None))
+            else:
+                work.append((table, rows, rows))
+
+        def route_tables() -> None:
+            for n, (table, rows, made_from) in enumerate(work):
+                if n:
+                    faults.reached(faults.FaultPoint.BETWEEN_TABLES, PROMOTE_BATCH_ID)
+                if made_from is not None and not ledger.is_table(spark, paths[table]):
+                    shadow_tables.create_like(spark, shadow.routes[table], paths[table])  # a route only it has
+                record = _promote_record(config, apps[table], shadow, rows, rows.count(), quarantined=0)
+                shadow_tables.replace_spans(rows, paths[table], spans, commit.Txn(apps[table], version),
+                                            record.to_user_metadata())
+
+        stages.commit(PROMOTE_BATCH_ID, quarantine, route_tables)
+        versions = {t: v for t in names if ledger.is_table(spark, paths[t])
+                    and (v := _promote_version(spark, paths[t], commit.Txn(apps[t], version))) is not None}
+        quarantine_version = _promote_version(spark, config.quarantine_path, commit.Txn(promote_app_id(name), version))
+        backup = switch_config(config.file, Path(shadow.config_file), name)
+        shadow = dataclasses.replace(shadow, state=PROMOTED, promoted_versions=versions, config_backup=str(backup))
+        save_shadow(config, shadow, name)
+    finally:
+        lock.release()
+    log.info("%s: shadow %s promoted: %s, quarantine version %s; %s now holds %s (the old one is %s)", config.name,
+             name, ", ".join(f"{t} version {v}" for t, v in sorted(versions.items())) or "no route table",
+             quarantine_version, config.file, shadow.config_file, backup)
+    silvers = follow_routed_promote(spark, Path(config.file), set(versions))
+    return Promoted(shadow, None, quarantine_version, str(config.file), str(backup), tables=versions,
+                    silvers=silvers)
+
+
+def _promote_record(config: PipelineConfig, app_id: str, shadow: Shadow, rows: DataFrame, count: int,
+                    quarantined: int | None = None) -> BatchRecord:
+    """A table's `promote` ledger record: the shadow's spans, each with the count of `rows` in it."""
+    per_partition = _records_per_partition(rows, None)
+    return BatchRecord(pipeline=config.name, app_id=app_id, batch_id=PROMOTE_BATCH_ID, kind=BatchKind.PROMOTE,
+                       rows=count, schema_ids=_schema_ids(rows), quarantined=count if quarantined is None else 0,
+                       ranges=tuple(PartitionRange(s.topic, s.partition, s.first, s.last,
+                                                   per_partition.get((s.topic, s.partition), 0))
+                                    for s in shadow.spans))
+
+
+def follow_routed_promote(spark: SparkSession, file: Path, changed: set[str]) -> dict[str, int | None]:
+    """Each route silver (as the switched file says) over a route table the promote changed, brought to it: its
+    step rebuilds from the table's fold, as `follow_promote` does a pipeline's silver."""
+    from ingestion.config import load_pipeline
+    from ingestion.silver.follower import SilverFollower
+
+    out: dict[str, int | None] = {}
+    for table, route in load_pipeline(file).route_silvers().items():
+        if table in changed:
+            record = SilverFollower(spark, route).step()
+            out[table] = record.bronze_version if record is not None else None
+    return out
 
 
 def follow_promote(spark: SparkSession, file: Path) -> int | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ingestion import state_files
@@ -45,9 +45,9 @@ class Shadow:
 
     name: str
     config_file: str  # the other config, absolute
-    table: str
+    table: str  # a routed pipeline's: "" (its route tables are `routes`)
     quarantine: str
-    versions: tuple[int, int]  # the live bronze versions re-ingested, both inclusive
+    versions: tuple[int, int]  # the live bronze versions re-ingested, both inclusive (a routed pipeline's: -1, -1)
     spans: tuple[Span, ...]
     state: str = STARTING
     created_at: str = ""
@@ -56,11 +56,29 @@ class Shadow:
     promote_txn: int | None = None  # the promote's txnVersion (app id `promote_app_id(name)`), once recorded
     promoted_version: int | None = None  # the live bronze version the promote committed
     config_backup: str | None = None  # where the live config file was kept at the promote
+    # A routed pipeline's shadow: the times `--from`/`--to` named (ISO; "" for no --to), its route tables by the
+    # live table's name they stand for (`<table>` -> the path of `<table>__<name>`, filled by `start`), and the
+    # version each live table's promote committed
+    times: tuple[str, str] | None = None
+    routes: dict[str, str] = field(default_factory=dict)
+    promoted_versions: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def routed(self) -> bool:
+        return self.times is not None
+
+    @property
+    def covers(self) -> str:
+        """What the shadow re-ingests, for messages: `versions 12-30`, or a routed pipeline's times."""
+        if self.times is None:
+            return f"versions {self.versions[0]}-{self.versions[1]}"
+        return f"the batches committed from {self.times[0]}" + (f" to {self.times[1]}" if self.times[1] else "")
 
     def to_json(self) -> dict[str, Any]:
         body = asdict(self)
         body["versions"] = list(self.versions)
         body["spans"] = [asdict(s) for s in self.spans]
+        body["times"] = None if self.times is None else list(self.times)
         return body
 
     @classmethod
@@ -69,11 +87,15 @@ class Shadow:
         values = {k: v for k, v in body.items() if k in fields}
         values["versions"] = (int(body["versions"][0]), int(body["versions"][1]))
         values["spans"] = tuple(Span(**s) for s in body["spans"])
+        if body.get("times") is not None:
+            values["times"] = (str(body["times"][0]), str(body["times"][1]))
         return cls(**values)
 
 
-def promote_app_id(name: str) -> str:
-    return f"promote.{name}"
+def promote_app_id(name: str, table: str = "") -> str:
+    """The promote's txnAppId: `promote.<name>`; a route table's `promote.<name>.<table>` (so its ledger says it is
+    the pipeline's, `delta/routed.py`, a table the promote made included)."""
+    return f"promote.{name}.{table}" if table else f"promote.{name}"
 
 
 # --- the state file ---------------------------------------------------------------------------------------------

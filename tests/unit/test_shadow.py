@@ -164,3 +164,81 @@ def test_the_commands_answer_in_one_line_without_a_jvm(tmp_path: Path, capsys: p
         assert main(["shadow", action, str(path), "--name", "x"]) == 1
         err = capsys.readouterr().err.strip()
         assert "has no shadow 'x'" in err and "\n" not in err, err
+
+
+def _routed_record(table: str, version: int, batch: int, minute: int, ranges: list[tuple[int, int, int]],
+                   kind: BatchKind = BatchKind.STREAM) -> BatchRecord:
+    app = f"outbox-0123456789abcdef.{table}" if kind == BatchKind.STREAM else "replay"
+    return BatchRecord(pipeline="outbox", app_id=app, batch_id=batch, kind=kind, rows=1, schema_ids=(),
+                       ranges=tuple(PartitionRange("t", p, f, last, last - f + 1) for p, f, last in ranges),
+                       version=version, committed_at=T0 + dt.timedelta(minutes=minute, seconds=version))
+
+
+def test_a_routed_range_is_whole_stream_batches_between_two_times_and_a_version_is_refused() -> None:
+    # batch 1's commits straddle 10:02: it is inside (its first commit is), in every table
+    ledgers = {"outbox_a": [_routed_record("outbox_a", 1, 0, 1, [(0, 0, 8)]),
+                            _routed_record("outbox_a", 2, 1, 2, [(0, 10, 18)])],
+               "outbox_b": [_routed_record("outbox_b", 1, 0, 1, [(0, 1, 9)]),
+                            _routed_record("outbox_b", 2, 1, 3, [(0, 11, 19), (1, 0, 4)])],
+               "quarantine": [_routed_record("quarantine", 5, 2, 4, [(0, 20, 20)])]}
+    assert shadow.routed_spans(ledgers, "2026-01-01T10:02:00", "2026-01-01T10:03:30") == (
+        Span("t", 0, 10, 19), Span("t", 1, 0, 4))
+    assert shadow.routed_spans(ledgers, "2026-01-01T10:02:00", None) == (Span("t", 0, 10, 20), Span("t", 1, 0, 4))
+    with pytest.raises(ShadowError, match=r"^f.yaml: --to 7: a routed pipeline's tables \(outbox_a, outbox_b, "
+                                          r"quarantine\) each have versions of their own.*ISO time"):
+        shadow.routed_spans(ledgers, "2026-01-01T10:02:00", "7", "f.yaml")
+    with pytest.raises(ShadowError, match="holds Kafka offsets"):
+        shadow.routed_spans(ledgers, "2026-01-01T11:00:00", None)
+    # a replay inside batch 1's offsets, committed later: the range would interleave it
+    filled = {**ledgers, "outbox_a": [*ledgers["outbox_a"],
+                                      _routed_record("outbox_a", 3, -2, 9, [(0, 12, 12)], BatchKind.REPLAY)]}
+    with pytest.raises(ShadowError, match=r"outbox_a version 3 .*interleaved"):
+        shadow.routed_spans(filled, "2026-01-01T10:02:00", "2026-01-01T10:05:00")
+    rewound = {**ledgers, "outbox_b": [*ledgers["outbox_b"],
+                                       _routed_record("outbox_b", 3, 0, 4, [], BatchKind.REWIND)]}
+    with pytest.raises(ShadowError, match=r"outbox_b version 3 .*rewind commit"):
+        shadow.routed_spans(rewound, "2026-01-01T10:02:00", None)
+
+
+def test_a_routed_shadows_tables_are_named_beside_the_live_ones(tmp_path: Path) -> None:
+    def routed_file(folder: Path, routing: str) -> Path:
+        folder.mkdir(parents=True)
+        path = folder / "outbox.yaml"
+        path.write_text(f"""name: outbox
+topic: outbox
+kafka:
+  bootstrap.servers: "127.0.0.1:9"
+value:
+  format: json
+  schemaFile: {folder / 'x.json'}
+sink:
+  root: {tmp_path / 'lake'}
+routing:
+  by: field
+  field: kind
+{routing}""")
+        return path
+
+    live = load_pipeline(routed_file(tmp_path / "live", ""))
+    other = load_pipeline(routed_file(tmp_path / "other", "  tables: {Refund: refunds}\n"))
+    target = shadow.shadow_config(live, other, "fix")
+    assert target.route_path(target.route_table("Sale")) == live.route_path("outbox_sale") + "__fix"
+    assert target.route_table("Refund") == "refunds__fix"
+    assert target.quarantine_path == live.quarantine_path + "__fix"
+    assert target.checkpoint_path == live.checkpoint_path and target.name == "outbox__fix"
+    with pytest.raises(ConfigError, match=r"key 'routing': absent, and the live pipeline is routed"):
+        shadow.shadow_config(live, load_pipeline(_pipeline(tmp_path / "flat")), "fix")
+
+
+def test_a_routed_diff_names_records_that_move_between_route_tables() -> None:
+    def row(offset: int, **values: object) -> dict[str, object]:
+        return {"_kafka_topic": "t", "_kafka_partition": 0, "_kafka_offset": offset, **values}
+
+    live = {"a": _table([row(o, x=o) for o in (0, 1, 2)]), "b": _table([row(o, y=o) for o in (3, 4)])}
+    mine = {"a": _table([row(o, x=o + (o == 1)) for o in (0, 1)]), "c": _table([row(o, y=o) for o in (2, 3, 4)])}
+    q = _table([{**row(5), "_error_class": "RouteError"}])
+    d = shadow_diff.compare_tables("outbox", "s", (-1, -1), ["t/0:0-5"], live, mine, q, q, routed=True)
+    assert (d.moved_tables.count, d.moves) == (3, {"a -> c": 1, "b -> c": 2})
+    assert d.tables == {"a": [3, 2], "b": [2, 0], "c": [0, 3]}
+    assert {c: m.count for c, m in d.columns.items()} == {"a.x": 1} and not d.same
+    assert "a -> c 1, b -> c 2" in shadow_diff.render(d)

@@ -16,9 +16,10 @@ def shadow_start(args: argparse.Namespace) -> int:
     plan = shadow.plan_start(config, other, start=args.start, end=args.end, name=args.name)  # refusals: no JVM
     spark = spark_session(f"ingest-{config.name}-shadow", [config])
     s = shadow.start(spark, config, plan)
-    print(f"shadow {s.name} of {config.name}: versions {s.versions[0]}-{s.versions[1]} "
+    where = s.table if not s.routed else ", ".join(sorted(s.routes.values())) or "no route table"
+    print(f"shadow {s.name} of {config.name}: {s.covers} "
           f"({', '.join(map(str, s.spans))}) re-ingested with {s.config_file}{' (completed)' if plan.resumed else ''}: "
-          f"{s.rows} rows in {s.table}, {s.quarantined} quarantined in {s.quarantine}; next: "
+          f"{s.rows} rows in {where}, {s.quarantined} quarantined in {s.quarantine}; next: "
           f"ingest shadow diff {args.pipeline} --name {s.name}")
     return 0
 
@@ -49,6 +50,13 @@ def shadow_promote(args: argparse.Namespace) -> int:
     shadow.get(config, args.name)  # an unknown shadow: before a JVM
     spark = spark_session(f"ingest-{config.name}-promote", [config])
     p = shadow.promote(spark, config, args.name)
+    if p.shadow.routed:
+        print(f"shadow {args.name} promoted: " + (", ".join(f"{t} version {v}" for t, v in sorted(p.tables.items()))
+                                                   or "no route table changed")
+              + f", quarantine version {p.quarantine_version}; {p.config_file} now holds {p.shadow.config_file} (the "
+              f"old file is {p.backup}); each table's version before its promote reads the old rows"
+              + "".join(f"; {t}'s silver rebuilt from version {v}" for t, v in sorted(p.silvers.items())))
+        return 0
     print(f"shadow {args.name} promoted: bronze version {p.bronze_version}, quarantine version "
           f"{p.quarantine_version}; {p.config_file} now holds {p.shadow.config_file} (the old file is {p.backup}); "
           f"the version before the promote reads the old rows (VERSION AS OF {(p.shadow.promoted_version or 1) - 1})"
@@ -60,6 +68,7 @@ def shadow_drop(args: argparse.Namespace) -> int:
     from ingestion.ops import shadow
 
     config = load(args.pipeline)
+    paths = shadow.shadow_paths(config, shadow.get(config, args.name))
     s = shadow.drop(config, args.name)
-    print(f"shadow {s.name} of {config.name} dropped: {s.table} and {s.quarantine} removed")
+    print(f"shadow {s.name} of {config.name} dropped: {', '.join([*paths, s.quarantine])} removed")
     return 0
