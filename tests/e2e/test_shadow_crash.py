@@ -1,23 +1,34 @@
 """`ingest shadow start` and `ingest shadow promote` SIGKILLed at their commits' fault points: start after the
-shadow's commit (its state not yet `ready`), promote between the live quarantine's commit and bronze's. Each leaves
-the live table's old rows readable, says where it stopped (`status`), and a rerun completes with every offset once
-and each txn action once, as an uninterrupted promote would."""
+shadow's commit (its state not yet `ready`), promote between the live quarantine's commit and bronze's, and a routed
+pipeline's promote between two route tables' commits. Each leaves the live table's old rows readable, says where it
+stopped (`status`), and a rerun completes with every offset once and each txn action once, as an uninterrupted
+promote would."""
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ingestion.config import load_pipeline
-from ingestion.delta import ledger
+from ingestion.delta import ledger, routed
 from ingestion.delta.ledger import PROMOTE_BATCH_ID, REPLAY_BATCH_ID
 from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.ops import shadow, verify
 from ingestion.stream import pipeline
 from tests.helpers import commits_without_txn, delta_txns, killed_at
-from tests.integration.test_shadow import _pipelines, _produce, _rows
+from tests.integration.test_shadow import (
+    _pipelines,
+    _produce,
+    _rows,
+    assert_each_offset_once,
+    assert_txns_once,
+    produce_kinds,
+    routed_pipelines,
+    routed_rows,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -66,4 +77,37 @@ def test_shadow_start_and_promote_killed_at_their_commits_then_rerun(spark: Any,
         assert len({(a, v) for _, a, v in txns}) == len(txns), txns
         assert [(a, v) for _, a, v in txns if a == "promote.shadow"] == [("promote.shadow", 0)]
         assert commits_without_txn(Path(path)) == []
+    assert verify.audit(DeltaRsReader(), config).ok
+
+
+def test_a_routed_promote_killed_between_two_route_tables_then_rerun(spark: Any, kafka_servers: str,
+                                                                     make_topic: Any, tmp_path: Path) -> None:
+    topic = make_topic(partitions=2)
+    live_file, other_file = routed_pipelines(tmp_path, topic, kafka_servers)
+    config = load_pipeline(live_file)
+    produced = produce_kinds(kafka_servers, topic, range(0, 60))
+    pipeline.run(spark, config, available_now=True)
+    since = dt.datetime.now(dt.UTC).isoformat()
+    produced.update(produce_kinds(kafka_servers, topic, range(60, 120)))
+    pipeline.run(spark, config, available_now=True)
+    shadow.start(spark, config, shadow.plan_start(config, load_pipeline(other_file), start=since, end=None))
+
+    # killed after quarantine's commit and the first route table's (outbox_gift), before outbox_refund's: the
+    # pipeline's file is the old one, the shadow says it is being promoted
+    old = routed_rows(spark, config)
+    old_text = live_file.read_text()
+    killed_at(f"between_tables:{PROMOTE_BATCH_ID}", tmp_path / "promote.log", "shadow", "promote", str(live_file))
+    assert live_file.read_text() == old_text and [s["state"] for s in shadow.status(config)] == ["promoting"]
+    now = routed_rows(spark, config)
+    assert now["outbox_gift"] != old["outbox_gift"] and now["outbox_refund"] == old["outbox_refund"]
+    assert now["outbox_sale"] == old["outbox_sale"]
+
+    promoted = shadow.promote(spark, config, "shadow")
+    assert promoted.shadow.state == "promoted" and live_file.read_text() == other_file.read_text()
+    config = load_pipeline(live_file)
+    assert sorted(promoted.tables) == ["outbox_gift", "outbox_refund", "outbox_sale", "refunds"]
+    assert_each_offset_once(spark, config, produced)
+    paths = dict(routed.named_paths(config))
+    assert_txns_once(list(paths.values()), {paths[t]: f"promote.shadow.{t}" for t in promoted.tables} | {
+        config.quarantine_path: "promote.shadow"})
     assert verify.audit(DeltaRsReader(), config).ok

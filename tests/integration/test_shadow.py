@@ -225,3 +225,171 @@ def test_a_promote_rebuilds_the_pipelines_silver_table_from_the_promoted_bronze(
     # the fold of the promoted bronze: each id's newest row is one the corrected file decoded, with its channel
     current = {r["id"]: r.asDict() for r in spark.read.format("delta").load(config.silver_path).collect()}
     assert len(current) == 24 and all(row["channel"] is not None for row in current.values())
+
+
+# --- a routed pipeline -------------------------------------------------------------------------------------------
+
+def _kind(seq: int) -> str | None:
+    """Refunds only in 60..119 and from 180 on (so no refund outside the range lands in its old table); 61 none."""
+    if seq == 61:
+        return None
+    return "Refund" if (60 <= seq < 120 or seq >= 180) and seq % 3 == 0 else ("Sale" if seq % 2 else "Gift")
+
+
+def routed_pipelines(tmp_path: Path, topic: str, servers: str) -> tuple[Path, Path]:
+    """A JSON topic routed by its `kind` field: the live file with the wrong schema file (coupon required, no
+    channel), the other config with the corrected one and the refunds routed to a table of their own name."""
+    from tests.helpers import routed_by_field
+
+    files = []
+    for corrected in (False, True):
+        path = _schema(tmp_path / f"{'right' if corrected else 'wrong'}.json", corrected=corrected)
+        body = json.loads(path.read_text())
+        body["properties"]["kind"] = {"type": "string"}
+        path.write_text(json.dumps(body))
+        files.append(path)
+    live_file = routed_by_field(tmp_path, "outbox", topic, servers, files[0])
+    other_file = tmp_path / "outbox-fixed.yaml"
+    other_file.write_text(live_file.read_text().replace(str(files[0]), str(files[1]))
+                          + "  tables: {Refund: refunds}\n")
+    return live_file, other_file
+
+
+def produce_kinds(servers: str, topic: str, seqs: range) -> dict[tuple[int, int], dict[str, Any]]:
+    """Records `seqs` of kind `_kind(seq)` on partition seq % 2, every fourth without its coupon."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": servers, "enable.idempotence": True})
+    found: dict[tuple[int, int], dict[str, Any]] = {}
+    for seq in seqs:
+        doc: dict[str, Any] = {"id": f"o{seq}", "amount": seq * 10, "status": "NEW", "channel": f"ch{seq % 3}"}
+        if (kind := _kind(seq)) is not None:
+            doc["kind"] = kind
+        if seq % 4:
+            doc["coupon"] = f"C{seq}"
+
+        def delivered(err: Any, msg: Any, doc: dict[str, Any] = doc) -> None:
+            assert err is None, err
+            found[(msg.partition(), msg.offset())] = doc
+
+        producer.produce(topic, value=json.dumps(doc).encode(), partition=seq % 2, on_delivery=delivered)
+    producer.flush(30)
+    assert len(found) == len(seqs)
+    return found
+
+
+def routed_rows(spark: Any, config: Any) -> dict[str, dict[tuple[int, int], dict[str, Any]]]:
+    """Each route table's rows (and `quarantine`'s) by (partition, offset)."""
+    from ingestion.delta import routed
+
+    return {table: _rows(spark, path) for table, path in routed.named_paths(config)}
+
+
+def assert_each_offset_once(spark: Any, config: Any, produced: dict[tuple[int, int], dict[str, Any]]) -> None:
+    """Every produced offset in exactly one of the route tables and quarantine, in the table its kind names."""
+    held: dict[tuple[int, int], str] = {}
+    for table, rows in routed_rows(spark, config).items():
+        for key in rows:
+            assert key not in held, (key, table, held[key])
+            held[key] = table
+    assert set(held) == set(produced)
+    for key, doc in produced.items():
+        if held[key] != "quarantine":
+            assert held[key] == config.route_table(doc["kind"]), (key, doc, held[key])
+
+
+def assert_txns_once(paths: list[str], promote: dict[str, str]) -> None:
+    """Each table's txn actions once each, its promote's (`promote`: path -> app id) at version 0, and no data commit
+    without a txn."""
+    for path in paths:
+        txns = delta_txns(Path(path))
+        assert len({(a, v) for _, a, v in txns}) == len(txns), (path, txns)
+        assert [(a, v) for _, a, v in txns if a.startswith("promote.")] == \
+            ([(promote[path], 0)] if path in promote else []), path
+        assert commits_without_txn(Path(path)) == [], path
+
+
+def test_a_routed_pipelines_shadow_moves_records_between_route_tables_and_makes_a_new_one(
+        spark: Any, kafka_servers: str, make_topic: Any, tmp_path: Path) -> None:
+    import datetime as dt
+
+    from ingestion.delta import routed
+
+    topic = make_topic(partitions=2)
+    live_file, other_file = routed_pipelines(tmp_path, topic, kafka_servers)
+    config = load_pipeline(live_file)
+    produced = produce_kinds(kafka_servers, topic, range(0, 60))
+    pipeline.run(spark, config, available_now=True)
+    since = dt.datetime.now(dt.UTC).isoformat()
+    produced.update(produce_kinds(kafka_servers, topic, range(60, 120)))
+    pipeline.run(spark, config, available_now=True)
+    until = dt.datetime.now(dt.UTC).isoformat()
+    in_range = {k for k, d in produced.items() if 60 <= int(d["id"][1:]) < 120}
+    assert sorted(routed.route_tables(config)) == ["outbox_gift", "outbox_refund", "outbox_sale"]
+
+    with pytest.raises(shadow.ShadowError, match=r"--from 3: a routed pipeline's tables .* give an ISO time") as no:
+        shadow.plan_start(config, load_pipeline(other_file), start="3", end=None)
+    assert "\n" not in str(no.value) and str(live_file) in str(no.value)
+    plan = shadow.plan_start(config, load_pipeline(other_file), start=since, end=until)
+    assert [(s.partition, s.first, s.last) for s in plan.shadow.spans] == [(0, 30, 59), (1, 30, 59)]
+    started = shadow.start(spark, config, plan)
+    assert (started.state, started.rows, started.quarantined) == ("ready", 59, 1)
+    assert sorted(started.routes) == ["outbox_gift", "outbox_sale", "refunds"]
+    assert all(p.endswith("__shadow") for p in started.routes.values())
+    # the live pipeline goes on with the old file, and does not take the shadow's tables for route tables
+    produced.update(produce_kinds(kafka_servers, topic, range(120, 180)))
+    pipeline.run(spark, config, available_now=True)
+    assert sorted(routed.route_tables(config)) == ["outbox_gift", "outbox_refund", "outbox_sale"]
+    versions = {p: ledger.table_version(spark, p) for p in started.routes.values()}
+    again = shadow.start(spark, config, shadow.plan_start(config, load_pipeline(other_file), start=since, end=until))
+    assert again.rows == 59 and {p: ledger.table_version(spark, p) for p in again.routes.values()} == versions
+
+    d = shadow_diff.diff(config, "shadow")
+    refunds_with_coupon = sorted(k for k in in_range if produced[k].get("kind") == "Refund" and "coupon" in
+                                 produced[k])
+    assert (d.live_rows, d.live_quarantined, d.shadow_rows, d.shadow_quarantined) == (44, 16, 59, 1)
+    assert d.tables == {"outbox_gift": [10, 20], "outbox_refund": [15, 0], "outbox_sale": [19, 19],
+                        "refunds": [0, 20]}
+    assert (d.from_quarantine.count, d.to_quarantine.count, d.error_changed.count) == (15, 0, 0)
+    assert d.only_live.count == d.only_shadow.count == 0
+    assert d.moved_tables.count == 15 and d.moves == {"outbox_refund -> refunds": 15}
+    assert d.moved_tables.samples == [[topic, p, o] for p, o in refunds_with_coupon[:3]]
+    assert {c: m.count for c, m in d.columns.items()} == {"outbox_gift.channel": 10, "outbox_sale.channel": 19}
+    assert sorted(d.added_columns) == ["outbox_gift.channel", "outbox_sale.channel"]
+    assert json.loads(json.dumps(d.to_json()))["moves"] == {"outbox_refund -> refunds": 15}
+    assert "outbox_refund -> refunds 15" in shadow_diff.render(d)
+    assert [(s["state"], s["rows"], s["quarantined"]) for s in shadow.status(config)] == [("ready", 59, 1)]
+
+    old = routed_rows(spark, config)
+    promoted = shadow.promote(spark, config, "shadow")
+    assert promoted.shadow.state == "promoted" and live_file.read_text() == other_file.read_text()
+    config = load_pipeline(live_file)
+    assert sorted(promoted.tables) == ["outbox_gift", "outbox_refund", "outbox_sale", "refunds"]
+    assert sorted(routed.route_tables(config)) == ["outbox_gift", "outbox_refund", "outbox_sale", "refunds"]
+    rows = routed_rows(spark, config)
+    assert rows["outbox_refund"] == {}  # emptied out: the table stays
+    assert len(rows["refunds"]) == 20 and all(r["channel"] is not None for r in rows["refunds"].values())
+    assert set(rows["quarantine"]) == {k for k, d in produced.items() if "kind" not in d or (
+        "coupon" not in d and k not in in_range)}
+    for key in in_range:
+        table = "quarantine" if "kind" not in produced[key] else config.route_table(produced[key]["kind"])
+        if table != "quarantine":
+            assert rows[table][key]["channel"] == produced[key]["channel"]
+            assert {c: rows[table][key][c] for c in PAYLOAD} == {c: produced[key].get(c) for c in PAYLOAD}
+    assert_each_offset_once(spark, config, produced)
+    # the version before each table's promote reads its old rows
+    paths = dict(routed.named_paths(config))
+    for table, version in promoted.tables.items():
+        assert _rows(spark, paths[table], version - 1) == old.get(table, {}), table
+    assert promoted.quarantine_version is not None
+    assert _rows(spark, config.quarantine_path, promoted.quarantine_version - 1) == old["quarantine"]
+    promote_ids = {paths[t]: f"promote.shadow.{t}" for t in promoted.tables} | {
+        config.quarantine_path: "promote.shadow"}
+    assert_txns_once(list(paths.values()), promote_ids)
+    assert verify.audit(DeltaRsReader(), config).ok
+
+    # the stream continues with the corrected file: new refunds land in their new table, each record once
+    produced.update(produce_kinds(kafka_servers, topic, range(180, 200)))
+    pipeline.run(spark, config, available_now=True)
+    assert_each_offset_once(spark, config, produced)
+    assert verify.audit(DeltaRsReader(), config).ok
