@@ -51,6 +51,20 @@ def append(rows: DataFrame, path: str, txn: Txn, metadata: str, *, merge_schema:
      .save(path))
 
 
+def overwrite(rows: DataFrame, path: str, txn: Txn, metadata: str) -> None:
+    """Replace the rows and the schema of the table at `path` (made if there is none) with `rows`, in one commit
+    carrying `txn` and `metadata`."""
+    (rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+     .option("txnAppId", txn.app_id).option("txnVersion", txn.version)
+     .option("userMetadata", metadata)
+     .save(path))
+
+
+def create_empty(rows: DataFrame, path: str) -> None:
+    """A table at `path` with the columns of `rows` and no rows (no data: no transaction id)."""
+    rows.where("false").write.format("delta").save(path)
+
+
 @contextmanager
 def committing(session: SparkSession, txn: Txn | None, metadata: str) -> Iterator[None]:
     """Delta commits made inside the block (MERGE, UPDATE, DELETE; RESTORE with `txn` None) carry `txn` and

@@ -146,10 +146,13 @@ def rewound(config: PipelineConfig) -> bool:
     return rewind is not None and (stream is None or rewind > stream)
 
 
-def recorded_offsets(config: PipelineConfig) -> dict[str, dict[str, int]]:
+def recorded_offsets(config: PipelineConfig) -> dict[str, dict[str, int]] | None:
     """Per topic and partition, the offset after the last one any of a routed pipeline's tables holds (each table's
     ledger, read with delta-rs, honouring its rewinds as a bronze table's does): where an available-now run counts
-    from, and where a new checkpoint resumes after a rewind."""
+    from, and where a new checkpoint resumes after a rewind. A pipeline without routing: its bronze table's
+    (`rs_reads.recorded_offsets`: {} without a table, None when delta-rs cannot tell)."""
+    if config.routing is None:
+        return rs_reads.recorded_offsets(config)
     return held_offsets(_ledgers(config))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -255,6 +256,70 @@ def read_rows(path: str, version: int | None = None,
         return rows.select(target.names).cast(target), table.schema().to_json()
     except Exception as exc:  # noqa: BLE001
         raise _cannot(path, exc) from None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A version of a table as its log gives it: its data files' URIs, its schema (the JSON of Spark's StructType)
+    with the column names in order, and its partition columns."""
+
+    files: tuple[str, ...]
+    schema_json: str
+    columns: tuple[str, ...]
+    partition_columns: tuple[str, ...]
+
+
+def snapshot(path: str, version: int | None = None,
+             storage_options: dict[str, str] | None = None) -> Snapshot | None:
+    """The table at `path` as of `version` (else its latest); None when delta-rs finds no table (or not that
+    version). Other failures (a feature or store delta-rs lacks) raise as delta-rs raises them."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(path, version=version, storage_options=storage_options)
+    except TableNotFoundError:
+        return None
+    schema = table.schema()
+    return Snapshot(tuple(table.file_uris()), schema.to_json(), tuple(f.name for f in schema.fields),
+                    tuple(table.metadata().partition_columns))
+
+
+def dataset(path: str, storage_options: dict[str, str] | None = None) -> Any:
+    """The table's latest rows as a pyarrow dataset (scanned lazily, batch by batch)."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(path, storage_options=storage_options).to_pyarrow_dataset()
+
+
+def query(path: str, statements: Sequence[str], storage_options: dict[str, str] | None = None) -> list[Any] | None:
+    """Each SQL statement's answer (a pyarrow Table) over the table's latest rows, the table named `t` (delta-rs's
+    query engine); None when there is no table; JvmFreeReadError when delta-rs cannot read it."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, QueryBuilder
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        engine = QueryBuilder().register("t", DeltaTable(path, storage_options=storage_options))
+        return [pa.table(engine.execute(sql)) for sql in statements]
+    except TableNotFoundError:
+        return None
+    except Exception as exc:  # noqa: BLE001 - a feature or store delta-rs lacks: the caller reads with Spark
+        raise _cannot(path, exc) from None
+
+
+def commits(path: str, storage_options: dict[str, str] | None = None,
+            limit: int | None = None) -> list[dict[str, Any]] | None:
+    """The table's newest `limit` commit infos (None: all), newest first, as delta-rs gives them (version,
+    timestamp, operation, operationParameters, operationMetrics, userMetadata); None when there is no table."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(path, storage_options=storage_options)
+    except TableNotFoundError:
+        return None
+    return list(table.history(limit))
 
 
 def history(path: str, storage_options: dict[str, str] | None = None) -> list[BatchRecord] | None:

@@ -170,6 +170,12 @@ def _create_with_spark(spark: SparkSession, plan: TablePlan) -> None:
 TYPE_WIDENING = "delta.enableTypeWidening"
 
 
+def set_property(spark: SparkSession, path: str, key: str, value: str) -> None:
+    """Set a table property of the table at `path` (a metadata commit)."""
+    spark.sql("ALTER TABLE delta.`{}` SET TBLPROPERTIES ('{}' = '{}')".format(
+        path.replace("`", "``"), key.replace("'", "\\'"), value.replace("'", "\\'")))
+
+
 def widen_columns(spark: SparkSession, path: str, columns: list[tuple[str, T.DataType]]) -> None:
     """Widen columns of the table at `path` (dotted paths for nested fields) with Delta's type widening: the table
     gets the `typeWidening` feature (a protocol upgrade: readers must support it) and keeps its data files; rows
@@ -177,7 +183,17 @@ def widen_columns(spark: SparkSession, path: str, columns: list[tuple[str, T.Dat
     if not columns:
         return
     table = "delta.`{}`".format(path.replace("`", "``"))
-    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('{TYPE_WIDENING}' = 'true')")
+    set_property(spark, path, TYPE_WIDENING, "true")
     for name, wider in columns:
         column = ".".join("`{}`".format(part.replace("`", "``")) for part in name.split("."))
         spark.sql(f"ALTER TABLE {table} ALTER COLUMN {column} TYPE {wider.simpleString()}")
+
+
+def add_columns(spark: SparkSession, path: str, schema: T.StructType, metadata: str, *, widen: bool = False) -> None:
+    """Give the table at `path` the columns and nested fields of `schema` it lacks, in a commit of no rows carrying
+    `metadata`; `widen`: first turn on Delta's type widening, so that the commit also widens the columns `schema`
+    holds in a wider type."""
+    if widen:
+        set_property(spark, path, TYPE_WIDENING, "true")
+    (spark.createDataFrame([], schema).write.format("delta").mode("append").option("mergeSchema", "true")
+     .option("userMetadata", metadata).save(path))

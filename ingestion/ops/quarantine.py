@@ -25,7 +25,7 @@ from ingestion.config import PipelineConfig
 from ingestion.decode import bronze, expectations, routes
 from ingestion.decode.python_decoder import decode_in_python
 from ingestion.decode.resolver import SchemaResolver
-from ingestion.delta import commit, ledger, reads
+from ingestion.delta import commit, ledger, reads, spark_tables
 from ingestion.delta.ledger import REDECODE_BATCH_ID, BatchKind, BatchRecord
 from ingestion.delta.reader import QuarantinedRecord, QuarantineGroup
 from ingestion.ops.readers import Source, as_reader
@@ -152,8 +152,6 @@ def _redecode(spark: SparkSession, config: PipelineConfig, schemas: SchemaResolv
               run: int, app_id: str = "redecode") -> RedecodeResult:
     """Re-decode quarantined records (`as_kafka_rows`) into `config`'s bronze (a route's table: `app_id`
     `redecode.<table>`), removing from quarantine what bronze holds then; both commits carry (`app_id`, `run`)."""
-    from delta.tables import DeltaTable
-
     # Bronze follows the reader schema as at a stream's start: widened columns first (Delta's type widening), before
     # any DataFrame reads bronze (a read analyzed before the widening fails Delta's schema check later); added
     # columns come with the append's schema merge. A version no run has seen yet (every record of it quarantined)
@@ -197,8 +195,8 @@ def _redecode(spark: SparkSession, config: PipelineConfig, schemas: SchemaResolv
         if decodable or changed:
             source = renamed.select(*KEYS, "_error_class", "_error_message", "_schema_id")
             with commit.committing(spark, commit.Txn(app_id, run), _redecode_marker(config).to_user_metadata()):
-                (DeltaTable.forPath(spark, config.quarantine_path).alias("q")
-                 .merge(source.alias("s"), " AND ".join(f"q.{k} = s.{k}" for k in KEYS))
+                (spark_tables.merge(spark, config.quarantine_path, source,
+                                    " AND ".join(f"q.{k} = s.{k}" for k in KEYS), target="q")
                  .whenMatchedDelete(condition="s._error_class IS NULL")
                  .whenMatchedUpdate(condition="q._error_class <> s._error_class OR "
                                               "q._error_message <> s._error_message",

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 
 from ingestion.config import PipelineConfig
-from ingestion.delta import ledger, routed, whole_batches
+from ingestion.delta import ledger, routed, spark_tables, whole_batches
 from ingestion.delta.ledger import BatchKind, BatchRecord
 from ingestion.delta.reads import spark_layout
 from ingestion.errors import ConfigError, IngestionError
@@ -46,12 +46,10 @@ class RewindResult:
 
 def rewind(spark: SparkSession, config: PipelineConfig, *, to_version: int | None = None,
            to_timestamp: dt.datetime | None = None) -> RewindResult:
-    from delta.tables import DeltaTable
-
     if config.routing is not None:
         return _rewind_routed(spark, config, to_version, to_timestamp)
     records = ledger.history(spark, config.table_path)
-    history = DeltaTable.forPath(spark, config.table_path).history().select("version", "timestamp").collect()
+    history = spark_tables.history(spark, config.table_path).select("version", "timestamp").collect()
     times = {int(r["version"]): r["timestamp"] for r in history}
     version = to_version if to_version is not None else _version_at(times, to_timestamp)
     if version not in times:
@@ -73,7 +71,7 @@ def rewind(spark: SparkSession, config: PipelineConfig, *, to_version: int | Non
         if q_version is not None:
             whole_batches.restore(spark, config.quarantine_path, q_version, marker)
         else:  # the quarantine table did not exist yet then: empty it
-            DeltaTable.forPath(spark, config.quarantine_path).delete()
+            spark_tables.delete_all(spark, config.quarantine_path)
     moved = _move_checkpoint_aside(spark, config.checkpoint_path)
     resume = ledger.next_offsets(ledger.history(spark, config.table_path))
     log.info("%s: rewound bronze to version %d and quarantine to %s; checkpoint moved to %s; the next run "
@@ -109,7 +107,7 @@ def _rewind_routed(spark: SparkSession, config: PipelineConfig, to_version: int 
     if not targets:
         log.info("%s: no table has a commit after %s: nothing rewound, the checkpoint stays", config.name,
                  when.isoformat())
-        return RewindResult(None, None, routed.recorded_offsets(config), None)
+        return RewindResult(None, None, routed.recorded_offsets(config) or {}, None)
     for table, version in targets.items():  # refused before anything changes
         layout = spark_layout(spark, tables.paths[table])
         oldest = layout.oldest_restorable if layout is not None else None
@@ -121,7 +119,7 @@ def _rewind_routed(spark: SparkSession, config: PipelineConfig, to_version: int 
     reprocesses = [r for table, version in targets.items() for r in undone_reprocesses(tables.records(table), version)]
     whole_batches.apply(spark, config, tables, targets)
     moved = _move_checkpoint_aside(spark, config.checkpoint_path)
-    resume = routed.recorded_offsets(config)
+    resume = routed.recorded_offsets(config) or {}
     log.info("%s: rewound to %s: %s; checkpoint moved to %s; the next run resumes from %s", config.name,
              when.isoformat(), ", ".join(f"{t} to version {v}" for t, v in sorted(targets.items())), moved, resume)
     return RewindResult(None, targets.pop("quarantine", None), resume, moved,
@@ -190,8 +188,6 @@ def _quarantine_version(spark: SparkSession, config: PipelineConfig, version: in
     not by the commit files' times: in object storage those have one-second steps, and a batch's quarantine commit
     and the bronze commit before it often share the second (two write paths commit in milliseconds). Where delta-rs
     cannot read the logs, by the commit files' times, as Spark's history gives them."""
-    from delta.tables import DeltaTable
-
     options = config.storage_options() or None
     try:
         until = whole_batches.commit_clock(config.table_path, options)[version]
@@ -199,7 +195,7 @@ def _quarantine_version(spark: SparkSession, config: PipelineConfig, version: in
     except Exception as exc:  # noqa: BLE001 - a log delta-rs cannot read: Spark's history, as before
         log.debug("%s: commit clocks not read with delta-rs (%s); by Spark's history", config.name, exc)
         q_times = {int(r["version"]): r["timestamp"] for r in
-                   DeltaTable.forPath(spark, config.quarantine_path).history().select("version", "timestamp")
+                   spark_tables.history(spark, config.quarantine_path).select("version", "timestamp")
                    .collect()}
         return _version_at(q_times, times[version], allow_none=True)
     older = [v for v, ms in quarantine_ms.items() if ms <= until]

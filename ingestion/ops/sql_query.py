@@ -28,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from ingestion.config import PipelineConfig
+from ingestion.delta import rs_reads
 from ingestion.errors import IngestionError
 from ingestion.ops.names import pipeline_tables, unknown_table
 
@@ -175,29 +176,25 @@ def _scan(con: Any, ref: TableRef) -> str:
     nor column mapping, so a version's rows are its files' rows. Not through delta-rs's pyarrow dataset: its threads
     aborted the process at exit 1 time in 20 here ("terminate called without an active exception",
     docs/performance.md)."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
     if "://" in ref.path and not ref.path.startswith("file:"):
         raise NotForDuckDB(f"{ref.name} is on object storage")
     try:
-        table = DeltaTable(ref.path, version=ref.version)
-    except TableNotFoundError:
-        if ref.version is None:
-            raise IngestionError(f"table {ref.name} has no Delta table at {ref.path} yet (`ingest onboard` or "
-                                 "`ingest run` its pipeline)") from None
-        raise NotForDuckDB(f"delta-rs cannot read {ref.name} at version {ref.version}") from None
+        table = rs_reads.snapshot(ref.path, ref.version)
     except Exception as exc:  # noqa: BLE001 - a version gone, a feature delta-rs lacks: Spark says which
         raise NotForDuckDB(f"delta-rs cannot read {ref.name}: {exc}") from None
-    if table.metadata().partition_columns:
+    if table is None:
+        if ref.version is None:
+            raise IngestionError(f"table {ref.name} has no Delta table at {ref.path} yet (`ingest onboard` or "
+                                 "`ingest run` its pipeline)")
+        raise NotForDuckDB(f"delta-rs cannot read {ref.name} at version {ref.version}")
+    if table.partition_columns:
         raise NotForDuckDB(f"{ref.name} is partitioned")
-    files = table.file_uris()
-    if not files:
-        return _empty(ref, table.schema().to_json())
-    listed = "[" + ", ".join(_literal(f.removeprefix("file://")) for f in files) + "]"
+    if not table.files:
+        return _empty(ref, table.schema_json)
+    listed = "[" + ", ".join(_literal(f.removeprefix("file://")) for f in table.files) + "]"
     scan = f"read_parquet({listed}, union_by_name = true)"
     present = {row[0] for row in con.sql(f"DESCRIBE SELECT * FROM {scan}").fetchall()}
-    names = [field.name for field in table.schema().fields]
+    names = table.columns
     columns = ", ".join(_identifier(n) if n in present else f"NULL AS {_identifier(n)}" for n in names)
     return f"SELECT {columns} FROM {scan}"
 

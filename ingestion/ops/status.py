@@ -129,7 +129,7 @@ def pipeline_status(source: Source, target: PipelineConfig | PipelineContext,
     settings = ctx.kafka.client
     ledgers = [reader.history(path) for path in routed.ledger_paths(config)]
     records = [r for table in ledgers for r in table]
-    recorded = routed.held_offsets(ledgers) if config.routing is not None else ledger.next_offsets(records)
+    recorded = routed.held_offsets(ledgers)
     topics, gone = ctx.audited(recorded)
     group_start = handover.plan(ctx, strict=False) if config.source.start_from_group and not recorded else None
     partitions: list[PartitionStatus] = []
@@ -138,8 +138,7 @@ def pipeline_status(source: Source, target: PipelineConfig | PipelineContext,
         partitions.extend(_topic_status(reader, config, settings, topic, marks[topic], recorded.get(topic, {}),
                                         now))
     stream = [r for r in records if r.kind == BatchKind.STREAM]
-    if config.routing is not None:  # the tables' ledgers one after the other: the newest commit of any
-        stream.sort(key=lambda r: r.committed_at or dt.datetime.min)
+    stream.sort(key=lambda r: r.committed_at or dt.datetime.min)  # several tables' ledgers: the newest of any
     last = stream[-1] if stream else None
     maintained = [r for r in records if r.kind in ledger.MAINTENANCE]
     layout = reader.layout(config.table_path)
@@ -153,7 +152,7 @@ def pipeline_status(source: Source, target: PipelineConfig | PipelineContext,
         _maintenance_text(maintained[-1]) if maintained else None,
         layout.oldest_restorable if layout else None,
         topics, gone, group_start, silver_status(config, reader.version(config.table_path)),
-        route_statuses(reader, config, now) if config.routing is not None else [],
+        route_statuses(reader, config, now),
     )
 
 

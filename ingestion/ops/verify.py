@@ -22,7 +22,7 @@ from ingestion import kafka
 from ingestion.config import PipelineConfig
 from ingestion.decode.expectations import BLOCKING, TableViolations, compile_rules, violations_in_table
 from ingestion.decode.routes import RouteNames
-from ingestion.delta import ledger, routed, rs_tables
+from ingestion.delta import ledger, routed, rs_reads, rs_tables
 from ingestion.delta.reader import HeldPartition, TableReader
 from ingestion.delta.routed import route_keys_in_table
 from ingestion.ops.readers import Source, as_reader
@@ -171,14 +171,11 @@ def _expectations(config: PipelineConfig) -> list[TableViolations]:
 
 
 def _violations(config: PipelineConfig, path: str) -> list[TableViolations]:
-    from deltalake import DeltaTable
-
     state = rs_tables.state(path, config.storage_options())
     if state.schema is None:
         return []
     rules = compile_rules(config, state.schema)
-    table = DeltaTable(path, storage_options=config.storage_options() or None)
-    return violations_in_table(rules, table.to_pyarrow_dataset())
+    return violations_in_table(rules, rs_reads.dataset(path, config.storage_options() or None))
 
 
 def _partitions(reader: TableReader, tables: tuple[str, ...], topic: str, marks: dict[int, tuple[int, int]],

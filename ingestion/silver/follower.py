@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ingestion.config import PipelineConfig
-from ingestion.delta import catalog
+from ingestion.delta import catalog, spark_tables, tables
 from ingestion.delta.tables import CHANGE_FEED
 from ingestion.errors import IngestionError, one_line
 from ingestion.runtime import hadoop
@@ -85,7 +85,7 @@ class SilverFollower:
             return
         self.spec.check(self.session.read.format("delta").load(path).schema)
         if (table_property(self.session, path, CHANGE_FEED) or "").lower() != "true":
-            self.session.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('{CHANGE_FEED}' = 'true')")
+            tables.set_property(self.session, path, CHANGE_FEED, "true")
             log.info("%s: turned on bronze's change feed (%s) for silver", self.spec.pipeline, CHANGE_FEED)
 
     # -- steps -------------------------------------------------------------------------------------------------
@@ -235,9 +235,7 @@ class SilverFollower:
         Read from the versions' own commit files (no Spark job); from Delta's history when one cannot be read."""
         operations = self._operations(after, upto)
         if operations is None:
-            from delta.tables import DeltaTable
-
-            rows = (DeltaTable.forPath(self.session, self.spec.bronze_path).history(upto - after)
+            rows = (spark_tables.history(self.session, self.spec.bronze_path, upto - after)
                     .select("version", "operation", "operationParameters").collect())
             operations = [(int(r["version"]), str(r["operation"]), dict(r["operationParameters"] or {}))
                           for r in rows if r["version"] > after]
@@ -313,8 +311,6 @@ def _shape(schema: T.StructType) -> str:
 
 def _committed_at(spark: SparkSession, path: str, version: int, newest: int) -> float:
     """When bronze committed `version`, one of its `newest` versions (seconds since the epoch)."""
-    from delta.tables import DeltaTable
-
-    rows = (DeltaTable.forPath(spark, path).history(newest).where(F.col("version") == version)
+    rows = (spark_tables.history(spark, path, newest).where(F.col("version") == version)
             .select("timestamp").collect())
     return rows[0]["timestamp"].timestamp() if rows else time.time()

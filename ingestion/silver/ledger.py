@@ -11,6 +11,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from ingestion.delta import rs_reads, spark_tables
 from ingestion.runtime import delta_txn
 
 METADATA_KEY = "ingest_silver"
@@ -58,12 +59,9 @@ class SilverRecord:
 
 def records(spark: SparkSession, path: str, limit: int | None = None) -> list[tuple[int, SilverRecord]]:
     """(table version, record) of the table's silver commits, newest first (the newest `limit` commits only)."""
-    from delta.tables import DeltaTable
-
     if not delta_txn.is_table(spark, path):
         return []
-    table = DeltaTable.forPath(spark, path)
-    rows = (table.history(limit) if limit else table.history()).select(
+    rows = spark_tables.history(spark, path, limit).select(
         "version", "userMetadata", "operationMetrics").collect()
     found = [(int(r["version"]), with_outcome(SilverRecord.from_user_metadata(r["userMetadata"]),
                                                r["operationMetrics"] or {})) for r in rows]
@@ -90,15 +88,11 @@ def rs_records(path: str, storage_options: dict[str, str] | None = None,
                limit: int | None = 50) -> list[tuple[int, SilverRecord]] | None:
     """As `records` (the newest `limit` commits; None: all), read with delta-rs (no JVM): None when there is no
     table at `path`."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    try:
-        table = DeltaTable(path, storage_options=storage_options)
-    except TableNotFoundError:
+    history = rs_reads.commits(path, storage_options, limit)
+    if history is None:
         return None
     found = []
-    for commit in table.history(limit):
+    for commit in history:
         metrics = {k: str(v) for k, v in (commit.get("operationMetrics") or {}).items()}
         record = with_outcome(SilverRecord.from_user_metadata(commit.get("userMetadata")), metrics)
         if record is not None:
@@ -109,14 +103,8 @@ def rs_records(path: str, storage_options: dict[str, str] | None = None,
 def rs_caught_up(silver_path: str, bronze_path: str, storage_options: dict[str, str] | None = None) -> bool:
     """Whether silver holds every bronze version (read with delta-rs, no JVM): its newest step reached bronze's
     latest version."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
     found = rs_records(silver_path, storage_options, limit=20)
     if not found:
         return False
-    try:
-        bronze = DeltaTable(bronze_path, storage_options=storage_options).version()
-    except TableNotFoundError:
-        return False
-    return found[0][1].bronze_version >= bronze
+    bronze = rs_reads.DeltaRsReader(storage_options).version(bronze_path)
+    return bronze is not None and found[0][1].bronze_version >= bronze

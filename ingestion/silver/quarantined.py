@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingestion.config import PipelineConfig
-from ingestion.delta.reader import JvmFreeReadError
+from ingestion.delta import rs_reads
 
 MAX_SHOWN = 20
 MAX_READ = 1000  # the quarantined records whose keys are read for the first MAX_SHOWN distinct ones
@@ -33,21 +33,14 @@ class QuarantinedChanges:
 def quarantined_changes(config: PipelineConfig) -> QuarantinedChanges:
     """Count the pipeline's quarantined records and read the first keys (JvmFreeReadError where delta-rs cannot
     read the table: `counted` then counts them through a reader)."""
-    import pyarrow as pa
-    from deltalake import DeltaTable, QueryBuilder
-    from deltalake.exceptions import TableNotFoundError
-
-    try:
-        table = DeltaTable(config.quarantine_path, storage_options=config.storage_options() or None)
-        query = QueryBuilder().register("q", table)
-        count = int(pa.table(query.execute("SELECT count(*) AS n FROM q")).column(0)[0].as_py())
-        first = pa.table(query.execute(f"SELECT _kafka_key FROM q ORDER BY _kafka_partition, _kafka_offset "
-                                       f"LIMIT {MAX_READ}")).column(0).to_pylist() if count else []
-    except TableNotFoundError:
+    found = rs_reads.query(config.quarantine_path, (
+        "SELECT count(*) AS n FROM t",
+        f"SELECT _kafka_key FROM t ORDER BY _kafka_partition, _kafka_offset LIMIT {MAX_READ}"),
+        config.storage_options() or None)
+    if found is None:
         return QuarantinedChanges(0)
-    except Exception as exc:  # noqa: BLE001 - a feature or store delta-rs lacks: the caller counts with Spark
-        raise JvmFreeReadError(f"delta-rs cannot read {config.quarantine_path}: "
-                               f"{(str(exc).splitlines() or [repr(exc)])[0]}") from None
+    count = int(found[0].column(0)[0].as_py())
+    first = found[1].column(0).to_pylist()
     keys: list[str] = []
     keyless = 0
     for raw in first:

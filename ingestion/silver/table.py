@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ingestion import faults
-from ingestion.delta import commit
+from ingestion.delta import commit, spark_tables, tables
 from ingestion.runtime.delta_txn import DeltaTxn, is_table, table_version
 from ingestion.silver import changes, truncates
 from ingestion.silver import ledger as silver_ledger
@@ -34,7 +34,6 @@ from ingestion.silver.spec import DELETE, SEQUENCE, SilverSpec
 
 log = logging.getLogger(__name__)
 
-TYPE_WIDENING = "delta.enableTypeWidening"
 
 
 def _committing(session: SparkSession, app_id: str, version: int, record: SilverRecord) -> AbstractContextManager[None]:
@@ -78,11 +77,8 @@ class SilverTable:
         return record
 
     def overwrite(self, path: str, rows: DataFrame, record: SilverRecord, table: str = "") -> None:
-        writer = (rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-                  .option("txnAppId", self.spec.txn_app_id(record.epoch, table))
-                  .option("txnVersion", record.bronze_version)
-                  .option("userMetadata", record.to_user_metadata()))
-        writer.save(path)
+        commit.overwrite(rows, path, commit.Txn(self.spec.txn_app_id(record.epoch, table), record.bronze_version),
+                         record.to_user_metadata())
 
     # -- one step ---------------------------------------------------------------------------------------------
 
@@ -168,8 +164,6 @@ class SilverTable:
         A marker only stops inserts (a key without a row), so a marker older than the key's row is harmless: it
         blocks only changes older than the row, which the row's own order blocks anyway. That spares this MERGE a
         join with silver."""
-        from delta.tables import DeltaTable
-
         spec = self.spec
         path = spec.markers_path
         ordering = [c for c in (SEQUENCE if spec.sequenced else None,
@@ -177,13 +171,13 @@ class SilverTable:
         narrow = latest.select(*[F.col(p).alias(spec.marker_column(i)) for i, p in enumerate(spec.key)],
                                *ordering, DELETE)
         if not is_table(self.session, path):
-            narrow.where(F.lit(False)).drop(DELETE).write.format("delta").save(path)
+            commit.create_empty(narrow.drop(DELETE), path)
         keys = [spec.marker_column(i) for i in range(len(spec.key))]
         on = " AND ".join(f"m.{c} = s.{c}" for c in keys)
         values: dict[str, Any] = {c: f"s.{c}" for c in (*keys, *ordering)}
         is_newer = newer(spec, "s", "m")
         with _committing(self.session, spec.txn_app_id(record.epoch, "deletes"), record.bronze_version, record):
-            (DeltaTable.forPath(self.session, path).alias("m").merge(narrow.alias("s"), on)
+            (spark_tables.merge(self.session, path, narrow, on, target="m")
              .whenMatchedUpdate(condition=f"s.{DELETE} AND {is_newer}", set=dict(values))
              .whenMatchedDelete(condition=f"NOT s.{DELETE} AND {is_newer}")
              .whenNotMatchedInsert(condition=f"s.{DELETE}", values=values)
@@ -195,8 +189,6 @@ class SilverTable:
         key whose marker the change does not pass (`_marked`) is not inserted: the markers' MERGE kept exactly
         those markers, so the rows' MERGE need not read the version it committed (a step redone after a crash
         between the two commits reads that version, and finds the same)."""
-        from delta.tables import DeltaTable
-
         spec = self.spec
         source = latest.alias("s")
         if held is not None:
@@ -209,8 +201,7 @@ class SilverTable:
         assign: dict[str, Any] = {c: f"s.`{c}`" for c in columns}
         is_newer = newer(spec, "s", "t")
         with _committing(self.session, spec.txn_app_id(record.epoch), record.bronze_version, record):
-            result = (DeltaTable.forPath(self.session, spec.path).alias("t")
-                      .merge(source.alias("s"), key_condition(spec, "t", "s"))
+            result = (spark_tables.merge(self.session, spec.path, source, key_condition(spec, "t", "s"))
                       .whenMatchedDelete(condition=f"s.{DELETE} AND {is_newer}")
                       .whenMatchedUpdate(condition=f"NOT s.{DELETE} AND {is_newer}", set=assign)
                       .whenNotMatchedInsert(condition=f"NOT s.{DELETE} AND NOT s._marked", values=assign)
@@ -218,8 +209,6 @@ class SilverTable:
         return self._with_outcome(record, result)
 
     def _merge_history(self, change_rows: DataFrame, record: SilverRecord) -> SilverRecord:
-        from delta.tables import DeltaTable
-
         spec = self.spec
         new = changes.as_history(changes.keyed(change_rows, spec)).cache()
         try:
@@ -238,7 +227,7 @@ class SilverTable:
             on = key_condition(spec, "t", "s") + "".join(f" AND t.{c} = s.{c}" for c in coordinates)
             assign: dict[str, Any] = {c: f"s.`{c}`" for c in silver.columns}
             with _committing(self.session, spec.txn_app_id(record.epoch), record.bronze_version, record):
-                result = (DeltaTable.forPath(self.session, spec.path).alias("t").merge(rows.alias("s"), on)
+                result = (spark_tables.merge(self.session, spec.path, rows, on)
                           .whenMatchedUpdate(condition="NOT (t._valid_to <=> s._valid_to AND "
                                              "t._is_current <=> s._is_current)",
                                              set=_assigned("_valid_to", "_is_current"))
@@ -264,7 +253,7 @@ class SilverTable:
             self._evolve(rows.schema, record)
             if marks is not None:
                 if not is_table(self.session, spec.markers_path):
-                    marks.where(F.lit(False)).write.format("delta").save(spec.markers_path)
+                    commit.create_empty(marks, spec.markers_path)
                 self._replace_keys(spec.markers_path, marks, keys, record, "deletes")
                 self.markers_in_use = True
             result = self._replace_keys(spec.path, rows, keys, record)
@@ -276,15 +265,13 @@ class SilverTable:
                       table: str = "") -> DataFrame:
         """One MERGE: the rows of `path` whose key is one of `keys` (`_k0..`) are deleted, `rows` inserted; its
         counts (`execute()`'s)."""
-        from delta.tables import DeltaTable
-
         spec = self.spec
         target = [spec.marker_column(i) for i in range(len(spec.key))] if table else list(spec.key)
         source = rows.withColumn("_drop", F.lit(False)).unionByName(keys.withColumn("_drop", F.lit(True)),
                                                                     allowMissingColumns=True)
         on = "s._drop AND " + " AND ".join(f"t.{c} = s._k{i}" for i, c in enumerate(target))
         with _committing(self.session, spec.txn_app_id(record.epoch, table), record.bronze_version, record):
-            return (DeltaTable.forPath(self.session, path).alias("t").merge(source.alias("s"), on)
+            return (spark_tables.merge(self.session, path, source, on)
                     .whenMatchedDelete()
                     .whenNotMatchedInsert(condition="NOT s._drop", values={c: f"s.`{c}`" for c in rows.columns})
                     .execute())
@@ -292,8 +279,6 @@ class SilverTable:
     def _with_outcome(self, record: SilverRecord, result: DataFrame | None = None) -> SilverRecord:
         """The record with what the MERGE did: the counts its `execute()` returned (`result`, a local row, no
         job), else (a MERGE Delta skipped as already committed returns none) its commit's operation metrics."""
-        from delta.tables import DeltaTable
-
         found: SilverRecord | None = None
         row = result.first() if result is not None else None
         if row is not None:
@@ -301,7 +286,7 @@ class SilverTable:
                                                         "numTargetRowsUpdated": str(row["num_updated_rows"]),
                                                         "numTargetRowsDeleted": str(row["num_deleted_rows"])})
         else:
-            rows = DeltaTable.forPath(self.session, self.spec.path).history(1).select("operationMetrics").collect()
+            rows = spark_tables.history(self.session, self.spec.path, 1).select("operationMetrics").collect()
             found = silver_ledger.with_outcome(record, dict(rows[0]["operationMetrics"] or {}) if rows else {})
         return found if found is not None else record
 
@@ -315,11 +300,9 @@ class SilverTable:
         wanted = T.StructType([schema[name] for name in schema.fieldNames() if name not in table.fieldNames()])
         log.info("%s: silver gains or widens columns for bronze version %d: %s", self.spec.pipeline,
                  record.bronze_version, ", ".join(f.name for f in wanted.fields) or "nested fields")
-        if _widened(table, schema):  # Delta's type widening, only when needed: delta-rs cannot read the feature yet
-            self.session.sql(f"ALTER TABLE delta.`{self.spec.path}` SET TBLPROPERTIES ('{TYPE_WIDENING}' = 'true')")
-        empty = self.session.createDataFrame([], schema)
-        (empty.write.format("delta").mode("append").option("mergeSchema", "true")
-         .option("userMetadata", before.to_user_metadata()).save(self.spec.path))
+        # Delta's type widening only when needed: delta-rs cannot read the feature yet
+        tables.add_columns(self.session, self.spec.path, schema, before.to_user_metadata(),
+                           widen=_widened(table, schema))
 
 
 def _assigned(*columns: str) -> dict[str, Any]:

@@ -346,7 +346,7 @@ def table_positions(config: PipelineConfig) -> Positions:
     together), read with delta-rs (no JVM); empty for a new table or one delta-rs cannot read (the lag then counts
     from each partition's earliest offset until a batch commits)."""
     try:
-        recorded = routed.recorded_offsets(config) if config.routing is not None else rs_reads.recorded_offsets(config)
+        recorded = routed.recorded_offsets(config)
     except JvmFreeReadError as exc:
         log.debug("%s: %s", config.name, exc)
         recorded = None
@@ -383,8 +383,7 @@ def watch(exporter: Exporter, ctx: PipelineContext, *, available_now: bool = Fal
     interval = duration_seconds(config.metrics.prometheus.lag_interval) or 15.0
     known = None if recorded is None else {t: {int(p): o for p, o in parts.items()} for t, parts in recorded.items()}
     def start_positions() -> Positions:  # on the refresher's thread, at its first refresh
-        if config.routing is not None:
-            metrics.route_tables(route_table_marks(config))
+        metrics.route_tables(route_table_marks(config))  # none without routing
         return known if known is not None else table_positions(config)
 
     refresher = LagRefresher(metrics, ctx.kafka.client, lambda: ctx.partitions, start_positions, interval)
