@@ -7,6 +7,8 @@ promote would."""
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -102,12 +104,19 @@ def test_a_routed_promote_killed_between_two_route_tables_then_rerun(spark: Any,
     assert now["outbox_gift"] != old["outbox_gift"] and now["outbox_refund"] == old["outbox_refund"]
     assert now["outbox_sale"] == old["outbox_sale"]
 
-    promoted = shadow.promote(spark, config, "shadow")
-    assert promoted.shadow.state == "promoted" and live_file.read_text() == other_file.read_text()
+    # the rerun, as an operator makes it: the command's one line names each table's promote version
+    done = subprocess.run([str(Path(sys.executable).parent / "ingest"), "shadow", "promote", str(live_file)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    promoted = shadow.get(config, "shadow")
+    assert promoted.state == "promoted" and live_file.read_text() == other_file.read_text()
+    assert sorted(promoted.promoted_versions) == ["outbox_gift", "outbox_refund", "outbox_sale", "refunds"]
+    line = done.stdout.strip().splitlines()[-1]
+    assert "shadow shadow promoted: " + ", ".join(f"{t} version {v}" for t, v in sorted(
+        promoted.promoted_versions.items())) in line, line
     config = load_pipeline(live_file)
-    assert sorted(promoted.tables) == ["outbox_gift", "outbox_refund", "outbox_sale", "refunds"]
     assert_each_offset_once(spark, config, produced)
     paths = dict(routed.named_paths(config))
-    assert_txns_once(list(paths.values()), {paths[t]: f"promote.shadow.{t}" for t in promoted.tables} | {
+    assert_txns_once(list(paths.values()), {paths[t]: f"promote.shadow.{t}" for t in promoted.promoted_versions} | {
         config.quarantine_path: "promote.shadow"})
     assert verify.audit(DeltaRsReader(), config).ok

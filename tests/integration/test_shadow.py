@@ -359,6 +359,13 @@ def test_a_routed_pipelines_shadow_moves_records_between_route_tables_and_makes_
     assert json.loads(json.dumps(d.to_json()))["moves"] == {"outbox_refund -> refunds": 15}
     assert "outbox_refund -> refunds 15" in shadow_diff.render(d)
     assert [(s["state"], s["rows"], s["quarantined"]) for s in shadow.status(config)] == [("ready", 59, 1)]
+    # a second shadow, of the live config itself: the same as live; dropped, its four tables go
+    same = shadow.start(spark, config, shadow.plan_start(config, config, start=since, end=until, name="same"))
+    assert sorted(same.routes) == ["outbox_gift", "outbox_refund", "outbox_sale"]
+    assert shadow_diff.diff(config, "same").same
+    shadow.drop(config, "same")
+    assert not any(Path(p).exists() for p in [*same.routes.values(), same.quarantine])
+    assert [s["name"] for s in shadow.status(config)] == ["shadow"]
 
     old = routed_rows(spark, config)
     promoted = shadow.promote(spark, config, "shadow")
