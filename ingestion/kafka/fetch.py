@@ -65,8 +65,10 @@ class RangeFetcher:
         self._sized_for = 0  # the partitions the consumer's fetch sizes share its queue among
 
     def fetch(self, spans: Sequence[Span], timeout: float) -> pa.RecordBatch | None:
-        """The records of `spans` in (topic, partition, offset) order, or None when they did not all arrive within
-        `timeout` seconds (the caller then reads them another way)."""
+        """The records of `spans` in (topic, partition, offset) order, or None when they stopped arriving before all
+        had: `timeout` seconds without a record (the caller then reads them another way). A slow fetch that keeps
+        coming (a busy machine, a large batch) is waited for: a whole-fetch deadline turned a busy moment into a
+        JVM's start."""
         from confluent_kafka import KafkaError, TopicPartition
 
         consumer = self._assigned(spans)
@@ -86,13 +88,14 @@ class RangeFetcher:
         while pending:
             left = deadline - time.monotonic()
             if left <= 0:
-                log.debug("fetch of %d offset ranges: %d partitions incomplete after %.1fs", len(spans),
+                log.debug("fetch of %d offset ranges: %d partitions incomplete, nothing for %.1fs", len(spans),
                           len(pending), timeout)
                 self.close()  # what it holds is incomplete: the next fetch starts a new consumer
                 return None
             # what is queued, at once (consume() with a timeout waits it out unless it fills its batch), else
             # the next message as soon as it comes
             messages = consumer.consume(num_messages=10_000, timeout=0) or [consumer.poll(min(left, 0.1))]
+            moved = False  # a partition went on: records, or its end past markers
             for msg in messages:
                 if msg is None:  # (not `if not msg`: a tombstone's Message has length 0)
                     continue
@@ -109,17 +112,22 @@ class RangeFetcher:
                         self.close()
                         return None
                     # The end of what may be read: transaction markers and aborted records before it are skipped.
-                    self._position[key] = max(self._position.get(key, 0), msg.offset())
+                    if msg.offset() > self._position.get(key, 0):
+                        self._position[key] = msg.offset()
+                        moved = True
                 elif msg.offset() < self._position.get(key, 0):
                     continue  # given once already (a consumer never should; a row twice would be a duplicate)
                 else:
                     self._position[key] = msg.offset() + 1
+                    moved = True
                     if start.get(key, 0) <= msg.offset() < until.get(key, -1):
                         rows.append(msg)
                     elif msg.offset() >= until.get(key, 0):
                         self._held.setdefault(key, []).append(msg)
                 if key in pending and self._position[key] >= until[key]:
                     pending.discard(key)
+            if moved:
+                deadline = time.monotonic() + timeout
             done = [key for key in until if key not in pending and key not in paused]
             if pending and done:
                 # Waiting for some partitions: the others fetch no further until the end, so the fetches serve

@@ -62,7 +62,7 @@ class DriverWrite:
         fetched = time.monotonic()
         source = self.fetcher.fetch(spans, fetch_timeout)
         if source is None:
-            return self._decline(f"its records did not arrive in {fetch_timeout:.0f}s")
+            return self._decline(f"its records stopped arriving for {fetch_timeout:.0f}s")
         if not source.num_rows:  # transaction markers only: what Spark's source would read is nothing too
             return EMPTY
         return self._write(source, spans, batch_id, ingested_at, started, app_id, txn_version,

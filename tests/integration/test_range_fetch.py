@@ -42,3 +42,36 @@ def test_ranges_at_the_start_of_a_backlog_arrive_from_every_partition(kafka_serv
         assert second.column("value").to_pylist()[0] == bytes([10]) * 10_000
     finally:
         fetcher.close()
+
+
+def test_a_fetch_that_keeps_receiving_records_outlasts_its_timeout(kafka_servers, make_topic) -> None:
+    """The timeout bounds a pause, not the whole fetch: records produced over three times the timeout, one every
+    0.1 s, all arrive; a range whose records stop coming is given up after the timeout (the caller reads it
+    another way). A whole-fetch deadline made a busy machine's slow fetch start a JVM."""
+    import threading
+    import time
+
+    topic = make_topic(partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_servers, "linger.ms": 0})
+
+    def produce() -> None:
+        for i in range(30):
+            producer.produce(topic, value=b"%d" % i, partition=0)
+            producer.flush(5)
+            time.sleep(0.1)
+
+    fetcher = RangeFetcher({"bootstrap.servers": kafka_servers}, "range-fetch-pause")
+    producing = threading.Thread(target=produce)
+    started = time.monotonic()
+    producing.start()
+    try:
+        rows = fetcher.fetch([Span(topic, 0, 0, 30)], timeout=1.0)
+        took = time.monotonic() - started
+        assert rows is not None, f"gave up after {took:.1f}s while records kept coming"
+        assert _offsets(rows) == [(0, o) for o in range(30)]
+        assert took > 1.0  # the fetch outlasted its timeout (30 records 0.1 s apart)
+        producing.join()
+        assert fetcher.fetch([Span(topic, 0, 30, 31)], timeout=0.5) is None  # offset 30 never comes
+    finally:
+        producing.join()
+        fetcher.close()
