@@ -427,7 +427,7 @@ def status(config: PipelineConfig) -> list[dict[str, Any]]:
     out = []
     for name, s in sorted(load_shadows(config).items()):
         if s.routed:
-            counts = [reader.rows(path) for path in s.routes.values()] if s.state != PROMOTED else [None]
+            counts = [reader.rows(path) for path in shadow_paths(config, s)] if s.state != PROMOTED else [None]
             rows = None if None in counts else sum(c or 0 for c in counts)
         else:
             rows = reader.rows(s.table) if s.state != PROMOTED else None

@@ -1,8 +1,8 @@
 """`ingest shadow start` and `ingest shadow promote` SIGKILLed at their commits' fault points: start after the
-shadow's commit (its state not yet `ready`), promote between the live quarantine's commit and bronze's, and a routed
-pipeline's promote between two route tables' commits. Each leaves the live table's old rows readable, says where it
-stopped (`status`), and a rerun completes with every offset once and each txn action once, as an uninterrupted
-promote would."""
+shadow's commit (its state not yet `ready`), promote between the live quarantine's commit and bronze's; a routed
+pipeline's start after its first shadow route table's commit, and its promote between two route tables' commits.
+Each leaves the live table's old rows readable, says where it stopped (`status`), and a rerun completes with every
+offset once and each txn action once, as an uninterrupted promote would."""
 
 from __future__ import annotations
 
@@ -82,8 +82,8 @@ def test_shadow_start_and_promote_killed_at_their_commits_then_rerun(spark: Any,
     assert verify.audit(DeltaRsReader(), config).ok
 
 
-def test_a_routed_promote_killed_between_two_route_tables_then_rerun(spark: Any, kafka_servers: str,
-                                                                     make_topic: Any, tmp_path: Path) -> None:
+def test_a_routed_start_and_promote_killed_at_their_commits_then_rerun(spark: Any, kafka_servers: str,
+                                                                         make_topic: Any, tmp_path: Path) -> None:
     topic = make_topic(partitions=2)
     live_file, other_file = routed_pipelines(tmp_path, topic, kafka_servers)
     config = load_pipeline(live_file)
@@ -92,7 +92,17 @@ def test_a_routed_promote_killed_between_two_route_tables_then_rerun(spark: Any,
     since = dt.datetime.now(dt.UTC).isoformat()
     produced.update(produce_kinds(kafka_servers, topic, range(60, 120)))
     pipeline.run(spark, config, available_now=True)
-    shadow.start(spark, config, shadow.plan_start(config, load_pipeline(other_file), start=since, end=None))
+    # start, killed once its first route table (outbox_gift's shadow) is committed: a rerun writes the rest only
+    killed_at(f"after_commit:{REPLAY_BATCH_ID}", tmp_path / "start.log", "shadow", "start", str(live_file),
+              "--config", str(other_file), "--from", since)
+    (stopped,) = shadow.status(config)
+    assert (stopped["state"], stopped["rows"], stopped["quarantined"]) == ("starting", 20, 0)
+    gift = config.route_path("outbox_gift") + "__shadow"
+    committed = delta_txns(Path(gift))
+    started = shadow.start(spark, config, shadow.plan_start(config, load_pipeline(other_file), start=since,
+                                                            end=None))
+    assert (started.state, started.rows, started.quarantined) == ("ready", 59, 1)
+    assert delta_txns(Path(gift)) == committed
 
     # killed after quarantine's commit and the first route table's (outbox_gift), before outbox_refund's: the
     # pipeline's file is the old one, the shadow says it is being promoted
