@@ -236,9 +236,10 @@ def _kind(seq: int) -> str | None:
     return "Refund" if (60 <= seq < 120 or seq >= 180) and seq % 3 == 0 else ("Sale" if seq % 2 else "Gift")
 
 
-def routed_pipelines(tmp_path: Path, topic: str, servers: str) -> tuple[Path, Path]:
+def routed_pipelines(tmp_path: Path, topic: str, servers: str, routing: str = "") -> tuple[Path, Path]:
     """A JSON topic routed by its `kind` field: the live file with the wrong schema file (coupon required, no
-    channel), the other config with the corrected one and the refunds routed to a table of their own name."""
+    channel), the other config with the corrected one and the refunds routed to a table of their own name;
+    `routing`: more lines of the routing section in both."""
     from tests.helpers import routed_by_field
 
     files = []
@@ -248,7 +249,7 @@ def routed_pipelines(tmp_path: Path, topic: str, servers: str) -> tuple[Path, Pa
         body["properties"]["kind"] = {"type": "string"}
         path.write_text(json.dumps(body))
         files.append(path)
-    live_file = routed_by_field(tmp_path, "outbox", topic, servers, files[0])
+    live_file = routed_by_field(tmp_path, "outbox", topic, servers, files[0], routing=routing)
     other_file = tmp_path / "outbox-fixed.yaml"
     other_file.write_text(live_file.read_text().replace(str(files[0]), str(files[1]))
                           + "  tables: {Refund: refunds}\n")
@@ -314,9 +315,12 @@ def test_a_routed_pipelines_shadow_moves_records_between_route_tables_and_makes_
     import datetime as dt
 
     from ingestion.delta import routed
+    from ingestion.silver import rs_audit
 
     topic = make_topic(partitions=2)
-    live_file, other_file = routed_pipelines(tmp_path, topic, kafka_servers)
+    # the sales keep a current-state table (one row per id): the promote brings it along
+    live_file, other_file = routed_pipelines(tmp_path, topic, kafka_servers,
+                                             routing="  silver:\n    Sale: {key: id}\n")
     config = load_pipeline(live_file)
     produced = produce_kinds(kafka_servers, topic, range(0, 60))
     pipeline.run(spark, config, available_now=True)
@@ -394,6 +398,13 @@ def test_a_routed_pipelines_shadow_moves_records_between_route_tables_and_makes_
         config.quarantine_path: "promote.shadow"}
     assert_txns_once(list(paths.values()), promote_ids)
     assert verify.audit(DeltaRsReader(), config).ok
+    (sales,) = config.route_silvers().values()
+    assert promoted.silvers == {"outbox_sale": promoted.tables["outbox_sale"]}
+    audit = rs_audit.audit(sales)
+    assert audit.ok and audit.bronze_version == promoted.tables["outbox_sale"]
+    assert audit.rows == sum(1 for d in produced.values() if d.get("kind") == "Sale") == 79
+    current = {r["id"]: r.asDict() for r in spark.read.format("delta").load(sales.silver_path).collect()}
+    assert sum(1 for r in current.values() if r["channel"] is not None) == 19  # the range's sales
 
     # the stream continues with the corrected file: new refunds land in their new table, each record once
     produced.update(produce_kinds(kafka_servers, topic, range(180, 200)))
