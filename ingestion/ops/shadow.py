@@ -146,11 +146,7 @@ def routed_spans(ledgers: Mapping[str, Sequence[BatchRecord]], start: str, end: 
     tables' commits, or none); another commit (a replay) counts by its own time. Times only: each table has
     versions of its own, so a version number is refused in one line. Refused as `spans_of` refuses: a rewind,
     promote or re-decode inside, offsets other commits interleave."""
-    for key, text in (("--from", start), ("--to", end)):
-        if text is not None and text.isdigit():
-            raise ShadowError(f"{file}: {key} {text}: a routed pipeline's tables ({', '.join(sorted(ledgers))}) "
-                              "each have versions of their own, so a version names no range; give an ISO time "
-                              f"(2026-01-01T10:00:00) instead (`ingest history` shows each commit's time)")
+    times_only(sorted(ledgers), start, end, file)
     low, high = _as_time(start), (None if end is None else _as_time(end))
     groups: dict[object, list[tuple[str, BatchRecord]]] = {}
     for table, records in ledgers.items():
@@ -188,6 +184,15 @@ def routed_spans(ledgers: Mapping[str, Sequence[BatchRecord]], start: str, end: 
                                       f"inside the range's {span.first}-{span.last}: a shadow over interleaved "
                                       "commits is not supported yet; choose other times")
     return tuple(found[k] for k in sorted(found))
+
+
+def times_only(tables: Sequence[str], start: str, end: str | None, file: str) -> None:
+    """A routed pipeline's `--from`/`--to` are times: a version number is refused in one line naming the value."""
+    for key, text in (("--from", start), ("--to", end)):
+        if text is not None and text.isdigit():
+            raise ShadowError(f"{file}: {key} {text}: a routed pipeline's tables ({', '.join(tables)}) each have "
+                              "versions of their own, so a version names no range; give an ISO time "
+                              f"(2026-01-01T10:00:00) instead (`ingest history` shows each commit's time)")
 
 
 def _union(records: Sequence[BatchRecord]) -> dict[tuple[str, int], Span]:
@@ -300,6 +305,7 @@ def plan_start(config: PipelineConfig, other: PipelineConfig, *, start: str, end
     times: tuple[str, str] | None = None
     if config.routing is not None:
         ledgers = live_ledgers(config)
+        times_only(sorted(ledgers) or ["quarantine"], start, end, str(config.file))
         if not any(ledgers.values()):
             raise ShadowError(f"{config.name}: its tables ({', '.join(sorted(ledgers)) or 'none yet'}) record no "
                               "offsets yet: nothing to re-ingest")

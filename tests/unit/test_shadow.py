@@ -230,6 +230,29 @@ routing:
         shadow.shadow_config(live, load_pipeline(_pipeline(tmp_path / "flat")), "fix")
 
 
+def test_a_routed_start_by_version_is_refused_in_one_line_without_a_jvm(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from ingestion.cli import main
+
+    path = tmp_path / "outbox.yaml"
+    path.write_text(f"""name: outbox
+topic: outbox
+kafka:
+  bootstrap.servers: "127.0.0.1:9"
+value:
+  format: json
+  schemaFile: {tmp_path / 'x.json'}
+sink:
+  root: {tmp_path / 'lake'}
+routing:
+  by: field
+  field: kind
+""")
+    assert main(["shadow", "start", str(path), "--config", str(path), "--from", "12"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert f"{path}: --from 12: a routed pipeline's tables" in err and "ISO time" in err and "\n" not in err, err
+
+
 def test_a_routed_diff_names_records_that_move_between_route_tables() -> None:
     def row(offset: int, **values: object) -> dict[str, object]:
         return {"_kafka_topic": "t", "_kafka_partition": 0, "_kafka_offset": offset, **values}
