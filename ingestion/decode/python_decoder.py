@@ -19,6 +19,7 @@ from fastavro import parse_schema, schemaless_reader
 from pyspark.sql import DataFrame
 
 from ingestion.columns import METADATA_COLUMNS
+from ingestion.decode import wire
 from ingestion.decode.spec import (
     DECODER_COLUMNS,
     DecodeSpec,
@@ -28,7 +29,7 @@ from ingestion.decode.spec import (
     UnknownSchemaError,
     format_module,
 )
-from ingestion.decode.validate import body_validator
+from ingestion.decode.validate import body_reader, body_validator
 from ingestion.decode.wire import split
 from ingestion.errors import DecodeError, SchemaError
 from ingestion.runtime.arrow_types import to_arrow_type
@@ -70,6 +71,11 @@ class BatchDecoder:
         # of 2, ...): every body is checked against its writer schema first (see validate.py).
         self._checks = {sid: body_validator(json.loads(text)) for sid, text in self.spec.writer_schemas.items()}
         self._same = set(self.spec.reader_ids)
+        # A body written with the reader schema itself is checked and read in one generated pass, its record a
+        # tuple of the payload's fields (validate_fast.reader); a fault there, or another writer schema, takes the
+        # check and fastavro below.
+        fast = body_reader(reader_json)
+        self._reads = {sid: fast for sid in self._same} if fast is not None else {}
         self._convert = avro_types.converter(reader_json)
         self._payload_type = to_arrow_type(self.spec.payload_type)
         avro_types.check_bounded(reader_json)
@@ -136,9 +142,13 @@ class BatchDecoder:
     def _payload_array(self, batch: pa.RecordBatch, payloads: list[Any], error_classes: list[str | None],
                        messages: list[str | None]) -> pa.Array:
         try:
+            if any(isinstance(p, tuple) for p in payloads):
+                return _struct_of_tuples(payloads, self._payload_type)
             return pa.array(payloads, type=self._payload_type)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
             pass
+        names = [f.name for f in self._payload_type]
+        payloads[:] = [dict(zip(names, p, strict=True)) if isinstance(p, tuple) else p for p in payloads]
         # Rare: a decoded value Arrow cannot hold for the column type. Find the rows, fail or flag only them.
         for i, payload in enumerate(payloads):
             if payload is None:
@@ -155,11 +165,17 @@ class BatchDecoder:
         if len(value) > self.spec.max_bytes:
             raise RecordTooLargeError(f"value of {len(value)} bytes exceeds value.maxBytes={self.spec.max_bytes}")
         if self.spec.plain_schema_id is not None:
-            schema_id, body = self.spec.plain_schema_id, memoryview(value)
+            schema_id, start = self.spec.plain_schema_id, 0
         else:
-            schema_id, body = split(value)
+            schema_id, start = wire.schema_id(value), wire.HEADER_SIZE
         schema_ids[i] = schema_id  # kept for the quarantine row even when the body fails below
-        record = self.read_record(schema_id, body)
+        read = self._reads.get(schema_id)
+        if read is not None:
+            try:
+                return schema_id, read(value, start)
+            except Exception:  # noqa: BLE001 - not sure: the check below names the fault, or fastavro reads it
+                pass
+        record = self.read_record(schema_id, memoryview(value)[start:])
         return schema_id, self._convert(record) if self._convert else record
 
     def read_record(self, schema_id: int, body: memoryview) -> Any:
@@ -191,6 +207,18 @@ class BatchDecoder:
         except Exception as exc:  # every key failure is one error class, with the cause in the message
             raise KeyDecodeError(f"key: {type(exc).__name__}: {exc}") from exc
         return self._key_convert(record) if self._key_convert else record
+
+
+def _struct_of_tuples(payloads: list[Any], kind: pa.StructType) -> pa.Array:
+    """The payload column of records read as tuples of their fields' values (`validate_fast.reader`), as dicts
+    (fastavro's, another writer schema) or None: one Arrow array per field, not a dict per row."""
+    names = [f.name for f in kind]
+    empty = (None,) * len(names)
+    rows = [p if isinstance(p, tuple) else empty if p is None else tuple(p.get(n) for n in names) for p in payloads]
+    columns = zip(*rows, strict=True) if rows else [() for _ in names]
+    children = [pa.array(list(values), type=field.type) for values, field in zip(columns, kind, strict=True)]
+    mask = pa.array([p is None for p in payloads], type=pa.bool_())
+    return pa.StructArray.from_arrays(children, fields=list(kind), mask=mask)
 
 
 def _utf8_key(key: bytes) -> str:

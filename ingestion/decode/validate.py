@@ -135,6 +135,16 @@ def body_validator(schema: Any) -> Callable[[bytes], int]:
     return validate
 
 
+def body_reader(schema: Any) -> Callable[[bytes, int], tuple[Any, ...]] | None:
+    """The checked one-pass read of a record written with `schema` (parsed JSON), reading it as `schema` itself
+    (`validate_fast.reader`): (buffer, where the body starts) -> its fields' values, raising on any fault; None
+    for a schema it does not read."""
+    compiler = _Compiler()
+    compiler.compile(schema, None)
+    return validate_fast.reader(schema, compiler.compile, compiler.definitions, set(compiler.named),
+                                lambda items: min_size(items, compiler.definitions))
+
+
 def min_size(schema: Any, named: dict[str, Any] | None = None, seen: frozenset[str] = frozenset()) -> int:
     """The fewest bytes a value of `schema` takes (recursive references count as 0)."""
     named = {} if named is None else named

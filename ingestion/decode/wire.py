@@ -20,9 +20,15 @@ def encode(schema_id: int, body: bytes) -> bytes:
 
 def split(value: bytes) -> tuple[int, memoryview]:
     """(schema id, Avro body) of a wire-format value; WireFormatError when it has no valid header."""
+    return schema_id(value), memoryview(value)[HEADER_SIZE:]
+
+
+def schema_id(value: bytes) -> int:
+    """The schema id of a wire-format value (its body starts at HEADER_SIZE); WireFormatError when it has no valid
+    header."""
     if len(value) < HEADER_SIZE:
         raise WireFormatError(f"value of {len(value)} bytes is shorter than the 5-byte header")
-    magic, schema_id = _HEADER.unpack_from(value)
+    magic, found = _HEADER.unpack_from(value)
     if magic != MAGIC:
         raise WireFormatError(f"magic byte is {magic}, expected {MAGIC}")
-    return schema_id, memoryview(value)[HEADER_SIZE:]
+    return int(found)
