@@ -5,8 +5,10 @@ it elsewhere. A run's metrics go through a queue to one thread of its own, so a 
 back, and closing the run waits only for what is still queued. (MLflow's own asynchronous logging polls its
 queue once a second: closing a run through it took 2 s.)
 
-Opening the store (importing mlflow, SQLAlchemy, checking the SQLite schema) takes a second or two of Python;
-`open_store_early` starts it on a thread while the JVM of the Spark session boots, which keeps Python idle.
+Opening the store (importing mlflow, SQLAlchemy, checking the SQLite schema) takes a second or two of Python, so
+the store is opened and written by a process of its own (`mlflow_server`), one per tracking URI, which
+`open_store_early` starts while the start batch is written and the JVM boots: on the machine's other core, not
+against the batches for the interpreter's lock (docs/performance.md#mlflow-in-a-process-of-its-own).
 """
 
 from __future__ import annotations
@@ -16,29 +18,65 @@ import json
 import logging
 import os
 import queue
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping
-from concurrent.futures import Future
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from ingestion.config import PipelineConfig
-from ingestion.errors import one_line
+from ingestion.errors import IngestionError, one_line
 from ingestion.paths import state_dir
 
 if TYPE_CHECKING:
-    from mlflow.entities import Metric, Param
-
     from ingestion.stream.lock import Holder
 
 log = logging.getLogger(__name__)
 
-MAX_METRICS_PER_CALL = 1000  # MLflow's limit for one log_batch call
 ENDED_BY_TAG = "ingest.ended_by"  # on a run ended by another process: why (`writer lock taken from dead pid 4242`)
-_stores: dict[str, Future[Any]] = {}  # tracking URI -> MlflowClient (being) opened
+_stores: dict[str, Store] = {}  # tracking URI -> its store's process
 _stores_lock = threading.Lock()
-_experiments_lock = threading.Lock()  # two pipelines of one experiment starting at once create it once
+Metric = tuple[str, float, int, int]  # key, value, timestamp (ms), step
+
+
+class MetricsStoreError(IngestionError):
+    """The MLflow store refused a request, or its process is gone."""
+
+
+class Store:
+    """A tracking store, opened and written by its own process (`mlflow_server`): one request at a time."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self._lock = threading.Lock()
+        self._proc = self._start()
+
+    def _start(self) -> subprocess.Popen[str]:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))  # the package, wherever
+        return subprocess.Popen([sys.executable, "-m", "ingestion.stream.mlflow_server", self.uri], env=env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def call(self, op: str, **request: Any) -> Any:
+        """Ask the store's process (another one if it ended, idle); MetricsStoreError with its one line when it
+        refuses or is gone."""
+        with self._lock:
+            if self._proc.poll() is not None:
+                self._proc = self._start()
+            try:
+                assert self._proc.stdin is not None and self._proc.stdout is not None
+                self._proc.stdin.write(json.dumps({"op": op, **request}) + "\n")
+                self._proc.stdin.flush()
+                line = self._proc.stdout.readline()
+            except (OSError, ValueError):
+                line = ""
+        if not line:
+            raise MetricsStoreError(f"the MLflow store's process for {self.uri} ended (exit code {self._proc.poll()})")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise MetricsStoreError(one_line(reply["error"]))
+        return reply["ok"]
 
 
 def tracking_uri() -> str:
@@ -55,32 +93,22 @@ def open_store_early() -> None:
     _store(tracking_uri())
 
 
-def _store(uri: str) -> Future[Any]:
+def _store(uri: str) -> Store:
     with _stores_lock:
         found = _stores.get(uri)
         if found is None:
-            found = _stores[uri] = Future()
-            threading.Thread(target=_open, args=(uri, found), name="mlflow-open", daemon=True).start()
+            found = _stores[uri] = Store(uri)
         return found
-
-
-def _open(uri: str, into: Future[Any]) -> None:
-    try:
-        from mlflow.tracking import MlflowClient
-
-        into.set_result(MlflowClient(uri))
-    except BaseException as exc:  # noqa: BLE001 - handed to the caller of RunMetrics.start
-        into.set_exception(exc)
 
 
 class RunMetrics:
     """An open MLflow run that batches report to."""
 
-    def __init__(self, run_id: str, experiment_id: str, uri: str, client: Any) -> None:
+    def __init__(self, run_id: str, experiment_id: str, uri: str, store: Any) -> None:
         self.run_id = run_id
         self.experiment_id = experiment_id
         self.uri = uri
-        self.client = client  # the MlflowClient the run was opened with, used for every batch
+        self.store = store  # the Store the run was opened with, written for every batch
         self._queue: queue.SimpleQueue[list[Metric] | None] = queue.SimpleQueue()
         self._writer = threading.Thread(target=self._write, name=f"mlflow-{run_id[:8]}", daemon=True)
         self._writer.start()
@@ -88,25 +116,17 @@ class RunMetrics:
     @classmethod
     def start(cls, experiment: str, run_name: str, params: Mapping[str, str]) -> RunMetrics:
         uri = tracking_uri()
-        client = _store(uri).result()
-        with _experiments_lock:
-            found = client.get_experiment_by_name(experiment)
-            if found is not None:
-                experiment_id = found.experiment_id
-            else:
-                artifacts = (state_dir() / "mlflow" / "artifacts").as_uri() if uri.startswith("sqlite") else None
-                experiment_id = client.create_experiment(experiment, artifact_location=artifacts)
-        run = client.create_run(experiment_id, run_name=run_name, tags={"ingest.pipeline": run_name})
-        client.log_batch(run.info.run_id, params=[_param(k, v) for k, v in params.items()])
-        log.info("mlflow run %s in experiment %r (%s)", run.info.run_id, experiment, uri)
-        return cls(run.info.run_id, experiment_id, uri, client)
+        store = _store(uri)  # (one request at a time: two pipelines of one experiment create it once)
+        artifacts = (state_dir() / "mlflow" / "artifacts").as_uri() if uri.startswith("sqlite") else None
+        run = store.call("start", experiment=experiment, run_name=run_name, artifacts=artifacts,
+                         params={k: str(v) for k, v in params.items()})
+        log.info("mlflow run %s in experiment %r (%s)", run["run_id"], experiment, uri)
+        return cls(run["run_id"], run["experiment_id"], uri, store)
 
     def log(self, step: int, values: Mapping[str, float]) -> None:
         """Queue one batch's metrics; they are written by the run's own thread."""
-        from mlflow.entities import Metric
-
         now = int(time.time() * 1000)
-        self._queue.put([Metric(key, float(value), now, step) for key, value in values.items()])
+        self._queue.put([(key, float(value), now, step) for key, value in values.items()])
 
     def _write(self) -> None:
         """Write queued metrics until `finish`; what queued up while the store was busy goes in one call."""
@@ -116,20 +136,19 @@ class RunMetrics:
             item = self._queue.get()
             while item is not None:
                 pending.extend(item)
-                if len(pending) >= MAX_METRICS_PER_CALL or self._queue.empty():
+                if self._queue.empty():
                     break
                 item = self._queue.get()
             closing = item is None
             self._send(pending)
 
     def _send(self, metrics: list[Metric]) -> None:
-        for first in range(0, len(metrics), MAX_METRICS_PER_CALL):
-            chunk = metrics[first:first + MAX_METRICS_PER_CALL]
-            try:
-                self.client.log_batch(self.run_id, metrics=chunk)
-            except Exception as exc:  # noqa: BLE001 - metrics are lost, the stream is not
-                log.warning("mlflow run %s: could not log %d metrics: %s", self.run_id, len(chunk),
-                            one_line(exc))
+        if not metrics:
+            return
+        try:
+            self.store.call("log", run_id=self.run_id, metrics=metrics)
+        except Exception as exc:  # noqa: BLE001 - metrics are lost, the stream is not
+            log.warning("mlflow run %s: could not log %d metrics: %s", self.run_id, len(metrics), one_line(exc))
 
     def finish(self, status: str = "FINISHED", timeout: float = 60.0) -> None:
         """Write what is queued, then close the run with `status`."""
@@ -138,7 +157,7 @@ class RunMetrics:
         if self._writer.is_alive():
             log.warning("mlflow run %s: metrics still being written after %.0fs; closing the run", self.run_id,
                         timeout)
-        self.client.set_terminated(self.run_id, status=status)
+        self.store.call("finish", run_id=self.run_id, status=status)
 
 
 def end_abandoned(holder: Holder) -> None:
@@ -150,23 +169,14 @@ def end_abandoned(holder: Holder) -> None:
         return
     uri = holder.mlflow_uri or tracking_uri()
     try:
-        client = _store(uri).result()
-        if client.get_run(holder.mlflow_run).info.status != "RUNNING":
+        if not _store(uri).call("end_abandoned", run_id=holder.mlflow_run, tag=ENDED_BY_TAG, reason=holder.reason):
             return
-        client.set_tag(holder.mlflow_run, ENDED_BY_TAG, holder.reason)
-        client.set_terminated(holder.mlflow_run, status="KILLED")
     except Exception as exc:  # noqa: BLE001 - the new run goes on; the old one stays RUNNING, as it was
         log.warning("mlflow run %s of pid %d (ended without closing it) could not be ended as KILLED in %s: %s",
                     holder.mlflow_run, holder.pid, uri, one_line(exc))
         return
     log.info("mlflow run %s ended as KILLED: %s (on %s since %s)", holder.mlflow_run, holder.reason, holder.host,
              holder.started)
-
-
-def _param(key: str, value: str) -> Param:
-    from mlflow.entities import Param
-
-    return Param(key, str(value)[:6000])
 
 
 def start_metrics(config: PipelineConfig, app_id: str, available_now: bool, starting: str | None) -> RunMetrics:

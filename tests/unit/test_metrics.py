@@ -3,6 +3,9 @@ batch back."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,13 @@ def _history(client: Any, run_id: str, key: str) -> list[tuple[int, float]]:
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
 
 
+def _reader(uri: str) -> Any:
+    """A client of the test's own on the store the runs write through their store's process."""
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(uri)
+
+
 def test_every_step_is_written_before_the_run_is_closed(tracking: str) -> None:
     metrics.open_store_early()
     run = RunMetrics.start("ingest/orders", "orders", {"topic": "orders", "trigger": "10 seconds"})
@@ -32,35 +42,52 @@ def test_every_step_is_written_before_the_run_is_closed(tracking: str) -> None:
         run.log(step, {"rows": 100.0 * step, "lag_records": float(5 - step)})
     run.finish("KILLED")
 
-    found = run.client.get_run(run.run_id)
+    client = _reader(tracking)
+    found = client.get_run(run.run_id)
     assert found.info.status == "KILLED"
     assert found.data.params == {"topic": "orders", "trigger": "10 seconds"}
-    assert _history(run.client, run.run_id, "rows") == [(s, 100.0 * s) for s in range(5)]
-    assert _history(run.client, run.run_id, "lag_records") == [(s, float(5 - s)) for s in range(5)]
+    assert _history(client, run.run_id, "rows") == [(s, 100.0 * s) for s in range(5)]
+    assert _history(client, run.run_id, "lag_records") == [(s, float(5 - s)) for s in range(5)]
     assert not run._writer.is_alive()
 
 
-class _SlowStore:
-    """A real MLflow client whose writes wait until the test lets them through, counting the calls."""
+def test_the_store_is_opened_and_written_by_a_process_of_its_own(tracking: str) -> None:
+    """MLflow is imported by the store's process, never by the run's (its import held the interpreter's lock
+    against the batches); a store process that ended (idle) is started again for the next request."""
+    run = RunMetrics.start("ingest/apart", "apart", {})
+    store = run.store
+    assert store._proc.pid != os.getpid() and store._proc.poll() is None
+    run.log(0, {"rows": 1.0})
+    store._proc.stdin.close()  # as its idle end would
+    store._proc.wait(30)
+    run.finish()
+    assert store._proc.poll() is None  # another process took the finish
+    assert _reader(tracking).get_run(run.run_id).info.status == "FINISHED"
+    code = ("import sys; from ingestion.stream import metrics; metrics.RunMetrics.start('ingest/x', 'x', {}).finish(); "
+            "sys.exit(any(m.startswith('mlflow') for m in sys.modules))")
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0  # no mlflow module here
 
-    def __init__(self, client: Any) -> None:
-        self.client = client
+
+class _SlowStore:
+    """The run's real store whose metric writes wait until the test lets them through, counting the metrics of
+    each call."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
         self.go = threading.Event()
         self.calls: list[int] = []
 
-    def log_batch(self, run_id: str, metrics: list[Any]) -> None:
-        self.go.wait(30)
-        self.calls.append(len(metrics))
-        self.client.log_batch(run_id, metrics=metrics)
-
-    def set_terminated(self, run_id: str, status: str) -> None:
-        self.client.set_terminated(run_id, status=status)
+    def call(self, op: str, **request: Any) -> Any:
+        if op == "log":
+            self.go.wait(30)
+            self.calls.append(len(request["metrics"]))
+        return self.store.call(op, **request)
 
 
 def test_a_slow_store_holds_no_batch_back_and_gets_the_queue_in_few_calls(tracking: str) -> None:
     opened = RunMetrics.start("ingest/slow", "slow", {})
     opened._queue.put(None)  # this test writes through its own RunMetrics on the same run
-    slow = _SlowStore(opened.client)
+    slow = _SlowStore(opened.store)
     run = RunMetrics(opened.run_id, opened.experiment_id, opened.uri, slow)
 
     for step in range(4):  # returns at once although the store is not answering
@@ -69,7 +96,7 @@ def test_a_slow_store_holds_no_batch_back_and_gets_the_queue_in_few_calls(tracki
     slow.go.set()
     run.finish()
 
-    assert _history(opened.client, run.run_id, "rows") == [(s, float(s)) for s in range(4)]
+    assert _history(_reader(tracking), run.run_id, "rows") == [(s, float(s)) for s in range(4)]
     assert sum(slow.calls) == 8  # every metric once
     assert len(slow.calls) <= 2  # the first batch alone at most, then what had queued behind it in one call
 
@@ -79,27 +106,23 @@ def test_a_store_that_fails_loses_metrics_not_the_run(tracking: str, caplog: pyt
     opened._queue.put(None)
 
     class Failing(_SlowStore):
-        def log_batch(self, run_id: str, metrics: list[Any]) -> None:
-            raise RuntimeError("store is read-only")
+        def call(self, op: str, **request: Any) -> Any:
+            if op == "log":
+                raise metrics.MetricsStoreError("store is read-only")
+            return self.store.call(op, **request)
 
-    store = Failing(opened.client)
-    run = RunMetrics(opened.run_id, opened.experiment_id, opened.uri, store)
+    run = RunMetrics(opened.run_id, opened.experiment_id, opened.uri, Failing(opened.store))
     run.log(0, {"rows": 1.0})
     run.finish()
 
-    assert opened.client.get_run(run.run_id).info.status == "FINISHED"
+    assert _reader(tracking).get_run(run.run_id).info.status == "FINISHED"
     assert "could not log 1 metrics: store is read-only" in caplog.text
 
 
 def test_a_batch_of_more_metrics_than_one_call_takes_is_split(tracking: str) -> None:
-    opened = RunMetrics.start("ingest/wide", "wide", {})
-    opened._queue.put(None)
-    store = _SlowStore(opened.client)
-    store.go.set()
-    run = RunMetrics(opened.run_id, opened.experiment_id, opened.uri, store)
+    run = RunMetrics.start("ingest/wide", "wide", {})
     lag = {f"lag_records_p{p}": float(p) for p in range(1500)}  # a topic of 1,500 partitions
-    run.log(0, lag)
+    run.log(0, lag)  # MLflow takes at most 1,000 metrics a call: the store's process splits them
     run.finish()
 
-    assert store.calls == [1000, 500]  # MLflow takes at most 1,000 metrics a call
-    assert len(opened.client.get_run(run.run_id).data.metrics) == 1500
+    assert len(_reader(tracking).get_run(run.run_id).data.metrics) == 1500

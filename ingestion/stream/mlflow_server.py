@@ -1,0 +1,81 @@
+"""The MLflow side of `metrics`, in a process of its own: `python -m ingestion.stream.mlflow_server <tracking uri>`.
+
+Importing MLflow and opening its store (SQLAlchemy, the SQLite schema check) takes one to two seconds of Python. In
+the run's own process that work held the interpreter's lock against the batches being decoded beside it (a
+50,000-record start batch's decode took 1.43 s instead of 0.82 s); here it runs on the machine's other core. The
+process reads one JSON request a line on its standard input and answers each with one JSON line on its standard
+output: `{"ok": ...}` or `{"error": "<class>: <message>"}`. It ends when its input closes (the run's process ended)
+or after `IDLE_SECONDS` without a request (a library caller's process may live on; `metrics.Store` starts another
+when it needs one).
+
+Requests (`op`): `start` (experiment, run_name, params, artifacts) -> {run_id, experiment_id}; `log` (run_id,
+metrics as [key, value, timestamp ms, step]); `finish` (run_id, status); `end_abandoned` (run_id, tag, reason) ->
+whether the run was still RUNNING and is now KILLED.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import sys
+from typing import Any
+
+MAX_METRICS_PER_CALL = 1000  # MLflow's limit for one log_batch call
+IDLE_SECONDS = 300.0
+
+
+def _handle(client: Any, request: dict[str, Any]) -> Any:
+    from mlflow.entities import Metric, Param
+
+    op = request["op"]
+    if op == "start":
+        found = client.get_experiment_by_name(request["experiment"])
+        experiment_id = found.experiment_id if found is not None else client.create_experiment(
+            request["experiment"], artifact_location=request.get("artifacts"))
+        run = client.create_run(experiment_id, run_name=request["run_name"],
+                                tags={"ingest.pipeline": request["run_name"]})
+        params = [Param(k, str(v)[:6000]) for k, v in request.get("params", {}).items()]
+        if params:
+            client.log_batch(run.info.run_id, params=params)
+        return {"run_id": run.info.run_id, "experiment_id": experiment_id}
+    if op == "log":
+        metrics = [Metric(key, float(value), int(stamp), int(step)) for key, value, stamp, step in request["metrics"]]
+        for first in range(0, len(metrics), MAX_METRICS_PER_CALL):
+            client.log_batch(request["run_id"], metrics=metrics[first:first + MAX_METRICS_PER_CALL])
+        return len(metrics)
+    if op == "finish":
+        client.set_terminated(request["run_id"], status=request["status"])
+        return True
+    if op == "end_abandoned":
+        if client.get_run(request["run_id"]).info.status != "RUNNING":
+            return False
+        client.set_tag(request["run_id"], request["tag"], request["reason"])
+        client.set_terminated(request["run_id"], status="KILLED")
+        return True
+    raise ValueError(f"unknown request {op!r}")
+
+
+def main(uri: str) -> None:
+    try:
+        from mlflow.tracking import MlflowClient
+
+        client: Any = MlflowClient(uri)
+        broken = None
+    except Exception as exc:  # noqa: BLE001 - every request is answered with it
+        client, broken = None, f"{type(exc).__name__}: {exc}"
+    while select.select([sys.stdin], [], [], IDLE_SECONDS)[0]:  # one request at a time: nothing is buffered
+        line = sys.stdin.readline()
+        if not line:
+            return
+        try:
+            if broken is not None:
+                raise RuntimeError(broken)
+            reply = {"ok": _handle(client, json.loads(line))}
+        except Exception as exc:  # noqa: BLE001 - the caller decides what a failed request costs
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
