@@ -82,10 +82,12 @@ class RangeFetcher:
                    access.GROUP_AUTHORIZATION_FAILED}
         start = {(s.topic, s.partition): s.start for s in spans}
         until = {(s.topic, s.partition): s.until for s in spans}
-        rows: list[Any] = []
+        # each partition's records in offset order (held ones first): the batch in (topic, partition, offset) order
+        # without sorting its records
+        rows: dict[tuple[str, int], list[Any]] = {key: [] for key in sorted(until)}
         for key, end in until.items():
             held = self._held.pop(key, [])
-            rows.extend(m for m in held if start[key] <= m.offset() < end)
+            rows[key].extend(m for m in held if start[key] <= m.offset() < end)
             self._held[key] = [m for m in held if m.offset() >= end]
         pending = {key for key, end in until.items() if self._position[key] < end}
         paused: set[tuple[str, int]] = set()  # done while others are pending: fetched no further until the end
@@ -126,7 +128,7 @@ class RangeFetcher:
                     self._position[key] = msg.offset() + 1
                     moved = True
                     if start.get(key, 0) <= msg.offset() < until.get(key, -1):
-                        rows.append(msg)
+                        rows[key].append(msg)
                     elif msg.offset() >= until.get(key, 0):
                         self._held.setdefault(key, []).append(msg)
                 if key in pending and self._position[key] >= until[key]:
@@ -143,7 +145,7 @@ class RangeFetcher:
         if paused:
             consumer.resume([TopicPartition(*key) for key in sorted(paused)])
         self._expect.update(until)
-        return _source_batch(rows)
+        return _source_batch([m for part in rows.values() for m in part])
 
     def _assigned(self, spans: Sequence[Span]) -> Any:
         """The consumer, assigned at the spans' starts unless each follows on from the batch before."""
@@ -177,8 +179,7 @@ class RangeFetcher:
 
 
 def _source_batch(messages: list[Any]) -> pa.RecordBatch:
-    """Messages as the rows of Spark's Kafka source (with includeHeaders)."""
-    messages.sort(key=lambda m: (m.topic(), m.partition(), m.offset()))
+    """Messages (in the batch's order) as the rows of Spark's Kafka source (with includeHeaders)."""
     stamps = [m.timestamp() for m in messages]
     headers = [m.headers() for m in messages]
     columns = [

@@ -133,12 +133,24 @@ def finish_without_jvm(ctx: PipelineContext, launch: Launch, exporter: Exporter 
     return Finished(config.name, tuple(b.result for b in batches), reached)
 
 
+def _warm_arrow() -> None:
+    """pyarrow imports pandas at its first array (0.4 to 0.7 s of Python): on a thread while the checks wait on
+    Kafka, not in the first batch (docs/performance.md#the-driver-side-fetch)."""
+    def warm() -> None:
+        import pyarrow as pa
+
+        pa.array([0])
+
+    threading.Thread(target=warm, name="warm-arrow", daemon=True).start()
+
+
 def run(spark: SparkSession | None, target: PipelineConfig | PipelineContext, *, available_now: bool = False,
         exporter: Exporter | None = None) -> Finished | RunningPipeline:
     """Run one pipeline through the launch sequence (see the module) until it stops: caught up (available-now),
     failed, or asked to stop (SIGINT, SIGTERM); `ingestion.run_pipeline`. `spark`: the session to run in; None: the
     JVM boots here while the tables are prepared and the start batch is written. Both outcomes have `batches`."""
     clock = _Clock()
+    _warm_arrow()
     ctx = target if isinstance(target, PipelineContext) else check_can_start(target)
     clock.mark("checks")
     launch = watched(locked(ctx), ctx, exporter, available_now=available_now)
@@ -187,6 +199,7 @@ def run_all(spark: SparkSession | None, targets: Sequence[PipelineConfig | Pipel
     """Run several pipelines through the launch sequence in one Spark application (`pipeline.run_all`); the ones
     an available-now run finds caught up, or finishes by their start batches, need no JVM. Returns pipeline name ->
     how it ended."""
+    _warm_arrow()
     if all(isinstance(t, PipelineContext) for t in targets):
         contexts = [t for t in targets if isinstance(t, PipelineContext)]
     else:
