@@ -151,6 +151,8 @@ def run(spark: SparkSession | None, target: PipelineConfig | PipelineContext, *,
     JVM boots here while the tables are prepared and the start batch is written. Both outcomes have `batches`."""
     clock = _Clock()
     _warm_arrow()
+    open_store_early()  # its process opens the tracking store while the checks run, the start batch is written and
+    # the JVM boots (a run that has nothing to do ends it unused)
     ctx = target if isinstance(target, PipelineContext) else check_can_start(target)
     clock.mark("checks")
     launch = watched(locked(ctx), ctx, exporter, available_now=available_now)
@@ -163,7 +165,6 @@ def run(spark: SparkSession | None, target: PipelineConfig | PipelineContext, *,
             if launch.prometheus is not None:
                 launch.prometheus.stop(PipelineState.STOPPED)
             return Finished(ctx.name, (), reached)
-        open_store_early()  # the tracking store opens while the start batch is written and the JVM boots
         if spark is None and submitted():  # spark-submit's JVM runs already: nothing to do while it boots
             spark = pipelines_session(f"ingest-{ctx.name}", [ctx.config], record_classes=True)
         if spark is None and available_now and launch.facts is not None and start_batch.fits(
@@ -200,6 +201,7 @@ def run_all(spark: SparkSession | None, targets: Sequence[PipelineConfig | Pipel
     an available-now run finds caught up, or finishes by their start batches, need no JVM. Returns pipeline name ->
     how it ended."""
     _warm_arrow()
+    open_store_early()
     if all(isinstance(t, PipelineContext) for t in targets):
         contexts = [t for t in targets if isinstance(t, PipelineContext)]
     else:
@@ -217,7 +219,6 @@ def run_all(spark: SparkSession | None, targets: Sequence[PipelineConfig | Pipel
             contexts = [c for c in contexts if c.name in launches]
             if not contexts:
                 return outcome
-        open_store_early()
         if spark is None and submitted():  # spark-submit's JVM runs already: nothing to do while it boots
             configs = [c.config for c in contexts]
             spark = pipelines_session("ingest-all", configs, pools=[pipeline.pool_name(c) for c in configs],

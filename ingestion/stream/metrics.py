@@ -13,6 +13,7 @@ against the batches for the interpreter's lock (docs/performance.md#mlflow-in-a-
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import logging
@@ -52,6 +53,16 @@ class Store:
         self.uri = uri
         self._lock = threading.Lock()
         self._proc = self._start()
+        self.used = False
+
+    def close(self) -> None:
+        """End the store's process: at once if it never served a request (a run with nothing to do), else when it
+        has read its input's end (after what it is writing)."""
+        with self._lock:
+            if not self.used:
+                self._proc.terminate()
+            elif self._proc.stdin is not None:
+                self._proc.stdin.close()
 
     def _start(self) -> subprocess.Popen[str]:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))  # the package, wherever
@@ -64,6 +75,7 @@ class Store:
         with self._lock:
             if self._proc.poll() is not None:
                 self._proc = self._start()
+            self.used = True
             try:
                 assert self._proc.stdin is not None and self._proc.stdout is not None
                 self._proc.stdin.write(json.dumps({"op": op, **request}) + "\n")
@@ -97,8 +109,18 @@ def _store(uri: str) -> Store:
     with _stores_lock:
         found = _stores.get(uri)
         if found is None:
+            if not _stores:
+                atexit.register(_close_stores)
             found = _stores[uri] = Store(uri)
         return found
+
+
+def _close_stores() -> None:
+    for store in list(_stores.values()):
+        try:
+            store.close()
+        except OSError:
+            pass
 
 
 class RunMetrics:

@@ -126,3 +126,16 @@ def test_a_batch_of_more_metrics_than_one_call_takes_is_split(tracking: str) -> 
     run.finish()
 
     assert len(_reader(tracking).get_run(run.run_id).data.metrics) == 1500
+
+
+def test_a_store_opened_early_and_never_asked_ends_with_the_run(tracking: str) -> None:
+    """A run with nothing to do (caught up) opened the store early for nothing: its process ends at the run's exit,
+    not after it; a store that served a request ends once it has read its input's end."""
+    unused = metrics.Store(tracking.replace("mlflow.db", "unused.db"))  # (two processes creating one new
+    used = metrics.Store(tracking)  # SQLite store race on its schema, as MLflow's clients in two processes would)
+    run_id = used.call("start", experiment="ingest/closing", run_name="closing", params={}, artifacts=None)["run_id"]
+    for store in (unused, used):
+        store.close()
+    assert unused._proc.wait(30) != 0  # terminated
+    assert used._proc.wait(30) == 0  # read the end of its input, and ended
+    assert _reader(tracking).get_run(run_id).info.status == "RUNNING"
