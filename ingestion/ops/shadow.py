@@ -32,11 +32,14 @@ from typing import Any
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from ingestion import kafka
+from ingestion.columns import METADATA_COLUMNS
 from ingestion.config import PipelineConfig
 from ingestion.decode import bronze
-from ingestion.delta import ledger, reads, routed, rs_reads, shadow_tables, whole_batches
+from ingestion.decode.resolver import evolution
+from ingestion.delta import ledger, reads, routed, rs_reads, rs_tables, shadow_tables, whole_batches
 from ingestion.delta.ledger import BatchKind, BatchRecord
 from ingestion.errors import ConfigError
 from ingestion.ops import replay
@@ -255,6 +258,24 @@ def shadow_config(config: PipelineConfig, other: PipelineConfig, name: str) -> P
     return dataclasses.replace(other, sink=sink, silver=None)
 
 
+def check_followable(config: PipelineConfig, other: PipelineConfig, payload: T.StructType) -> None:
+    """The live stream, switched to `other` by a promote, must follow the live table, which keeps its columns: the
+    other config's reader schema (`payload`) must hold each of them, in a type the table can take (as the stream's
+    own schema check asks at every start). ShadowError in one line naming the file, the key and the columns."""
+    live = rs_tables.state(config.table_path, config.storage_options() or None).schema
+    if live is None:
+        return
+    columns = T.StructType([f for f in live.fields if f.name not in METADATA_COLUMNS])
+    if evolution(columns, payload, widen=other.sink.type_widening) is not None:
+        return
+    key = "value.schemaFile" if other.value.schema_file else "value.subject"
+    missing = [f.name for f in columns.fields if f.name not in payload.fieldNames()]
+    what = (f"it lacks the live table's column(s) {', '.join(missing)}" if missing else
+            "it changes a live column's type in a way the table cannot take")
+    raise ShadowError(f"{other.file}: key {key!r}: {what}, so the stream could not continue after a promote (a "
+                      "Delta table keeps its columns); keep them in the schema as nullable fields")
+
+
 def shadow_path(path: str, name: str) -> str:
     return f"{path.rstrip('/')}__{name}"
 
@@ -347,9 +368,13 @@ def start(spark: SparkSession, config: PipelineConfig, plan: Plan) -> Shadow:
     shadow, target = plan.shadow, plan.target
     if shadow.state == READY:
         return shadow
-    save_shadow(config, shadow, shadow.name)  # `starting`: known before the first commit
     ctx = context.resolve(target)
     spans = [s.as_tuple() for s in shadow.spans]
+    schemas = None
+    if not shadow.routed:
+        schemas = setup.resolver(spark, ctx, also=sorted({topic for topic, _, _, _ in spans}))
+        check_followable(config, target, schemas.spec.payload_type)
+    save_shadow(config, shadow, shadow.name)  # `starting`: known before the first commit
     options = {k: v for k, v in kafka_options(ctx).items() if k not in (
         "startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy",
         "maxOffsetsPerTrigger", "minPartitions", "subscribe", "subscribePattern")}
@@ -368,9 +393,8 @@ def start(spark: SparkSession, config: PipelineConfig, plan: Plan) -> Shadow:
         wanted = wanted | ((F.col("topic") == topic) & (F.col("partition") == partition)
                            & F.col("offset").between(first, last))
     kafka_rows = reader.load().where(wanted)
-    if shadow.routed:
+    if schemas is None:
         return _start_routed(spark, config, plan, ctx, kafka_rows)
-    schemas = setup.resolver(spark, ctx, also=sorted(by_topic))
     setup.make_tables(spark, target, schemas.spec)
     rules = setup.check_rules(target, schemas.spec)
     decoded = replay.decode_with_rules(kafka_rows, schemas.spec, rules)

@@ -195,6 +195,20 @@ def test_shadow_drop(spark: Any, kafka_servers: str, make_topic: Any, tmp_path: 
     shadow.drop(config, "same")
     assert not Path(made.table).exists() and not Path(made.quarantine).exists()
     assert shadow.status(config) == []
+    # A config whose schema lacks a live column (a rename, say) is refused before anything is made: the live
+    # table keeps its columns, and the stream switched to that config could not start after a promote.
+    narrow = tmp_path / "narrow.json"
+    narrow.write_text(json.dumps({"type": "object", "properties": {"id": {"type": "string"},
+                                                                   "amount": {"type": "integer"},
+                                                                   "status": {"type": "string"}}}))
+    other_file = tmp_path / "orders-narrow.yaml"
+    other_file.write_text(live_file.read_text().replace(str(wrong), str(narrow)))
+    with pytest.raises(shadow.ShadowError) as refused_schema:
+        shadow.start(spark, config, shadow.plan_start(config, load_pipeline(other_file), start="0", end=None,
+                                                      name="narrow"))
+    text = str(refused_schema.value)
+    assert "\n" not in text and str(other_file) in text and "'value.schemaFile'" in text and "coupon" in text
+    assert shadow.status(config) == [] and not Path(shadow.shadow_path(config.table_path, "narrow")).exists()
 
 
 def test_a_promote_rebuilds_the_pipelines_silver_table_from_the_promoted_bronze(spark: Any, kafka_servers: str,
