@@ -20,7 +20,11 @@ def metric_series(config: PipelineConfig, run_id: str | None = None) -> tuple[st
     """(run id, metric -> [(batch id, value)]) of the given run, or of the pipeline's newest run."""
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri())
+    uri = tracking_uri()
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+        raise IngestionError(f"no MLflow run for pipeline {config.name!r}: no MLflow store at {uri} yet (`ingest run` "
+                             "it first)")
+    client = MlflowClient(uri)
     if run_id is None:
         experiment = client.get_experiment_by_name(config.experiment)
         # The pipeline's stream runs (tagged with its name): not its `ingest maintain` runs (`<name>-maintain`).

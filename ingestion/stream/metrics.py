@@ -95,9 +95,7 @@ def tracking_uri() -> str:
     uri = os.environ.get("MLFLOW_TRACKING_URI")
     if uri:
         return uri
-    folder = state_dir() / "mlflow"
-    folder.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{folder / 'mlflow.db'}"
+    return f"sqlite:///{state_dir() / 'mlflow' / 'mlflow.db'}"  # (its folder made by the store's process, if needed)
 
 
 def open_store_early() -> None:

@@ -18,10 +18,12 @@ from __future__ import annotations
 import json
 import select
 import sys
+from pathlib import Path
 from typing import Any
 
 MAX_METRICS_PER_CALL = 1000  # MLflow's limit for one log_batch call
 IDLE_SECONDS = 300.0
+SQLITE = "sqlite:///"
 
 
 def _handle(client: Any, request: dict[str, Any]) -> Any:
@@ -55,14 +57,27 @@ def _handle(client: Any, request: dict[str, Any]) -> Any:
     raise ValueError(f"unknown request {op!r}")
 
 
-def main(uri: str) -> None:
-    try:
-        from mlflow.tracking import MlflowClient
+def _client(uri: str) -> Any:
+    """The store's client; a SQLite store's folder made first (its file is made by the client)."""
+    from mlflow.tracking import MlflowClient
 
-        client: Any = MlflowClient(uri)
-        broken = None
+    if uri.startswith(SQLITE):
+        Path(uri[len(SQLITE):]).parent.mkdir(parents=True, exist_ok=True)
+    return MlflowClient(uri)
+
+
+def main(uri: str) -> None:
+    """Serve requests. MLflow is imported at once (the slow part); a SQLite store that does not exist yet is made
+    only by the first request: a run refused by its checks leaves no file behind."""
+    client: Any = None
+    broken = None
+    try:
+        import mlflow.tracking  # noqa: F401 - imported ahead of the first request
+
+        if not uri.startswith(SQLITE) or Path(uri[len(SQLITE):]).exists():
+            client = _client(uri)
     except Exception as exc:  # noqa: BLE001 - every request is answered with it
-        client, broken = None, f"{type(exc).__name__}: {exc}"
+        broken = f"{type(exc).__name__}: {exc}"
     while select.select([sys.stdin], [], [], IDLE_SECONDS)[0]:  # one request at a time: nothing is buffered
         line = sys.stdin.readline()
         if not line:
@@ -70,6 +85,8 @@ def main(uri: str) -> None:
         try:
             if broken is not None:
                 raise RuntimeError(broken)
+            if client is None:
+                client = _client(uri)
             reply = {"ok": _handle(client, json.loads(line))}
         except Exception as exc:  # noqa: BLE001 - the caller decides what a failed request costs
             reply = {"error": f"{type(exc).__name__}: {exc}"}
