@@ -16,6 +16,7 @@ whether the run was still RUNNING and is now KILLED.
 from __future__ import annotations
 
 import json
+import logging
 import select
 import sys
 from pathlib import Path
@@ -73,6 +74,9 @@ def main(uri: str) -> None:
     broken = None
     try:
         import mlflow.tracking  # noqa: F401 - imported ahead of the first request
+
+        for noisy in ("alembic", "mlflow", "urllib3"):  # as the run's own logging: warnings only (a new store's
+            logging.getLogger(noisy).setLevel(logging.WARNING)  # table creation lines are not the user's)
 
         if not uri.startswith(SQLITE) or Path(uri[len(SQLITE):]).exists():
             client = _client(uri)

@@ -139,3 +139,12 @@ def test_a_store_opened_early_and_never_asked_ends_with_the_run(tracking: str) -
     assert unused._proc.wait(30) != 0  # terminated
     assert used._proc.wait(30) == 0  # read the end of its input, and ended
     assert _reader(tracking).get_run(run_id).info.status == "RUNNING"
+
+
+def test_a_new_store_is_made_without_a_line_on_the_runs_output(tracking: str,
+                                                               capfd: pytest.CaptureFixture[str]) -> None:
+    """The store's process shares the run's standard error: MLflow's INFO lines (a new SQLite store's table
+    creation) stay off it, as the run's own logging keeps them off (warnings only)."""
+    RunMetrics.start("ingest/quiet", "quiet", {}).finish()
+    captured = capfd.readouterr()
+    assert "mlflow" not in (captured.err + captured.out).lower(), captured
