@@ -146,5 +146,7 @@ def test_a_new_store_is_made_without_a_line_on_the_runs_output(tracking: str,
     """The store's process shares the run's standard error: MLflow's INFO lines (a new SQLite store's table
     creation) stay off it, as the run's own logging keeps them off (warnings only)."""
     RunMetrics.start("ingest/quiet", "quiet", {}).finish()
-    captured = capfd.readouterr()
-    assert "mlflow" not in (captured.err + captured.out).lower(), captured
+    out, err = capfd.readouterr()
+    captured = out + err
+    # (the run's own lines may be there, by whatever handlers the process has: not MLflow's)
+    assert "initial MLflow database tables" not in captured and "Updating database tables" not in captured, captured
