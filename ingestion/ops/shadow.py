@@ -124,12 +124,7 @@ def spans_of(records: Sequence[BatchRecord], low: int, high: int) -> tuple[Span,
     data = [r for r in inside if r.kind in DATA_KINDS and r.ranges]
     if not data:
         raise ShadowError(f"versions {low}-{high} hold no Kafka offsets (maintenance or table creation only)")
-    found: dict[tuple[str, int], Span] = {}
-    for record in data:
-        for r in record.ranges:
-            old = found.get((r.topic, r.partition))
-            found[(r.topic, r.partition)] = Span(r.topic, r.partition, r.first, r.last) if old is None else Span(
-                r.topic, r.partition, min(old.first, r.first), max(old.last, r.last))
+    found = _union(data)
     outside = [r for r in records if r.version is not None and not low <= r.version <= high and r.kind in DATA_KINDS]
     for record in outside:
         for r in record.ranges:
