@@ -6,7 +6,6 @@ offset once and each txn action once, as an uninterrupted promote would."""
 
 from __future__ import annotations
 
-import datetime as dt
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +26,7 @@ from tests.integration.test_shadow import (
     _rows,
     assert_each_offset_once,
     assert_txns_once,
-    produce_kinds,
+    land_in_two_runs,
     routed_pipelines,
     routed_rows,
 )
@@ -87,11 +86,7 @@ def test_a_routed_start_and_promote_killed_at_their_commits_then_rerun(spark: An
     topic = make_topic(partitions=2)
     live_file, other_file = routed_pipelines(tmp_path, topic, kafka_servers)
     config = load_pipeline(live_file)
-    produced = produce_kinds(kafka_servers, topic, range(0, 60))
-    pipeline.run(spark, config, available_now=True)
-    since = dt.datetime.now(dt.UTC).isoformat()
-    produced.update(produce_kinds(kafka_servers, topic, range(60, 120)))
-    pipeline.run(spark, config, available_now=True)
+    produced, since = land_in_two_runs(spark, config, kafka_servers, topic)
     # start, killed once its first route table (outbox_gift's shadow) is committed: a rerun writes the rest only
     killed_at(f"after_commit:{REPLAY_BATCH_ID}", tmp_path / "start.log", "shadow", "start", str(live_file),
               "--config", str(other_file), "--from", since)

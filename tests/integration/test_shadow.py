@@ -6,6 +6,7 @@ the stream continues with the corrected file."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 from typing import Any
@@ -293,6 +294,18 @@ def produce_kinds(servers: str, topic: str, seqs: range) -> dict[tuple[int, int]
     return found
 
 
+def land_in_two_runs(spark: Any, config: Any, servers: str, topic: str) -> tuple[dict[tuple[int, int], dict[str, Any]],
+                                                                             str]:
+    """Records 0-59 landed by one available-now run, 60-119 by a second: (what was produced, the ISO time between
+    the two runs, where a shadow of the second run's commits starts)."""
+    produced = produce_kinds(servers, topic, range(0, 60))
+    pipeline.run(spark, config, available_now=True)
+    since = dt.datetime.now(dt.UTC).isoformat()
+    produced.update(produce_kinds(servers, topic, range(60, 120)))
+    pipeline.run(spark, config, available_now=True)
+    return produced, since
+
+
 def routed_rows(spark: Any, config: Any) -> dict[str, dict[tuple[int, int], dict[str, Any]]]:
     """Each route table's rows (and `quarantine`'s) by (partition, offset)."""
     from ingestion.delta import routed
@@ -326,7 +339,6 @@ def assert_txns_once(paths: list[str], promote: dict[str, str]) -> None:
 
 def test_a_routed_pipelines_shadow_moves_records_between_route_tables_and_makes_a_new_one(
         spark: Any, kafka_servers: str, make_topic: Any, tmp_path: Path) -> None:
-    import datetime as dt
 
     from ingestion.delta import routed
     from ingestion.silver import rs_audit
@@ -336,11 +348,7 @@ def test_a_routed_pipelines_shadow_moves_records_between_route_tables_and_makes_
     live_file, other_file = routed_pipelines(tmp_path, topic, kafka_servers,
                                              routing="  silver:\n    Sale: {key: id}\n")
     config = load_pipeline(live_file)
-    produced = produce_kinds(kafka_servers, topic, range(0, 60))
-    pipeline.run(spark, config, available_now=True)
-    since = dt.datetime.now(dt.UTC).isoformat()
-    produced.update(produce_kinds(kafka_servers, topic, range(60, 120)))
-    pipeline.run(spark, config, available_now=True)
+    produced, since = land_in_two_runs(spark, config, kafka_servers, topic)
     until = dt.datetime.now(dt.UTC).isoformat()
     in_range = {k for k, d in produced.items() if 60 <= int(d["id"][1:]) < 120}
     assert sorted(routed.route_tables(config)) == ["outbox_gift", "outbox_refund", "outbox_sale"]
