@@ -7,6 +7,7 @@ from pathlib import Path
 from ingestion.config import PipelineConfig
 from ingestion.errors import IngestionError
 from ingestion.stream.metrics import tracking_uri
+from ingestion.stream.mlflow_server import sqlite_file
 
 PANELS = (
     ("lag_records", "lag (records)"),
@@ -21,7 +22,7 @@ def metric_series(config: PipelineConfig, run_id: str | None = None) -> tuple[st
     from mlflow.tracking import MlflowClient
 
     uri = tracking_uri()
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+    if (file := sqlite_file(uri)) is not None and not file.exists():
         raise IngestionError(f"no MLflow run for pipeline {config.name!r}: no MLflow store at {uri} yet (`ingest run` "
                              "it first)")
     client = MlflowClient(uri)

@@ -58,12 +58,17 @@ def _handle(client: Any, request: dict[str, Any]) -> Any:
     raise ValueError(f"unknown request {op!r}")
 
 
+def sqlite_file(uri: str) -> Path | None:
+    """The file of a SQLite tracking store (`sqlite:///<path>`), None for another store."""
+    return Path(uri[len(SQLITE):]) if uri.startswith(SQLITE) else None
+
+
 def _client(uri: str) -> Any:
     """The store's client; a SQLite store's folder made first (its file is made by the client)."""
     from mlflow.tracking import MlflowClient
 
-    if uri.startswith(SQLITE):
-        Path(uri[len(SQLITE):]).parent.mkdir(parents=True, exist_ok=True)
+    if (file := sqlite_file(uri)) is not None:
+        file.parent.mkdir(parents=True, exist_ok=True)
     return MlflowClient(uri)
 
 
@@ -78,7 +83,7 @@ def main(uri: str) -> None:
         for noisy in ("alembic", "mlflow", "urllib3"):  # as the run's own logging: warnings only (a new store's
             logging.getLogger(noisy).setLevel(logging.WARNING)  # table creation lines are not the user's)
 
-        if not uri.startswith(SQLITE) or Path(uri[len(SQLITE):]).exists():
+        if (file := sqlite_file(uri)) is None or file.exists():
             client = _client(uri)
     except Exception as exc:  # noqa: BLE001 - every request is answered with it
         broken = f"{type(exc).__name__}: {exc}"
