@@ -12,10 +12,10 @@ from dataclasses import dataclass, replace
 
 from ingestion import kafka
 from ingestion.decode.resolver import SchemaResolver
-from ingestion.delta import routed, rs_reads, rs_tables
+from ingestion.delta import rs_tables
 from ingestion.delta.reader import JvmFreeReadError
 from ingestion.silver import ledger as silver_ledger
-from ingestion.stream import checkpoint, handover
+from ingestion.stream import checkpoint, handover, shape
 from ingestion.stream.context import PipelineContext
 from ingestion.stream.handover import GroupStart
 from ingestion.stream.lock import WriterLock
@@ -64,10 +64,7 @@ def read_facts(ctx: PipelineContext) -> Facts:
         table: rs_tables.TableState | None = rs_tables.state(config.table_path, config.storage_options())
     except JvmFreeReadError:
         table = None
-    recorded = rs_reads.recorded_offsets(config) if table is not None and table.exists else \
-        ({} if table is not None else None)
-    if config.routing is not None:  # no bronze of its own: its route tables' and quarantine's ledgers
-        recorded = routed.recorded_offsets(config)
+    recorded = shape.of(config).recorded(config, table)
     started = checkpoint.has_progress(config.checkpoint_path, config.spark) \
         if checkpoint.reachable_without_jvm(config.checkpoint_path, config.spark) else None
     group = handover.plan(ctx) if config.source.start_from_group and recorded == {} else None
@@ -119,9 +116,7 @@ def caught_up(ctx: PipelineContext, facts: Facts | None) -> dict[str, dict[int, 
     if facts is None or not facts.recorded:
         return None
     config = ctx.config
-    if config.routing is not None:
-        # Its tables commit a batch one after another: the newest offset one holds does not say the others hold
-        # theirs. Spark's checkpoint does; the query decides.
+    if not shape.of(config).ledger_says_caught_up:
         return None
     if config.silver_path is not None and not silver_ledger.rs_caught_up(
             config.silver_path, config.table_path, config.storage_options() or None):

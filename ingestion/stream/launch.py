@@ -34,7 +34,7 @@ from ingestion.delta.log_checkpoints import checkpoint_if_due
 from ingestion.processes import process_age
 from ingestion.runtime.session import pipelines_session, submitted
 from ingestion.schema import registry
-from ingestion.stream import checkpoint, context, pipeline, setup, start_batch
+from ingestion.stream import checkpoint, context, pipeline, shape, start_batch
 from ingestion.stream.batch import BatchResult
 from ingestion.stream.context import PipelineContext
 from ingestion.stream.facts import Launch, Prepared, caught_up, locked, watched
@@ -76,7 +76,7 @@ def check_can_start(config: PipelineConfig) -> PipelineContext:
     ctx = context.resolve(config, check=True)
     WriterLock(config.name, config.checkpoint_path, settings=config.spark).probe()
     registry.check_registry(config)
-    return setup.check(ctx)
+    return shape.of(config).check(ctx)
 
 
 def check_all_can_start(configs: Sequence[PipelineConfig]) -> list[PipelineContext]:
@@ -91,7 +91,7 @@ def prepare(ctx: PipelineContext, launch: Launch, *, write_start_batch: bool = T
     (made with delta-rs), then the start batch where the checkpoint allows one, and more of them while `more()` says
     so (the JVM still boots). Run while the JVM boots."""
     started = time.monotonic()
-    schemas = setup.prepare(ctx)
+    schemas = shape.of(ctx.config).prepare(ctx)
     batches: tuple[StartBatch, ...] = ()
     facts = launch.facts
     if schemas is not None and write_start_batch and launch.lock is not None and facts is not None \

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -21,18 +21,16 @@ from pyspark.sql.streaming import StreamingQuery
 
 from ingestion import kafka
 from ingestion.config import PipelineConfig
-from ingestion.delta import ledger, routed, whole_batches
+from ingestion.delta import ledger
 from ingestion.delta.log_checkpoints import BackgroundCheckpoints
 from ingestion.errors import IngestionError, KafkaAccessError, one_line
 from ingestion.kafka import access
 from ingestion.runtime import listener
-from ingestion.silver.follower import Lag, SilverFollower
-from ingestion.silver.ledger import SilverRecord
-from ingestion.silver.routed import RouteSilvers
-from ingestion.stream import checkpoint, context, handover, setup, source
+from ingestion.stream import checkpoint, context, handover, shape, source
 from ingestion.stream.batch import BatchResult
 from ingestion.stream.context import PipelineContext
 from ingestion.stream.facts import Facts, Launch, Prepared, read_facts
+from ingestion.stream.followers import Follower, LogCheckpoints, Maintenance
 from ingestion.stream.lock import WriterLock
 from ingestion.stream.maintenance import ScheduledMaintenance
 from ingestion.stream.metrics import RunMetrics, end_abandoned, start_metrics
@@ -74,19 +72,30 @@ class RunningPipeline:
     metrics: RunMetrics | None
     monitor: PipelineMonitor
     batches: list[BatchResult]
-    log_checkpoints: BackgroundCheckpoints | None = None
+    followers: tuple[Follower, ...] = ()  # what follows each commit (`followers`), as the pipeline's shape says
     lock: WriterLock | None = None
     stopped_on_request: bool = False
     writer: BronzeWriter | None = None
-    maintenance: ScheduledMaintenance | None = None
     prometheus: LagRefresher | None = None
-    silver: SilverFollower | RouteSilvers | None = None
     available_now: bool = False
     stopped_in: float | None = None  # seconds `stop` took, once stopped
 
     @property
     def config(self) -> PipelineConfig:
         return self.context.config
+
+    @property
+    def log_checkpoints(self) -> BackgroundCheckpoints | None:
+        return next((f.checkpoints for f in self.followers if isinstance(f, LogCheckpoints)), None)
+
+    @property
+    def maintenance(self) -> ScheduledMaintenance | None:
+        return next((f.schedule for f in self.followers if isinstance(f, Maintenance)), None)
+
+    def failure(self) -> str | None:
+        """Why a follower of the run cannot go on (`silver: <why>`), once one cannot."""
+        return next((f"{f.what}: {one_line(error)}" for f in self.followers if (error := f.failure()) is not None),
+                    None)
 
     def stop_between_batches(self, timeout: float = 600.0) -> None:
         """Let the batch being written finish, make the next one end the query before it writes anything, and
@@ -168,29 +177,12 @@ def _started_in_pool(spark: SparkSession, stream: Any, pool: str | None) -> Stre
 
 def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Prepared, *, available_now: bool,
            with_metrics: bool, pool: str | None = None, prometheus: LagRefresher | None = None) -> RunningPipeline:
-    config = ctx.config
-    schemas = None  # a routed pipeline's schemas and tables are each route's, made as its first records come
-    if config.routing is None:
-        # The schemas and tables as the run's checks and its facts read them, where they could (delta-rs); else
-        # read now with the session. Bronze's columns are the facts' (read under the writer lock).
-        schemas = prepared.schemas or ctx.checked or setup.resolver(spark, ctx)
-        table = facts.table
-        if prepared.schemas is None:
-            setup.ensure_tables(spark, config, schemas.spec, states=ctx.tables if ctx.checked is schemas else None)
-            setup.widen_table(spark, config, schemas, table if table is not None and table.exists else None)
-        else:
-            setup.ensure_tables(spark, config, schemas.spec, made=True)
-            if table is None or table.exists:  # one delta-rs made from these schemas has nothing to widen
-                setup.widen_table(spark, config, schemas, table)
+    config, tables = ctx.config, shape.of(ctx.config)
+    schemas = tables.ready(spark, ctx, facts, prepared)
     location = config.checkpoint_path
     resumed = facts.checkpoint_started if facts.checkpoint_started is not None else \
         checkpoint.has_progress(location, config.spark, spark)
-    if config.routing is not None and not resumed and routed.route_tables(config) and not routed.rewound(config):
-        # A new checkpoint has a new txnAppId: a batch a lost checkpoint left in some tables only would be written
-        # again beside them. Its newest batch is undone in every table (after `ingest rewind` each batch is whole
-        # already), and the run resumes from the tables' offsets.
-        whole_batches.resume_after_lost_checkpoint(spark, config)
-        facts = replace(facts, recorded=routed.recorded_offsets(config))
+    facts = tables.recovered(spark, config, facts, resumed=resumed)
     app_id = checkpoint.app_id(location, config.name, config.spark, spark)
     facts = facts.after(prepared.start_batches)
     recorded = _recorded_offsets(spark, config, facts) if available_now or not resumed else {}
@@ -204,30 +196,20 @@ def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Pr
         progress = Progress(facts.records_to_do()) if available_now else None
         monitor = PipelineMonitor(config, ctx.kafka.client, metrics, progress, prometheus)
         batches: list[BatchResult] = []
-        properties = dict(facts.table.properties) if facts.table is not None and facts.table.exists else \
-            setup.table_properties(config)
-        log_checkpoints = None if config.routing is not None else BackgroundCheckpoints.for_table(
-            spark, config.table_path, name=config.name, properties=properties, options=config.storage_options())
-        if log_checkpoints is not None and not available_now:
-            log_checkpoints.warm_up()  # the JVM's first checkpoint is slow: at start, not beside the steady stream
-        scheduled = None if config.routing is not None else ScheduledMaintenance.for_pipeline(spark, config, metrics)
-        silver = _silver(spark, config, pool, metrics, prometheus, ctx.partitions)
+        followers = tables.followers(spark, ctx, facts, metrics=metrics, pool=pool, prometheus=prometheus,
+                                     available_now=available_now)
 
         def on_batch(result: BatchResult) -> None:
             batches.append(result)
             monitor.on_batch(result)
-            if silver is not None and result.committed:
-                silver.notify()
-            if log_checkpoints is not None and result.committed and result.version is not None:
-                log_checkpoints.committed(result.version)
-            if scheduled is not None and result.committed:
-                scheduled.committed(result.batch_id)
+            for follower in followers:
+                follower.committed(result)
 
         for start_batch in prepared.start_batches:
             batches.append(start_batch.result)
             monitor.on_start_batch(start_batch.result, start_batch.ends, start_batch.lags)
-            if log_checkpoints is not None and start_batch.result.version is not None:
-                log_checkpoints.committed(start_batch.result.version)
+            for follower in followers:
+                follower.committed(start_batch.result)
 
         writer = BronzeWriter(config=config, app_id=app_id, resolver=schemas, on_batch=on_batch,
                               on_topics=ctx.saw, kafka_client=ctx.kafka.client, context=ctx)
@@ -244,15 +226,16 @@ def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Pr
         stream = (stream.trigger(availableNow=True) if available_now
                   else stream.trigger(processingTime=spark_interval(config.sink.trigger)))
         query = _started_in_pool(spark, stream, pool)
-        if silver is not None and not available_now:
-            silver.start()
+        if not available_now:
+            for follower in followers:
+                follower.began()
     except BaseException:
         listener.routes(spark).remove(config.name)
         if metrics is not None:
             metrics.finish(RunStatus.FAILED)
         raise
-    return RunningPipeline(ctx, query, app_id, metrics, monitor, batches, log_checkpoints, writer=writer,
-                           maintenance=scheduled, silver=silver, available_now=available_now)
+    return RunningPipeline(ctx, query, app_id, metrics, monitor, batches, followers, writer=writer,
+                           available_now=available_now)
 
 
 def _beside(what: str, work: Callable[[], object]) -> None:
@@ -268,44 +251,6 @@ def _beside(what: str, work: Callable[[], object]) -> None:
         log.debug("%s: ahead in %.2f s", what, time.monotonic() - started)
 
     threading.Thread(target=run, name="ahead", daemon=True).start()
-
-
-def _silver(spark: SparkSession, config: PipelineConfig, pool: str | None, metrics: RunMetrics | None,
-            prometheus: LagRefresher | None,
-            partitions: dict[str, list[int]] | None = None) -> SilverFollower | RouteSilvers | None:
-    """The pipeline's silver follower, its bronze's change feed turned on before bronze's query writes; for a
-    routed pipeline, the followers of its routes' silvers (`routing.silver`), each route's metrics suffixed with its
-    table as its rows are (`silver_changes_<table>`)."""
-    if config.routing is not None and config.routing.silver:
-        def on_route_step(table: str, record: SilverRecord, lag: Lag) -> None:
-            if metrics is not None:
-                metrics.log(routes.followers[table].steps, _silver_metrics(record, lag, f"_{table}"))
-
-        routes = RouteSilvers(spark, config.route_silvers(), pool=pool, on_step=on_route_step)
-        routes.prepare()
-        return routes
-    if config.silver is None:
-        return None
-
-    def on_step(record: SilverRecord, lag: Lag) -> None:
-        if metrics is not None:
-            metrics.log(follower.steps, _silver_metrics(record, lag))
-        if prometheus is not None:
-            prometheus.metrics.silver(record.changes, record.inserted, record.updated, record.deleted,
-                                      record.cross_partition_keys, lag.versions, lag.seconds)
-
-    follower = SilverFollower(spark, config, pool=pool, on_step=on_step)
-    follower.prepare(partitions)  # warns of Kafka's order set over several partitions
-    return follower
-
-
-def _silver_metrics(record: SilverRecord, lag: Lag, suffix: str = "") -> dict[str, float]:
-    found = {"silver_changes": record.changes, "silver_inserted": record.inserted,
-             "silver_updated": record.updated, "silver_deleted": record.deleted,
-             "silver_cross_partition_keys": record.cross_partition_keys,
-             "silver_lag_versions": lag.versions, "silver_lag_seconds": lag.seconds,
-             "silver_bronze_version": record.bronze_version}
-    return {f"{k}{suffix}": v for k, v in found.items()}
 
 
 def run(spark: SparkSession, target: PipelineConfig | PipelineContext, *, available_now: bool = False,
@@ -332,9 +277,9 @@ def run(spark: SparkSession, target: PipelineConfig | PipelineContext, *, availa
                 if running.monitor.refused is not None:
                     running.stop_between_batches()
                     raise _failed(ctx, running.monitor.refused)
-                if running.silver is not None and running.silver.error is not None:
+                if (failed := running.failure()) is not None:
                     running.stop_between_batches()
-                    raise IngestionError(f"pipeline {ctx.name!r} failed: silver: {one_line(running.silver.error)}")
+                    raise IngestionError(f"pipeline {ctx.name!r} failed: {failed}")
             status = RunStatus.KILLED if stop_requested.is_set() else RunStatus.FINISHED
         except StreamingQueryException as exc:
             if not stop_requested.is_set():
@@ -343,9 +288,8 @@ def run(spark: SparkSession, target: PipelineConfig | PipelineContext, *, availa
             status = RunStatus.KILLED  # the query ended where the next batch would have started
         finally:
             stop(spark, running, status)
-        if running.silver is not None and running.silver.error is not None:
-            raise IngestionError(f"pipeline {ctx.name!r}: bronze is done, silver failed: "
-                                 f"{one_line(running.silver.error)}")
+        if (failed := running.failure()) is not None:
+            raise IngestionError(f"pipeline {ctx.name!r}: bronze is done, {failed}")
     return running
 
 
@@ -362,8 +306,8 @@ def run_all(spark: SparkSession, targets: Sequence[PipelineConfig | PipelineCont
     def ended(r: RunningPipeline, result: RunOutcome) -> None:
         outcome[r.config.name] = result
         stop(spark, r, result.status)
-        if result.status is RunStatus.FINISHED and r.silver is not None and r.silver.error is not None:
-            result = outcome[r.config.name] = RunOutcome(RunStatus.FAILED, f"silver: {one_line(r.silver.error)}")
+        if result.status is RunStatus.FINISHED and (failed := r.failure()) is not None:
+            result = outcome[r.config.name] = RunOutcome(RunStatus.FAILED, failed)
         if result.status is RunStatus.FAILED:
             log.error("%s failed (the other pipelines go on): %s", r.config.name, result.reason)
 
@@ -373,9 +317,9 @@ def run_all(spark: SparkSession, targets: Sequence[PipelineConfig | PipelineCont
             if r.config.name not in outcome and r.query.isActive and r.monitor.refused is not None:
                 r.stop_between_batches()
                 ended(r, RunOutcome(RunStatus.FAILED, str(r.monitor.refused)))
-            if r.config.name not in outcome and r.silver is not None and r.silver.error is not None:
+            if r.config.name not in outcome and (failed := r.failure()) is not None:
                 r.stop_between_batches()
-                ended(r, RunOutcome(RunStatus.FAILED, f"silver: {one_line(r.silver.error)}"))
+                ended(r, RunOutcome(RunStatus.FAILED, failed))
             if r.config.name in outcome or r.query.isActive:
                 continue
             error = r.query.exception()
@@ -472,14 +416,10 @@ def stop(spark: SparkSession, running: RunningPipeline, status: RunStatus = RunS
     started = time.monotonic()
     if running.query.isActive:
         running.query.stop()
-    if running.silver is not None:
-        _stop_silver(running, status)
-    if running.log_checkpoints is not None:
-        running.log_checkpoints.close()
+    for follower in running.followers:  # a finished available-now run drains silver first
+        follower.close(drain=status is RunStatus.FINISHED and running.available_now)
     if running.writer is not None:
         running.writer.close()
-    if running.maintenance is not None:
-        running.maintenance.close()
     listener.wait_for_listener_events(spark)
     running.monitor.drain()
     listener.routes(spark).remove(running.context.name)
@@ -493,20 +433,6 @@ def stop(spark: SparkSession, running: RunningPipeline, status: RunStatus = RunS
     if running.lock is not None:
         running.lock.release()
     running.stopped_in = time.monotonic() - started
-
-
-def _stop_silver(running: RunningPipeline, status: RunStatus) -> None:
-    """End the silver follower; an available-now run that finished drains it first (silver holds every bronze
-    version the run committed)."""
-    silver = running.silver
-    assert silver is not None
-    silver.stop()
-    if status is RunStatus.FINISHED and running.available_now and silver.error is None:
-        try:
-            silver.drain()
-        except Exception as exc:  # noqa: BLE001 (the run reports it: bronze is done, silver failed)
-            silver.error = exc
-            log.error("%s: silver failed: %s", running.config.name, one_line(exc))
 
 
 def _recorded_offsets(spark: SparkSession, config: PipelineConfig, facts: Facts) -> dict[str, dict[str, int]]:

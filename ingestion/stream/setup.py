@@ -102,10 +102,7 @@ def check(ctx: PipelineContext) -> PipelineContext:
     compile against bronze's columns, `sink.partitionBy` names bronze columns, the tables' retention settings hold,
     and the `silver:` section's key and ordering name bronze columns. Returns the context with the schemas and the
     tables' state it read (the run goes on with them: `prepare`), or as it was when only Spark can read a table
-    (its checks then come at the query's start) and for a routed pipeline (each route's schemas and table are made
-    when its first records come)."""
-    if ctx.config.routing is not None:
-        return ctx
+    (its checks then come at the query's start). One table's: a routed pipeline's are its routes' (`shape`)."""
     try:
         states = tables.table_states(None, ctx.config)  # read once: the checks and `prepare` take them
         schemas = resolver(None, ctx, table=states[ctx.config.table_path])
@@ -123,9 +120,7 @@ def prepare(ctx: PipelineContext) -> SchemaResolver | None:
     """Without a JVM, what a run needs before its first batch and can have before its session exists: the
     schemas (as the run's checks resolved them, `ctx.checked`), and the tables (created with delta-rs). Run while
     the JVM boots; None when only Spark can do it (a table delta-rs cannot read or make), which the query's start
-    then does with the session (and for a routed pipeline, whose tables are made as routes come)."""
-    if ctx.config.routing is not None:
-        return None
+    then does with the session. One table's: a routed pipeline's tables are made as routes come (`shape`)."""
     try:
         schemas = ctx.checked or resolver(None, ctx)
         made = make_tables(None, ctx.config, schemas.spec, ctx.tables if ctx.checked is not None else None)

@@ -30,7 +30,7 @@ from ingestion.delta import ledger
 from ingestion.delta.ledger import START_BATCH_ID
 from ingestion.errors import one_line
 from ingestion.kafka.fetch import RangeFetcher
-from ingestion.stream import checkpoint
+from ingestion.stream import checkpoint, shape
 from ingestion.stream.batch import BatchResult, Targets, log_result
 from ingestion.stream.context import PipelineContext
 from ingestion.stream.driver_write import DriverWrite
@@ -79,7 +79,7 @@ def allowed(config: PipelineConfig, checkpoint_started: bool | None) -> bool:
     files are reached without a JVM (the writer lock and the txnAppId are taken there before it), not a silver
     pipeline's bronze, not a routed pipeline (its tables are made by the query as routes come)."""
     return limit(config) > 0 and checkpoint.reachable_without_jvm(config.checkpoint_path, config.spark) \
-        and config.silver is None and config.routing is None and checkpoint_started is False
+        and config.silver is None and shape.of(config).start_batches and checkpoint_started is False
 
 
 def spans(config: PipelineConfig, recorded: Recorded, bounds: Bounds,

@@ -99,13 +99,13 @@ def test_every_metric_name_a_page_states_is_registered(page: str) -> None:
 
 
 def test_silver_metrics_of_cdc_md_are_the_codes() -> None:
-    """cdc.md's MLflow names are those `stream.pipeline._silver_metrics` logs."""
+    """cdc.md's MLflow names are those `stream.followers.silver_metrics` logs."""
     from ingestion.silver.ledger import SilverRecord
-    from ingestion.stream.pipeline import _silver_metrics
+    from ingestion.stream.followers import silver_metrics
 
     fields = {f.name: 0 for f in dataclasses.fields(SilverRecord)}
     lag = type("Lag", (), {"versions": 0, "seconds": 0.0})()
-    logged = set(_silver_metrics(SilverRecord(**fields), lag))  # type: ignore[arg-type]
+    logged = set(silver_metrics(SilverRecord(**fields), lag))  # type: ignore[arg-type]
     text = " ".join(_text(DOCS / "cdc.md").split())
     sentence = re.search(r"MLflow logs (.*?) per step", text)
     assert sentence is not None
