@@ -135,29 +135,31 @@ def table_rows(decoded: pa.RecordBatch, schema: pa.Schema, sources: dict[str, st
 
 
 def partition_stats(decoded: pa.RecordBatch) -> list[dict[str, Any]]:
-    """`bronze.batch_stats` of decoder rows held in Arrow."""
-    out: dict[tuple[str, int], dict[str, Any]] = {}
-    names = ("topic", "partition", "offset", "_schema_id", "_value_bytes", "_error_class")
-    columns = [decoded.column(name).to_pylist() for name in names]
-    stamps = pc.cast(decoded.column("timestamp"), pa.int64()).to_pylist()  # microseconds
-    unknown = UnknownSchemaError.__name__
-    for topic, partition, offset, schema_id, size, error, micros in zip(*columns, stamps, strict=True):
-        s = out.setdefault((topic, partition), {
-            "topic": topic, "partition": partition, "first": offset, "last": offset, "count": 0,
-            "failed_first": None, "failed_last": None, "failed": 0, "max_timestamp": micros, "bytes": 0,
-            "schema_ids": set(), "unknown_ids": set()})
-        s["first"], s["last"], s["count"] = min(s["first"], offset), max(s["last"], offset), s["count"] + 1
-        if micros is not None:
-            s["max_timestamp"] = micros if s["max_timestamp"] is None else max(s["max_timestamp"], micros)
-        s["bytes"] += size or 0
-        if schema_id is not None:
-            s["schema_ids"].add(schema_id)
-        if error is not None:
-            s["failed"] += 1
-            s["failed_first"] = offset if s["failed_first"] is None else min(s["failed_first"], offset)
-            s["failed_last"] = offset if s["failed_last"] is None else max(s["failed_last"], offset)
-            if error == unknown and schema_id is not None:
-                s["unknown_ids"].add(schema_id)
-    for s in out.values():
-        s["schema_ids"], s["unknown_ids"] = sorted(s["schema_ids"]), sorted(s["unknown_ids"])
-    return bronze.by_partition(list(out.values()))
+    """`bronze.batch_stats` of decoder rows held in Arrow: Arrow's group-by per (topic, partition), over all the
+    rows, the failed ones and those of an unknown schema id (no Python per record)."""
+    keys = ["topic", "partition"]
+    rows = pa.table({"topic": decoded.column("topic"), "partition": decoded.column("partition"),
+                     "offset": decoded.column("offset"), "schema_id": decoded.column("_schema_id"),
+                     "bytes": decoded.column("_value_bytes").cast(pa.int64()),
+                     "micros": pc.cast(decoded.column("timestamp"), pa.int64()),  # microseconds
+                     "error": decoded.column("_error_class")})
+    every = rows.group_by(keys, use_threads=False).aggregate([
+        ("offset", "min"), ("offset", "max"), ("offset", "count"), ("micros", "max"), ("bytes", "sum"),
+        ("schema_id", "distinct")]).to_pylist()
+    failed = {(r["topic"], r["partition"]): r for r in rows.filter(pc.is_valid(rows.column("error"))).group_by(
+        keys, use_threads=False).aggregate([("offset", "min"), ("offset", "max"), ("offset", "count")]).to_pylist()}
+    unknown = {(r["topic"], r["partition"]): r["schema_id_distinct"] for r in rows.filter(
+        pc.equal(rows.column("error"), UnknownSchemaError.__name__)).group_by(keys, use_threads=False).aggregate(
+        [("schema_id", "distinct")]).to_pylist()}
+    out = []
+    for r in every:
+        key = (r["topic"], r["partition"])
+        bad = failed.get(key)
+        out.append({
+            "topic": r["topic"], "partition": r["partition"], "first": r["offset_min"], "last": r["offset_max"],
+            "count": r["offset_count"], "failed_first": bad["offset_min"] if bad else None,
+            "failed_last": bad["offset_max"] if bad else None, "failed": bad["offset_count"] if bad else 0,
+            "max_timestamp": r["micros_max"], "bytes": r["bytes_sum"] or 0,
+            "schema_ids": sorted(i for i in r["schema_id_distinct"] if i is not None),
+            "unknown_ids": sorted(i for i in unknown.get(key, ()) if i is not None)})
+    return bronze.by_partition(out)

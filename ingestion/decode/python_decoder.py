@@ -102,7 +102,9 @@ class BatchDecoder:
         tombstones = [False] * n
         error_classes: list[str | None] = [None] * n
         messages: list[str | None] = [None] * n
-        decoded_keys = self.spec.key_format in self.decoded_keys
+        # String keys checked as UTF-8 in one cast; per record (naming the key that is not) only when one is not.
+        utf8_keys = _utf8_keys(batch.column("key")) if self.spec.key_format == "string" else None
+        decoded_keys = self.spec.key_format in self.decoded_keys and utf8_keys is None
         keys: list[Any] = batch.column("key").to_pylist() if decoded_keys else []
         for i, value in enumerate(values):
             try:
@@ -119,7 +121,9 @@ class BatchDecoder:
                 tombstones[i] = False
         payload = self._payload_array(batch, payloads, error_classes, messages)
         failed = pa.array([e is not None for e in error_classes], type=pa.bool_())
-        if decoded_keys:
+        if utf8_keys is not None:
+            key_column = pc.if_else(failed, pa.scalar(None, self._key_type), utf8_keys.cast(self._key_type))
+        elif decoded_keys:
             key_column = pa.array([None if error_classes[i] else k for i, k in enumerate(keys)], type=self._key_type)
         elif self.spec.key_format == "none":
             key_column = pa.nulls(n, type=pa.binary())
@@ -219,6 +223,14 @@ def _struct_of_tuples(payloads: list[Any], kind: pa.StructType) -> pa.Array:
     children = [pa.array(list(values), type=field.type) for values, field in zip(columns, kind, strict=True)]
     mask = pa.array([p is None for p in payloads], type=pa.bool_())
     return pa.StructArray.from_arrays(children, fields=list(kind), mask=mask)
+
+
+def _utf8_keys(keys: pa.Array) -> pa.Array | None:
+    """The keys as strings when every one is valid UTF-8 (Arrow's cast checks them), else None."""
+    try:
+        return keys.cast(pa.string())
+    except pa.ArrowInvalid:
+        return None
 
 
 def _utf8_key(key: bytes) -> str:

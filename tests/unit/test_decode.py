@@ -341,6 +341,38 @@ def test_string_keys_are_decoded_and_invalid_utf8_is_a_record_error() -> None:
     assert out.schema.field("_key").type == pa.string()
 
 
+def test_valid_string_keys_in_one_cast_and_a_failed_records_key_is_null() -> None:
+    """Every key valid UTF-8: checked in one Arrow cast, no record's key decoded alone; a record whose body fails
+    keeps no decoded key (quarantine has the raw one), as on the per-record path."""
+    _, good = body_of(0)
+    batch = kafka_batch([encode(1, good), b"\x00\x00\x00\x00\x01\xff", None])
+    batch = batch.set_column(0, "key", pa.array([b"caf\xc3\xa9", b"k1", b"k2"], type=pa.binary()))
+    d = BatchDecoder(DecodeSpec({1: ORDERS_JSON}, ORDERS_JSON, 1 << 20, fail_fast=False, key_format="string"))
+    d._prepare()
+    out = d.decode_batch(batch)
+    assert column(out, "_error_class")[0] is None and column(out, "_error_class")[1] is not None
+    assert column(out, "_key") == ["café", None, "k2"]  # the tombstone keeps its key
+    assert out.schema.field("_key").type == pa.string()
+
+
+def test_partition_stats_per_topic_partition_with_failures_and_unknown_ids() -> None:
+    from ingestion.decode.arrow_rows import partition_stats
+
+    _, good = body_of(0)
+    values = [encode(1, good), encode(99, good), None, b"\x01bad", encode(1, good)]
+    a = decoder().decode_batch(kafka_batch(values, partition=1, first_offset=10))
+    b = decoder().decode_batch(kafka_batch([encode(1, good)], partition=0, first_offset=3))
+    stats = partition_stats(pa.concat_batches([a, b]))
+    assert [(s["topic"], s["partition"]) for s in stats] == [("orders", 0), ("orders", 1)]
+    zero, one = stats
+    assert (zero["first"], zero["last"], zero["count"], zero["failed"], zero["failed_first"]) == (3, 3, 1, 0, None)
+    assert (one["first"], one["last"], one["count"]) == (10, 14, 5)
+    assert (one["failed_first"], one["failed_last"], one["failed"]) == (11, 13, 2)
+    assert one["schema_ids"] == [1, 99] and one["unknown_ids"] == [99] and zero["unknown_ids"] == []
+    assert one["bytes"] == 3 * len(encode(1, good)) + len(b"\x01bad")
+    assert one["max_timestamp"] == dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=4)
+
+
 def test_bytes_keys_pass_through() -> None:
     _, good = body_of(0)
     out = decoder().decode_batch(kafka_batch([encode(1, good), encode(1, good)]))
