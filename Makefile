@@ -22,8 +22,13 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/ingest demo
 
+# Parallel workers (pytest-xdist): most of the suite waits on brokers, triggers and subprocesses, so more workers
+# than cores pay; they share one broker (tests/conftest.py) and a file with a costly module fixture runs on one
+# worker (`--dist loadgroup`). TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 3
+
 test: setup debian-tools prometheus kcat postgresql
-	$(BIN)/pytest tests --durations=25
+	$(BIN)/pytest tests -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 # The Debian packages of the three targets below that are missing, installed by one `apt-get update` and one
 # `apt-get install` (a fresh machine paid one update per package before). The services the packages may start are

@@ -39,6 +39,34 @@ JVM_FIXTURES = frozenset({"spark", "kafka_servers", "secure_broker"})
 JVM_FILES = frozenset({"test_clients_under_broker_faults.py"})  # brokers of its own (tests/kafka_cluster.py)
 
 
+# Parallel workers (`make test` runs `-n 3 --dist loadgroup`, pytest-xdist): a file whose module-scoped fixture
+# starts servers or lands data once for all its tests (PostgreSQL with Debezium, the catalog's SQL server, the
+# secured broker, the Spark lines' metastore, the reference decoder's compile) runs on one worker, so the fixture
+# is built once. The scheduler below groups them by file: xdist's own `xdist_group` mark does nothing under
+# pytest 9.2 (xdist 3.8 renames the item's `_nodeid`, which pytest no longer reads).
+GROUPED_FILES = frozenset({
+    "test_catalog.py", "test_debezium.py", "test_secured_kafka.py", "test_spark_lines.py",
+    "test_connect_evolution.py", "test_differential.py", "test_json.py"})
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup`: xdist's load-group scheduling, with the tests of each of GROUPED_FILES as one unit.
+    Units with more tests go out first (xdist's `loadscopereorder`), then single tests in collection order: e2e,
+    the longest, first."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class SuiteScheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            path = nodeid.split("::", 1)[0]
+            return path if scope == nodeid and Path(path).name in GROUPED_FILES else scope
+
+    return SuiteScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         try:
@@ -70,10 +98,48 @@ def state_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home
 
 
+_SHARED_BROKER = "INGEST_TEST_SHARED_BROKER"  # the folder of the broker pytest_configure started for the workers
+_BROKER_KEY = pytest.StashKey[Any]()
+
+
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    """The process that hands tests to pytest-xdist's workers (`-n N`, N > 0), not a worker nor a plain run."""
+    return not hasattr(config, "workerinput") and bool(getattr(config.option, "numprocesses", None)) \
+        and getattr(config.option, "dist", "no") != "no"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under parallel workers the suite starts one broker, here, before the workers start: they find it through
+    KAFKA_BOOTSTRAP_SERVERS (topics are unique per test) instead of a broker each; stopped at the run's end."""
+    if not _is_xdist_controller(config) or os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        return
+    import tempfile
+
+    from ingestion.dev.broker import Broker
+
+    broker = Broker(Path(tempfile.mkdtemp(prefix="ingest-suite-broker-")))
+    os.environ["KAFKA_BOOTSTRAP_SERVERS"] = broker.start()
+    os.environ[_SHARED_BROKER] = str(broker.home)
+    config.stash[_BROKER_KEY] = broker
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    broker = config.stash.get(_BROKER_KEY, None)
+    if broker is not None:
+        broker.stop()
+        shutil.rmtree(broker.home, ignore_errors=True)
+        os.environ.pop("KAFKA_BOOTSTRAP_SERVERS", None)
+        os.environ.pop(_SHARED_BROKER, None)
+
+
 @pytest.fixture(scope="session")
 def kafka_servers(state_home: Path) -> Iterator[str]:
     existing = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if existing:
+        if os.environ.get(_SHARED_BROKER):
+            from ingestion.dev.broker import Broker
+
+            _SUITE_BROKERS[existing] = Broker(Path(os.environ[_SHARED_BROKER]))
         yield existing
         return
     from ingestion.dev.broker import Broker
