@@ -8,9 +8,13 @@ id and ledger record from `commit.committing`, which the caller wraps around `ex
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+
+MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 
 
 def history(spark: SparkSession, path: str, limit: int | None = None) -> DataFrame:
@@ -28,6 +32,24 @@ def merge(spark: SparkSession, path: str, source: DataFrame, on: str, *, target:
     from delta.tables import DeltaTable
 
     return DeltaTable.forPath(spark, path).alias(target).merge(source.alias(source_alias), on)
+
+
+@contextmanager
+def checkpointed_source(session: SparkSession) -> Iterator[None]:
+    """MERGEs inside the block read their source as it is, twice (to find the files its keys touch, then to write
+    them), instead of first copying it: for a source the caller has computed once already (a local checkpoint:
+    deterministic, and read from memory), the copy is a second materialization of the same rows. (A cached source
+    Delta refuses without its copy: the cache does not pin the versions of the tables it read.) The setting is the
+    session's: use a session no other MERGE runs in meanwhile."""
+    before = session.conf.get(MATERIALIZE_SOURCE, None)
+    session.conf.set(MATERIALIZE_SOURCE, "none")
+    try:
+        yield
+    finally:
+        if before is None:
+            session.conf.unset(MATERIALIZE_SOURCE)
+        else:
+            session.conf.set(MATERIALIZE_SOURCE, before)
 
 
 def delete_all(spark: SparkSession, path: str) -> None:

@@ -4,10 +4,10 @@ as of a version. Every commit carries the bronze version it reached (`ledger`) a
 Delta, and MERGE takes the id from Delta's SQL settings (`spark.databricks.delta.write.txnAppId`/`txnVersion`),
 set only in the follower's own session (`spark.newSession()`), so no other writer's commit carries them.
 
-Upsert mode keeps one row per key; a delete removes the row and leaves a marker (key and order of the newest
-delete) in a table of its own, `<silver>_deletes`, so a change older than the delete that arrives later is not
-inserted. A marker is dropped when a newer change of its key is merged: markers live as long as they are needed.
-History mode keeps every change; a step recomputes the intervals of the keys it touches. Both drop (or close) a
+Upsert mode keeps one row per key; a delete removes the row and leaves a marker (key and order of the delete) in
+a table of its own, `<silver>_deletes`, appended by each step, so a change older than the delete that arrives later
+is not inserted (a change must pass every marker of its key). History mode keeps every change; a step recomputes
+the intervals of the keys it touches. Both drop (or close) a
 change ordered before a truncate the ledger records (`truncates`). With `ignoreNullUpdates` or `trackHistoryOn` a
 key's row depends on more than its newest change: a step refolds the keys it touches from bronze (`refold`).
 """
@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -34,6 +34,10 @@ from ingestion.silver.spec import DELETE, SEQUENCE, SilverSpec
 
 log = logging.getLogger(__name__)
 
+# Every this many versions, the markers table is rewritten whole (into one file) instead of appended to.
+MARKERS_REWRITE_EVERY = 32
+# A step's keys up to this many are broadcast to the join that finds their rows in history's silver.
+_BROADCAST_KEYS = 200_000
 
 
 def _committing(session: SparkSession, app_id: str, version: int, record: SilverRecord) -> AbstractContextManager[None]:
@@ -103,31 +107,48 @@ class SilverTable:
         return truncates.frame(self.session, record.truncates, sequence)
 
     def _merge_upsert(self, change_rows: DataFrame, record: SilverRecord) -> SilverRecord:
-        """One pass over the step's changes: their fold, cached, its counts the step's one action before the
-        commits; the markers and the rows are merged from it."""
+        """One pass over the step's changes: their fold, with whether each key's marker stops it (`_marked`),
+        computed once into the executors' memory (a local checkpoint); its counts, the markers and the rows are
+        written from it, the rows' MERGE reading it as it is (no second copy of its source)."""
         spec = self.spec
         change_rows = truncates.surviving(change_rows, spec, self.truncated(change_rows, record))
-        latest = changes.latest(change_rows, spec).cache()
-        try:
-            counts = latest.agg(F.count(F.lit(1)).alias("keys"), F.sum("_changes").alias("changes"),
-                                F.sum(F.col(DELETE).cast("int")).alias("deletes"),
-                                F.sum((F.col("_partitions") > 1).cast("int")).alias("cross")).first()
-            assert counts is not None
-            keys, deletes = int(counts["keys"]), int(counts["deletes"] or 0)
-            record = replace(record, keys=keys, changes=int(counts["changes"] or 0),
-                             cross_partition_keys=int(counts["cross"] or 0))
-            if keys == 0:
-                return self.record_only(record)
-            if not spec.sequenced:
-                record = replace(record, cross_partition_keys=record.cross_partition_keys + self._moved(latest))
-            self._evolve(latest.drop(DELETE, "_partitions", "_changes").schema, record)
-            held = self._markers_now() if self._markers_in_use() else None
-            if deletes or held is not None:
-                self._merge_markers(latest, record)
-                faults.reached(faults.FaultPoint.SILVER_BETWEEN_COMMITS, record.bronze_version)
-            return self._merge_rows(latest, held, record)
-        finally:
-            latest.unpersist()
+        held = self._markers_now() if self._markers_in_use() else None
+        # A local checkpoint, not a cache: Delta refuses a cached source unless it copies it first. Its blocks go
+        # with the frame (Spark's cleaner).
+        latest = self._marked(changes.latest(change_rows, spec), held).localCheckpoint()
+        counts = latest.agg(F.count(F.lit(1)).alias("keys"), F.sum("_changes").alias("changes"),
+                            F.sum(F.col(DELETE).cast("int")).alias("deletes"),
+                            F.sum((F.col("_partitions") > 1).cast("int")).alias("cross")).first()
+        assert counts is not None
+        keys, deletes = int(counts["keys"]), int(counts["deletes"] or 0)
+        record = replace(record, keys=keys, changes=int(counts["changes"] or 0),
+                         cross_partition_keys=int(counts["cross"] or 0))
+        if keys == 0:
+            return self.record_only(record)
+        if not spec.sequenced:
+            record = replace(record, cross_partition_keys=record.cross_partition_keys + self._moved(latest))
+        self._evolve(latest.drop(DELETE, "_partitions", "_changes", "_marked").schema, record)
+        if deletes:
+            self._append_markers(latest, held, record)
+            faults.reached(faults.FaultPoint.SILVER_BETWEEN_COMMITS, record.bronze_version)
+        return self._merge_rows(latest, record)
+
+    def _marked(self, latest: DataFrame, held: DataFrame | None) -> DataFrame:
+        """`latest` with `_marked`: the key's change is an upsert that does not pass each of the key's markers
+        (`held`, the markers before this step; None: none), found by a join of the narrow upserts with them. Such
+        a change is not inserted."""
+        spec = self.spec
+        if held is None:
+            return latest.withColumn("_marked", F.lit(False))
+        upserts = latest.where(~F.col(DELETE)).select(
+            *[F.col(p).alias(f"_b{i}") for i, p in enumerate(spec.key)], *self._ordering()).alias("s")
+        passes = F.coalesce(F.expr(newer(spec, "s", "m")), F.lit(False))
+        on = F.expr(" AND ".join(f"m.{spec.marker_column(i)} = s._b{i}" for i in range(len(spec.key))))
+        blocked = upserts.join(held.alias("m"), on & ~passes, "left_semi").select(
+            *[f"_b{i}" for i in range(len(spec.key))]).alias("b")
+        return (latest.alias("s").join(blocked, F.expr(" AND ".join(f"s.{p} = b._b{i}"
+                                                                    for i, p in enumerate(spec.key))), "left")
+                .select("s.*", F.col("b._b0").isNotNull().alias("_marked")))
 
     def _moved(self, latest: DataFrame) -> int:
         """Keys of the step whose row in silver came from another Kafka partition (Kafka order does not order
@@ -146,61 +167,50 @@ class SilverTable:
         return self.markers_in_use
 
     def _markers_now(self) -> DataFrame:
-        """The markers as they are before this step's MERGE of them, pinned to that version: the rows' MERGE
-        reads them there, whose state the markers' MERGE has just rebuilt, not the version it commits."""
+        """The markers as they are before this step appends its own, pinned to that version (the rows' MERGE needs
+        none of this step's: they are of keys whose newest change here is a delete)."""
         path = self.spec.markers_path
         return self.session.read.format("delta").option("versionAsOf", table_version(self.session, path)).load(path)
 
-    def _marker_on(self, marker: str, change: str) -> Column:
-        return F.expr(" AND ".join(f"{marker}.{self.spec.marker_column(i)} = {change}.{p}"
-                                   for i, p in enumerate(self.spec.key)))
+    def _ordering(self) -> list[str]:
+        return [c for c in (SEQUENCE if self.spec.sequenced else None,
+                            "_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp") if c]
 
-    def _merge_markers(self, latest: DataFrame, record: SilverRecord) -> None:
-        """Each key's marker holds the newest delete merged (deletes newer than it move it); an upsert newer than
-        the marker removes it. Committed before the rows, under the same bronze version (see the module's doc).
-        The MERGE's source is the key and ordering columns only: it copies and joins narrow rows, not the wide
-        changes.
+    def _append_markers(self, latest: DataFrame, held: DataFrame | None, record: SilverRecord) -> None:
+        """A marker (the key and the delete's ordering columns) for each key whose newest change of the step is a
+        delete, appended: one small commit, no MERGE, no read of the markers already there. Committed before the
+        rows, under the same bronze version (see the module's doc); a step redone after a crash finds it
+        committed (Delta skips the repeated transaction).
 
-        A marker only stops inserts (a key without a row), so a marker older than the key's row is harmless: it
-        blocks only changes older than the row, which the row's own order blocks anyway. That spares this MERGE a
-        join with silver."""
+        A key may so hold several markers (a delete, an insert, a later delete): a change is inserted only when it
+        is newer than every one of them (`_marked`), which is newer than the newest. An old marker is harmless: it
+        blocks only changes older than a delete already merged, which the fold never keeps either (the key's
+        newest change is at least that delete). A rebuild writes the markers afresh, one per deleted key; every
+        `MARKERS_REWRITE_EVERY`th version of the table is instead the markers before it (`held`) and the step's,
+        rewritten into one file in the same one commit, so a long stream's steps do not read ever more files."""
         spec = self.spec
         path = spec.markers_path
-        ordering = [c for c in (SEQUENCE if spec.sequenced else None,
-                                "_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp") if c]
-        narrow = latest.select(*[F.col(p).alias(spec.marker_column(i)) for i, p in enumerate(spec.key)],
-                               *ordering, DELETE)
+        rows = latest.where(F.col(DELETE)).select(
+            *[F.col(p).alias(spec.marker_column(i)) for i, p in enumerate(spec.key)], *self._ordering())
         if not is_table(self.session, path):
-            commit.create_empty(narrow.drop(DELETE), path)
-        keys = [spec.marker_column(i) for i in range(len(spec.key))]
-        on = " AND ".join(f"m.{c} = s.{c}" for c in keys)
-        values: dict[str, Any] = {c: f"s.{c}" for c in (*keys, *ordering)}
-        is_newer = newer(spec, "s", "m")
-        with _committing(self.session, spec.txn_app_id(record.epoch, "deletes"), record.bronze_version, record):
-            (spark_tables.merge(self.session, path, narrow, on, target="m")
-             .whenMatchedUpdate(condition=f"s.{DELETE} AND {is_newer}", set=dict(values))
-             .whenMatchedDelete(condition=f"NOT s.{DELETE} AND {is_newer}")
-             .whenNotMatchedInsert(condition=f"s.{DELETE}", values=values)
-             .execute())
+            commit.create_empty(rows, path)
+        txn = commit.Txn(spec.txn_app_id(record.epoch, "deletes"), record.bronze_version)
+        version = table_version(self.session, path)
+        if held is not None and version is not None and (version + 1) % MARKERS_REWRITE_EVERY == 0:
+            commit.overwrite(held.unionByName(rows).coalesce(1), path, txn, record.to_user_metadata())
+        else:
+            commit.append(rows.coalesce(1), path, txn, record.to_user_metadata())
         self.markers_in_use = True
 
-    def _merge_rows(self, latest: DataFrame, held: DataFrame | None, record: SilverRecord) -> SilverRecord:
-        """The MERGE of the step's newest change per key; `held`, the markers before this step (None: none). A
-        key whose marker the change does not pass (`_marked`) is not inserted: the markers' MERGE kept exactly
-        those markers, so the rows' MERGE need not read the version it committed (a step redone after a crash
-        between the two commits reads that version, and finds the same)."""
+    def _merge_rows(self, latest: DataFrame, record: SilverRecord) -> SilverRecord:
+        """The MERGE of the step's newest change per key (`latest`, cached, with `_marked`)."""
         spec = self.spec
         source = latest.alias("s")
-        if held is not None:
-            passes = F.coalesce(F.expr(newer(spec, "s", "m")), F.lit(False))
-            source = source.join(held.alias("m"), self._marker_on("m", "s"), "left").select(
-                "s.*", (F.col("m._kafka_offset").isNotNull() & ~passes).alias("_marked"))
-        else:
-            source = source.withColumn("_marked", F.lit(False))
         columns = self.read().columns
         assign: dict[str, Any] = {c: f"s.`{c}`" for c in columns}
         is_newer = newer(spec, "s", "t")
-        with _committing(self.session, spec.txn_app_id(record.epoch), record.bronze_version, record):
+        with (_committing(self.session, spec.txn_app_id(record.epoch), record.bronze_version, record),
+              spark_tables.checkpointed_source(self.session)):
             result = (spark_tables.merge(self.session, spec.path, source, key_condition(spec, "t", "s"))
                       .whenMatchedDelete(condition=f"s.{DELETE} AND {is_newer}")
                       .whenMatchedUpdate(condition=f"NOT s.{DELETE} AND {is_newer}", set=assign)
@@ -209,31 +219,44 @@ class SilverTable:
         return self._with_outcome(record, result)
 
     def _merge_history(self, change_rows: DataFrame, record: SilverRecord) -> SilverRecord:
+        """The step's changes become rows; the intervals of the keys they touch are recomputed from those keys'
+        rows in silver, read narrow (the key, the ordering columns, the interval: what `intervals` orders and
+        what it may change), and the MERGE's source is what changes: the new rows, and the rows whose end or
+        currency moves (the current row a newer change closes; more when a change arrives late)."""
         spec = self.spec
         new = changes.as_history(changes.keyed(change_rows, spec)).cache()
         try:
-            count = new.count()
+            counted = new.agg(F.count(F.lit(1)).alias("changes"),
+                              F.count_distinct(*[F.col(p) for p in spec.key]).alias("keys")).first()
+            assert counted is not None
+            count, keys_count = int(counted["changes"]), int(counted["keys"])
             if count == 0:
                 return self.record_only(record)
             self._evolve(new.schema, record)
             silver = self.read()
             coordinates = ["_kafka_topic", "_kafka_partition", "_kafka_offset"]
             keys = new.select(*[F.col(p).alias(f"_k{i}") for i, p in enumerate(spec.key)]).distinct()
-            touched = silver.join(keys, F.expr(" AND ".join(f"{p} = _k{i}" for i, p in enumerate(spec.key))),
-                                  "leftsemi")
-            fresh = new.join(touched.select(*coordinates), coordinates, "left_anti")
+            narrow = list(dict.fromkeys([*(p.split(".")[0] for p in spec.key),
+                                         *([SEQUENCE] if spec.sequenced else []), *coordinates, "_kafka_timestamp",
+                                         "_valid_from", "_deleted"]))
+            touched = (silver.join(F.broadcast(keys) if keys_count <= _BROADCAST_KEYS else keys,
+                                   F.expr(" AND ".join(f"{p} = _k{i}" for i, p in enumerate(spec.key))), "leftsemi")
+                       .select(*narrow, F.col("_valid_to").alias("_was_to"), F.col("_is_current").alias("_was_current"),
+                               F.lit(False).alias("_new")))
+            fresh = new.join(touched.select(*coordinates), coordinates, "left_anti").withColumn("_new", F.lit(True))
             rows = changes.intervals(touched.unionByName(fresh, allowMissingColumns=True), spec,
                                      self.truncated(new, record))
+            moved = F.col("_new") | ~(F.col("_was_to").eqNullSafe(F.col("_valid_to"))
+                                      & F.col("_was_current").eqNullSafe(F.col("_is_current")))
+            rows = rows.where(moved)
             on = key_condition(spec, "t", "s") + "".join(f" AND t.{c} = s.{c}" for c in coordinates)
             assign: dict[str, Any] = {c: f"s.`{c}`" for c in silver.columns}
             with _committing(self.session, spec.txn_app_id(record.epoch), record.bronze_version, record):
                 result = (spark_tables.merge(self.session, spec.path, rows, on)
-                          .whenMatchedUpdate(condition="NOT (t._valid_to <=> s._valid_to AND "
-                                             "t._is_current <=> s._is_current)",
-                                             set=_assigned("_valid_to", "_is_current"))
-                          .whenNotMatchedInsert(values=assign)
+                          .whenMatchedUpdate(condition="NOT s._new", set=_assigned("_valid_to", "_is_current"))
+                          .whenNotMatchedInsert(condition="s._new", values=assign)
                           .execute())
-            return self._with_outcome(replace(record, keys=keys.count(), changes=count), result)
+            return self._with_outcome(replace(record, keys=keys_count, changes=count), result)
         finally:
             new.unpersist()
 

@@ -148,3 +148,37 @@ def test_a_silver_section_bronze_cannot_serve_is_refused_in_one_line(spark, tmp_
     config = _config(tmp_path, "  key: [customer]\n")
     with pytest.raises(ConfigError, match=r"key 'silver.key' names 'customer', which is not a field of the row"):
         SilverFollower(spark, config).drain()
+
+
+def test_markers_appended_several_per_key_and_rewritten(spark, tmp_path: Path, monkeypatch) -> None:
+    """Upsert's delete markers are appended by each step: a key deleted twice holds two, a late change must pass
+    both; every MARKERS_REWRITE_EVERY-th version of the markers table rewrites them into one file, keeping them all."""
+    from ingestion.silver import table as silver_table
+
+    monkeypatch.setattr(silver_table, "MARKERS_REWRITE_EVERY", 3)
+    bronze = tmp_path / "bronze"  # offsets 1, 3 and 5 of a are gaps a replay fills later
+    _append(spark, bronze, [(0, 0, "a", ("a", "new", 10)), (1, 0, "b", ("b", "new", 20))])
+    config = _config(tmp_path, "  key: order_id\n")
+    follower = SilverFollower(spark, config)
+    follower.drain()
+    markers = config.silver_path + "_deletes"
+    for rows in ([(0, 2, "a", None)], [(0, 4, "a", ("a", "again", 11))], [(0, 6, "a", None), (1, 1, "b", None)]):
+        _append(spark, bronze, rows)
+        follower.drain()
+    assert _state(spark, config.silver_path) == {}
+    held = sorted((r["_key0"], r["_kafka_offset"]) for r in spark.read.format("delta").load(markers).collect())
+    assert held == [("a", 2), ("a", 6), ("b", 1)]  # appended: a's first marker stays beside its second
+    # Late changes of a: offset 5 passes the marker at 2, not the one at 6: a stays deleted; offset 3 neither.
+    _append(spark, bronze, [(0, 5, "a", ("a", "late", 12)), (0, 3, "a", ("a", "later", 13))])
+    follower.drain()
+    assert _state(spark, config.silver_path) == {}
+    _append(spark, bronze, [(0, 7, "a", ("a", "back", 14)), (1, 2, "b", ("b", "back", 21)), (2, 0, "c", None)])
+    follower.drain()
+    assert _state(spark, config.silver_path) == {"a": ("back", 14), "b": ("back", 21)}
+    assert audit.audit(spark, config).ok
+    assert _same_fold(spark, config) == 2
+    table = deltalake.DeltaTable(markers)
+    # versions: 0 the rebuild's (empty), 1 a@2, 2 a@6 and b@1, 3 c@0 rewritten whole with the ones before
+    assert table.version() == 3 and len(table.file_uris()) == 1
+    held = sorted((r["_key0"], r["_kafka_offset"]) for r in spark.read.format("delta").load(markers).collect())
+    assert held == [("a", 2), ("a", 6), ("b", 1), ("c", 0)]
