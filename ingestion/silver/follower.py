@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.errors import AnalysisException
@@ -49,6 +49,8 @@ APPENDS = {"WRITE", "STREAMING UPDATE", "CREATE TABLE", "CREATE OR REPLACE TABLE
 class Lag:
     versions: int  # bronze versions silver has not merged
     seconds: float  # how long ago the oldest of them was committed (0 when none)
+    step_seconds: float = 0.0  # how long the step just taken lasted
+    slow_steps: int = 0  # steps so far that lasted longer than the trigger (silver fell behind at each)
 
 
 class SilverFollower:
@@ -70,6 +72,7 @@ class SilverFollower:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._order_checked = False
+        self.slow_steps = 0
 
     # -- before bronze's query starts ------------------------------------------------------------------------
 
@@ -120,7 +123,14 @@ class SilverFollower:
             record = self.rebuild(bronze, reason=why, epoch=at.epoch + 1) if why else self._merge(at, bronze)
         self.position = record
         self.steps += 1
-        lag = self.lag()
+        took = time.monotonic() - started
+        trigger = duration_seconds(self.spec.trigger) or 10.0
+        if self._thread is not None and took > trigger:  # streaming: steps are due every trigger
+            self.slow_steps += 1
+            log.warning("%s silver step %d took %.1fs, longer than the %gs trigger: silver falls behind bronze and "
+                        "its next step merges every version committed meanwhile (%d slow steps so far)",
+                        self.spec.pipeline, self.steps, took, trigger, self.slow_steps)
+        lag = replace(self.lag(), step_seconds=took, slow_steps=self.slow_steps)
         if record.kind is StepKind.REBUILD:
             log.info("%s silver step %d: rebuilt from bronze version %d: %d bronze rows folded into %d rows in "
                      "%.2fs, silver lag %d versions", self.spec.pipeline, self.steps, record.bronze_version,
