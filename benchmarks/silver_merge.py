@@ -3,7 +3,8 @@
 Bronze is written here (no Kafka): `changes` Debezium-shaped envelopes (the columns bronze has for the
 customers-cdc schema) over `keys` ids, in `versions` appends. After each append, ours merges it with
 `SilverFollower.step()` (dedupe per key by sequence, delete markers, txn ids, ledger), the hand-written job reads
-the same version's rows and MERGEs them (dedupe per key by lsn, update/insert/delete, nothing else). Reported:
+the same version's rows and MERGEs them (upsert: dedupe per key by lsn, update/insert/delete, nothing else;
+history: each change a row valid until the key's next, the key's current row closed, in order only). Reported:
 changes merged per second for each, and their ratio.
 
     .venv/bin/python benchmarks/silver_merge.py --changes 1000000 --keys 100000 --versions 10 --mode upsert
@@ -16,13 +17,14 @@ both sides of a round alike, not two rounds).
 `--freshness N` measures instead how far silver trails bronze in a streaming run: bronze gains one version of
 `changes / N` changes every `--trigger` seconds (a pipeline at that trigger) while silver's thread follows it as
 `ingest run` does (woken after each bronze commit, at least every trigger); reported: seconds from each bronze
-commit to the end of the silver step that holds it (median, max).
+commit to the end of the silver step that holds it (median, p99, max).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -47,7 +49,8 @@ PARTS = [(SilverFollower, "step", "bronze's version, silver's position"),
          (table_module.SilverTable, "merge", "new rows read, folded, counted"),
          (table_module.SilverTable, "_evolve", "schema check"),
          (table_module.SilverTable, "_markers_in_use", "markers lookup"),
-         (table_module.SilverTable, "_merge_markers", "markers MERGE"),
+         (table_module.SilverTable, "_append_markers", "markers append"),
+         (table_module.SilverTable, "_merge_history", "history: rows, intervals, MERGE"),
          (table_module.SilverTable, "_merge_rows", "rows MERGE"),
          (table_module.SilverTable, "_with_outcome", "MERGE's counts")]
 
@@ -132,6 +135,33 @@ def hand_written(spark: SparkSession, bronze: str, table: str, version: int) -> 
      .whenNotMatchedInsertAll("s.op <> 'd'").execute())
 
 
+def hand_written_history(spark: SparkSession, bronze: str, table: str, version: int) -> None:
+    """History mode (SCD type 2) as a data engineer writes it: the version's new rows with their intervals (each
+    valid until the key's next change, a delete for no time), the key's current row closed at the first new
+    change's time, one MERGE (in order only: a late change is not put in its place)."""
+    from delta.tables import DeltaTable
+
+    rows = (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", version)
+            .option("endingVersion", version).load(bronze).where("_change_type = 'insert'"))
+    by_key = Window.partitionBy("k").orderBy("lsn")
+    deleted = F.col("op") == "d"
+    changes = (rows.select(F.coalesce("after.id", "before.id").alias("k"), "op",
+                           F.when(deleted, F.col("before")).otherwise(F.col("after")).alias("row"),
+                           F.col("source.lsn").alias("lsn"), F.timestamp_millis("source.ts_ms").alias("valid_from"))
+               .select("k", "op", "row.*", "lsn", "valid_from")
+               .withColumn("valid_to", F.when(deleted, F.col("valid_from")).otherwise(F.lead("valid_from")
+                                                                                       .over(by_key)))
+               .withColumn("is_current", ~deleted & F.lead(F.lit(1)).over(by_key).isNull()))
+    if not DeltaTable.isDeltaTable(spark, table):
+        changes.write.format("delta").save(table)
+        return
+    closers = changes.groupBy("k").agg(F.min_by("valid_from", "lsn").alias("valid_from")).withColumnRenamed("k", "mk")
+    source = closers.unionByName(changes.withColumn("mk", F.lit(None).cast("int")), allowMissingColumns=True)
+    (DeltaTable.forPath(spark, table).alias("t").merge(source.alias("s"), "t.k = s.mk AND t.is_current")
+     .whenMatchedUpdate(set={"is_current": "false", "valid_to": "s.valid_from"})
+     .whenNotMatchedInsert("s.mk IS NULL", values={c: f"s.{c}" for c in changes.columns}).execute())
+
+
 def _setup(spark: SparkSession, work: Path, keys: int, silver: str) -> tuple[str, Path]:
     """Bronze's first version and a pipeline file over it with a Debezium silver section (`silver`: more keys)."""
     bronze = str(work / "bronze")
@@ -149,7 +179,8 @@ def run(changes: int, keys: int, versions: int, mode: str, phases: bool = False)
         bronze, file = _setup(spark, work, keys, f"  mode: {mode}\n")
         follower = SilverFollower(spark, load_pipeline(file))
         follower.drain()  # silver created from bronze's first version
-        hand_written(spark, bronze, str(work / "hand"), 0)
+        job = hand_written if mode == "upsert" else hand_written_history
+        job(spark, bronze, str(work / "hand"), 0)
         per = changes // versions
         ours = theirs = 0.0
         parts = Phases()
@@ -160,11 +191,11 @@ def run(changes: int, keys: int, versions: int, mode: str, phases: bool = False)
             started = time.perf_counter()
             follower.step()
             ours += time.perf_counter() - started
-            if mode == "upsert":  # the hand-written job keeps current state only
-                started = time.perf_counter()
-                hand_written(spark, bronze, str(work / "hand"), v + 1)
-                theirs += time.perf_counter() - started
-        out: dict[str, Any] = {"changes": per * versions, "keys": keys, "versions": versions, "mode": mode,
+            started = time.perf_counter()
+            job(spark, bronze, str(work / "hand"), v + 1)
+            theirs += time.perf_counter() - started
+        out: dict[str, Any] = {"load_average": [round(x, 2) for x in os.getloadavg()],
+                               "changes": per * versions, "keys": keys, "versions": versions, "mode": mode,
                                "ours_s": round(ours, 1), "ours_changes_per_s": round(per * versions / ours)}
         if theirs:
             out |= {"hand_written_s": round(theirs, 1), "hand_written_changes_per_s": round(per * versions / theirs),
@@ -206,7 +237,10 @@ def freshness(changes: int, keys: int, versions: int, trigger: float) -> dict[st
         follower.stop()
         behind = [next(at for held, at in steps if held >= version) - when for version, when in committed]
         return {"changes": per * versions, "keys": keys, "versions": versions, "trigger_s": trigger,
-                "freshness_median_s": round(statistics.median(behind), 1), "freshness_max_s": round(max(behind), 1)}
+                "freshness_median_s": round(statistics.median(behind), 1),
+                "freshness_p99_s": round(statistics.quantiles(behind, n=100, method="inclusive")[98], 1),
+                "freshness_max_s": round(max(behind), 1), "steps": len(steps),
+                "load_average": [round(x, 2) for x in os.getloadavg()]}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
