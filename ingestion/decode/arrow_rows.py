@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingestion.columns import METADATA_COLUMNS, QUARANTINE_COLUMNS
-from ingestion.decode import bronze, expectations, python_decoder
+from ingestion.decode import bronze, expectations, parallel, python_decoder
 from ingestion.decode.expectations import NO_RULES, Counts, Rules
 from ingestion.decode.spec import PAYLOAD, DecodeSpec, UnknownSchemaError
 from ingestion.runtime.arrow_types import to_arrow_schema
@@ -83,7 +83,7 @@ class RecordDecoder:
     def decode(self, source: pa.RecordBatch, *, batch_id: int, ingested_at: dt.datetime) -> DecodedRecords:
         """Kafka source rows (`columns.KAFKA_SOURCE_SCHEMA` in Arrow) decoded; a DecodeError (sink.onError: fail)
         names the first record that failed."""
-        decoded = next(iter(self.decoder(iter([source]))))
+        decoded = parallel.decode(self.decoder, self.spec, source)  # a large batch on every core
         bronze_rows = table_rows(decoded, self.bronze_schema, _SOURCES, METADATA_COLUMNS, batch_id, ingested_at,
                                  failed=False)
         counts, failure = None, None

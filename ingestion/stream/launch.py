@@ -30,6 +30,7 @@ from typing import TypeVar
 from pyspark.sql import SparkSession
 
 from ingestion.config import PipelineConfig
+from ingestion.decode import parallel
 from ingestion.delta.log_checkpoints import checkpoint_if_due
 from ingestion.processes import process_age
 from ingestion.runtime.session import pipelines_session, submitted
@@ -133,9 +134,13 @@ def finish_without_jvm(ctx: PipelineContext, launch: Launch, exporter: Exporter 
     return Finished(config.name, tuple(b.result for b in batches), reached)
 
 
-def _warm_arrow() -> None:
+def _warm(*, available_now: bool) -> None:
     """pyarrow imports pandas at its first array (0.4 to 0.7 s of Python): on a thread while the checks wait on
-    Kafka, not in the first batch (docs/performance.md#the-driver-side-fetch)."""
+    Kafka, not in the first batch (docs/performance.md#the-driver-side-fetch). An available-now run's start batches
+    decode large batches on every core: its decode workers start meanwhile too (`decode.parallel`)."""
+    if available_now:
+        parallel.warm()
+
     def warm() -> None:
         import pyarrow as pa
 
@@ -150,7 +155,7 @@ def run(spark: SparkSession | None, target: PipelineConfig | PipelineContext, *,
     failed, or asked to stop (SIGINT, SIGTERM); `ingestion.run_pipeline`. `spark`: the session to run in; None: the
     JVM boots here while the tables are prepared and the start batch is written. Both outcomes have `batches`."""
     clock = _Clock()
-    _warm_arrow()
+    _warm(available_now=available_now)
     open_store_early()  # its process opens the tracking store while the checks run, the start batch is written and
     # the JVM boots (a run that has nothing to do ends it unused)
     ctx = target if isinstance(target, PipelineContext) else check_can_start(target)
@@ -200,7 +205,7 @@ def run_all(spark: SparkSession | None, targets: Sequence[PipelineConfig | Pipel
     """Run several pipelines through the launch sequence in one Spark application (`pipeline.run_all`); the ones
     an available-now run finds caught up, or finishes by their start batches, need no JVM. Returns pipeline name ->
     how it ended."""
-    _warm_arrow()
+    _warm(available_now=available_now)
     open_store_early()
     if all(isinstance(t, PipelineContext) for t in targets):
         contexts = [t for t in targets if isinstance(t, PipelineContext)]

@@ -1,0 +1,156 @@
+"""The driver's decode on every core: a large batch of Kafka rows cut into as many parts as the process may use
+cores, every part but the first decoded by a worker process, the first in this one, the parts' rows put back in
+their order.
+
+Decoding in Python holds the GIL: one process decodes on one core, whatever the machine has. The workers run the
+same decoder (`python_decoder.batch_decoder` of the same spec, made once per spec in each worker), so a part's rows
+are exactly what this process would have made of them, failures and their reasons included; under
+`sink.onError: fail` the first part's failure is raised first, then the next part's, so the record named is the
+first that failed in the batch's order. A part travels as Arrow (its Kafka rows there, only the decoder's own
+columns back: the Kafka coordinates, key and headers are this process's own), a few milliseconds per 100,000
+records against seconds of decoding.
+
+The pool is started once per process (`warm`, called by the launch sequence while Kafka answers its checks) and
+lives until the process exits; each worker ends within half a second of its parent, so a killed run leaves no
+worker behind. A batch of fewer than `PARALLEL_MIN` rows, a machine of one core, or
+`INGEST_DECODE_WORKERS=0` decodes in this process alone.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import multiprocessing
+import os
+import pickle
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+
+import pyarrow as pa
+
+from ingestion.decode.spec import DECODER_COLUMNS, DecodeSpec
+
+log = logging.getLogger(__name__)
+
+PARALLEL_MIN = 20_000  # rows of a batch below which this process decodes it alone
+ORPHAN_CHECK_SECONDS = 0.5  # how often a worker looks for its parent
+ENV = "INGEST_DECODE_WORKERS"  # the number of worker processes (default: the cores this process may use, less one)
+
+Decoder = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+
+_pool: ProcessPoolExecutor | None = None
+_pool_lock = threading.Lock()
+_decoders: dict[bytes, Decoder] = {}  # in a worker: the decoder of each spec it was sent
+
+
+def workers() -> int:
+    """How many worker processes decode beside this one: `INGEST_DECODE_WORKERS`, else the cores this process
+    may run on less one (0 on one core)."""
+    wanted = os.environ.get(ENV, "").strip()
+    if wanted:
+        return max(0, int(wanted))
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(0, cores - 1)
+
+
+def warm() -> None:
+    """Start the pool and have each worker import the decoders, on a thread (a worker starts in about a second:
+    beside the launch's checks, not in the first large batch)."""
+    if workers() == 0:
+        return
+    threading.Thread(target=_warm, name="warm-decoders", daemon=True).start()
+
+
+def _warm() -> None:
+    try:
+        pool = _the_pool()
+        for done in [pool.submit(_ready) for _ in range(workers())]:
+            done.result()
+    except Exception as exc:  # noqa: BLE001 - the first large batch starts it again, or decodes here
+        log.debug("decode workers not started ahead: %s", exc)
+
+
+def decode(decoder: Decoder, spec: DecodeSpec, source: pa.RecordBatch) -> pa.RecordBatch:
+    """`decoder`'s rows of `source` (the decoder of `spec`), parts of a large batch decoded by the workers."""
+    n = workers()
+    if n == 0 or source.num_rows < PARALLEL_MIN:
+        return _decode_here(decoder, source)
+    try:
+        pool = _the_pool()
+    except Exception as exc:  # noqa: BLE001 - no worker can be started here: this process decodes it all
+        log.debug("decode workers unavailable, decoding in one process: %s", exc)
+        return _decode_here(decoder, source)
+    parts = _cut(source, n + 1)
+    key = pickle.dumps(spec)
+    futures: list[Future[pa.RecordBatch]] = [pool.submit(_decode_part, key, part) for part in parts[1:]]
+    try:
+        decoded = [_decode_here(decoder, parts[0])]
+        decoded += [_with_passthrough(future.result(), part) for future, part in zip(futures, parts[1:], strict=True)]
+    finally:
+        for future in futures:
+            future.cancel()
+    return pa.Table.from_batches(decoded).combine_chunks().to_batches()[0]
+
+
+def _decode_here(decoder: Decoder, source: pa.RecordBatch) -> pa.RecordBatch:
+    return next(iter(decoder(iter([source]))))
+
+
+def _cut(source: pa.RecordBatch, parts: int) -> list[pa.RecordBatch]:
+    size = -(-source.num_rows // parts)
+    return [source.slice(start, size) for start in range(0, source.num_rows, size)]
+
+
+def _with_passthrough(own: pa.RecordBatch, part: pa.RecordBatch) -> pa.RecordBatch:
+    """A worker's decoder columns beside the part's Kafka columns (all but the value), as the decoder lays them."""
+    passthrough = [name for name in part.schema.names if name != "value"]
+    return pa.RecordBatch.from_arrays([*own.columns, *(part.column(name) for name in passthrough)],
+                                      names=[*own.schema.names, *passthrough])
+
+
+def _the_pool() -> ProcessPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            # spawn: a worker never inherits this process's threads (the JVM's gateway, Kafka's clients, MLflow's)
+            _pool = ProcessPoolExecutor(workers(), mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=_worker_started)
+            atexit.register(_pool.shutdown, wait=False, cancel_futures=True)
+        return _pool
+
+
+def _worker_started() -> None:
+    """In a worker: leave Ctrl-C to the parent, and end once the parent is gone (a SIGKILLed run leaves no worker;
+    Linux's parent-death signal would end it with the thread that started it, not with the process)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid()
+
+    def orphaned() -> None:
+        while os.getppid() == parent:
+            time.sleep(ORPHAN_CHECK_SECONDS)
+        os._exit(0)
+
+    threading.Thread(target=orphaned, name="parent-watch", daemon=True).start()
+
+
+def _ready() -> bool:
+    from ingestion.decode import python_decoder  # noqa: F401 - imported ahead of the first part
+
+    return True
+
+
+def _decode_part(spec_key: bytes, part: pa.RecordBatch) -> pa.RecordBatch:
+    """In a worker: the decoder's own columns of one part (its Kafka columns stay with the caller)."""
+    decoder = _decoders.get(spec_key)
+    if decoder is None:
+        from ingestion.decode import python_decoder
+
+        decoder = _decoders[spec_key] = python_decoder.batch_decoder(pickle.loads(spec_key))
+    decoded = _decode_here(decoder, part)
+    return decoded.select(list(DECODER_COLUMNS))
