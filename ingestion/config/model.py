@@ -129,7 +129,7 @@ class SinkOptions:
     # The most offsets a run's start batches take in all: written by the driver while the JVM boots, and all of an
     # available-now run's backlog when it is at most this (no JVM then); 0: none
     # (docs/architecture.md#the-start-batch-the-first-records-before-the-jvm).
-    start_batch_max_offsets: int = field(default=100_000, metadata=_key("startBatchMaxOffsets"))
+    start_batch_max_offsets: int = field(default=1_000_000, metadata=_key("startBatchMaxOffsets"))
 
 
 def _namespace(name: str) -> str:
