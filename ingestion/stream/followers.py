@@ -130,7 +130,8 @@ class Silver:
                 metrics.log(follower.steps, silver_metrics(record, lag))
             if prometheus is not None:
                 prometheus.metrics.silver(record.changes, record.inserted, record.updated, record.deleted,
-                                          record.cross_partition_keys, lag.versions, lag.seconds)
+                                          record.cross_partition_keys, lag.versions, lag.seconds,
+                                          lag.step_seconds, lag.slow_steps)
 
         follower = SilverFollower(spark, config, pool=pool, on_step=on_step)
         follower.prepare(partitions)  # warns of Kafka's order set over several partitions
@@ -156,5 +157,6 @@ def silver_metrics(record: SilverRecord, lag: Lag, suffix: str = "") -> dict[str
              "silver_updated": record.updated, "silver_deleted": record.deleted,
              "silver_cross_partition_keys": record.cross_partition_keys,
              "silver_lag_versions": lag.versions, "silver_lag_seconds": lag.seconds,
+             "silver_step_seconds": lag.step_seconds, "silver_slow_steps": lag.slow_steps,
              "silver_bronze_version": record.bronze_version}
     return {f"{k}{suffix}": v for k, v in found.items()}

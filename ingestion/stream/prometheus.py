@@ -90,6 +90,10 @@ class Exporter:
                                       registry=r)
         self.silver_rows = Counter("ingest_silver_rows", "Silver rows inserted, updated and deleted by merges",
                                    [*per, "action"], registry=r)
+        self.silver_step_seconds = Gauge("ingest_silver_step_seconds", "How long the silver table's last step "
+                                         "lasted", per, registry=r)
+        self.silver_slow_steps = Gauge("ingest_silver_slow_steps", "Silver steps of this run that lasted longer "
+                                       "than silver.trigger (silver fell behind bronze at each)", per, registry=r)
         self.silver_cross_partition = Counter("ingest_silver_cross_partition_keys", "Keys whose changes came "
                                               "from two or more Kafka partitions (no order between them)", per,
                                               registry=r)
@@ -241,7 +245,7 @@ class PipelineMetrics:
         self.exporter.refresh_failures.labels(self.name).inc()
 
     def silver(self, changes: int, inserted: int, updated: int, deleted: int, cross_partition_keys: int,
-               lag_versions: int, lag_seconds: float) -> None:
+               lag_versions: int, lag_seconds: float, step_seconds: float = 0.0, slow_steps: int = 0) -> None:
         """One step of the pipeline's silver table (see ingestion/silver/follower.py)."""
         e, name = self.exporter, self.name
         e.silver_changes.labels(name).inc(changes)
@@ -250,6 +254,8 @@ class PipelineMetrics:
         e.silver_cross_partition.labels(name).inc(cross_partition_keys)
         e.silver_lag_versions.labels(name).set(lag_versions)
         e.silver_lag_seconds.labels(name).set(lag_seconds)
+        e.silver_step_seconds.labels(name).set(step_seconds)
+        e.silver_slow_steps.labels(name).set(slow_steps)
 
 
 class LagRefresher:

@@ -104,8 +104,9 @@ def test_silver_metrics_of_cdc_md_are_the_codes() -> None:
     from ingestion.stream.followers import silver_metrics
 
     fields = {f.name: 0 for f in dataclasses.fields(SilverRecord)}
-    lag = type("Lag", (), {"versions": 0, "seconds": 0.0})()
-    logged = set(silver_metrics(SilverRecord(**fields), lag))  # type: ignore[arg-type]
+    from ingestion.silver.follower import Lag
+
+    logged = set(silver_metrics(SilverRecord(**fields), Lag(0, 0.0)))  # type: ignore[arg-type]
     text = " ".join(_text(DOCS / "cdc.md").split())
     sentence = re.search(r"MLflow logs (.*?) per step", text)
     assert sentence is not None
