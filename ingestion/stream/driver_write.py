@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 
@@ -51,16 +51,17 @@ class DriverWrite:
         self._declined: str | None = None  # the last reason, logged when it changes
 
     def write(self, spans: Sequence[Span], batch_id: int, ingested_at: dt.datetime, started: float, *,
-              app_id: str | None = None, txn_version: int | None = None,
-              fetch_timeout: float = FETCH_TIMEOUT) -> BatchResult | Empty | Declined:
+              app_id: str | None = None, txn_version: int | None = None, fetch_timeout: float = FETCH_TIMEOUT,
+              fetch: Callable[[], pa.RecordBatch | None] | None = None) -> BatchResult | Empty | Declined:
         """Write the records of `spans` as batch `batch_id`, committed with SetTransaction(app id, txn version):
-        the checkpoint's app id and the batch id unless given (the start batch's are its own)."""
+        the checkpoint's app id and the batch id unless given (the start batch's are its own). `fetch`: how its
+        records come, when not by the fetcher now (the start batches fetch the next batch's ahead)."""
         assert self.fetcher is not None
         checked = self._checks(spans, batch_id, started, app_id, txn_version)
         if checked is not None:
             return checked
         fetched = time.monotonic()
-        source = self.fetcher.fetch(spans, fetch_timeout)
+        source = fetch() if fetch is not None else self.fetcher.fetch(spans, fetch_timeout)
         if source is None:
             return self._decline(f"its records stopped arriving for {fetch_timeout:.0f}s")
         if not source.num_rows:  # transaction markers only: what Spark's source would read is nothing too

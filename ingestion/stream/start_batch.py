@@ -22,7 +22,10 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+
+import pyarrow as pa
 
 from ingestion.config import PipelineConfig
 from ingestion.decode.resolver import SchemaResolver
@@ -132,14 +135,20 @@ def write(ctx: PipelineContext, schemas: SchemaResolver, recorded: Recorded, bou
     config = ctx.config
     app_id = checkpoint.app_id(config.checkpoint_path, config.name, config.spark)
     targets = Targets(config, schemas, app_id)
-    writer = DriverWrite(targets, RangeFetcher(ctx.kafka.client, config.consumer_group))
+    fetcher = RangeFetcher(ctx.kafka.client, config.consumer_group)
+    writer, ahead = DriverWrite(targets, fetcher), _Ahead(fetcher)
     written: list[StartBatch] = []
     position = {t: dict(parts) for t, parts in recorded.items()}
     budget = config.sink.start_batch_max_offsets
     try:
         while budget > 0 and (not written or more()):
             most = min(limit(config) if not written else later(config), budget)
-            batch = _one(writer, config, targets, position, bounds, most)
+            left = budget  # the next batch's most, once this one's planned offsets are taken from what is left
+
+            def next_most(planned: int, left: int = left) -> int:
+                return min(later(config), left - planned) if more() else 0
+
+            batch = _one(writer, config, targets, position, bounds, most, ahead, next_most)
             if batch is None:
                 break
             written.append(batch)
@@ -149,8 +158,39 @@ def write(ctx: PipelineContext, schemas: SchemaResolver, recorded: Recorded, bou
             if not any(n for parts in batch.lags.values() for n in parts.values()):
                 break  # everything up to the bounds is in the table
     finally:
+        ahead.close()  # before the fetcher it uses
         writer.close()
     return tuple(written)
+
+
+class _Ahead:
+    """The next start batch's records, fetched on a thread while this one is decoded and committed (the fetcher is
+    used by one thread at a time: the next fetch starts once this batch's records are in)."""
+
+    def __init__(self, fetcher: RangeFetcher) -> None:
+        self.fetcher = fetcher
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="fetch-ahead")
+        self._next: tuple[list[Span], Future[pa.RecordBatch | None]] | None = None
+
+    def start(self, spans: list[Span]) -> None:
+        self._next = (spans, self._pool.submit(self.fetcher.fetch, spans, FETCH_TIMEOUT))
+
+    def take(self, spans: list[Span]) -> Future[pa.RecordBatch | None] | None:
+        """The records of `spans` when they are the ones fetched ahead, else None (and what was fetched is
+        dropped: a batch ended where it was not planned to, say at transaction markers)."""
+        found, self._next = self._next, None
+        if found is None:
+            return None
+        if found[0] != spans:
+            found[1].exception()  # the fetcher is free again
+            return None
+        return found[1]
+
+    def close(self) -> None:
+        if self._next is not None:
+            self._next[1].exception()  # wait for it: the fetcher closes next
+            self._next = None
+        self._pool.shutdown(wait=True)
 
 
 def later(config: PipelineConfig) -> int:
@@ -159,15 +199,31 @@ def later(config: PipelineConfig) -> int:
 
 
 def _one(writer: DriverWrite, config: PipelineConfig, targets: Targets, recorded: Recorded, bounds: Bounds,
-         most: int) -> StartBatch | None:
+         most: int, ahead: _Ahead, next_most: Callable[[int], int]) -> StartBatch | None:
     started = time.monotonic()
     planned, positions = spans(config, recorded, bounds, most)
     if not planned:
         return None
+    taken = ahead.take(planned)
+
+    def fetch() -> pa.RecordBatch | None:
+        """This batch's records (fetched ahead, or now), then the next batch's fetch started, when there is one."""
+        assert writer.fetcher is not None
+        source = taken.result() if taken is not None else writer.fetcher.fetch(planned, FETCH_TIMEOUT)
+        following = next_most(sum(s.until - s.start for s in planned)) if source is not None else 0
+        if following > 0:
+            after = {t: dict(parts) for t, parts in recorded.items()}
+            for s in planned:
+                after.setdefault(s.topic, {})[str(s.partition)] = s.until
+            upcoming, _ = spans(config, after, bounds, following)
+            if upcoming:
+                ahead.start(upcoming)
+        return source
+
     try:
         version = targets.bronze_rs.current().version()
         written = writer.write(planned, START_BATCH_ID, dt.datetime.now(dt.UTC), started,
-                               app_id=f"{targets.app_id}.start", txn_version=version, fetch_timeout=FETCH_TIMEOUT)
+                               app_id=f"{targets.app_id}.start", txn_version=version, fetch=fetch)
     except Exception as exc:
         log.info("%s: no start batch: %s", config.name, one_line(exc))
         log.debug("%s: start batch failure", config.name, exc_info=True)
