@@ -22,10 +22,11 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/ingest demo
 
-# Parallel workers (pytest-xdist): most of the suite waits on brokers, triggers and subprocesses, so more workers
-# than cores pay; they share one broker (tests/conftest.py) and a file with a costly module fixture runs on one
-# worker (`--dist loadgroup`). TEST_WORKERS=0 runs the suite in one process.
-TEST_WORKERS ?= 3
+# Parallel workers (pytest-xdist): much of the suite waits on brokers, triggers and subprocesses; on 2 cores two
+# workers beat one process and three lost to it (docs/performance.md, CI row). They share one broker
+# (tests/conftest.py) and a file with a costly module fixture runs on one worker (`--dist loadgroup`).
+# TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
 
 test: setup debian-tools prometheus kcat postgresql
 	$(BIN)/pytest tests -n $(TEST_WORKERS) --dist loadgroup --durations=25

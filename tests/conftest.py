@@ -39,7 +39,7 @@ JVM_FIXTURES = frozenset({"spark", "kafka_servers", "secure_broker"})
 JVM_FILES = frozenset({"test_clients_under_broker_faults.py"})  # brokers of its own (tests/kafka_cluster.py)
 
 
-# Parallel workers (`make test` runs `-n 3 --dist loadgroup`, pytest-xdist): a file whose module-scoped fixture
+# Parallel workers (`make test` runs `-n 2 --dist loadgroup`, pytest-xdist): a file whose module-scoped fixture
 # starts servers or lands data once for all its tests (PostgreSQL with Debezium, the catalog's SQL server, the
 # secured broker, the Spark lines' metastore, the reference decoder's compile) runs on one worker, so the fixture
 # is built once. The scheduler below groups them by file: xdist's own `xdist_group` mark does nothing under
