@@ -10,10 +10,11 @@ first that failed in the batch's order. A part travels as Arrow (its Kafka rows 
 columns back: the Kafka coordinates, key and headers are this process's own), a few milliseconds per 100,000
 records against seconds of decoding.
 
-The pool is started once per process (`warm`, called by the launch sequence while Kafka answers its checks) and
-lives until the process exits; each worker ends within half a second of its parent, so a killed run leaves no
-worker behind. A batch of fewer than `PARALLEL_MIN` rows, a machine of one core, or
-`INGEST_DECODE_WORKERS=0` decodes in this process alone.
+The pool is started once per process (`warm`, called by the launch sequence for an available-now run of `RUN_MIN`
+records or more, beside the tables' preparation) and lives until the process exits; each worker ends within half a
+second of its parent, so a killed run leaves no worker behind. Without the pool (a smaller run, a streaming run's
+batches of `sink.directWriteMaxOffsets`), for a batch of fewer than `PARALLEL_MIN` rows, on a machine of one core,
+or with `INGEST_DECODE_WORKERS=0`, this process decodes alone.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 import pyarrow as pa
 
@@ -36,6 +38,7 @@ from ingestion.decode.spec import DECODER_COLUMNS, DecodeSpec
 log = logging.getLogger(__name__)
 
 PARALLEL_MIN = 20_000  # rows of a batch below which this process decodes it alone
+RUN_MIN = 250_000  # records of a run below which starting the workers costs about what they save
 ORPHAN_CHECK_SECONDS = 0.5  # how often a worker looks for its parent
 ENV = "INGEST_DECODE_WORKERS"  # the number of worker processes (default: the cores this process may use, less one)
 
@@ -79,23 +82,32 @@ def _warm() -> None:
 def decode(decoder: Decoder, spec: DecodeSpec, source: pa.RecordBatch) -> pa.RecordBatch:
     """`decoder`'s rows of `source` (the decoder of `spec`), parts of a large batch decoded by the workers."""
     n = workers()
-    if n == 0 or source.num_rows < PARALLEL_MIN:
-        return _decode_here(decoder, source)
-    try:
-        pool = _the_pool()
-    except Exception as exc:  # noqa: BLE001 - no worker can be started here: this process decodes it all
-        log.debug("decode workers unavailable, decoding in one process: %s", exc)
+    pool = _pool  # started by `warm` for a run large enough to pay for it
+    if pool is None or n == 0 or source.num_rows < PARALLEL_MIN:
         return _decode_here(decoder, source)
     parts = _cut(source, n + 1)
     key = pickle.dumps(spec)
-    futures: list[Future[pa.RecordBatch]] = [pool.submit(_decode_part, key, part) for part in parts[1:]]
+    try:
+        futures: list[Future[pa.RecordBatch]] = [pool.submit(_decode_part, key, part) for part in parts[1:]]
+    except BrokenProcessPool as exc:  # a worker died (killed, out of memory): this process decodes from now on
+        return _without_workers(decoder, source, exc)
     try:
         decoded = [_decode_here(decoder, parts[0])]
         decoded += [_with_passthrough(future.result(), part) for future, part in zip(futures, parts[1:], strict=True)]
+    except BrokenProcessPool as exc:
+        return _without_workers(decoder, source, exc)
     finally:
         for future in futures:
             future.cancel()
     return pa.Table.from_batches(decoded).combine_chunks().to_batches()[0]
+
+
+def _without_workers(decoder: Decoder, source: pa.RecordBatch, exc: BaseException) -> pa.RecordBatch:
+    global _pool
+    log.warning("decode workers stopped (%s); the driver decodes alone", exc)
+    with _pool_lock:
+        _pool = None
+    return _decode_here(decoder, source)
 
 
 def _decode_here(decoder: Decoder, source: pa.RecordBatch) -> pa.RecordBatch:

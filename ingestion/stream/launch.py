@@ -22,7 +22,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -134,13 +134,9 @@ def finish_without_jvm(ctx: PipelineContext, launch: Launch, exporter: Exporter 
     return Finished(config.name, tuple(b.result for b in batches), reached)
 
 
-def _warm(*, available_now: bool) -> None:
+def _warm_arrow() -> None:
     """pyarrow imports pandas at its first array (0.4 to 0.7 s of Python): on a thread while the checks wait on
-    Kafka, not in the first batch (docs/performance.md#the-driver-side-fetch). An available-now run's start batches
-    decode large batches on every core: its decode workers start meanwhile too (`decode.parallel`)."""
-    if available_now:
-        parallel.warm()
-
+    Kafka, not in the first batch (docs/performance.md#the-driver-side-fetch)."""
     def warm() -> None:
         import pyarrow as pa
 
@@ -149,19 +145,29 @@ def _warm(*, available_now: bool) -> None:
     threading.Thread(target=warm, name="warm-arrow", daemon=True).start()
 
 
+def _decode_workers(available_now: bool, launches: Iterable[Launch]) -> None:
+    """An available-now run with a backlog of `parallel.RUN_MIN` records or more decodes its start batches on every
+    core: its decode workers start now, beside the tables' preparation (a smaller run decodes in this process:
+    starting a worker costs about as much as it saves on 100,000 records, docs/performance.md)."""
+    todo = sum(launch.facts.records_to_do() for launch in launches if launch.facts is not None)
+    if available_now and todo >= parallel.RUN_MIN:
+        parallel.warm()
+
+
 def run(spark: SparkSession | None, target: PipelineConfig | PipelineContext, *, available_now: bool = False,
         exporter: Exporter | None = None) -> Finished | RunningPipeline:
     """Run one pipeline through the launch sequence (see the module) until it stops: caught up (available-now),
     failed, or asked to stop (SIGINT, SIGTERM); `ingestion.run_pipeline`. `spark`: the session to run in; None: the
     JVM boots here while the tables are prepared and the start batch is written. Both outcomes have `batches`."""
     clock = _Clock()
-    _warm(available_now=available_now)
+    _warm_arrow()
     open_store_early()  # its process opens the tracking store while the checks run, the start batch is written and
     # the JVM boots (a run that has nothing to do ends it unused)
     ctx = target if isinstance(target, PipelineContext) else check_can_start(target)
     clock.mark("checks")
     launch = watched(locked(ctx), ctx, exporter, available_now=available_now)
     clock.mark("lock and facts")
+    _decode_workers(available_now, [launch])
     try:
         if available_now and (reached := caught_up(ctx, launch.facts)) is not None:
             where = ", ".join(f"{t}/{p}:{o}" for t, parts in sorted(reached.items()) for p, o in sorted(parts.items()))
@@ -205,7 +211,7 @@ def run_all(spark: SparkSession | None, targets: Sequence[PipelineConfig | Pipel
     """Run several pipelines through the launch sequence in one Spark application (`pipeline.run_all`); the ones
     an available-now run finds caught up, or finishes by their start batches, need no JVM. Returns pipeline name ->
     how it ended."""
-    _warm(available_now=available_now)
+    _warm_arrow()
     open_store_early()
     if all(isinstance(t, PipelineContext) for t in targets):
         contexts = [t for t in targets if isinstance(t, PipelineContext)]
@@ -213,6 +219,7 @@ def run_all(spark: SparkSession | None, targets: Sequence[PipelineConfig | Pipel
         contexts = check_all_can_start([t.config if isinstance(t, PipelineContext) else t for t in targets])
     launches = {name: watched(launch, ctx, exporter, available_now=available_now)
                 for ctx, (name, launch) in zip(contexts, _locked_all(contexts).items(), strict=True)}
+    _decode_workers(available_now, launches.values())
     outcome: dict[str, RunOutcome] = {}
     try:
         if available_now:
