@@ -49,7 +49,12 @@ def test_parts_decoded_by_workers_equal_one_process(two_workers: None, monkeypat
     batch = kafka_batch(_values(60))
     at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     decoder = RecordDecoder(_spec())
+    here: list[int] = []  # rows this process decoded itself: the first part's only
+    decode_here = parallel._decode_here
+    monkeypatch.setattr(parallel, "_decode_here", lambda d, part: here.append(part.num_rows) or decode_here(d, part))
     spread = decoder.decode(batch, batch_id=3, ingested_at=at)
+    assert here == [20]  # the other 40 rows were the workers'
+    monkeypatch.setattr(parallel, "_decode_here", decode_here)
     monkeypatch.setenv(parallel.ENV, "0")
     alone = decoder.decode(batch, batch_id=3, ingested_at=at)
     assert spread.bronze.equals(alone.bronze) and spread.quarantine.equals(alone.quarantine)
