@@ -91,9 +91,10 @@ def main() -> int:
     child_env = {**env, "PYTHONPATH": code}
     started = time.monotonic()
     verbose = ["-v"] if args.log else []
-    profile = ["-m", "cProfile", "-o", str(args.profile.absolute())] if args.profile else []
     which = [str(conf / "routed.yaml")] if args.routed else ["--all"]
-    command = [sys.executable, *profile, "-m", "ingestion.cli", *verbose, "run", *which, "--available-now"]
+    command = [sys.executable, "-m", "ingestion.cli", *verbose, "run", *which, "--available-now"]
+    if args.profile:  # `ingest` ends by os._exit, before cProfile's own -o would write: the statistics first
+        command[1:3] = ["-c", _PROFILED, str(args.profile.absolute())]
     done = subprocess.run(command, cwd=code, env=child_env, capture_output=True, text=True, check=False)
     wall = time.monotonic() - started
     if args.log:
@@ -109,6 +110,14 @@ def main() -> int:
         print(done.stderr[-3000:], file=sys.stderr)
     return 0 if done.returncode == 0 and found == expected else 1
 
+
+_PROFILED = """import cProfile, os, sys
+from ingestion.cli import exit_now, main
+profile = cProfile.Profile()
+code = profile.runcall(main, sys.argv[2:])
+profile.dump_stats(sys.argv[1])
+exit_now(code)
+"""
 
 if __name__ == "__main__":
     raise SystemExit(main())
