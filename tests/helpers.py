@@ -295,3 +295,39 @@ def killed_at(fault: str, log: Path, *args: str) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
     assert proc.returncode == -signal.SIGKILL
+
+
+
+def ingest_here(capsys: Any, *args: str) -> tuple[int, str, str]:
+    """`ingest <args>` in this process, as its console script runs it (`ingestion.cli.main`: the parser, the
+    command, its output and exit code), on the session's JVM where the command needs Spark (its session is the one
+    already running, the `spark` fixture's): exit code, stdout, stderr. For a command after the last kill of a test,
+    where a process of its own would only add a JVM start. What the command changes of this process beyond its
+    work is put back after it: the root logger's handlers and level, and the settings its session builder applied
+    to the running session (its `spark.sql.shuffle.partitions`, say), which the later tests of this process keep."""
+    import logging
+
+    from pyspark.sql import SparkSession
+
+    from ingestion.cli import main
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    session = SparkSession.getActiveSession()
+    settings = dict(session.conf.getAll) if session is not None else {}
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    finally:
+        for handler in [h for h in root.handlers if h not in handlers]:
+            root.removeHandler(handler)
+        root.setLevel(level)
+        if session is not None:
+            for key, value in dict(session.conf.getAll).items():
+                if settings.get(key) != value and session.conf.isModifiable(key):
+                    if key in settings:
+                        session.conf.set(key, settings[key])
+                    else:
+                        session.conf.unset(key)
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -6,8 +6,6 @@ offset once and each txn action once, as an uninterrupted promote would."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +17,7 @@ from ingestion.delta.ledger import PROMOTE_BATCH_ID, REPLAY_BATCH_ID
 from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.ops import shadow, verify
 from ingestion.stream import pipeline
-from tests.helpers import commits_without_txn, delta_txns, killed_at
+from tests.helpers import commits_without_txn, delta_txns, ingest_here, killed_at
 from tests.integration.test_shadow import (
     _pipelines,
     _produce,
@@ -82,7 +80,8 @@ def test_shadow_start_and_promote_killed_at_their_commits_then_rerun(spark: Any,
 
 
 def test_a_routed_start_and_promote_killed_at_their_commits_then_rerun(spark: Any, kafka_servers: str,
-                                                                         make_topic: Any, tmp_path: Path) -> None:
+                                                                         make_topic: Any, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     topic = make_topic(partitions=2)
     live_file, other_file = routed_pipelines(tmp_path, topic, kafka_servers)
     config = load_pipeline(live_file)
@@ -109,14 +108,15 @@ def test_a_routed_start_and_promote_killed_at_their_commits_then_rerun(spark: An
     assert now["outbox_gift"] != old["outbox_gift"] and now["outbox_refund"] == old["outbox_refund"]
     assert now["outbox_sale"] == old["outbox_sale"]
 
-    # the rerun, as an operator makes it: the command's one line names each table's promote version
-    done = subprocess.run([str(Path(sys.executable).parent / "ingest"), "shadow", "promote", str(live_file)],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    # the rerun, as an operator makes it (`ingest shadow promote`, in this process on the session's JVM: the kills
+    # are behind us, and a JVM start of its own would only cost the suite time): the command's one line names each
+    # table's promote version
+    code, out, err = ingest_here(capsys, "shadow", "promote", str(live_file))
+    assert code == 0, err[-3000:]
     promoted = shadow.get(config, "shadow")
     assert promoted.state == "promoted" and live_file.read_text() == other_file.read_text()
     assert sorted(promoted.promoted_versions) == ["outbox_gift", "outbox_refund", "outbox_sale", "refunds"]
-    line = done.stdout.strip().splitlines()[-1]
+    line = out.strip().splitlines()[-1]
     assert "shadow shadow promoted: " + ", ".join(f"{t} version {v}" for t, v in sorted(
         promoted.promoted_versions.items())) in line, line
     config = load_pipeline(live_file)
