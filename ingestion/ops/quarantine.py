@@ -22,14 +22,14 @@ from pyspark.sql import functions as F
 from ingestion import faults
 from ingestion.columns import COORDINATES
 from ingestion.config import PipelineConfig
-from ingestion.decode import bronze, expectations, routes
-from ingestion.decode.python_decoder import decode_in_python
+from ingestion.decode import bronze, routes
 from ingestion.decode.resolver import SchemaResolver
 from ingestion.delta import commit, ledger, reads, spark_tables
 from ingestion.delta.ledger import REDECODE_BATCH_ID, BatchKind, BatchRecord
 from ingestion.delta.reader import QuarantinedRecord, QuarantineGroup
 from ingestion.ops.readers import Source, as_reader
 from ingestion.stream import context, setup
+from ingestion.stream.batch import decode_range
 from ingestion.stream.context import PipelineContext
 from ingestion.stream.routing import KEY, Router, route_app_id
 
@@ -157,19 +157,9 @@ def _redecode(spark: SparkSession, config: PipelineConfig, schemas: SchemaResolv
     # columns come with the append's schema merge. A version no run has seen yet (every record of it quarantined)
     # evolves the table here.
     setup.widen_table(spark, config, schemas)
-    spec = schemas.spec
     # The expectations as they are now (docs/expectations.md): a record one refuses stays in quarantine (its class
     # and rules updated), one that passes them now (a rule relaxed or removed) moves to bronze.
-    rules = setup.check_rules(config, spec)
-    kafka_rows = expectations.with_raw_value(quarantined, rules)
-    decoded = decode_in_python(kafka_rows, spec)
-    if setup.learn_schemas(spark, config, schemas, decoded):  # connect-json: schemas the records brought
-        spec = schemas.spec
-        rules = setup.check_rules(config, spec)
-        decoded = decode_in_python(expectations.with_raw_value(quarantined, rules), spec)
-    if rules:
-        decoded = expectations.flag_rows(decoded, rules, bronze.decoder_sources()).select(*decoded.columns)
-    decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
+    decoded = decode_range(spark, config, schemas, quarantined, with_rules=True)
     try:
         renamed = decoded.withColumnsRenamed({"topic": KEYS[0], "partition": KEYS[1], "offset": KEYS[2]})
         bronze_table = reads.read_table(spark, config.table_path)

@@ -20,13 +20,13 @@ from pyspark.sql import functions as F
 
 from ingestion import kafka
 from ingestion.config import PipelineConfig
-from ingestion.decode import bronze, expectations, routes
-from ingestion.decode.python_decoder import decode_in_python
+from ingestion.decode import bronze, routes
 from ingestion.delta import commit, ledger, reads
 from ingestion.delta.ledger import REPLAY_BATCH_ID, BatchKind
 from ingestion.errors import IngestionError
 from ingestion.kafka import access
 from ingestion.stream import context, setup, stages
+from ingestion.stream.batch import decode_range
 from ingestion.stream.context import PipelineContext
 from ingestion.stream.routing import KEY, Router, route_app_id
 from ingestion.stream.source import kafka_options, with_timestamp_strategy
@@ -171,10 +171,7 @@ def _replay(spark: SparkSession, ctx: PipelineContext, found: dict[str, list[int
     if config.routing is not None:
         return _replay_routed(spark, ctx, reader.load(), f"{start}..{end} of {', '.join(topics)}")
     schemas = setup.resolver(spark, ctx, also=topics)
-    decoded = decode_in_python(reader.load(), schemas.spec).persist(StorageLevel.MEMORY_AND_DISK)
-    if setup.learn_schemas(spark, config, schemas, decoded):  # connect-json: schemas the records brought
-        decoded.unpersist()
-        decoded = decode_in_python(reader.load(), schemas.spec).persist(StorageLevel.MEMORY_AND_DISK)
+    decoded = decode_range(spark, config, schemas, reader.load(), with_rules=False)
     try:
         present = reads.held_coordinates(spark, config)
         new = decoded if present is None else decoded.join(present, list(KEYS), "left_anti")
@@ -194,15 +191,6 @@ def _replay(spark: SparkSession, ctx: PipelineContext, found: dict[str, list[int
              config.name, start, end, ", ".join(topics), result.read, result.already_present, result.written,
              result.quarantined)
     return result
-
-
-def decode_with_rules(kafka_rows: DataFrame, spec: Any, rules: expectations.Rules) -> DataFrame:
-    """Decoder rows of `kafka_rows`, with the expectations' verdict (a row a blocking rule refuses fails, as the
-    stream's batches do)."""
-    decoded = decode_in_python(expectations.with_raw_value(kafka_rows, rules), spec)
-    if rules.rules:
-        decoded = expectations.flag_rows(decoded, rules, bronze.decoder_sources()).select(*decoded.columns)
-    return decoded
 
 
 def _replay_routed(spark: SparkSession, ctx: PipelineContext, kafka_rows: DataFrame, what: str, *,
@@ -229,9 +217,7 @@ def _replay_routed(spark: SparkSession, ctx: PipelineContext, kafka_rows: DataFr
         for table, keys in sorted(by_table.items()):
             targets = router.tables[table].targets
             rows = keyed.where(F.col(KEY).isin(sorted(keys))).drop(KEY)
-            decoded = decode_with_rules(rows, targets.spec, setup.check_rules(targets.config, targets.spec)) \
-                if with_rules else decode_in_python(rows, targets.spec)
-            decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
+            decoded = decode_range(spark, targets.config, targets.resolver, rows, with_rules=with_rules)
             try:
                 stats = bronze.batch_stats(decoded)
                 failed = sum(s["failed"] for s in stats)

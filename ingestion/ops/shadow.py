@@ -59,6 +59,7 @@ from ingestion.ops.shadow_state import (
     state_location,
 )
 from ingestion.stream import context, setup
+from ingestion.stream.batch import decode_range
 from ingestion.stream.source import kafka_options
 
 __all__ = ["DEFAULT_NAME", "Promoted", "Shadow", "ShadowError", "Span", "check_kafka_holds", "drop", "get",
@@ -391,12 +392,7 @@ def start(spark: SparkSession, config: PipelineConfig, plan: Plan) -> Shadow:
     if schemas is None:
         return _start_routed(spark, config, plan, ctx, kafka_rows)
     setup.make_tables(spark, target, schemas.spec)
-    rules = setup.check_rules(target, schemas.spec)
-    decoded = replay.decode_with_rules(kafka_rows, schemas.spec, rules)
-    if setup.learn_schemas(spark, target, schemas, decoded):  # connect-json: schemas the records brought
-        rules = setup.check_rules(target, schemas.spec)
-        decoded = replay.decode_with_rules(kafka_rows, schemas.spec, rules)
-    decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
+    decoded = decode_range(spark, target, schemas, kafka_rows, with_rules=True)
     try:
         present = reads.held_coordinates(spark, target)
         new = decoded if present is None else decoded.join(present, list(replay.KEYS), "left_anti")

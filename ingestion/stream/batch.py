@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from ingestion.config import PipelineConfig
@@ -27,6 +28,7 @@ from ingestion.delta.append import DeltaAppend
 from ingestion.delta.ledger import BatchKind, BatchRecord, PartitionRange
 from ingestion.delta.rs_append import RsTable
 from ingestion.errors import ConfigError
+from ingestion.stream import setup
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +184,27 @@ class DecoderChoice:
         if self.jvm(kafka_rows.sparkSession):
             return jvm_decoder.decode_in_jvm(kafka_rows, spec)
         return decode_in_python(kafka_rows, spec)
+
+
+def decode_range(spark: SparkSession, config: PipelineConfig, schemas: SchemaResolver, kafka_rows: DataFrame, *,
+                 with_rules: bool) -> DataFrame:
+    """Kafka's rows of a range decoded by the Python decoder in Spark's workers, for the commands that re-ingest
+    one (replay, quarantine reprocess, shadow start): with the expectations' verdict when `with_rules` (a row a
+    blocking rule refuses fails, as the stream's batches do), and decoded again when a connect-json topic's records
+    brought schemas the resolver learns (`setup.learn_schemas`, which widens bronze). Persisted (memory and
+    disk): the caller unpersists it."""
+    def decoded() -> DataFrame:
+        rules = setup.check_rules(config, schemas.spec) if with_rules else None
+        if not rules:
+            return decode_in_python(kafka_rows, schemas.spec)
+        rows = decode_in_python(expectations.with_raw_value(kafka_rows, rules), schemas.spec)
+        return expectations.flag_rows(rows, rules, bronze_rows.decoder_sources()).select(*rows.columns)
+
+    first = decoded().persist(StorageLevel.MEMORY_AND_DISK)  # connect-json's schema check reads it first
+    if not setup.learn_schemas(spark, config, schemas, first):
+        return first
+    first.unpersist()
+    return decoded().persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def log_result(pipeline: str, r: BatchResult) -> None:
