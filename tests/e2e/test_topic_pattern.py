@@ -21,6 +21,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from ingestion.dev.samples import produce_orders
 from ingestion.kafka.clients import create_topic
+from tests.helpers import ingest_here
 
 pytestmark = pytest.mark.e2e
 
@@ -50,8 +51,9 @@ def _wait_for(expected: set[tuple[str, int, int]], table: Path, stream: subproce
     raise AssertionError(f"{len(expected - set(_rows(table)))} records not landed; log:\n{log.read_text()[-4000:]}")
 
 
-def test_pattern_reads_three_topics_and_a_fourth_created_while_streaming(kafka_servers, orders_schema,
-                                                                         tmp_path: Path) -> None:
+def test_pattern_reads_three_topics_and_a_fourth_created_while_streaming(
+        spark, kafka_servers, orders_schema, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     prefix = f"ev{uuid.uuid4().hex[:6]}"
     first = [f"{prefix}.{name}" for name in ("acme", "globex", "initech")]
     schemas, table = tmp_path / "schemas", tmp_path / "tables" / "events"
@@ -79,9 +81,14 @@ sink:
   trigger: 2 seconds
 """)
     env = {**os.environ, "INGEST_SCHEMAS_DIR": str(schemas)}
+    monkeypatch.setenv("INGEST_SCHEMAS_DIR", str(schemas))
+    monkeypatch.chdir(tmp_path)
 
     def ingest(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([INGEST, *args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+        """The commands after the stream, in this process (ingest's own main; replay on the session's JVM, where a
+        process of its own would start one more)."""
+        code, out, err = ingest_here(capsys, *args)
+        return subprocess.CompletedProcess(["ingest", *args], code, out, err)
 
     # No onboard: the first run creates the tables (onboard of a pattern is in tests/integration/test_topic_list).
     log = tmp_path / "run.log"
