@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from tests.debezium import DebeziumConnect, Postgres, postgres_bin
-from tests.helpers import wait_while_running
+from tests.helpers import ingest_here, wait_while_running
 
 pytestmark = [pytest.mark.e2e, pytest.mark.debian]
 
@@ -374,13 +374,16 @@ def _workload(source: Source, seed: int) -> Workload:
     return work
 
 
-def _verify(*configs: Path) -> None:
+def _verify(capsys: pytest.CaptureFixture[str], *configs: Path) -> None:
+    """`ingest verify` of each pipeline, in this process through ingest's own main (it needs no JVM: a process each
+    would only add its start)."""
     for config in configs:
-        done = subprocess.run([INGEST, "verify", str(config)], capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, f"verify {config.name}: {done.returncode}\n{done.stdout}\n{done.stderr}"
+        code, out, err = ingest_here(capsys, "verify", str(config))
+        assert code == 0, f"verify {config.name}: {code}\n{out}\n{err}"
 
 
-def test_silver_equals_postgres_through_debezium(debezium: Source, spark: Any, tmp_path: Path) -> None:
+def test_silver_equals_postgres_through_debezium(debezium: Source, spark: Any, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
     from ingestion.config import load_pipeline
     from ingestion.stream import pipeline
 
@@ -436,12 +439,13 @@ def test_silver_equals_postgres_through_debezium(debezium: Source, spark: Any, t
     assert _offsets_landed(history) == len(_read(Path(history.table_path), ["_kafka_offset"])) == sum(ends.values())
     current = [r for r in _read(Path(history.silver_path)) if r["_is_current"]]
     _assert_table_equals(current, expected, "history silver's current rows")
-    _verify(upsert_file, history_file)
+    _verify(capsys, upsert_file, history_file)
     print(f"debezium: postgres {source.timings['postgres']:.1f}s, connect {source.timings['connect']:.1f}s, "
           f"scenario {time.monotonic() - t0:.1f}s")
 
 
-def test_truncate_leaves_only_the_new_rows(debezium: Source, spark: Any, tmp_path: Path) -> None:
+def test_truncate_leaves_only_the_new_rows(debezium: Source, spark: Any, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
     """`TRUNCATE customers` (Debezium's `op: t`) empties the upsert table and closes every current row of history,
     then the rows inserted after it are all silver holds."""
     from ingestion.config import load_pipeline
@@ -473,5 +477,5 @@ def test_truncate_leaves_only_the_new_rows(debezium: Source, spark: Any, tmp_pat
     _assert_table_equals(_read(upsert), expected, "upsert silver after the truncate")
     current = [r for r in _read(history) if r["_is_current"]]
     _assert_table_equals(current, expected, "history silver's current rows after the truncate")
-    _verify(*configs)
+    _verify(capsys, *configs)
     print(f"debezium truncate: {time.monotonic() - t0:.1f}s")
