@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from ingestion.config import load_pipeline
-from tests.helpers import delta_txns, wait_while_running
+from tests.helpers import delta_txns, ingest_here, wait_while_running
 from tests.integration.test_routing import Producer, Registry, assert_route_tables, routed_yaml
 
 pytestmark = pytest.mark.e2e
@@ -52,15 +52,16 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 
 def test_a_routed_run_killed_between_two_tables_commits_and_at_random_keeps_each_table_exact(
-        spark: Any, kafka_servers: str, make_topic: Any, tmp_path: Path) -> None:
+        spark: Any, kafka_servers: str, make_topic: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     registry = Registry(tmp_path / "registry")
     try:
-        _run(spark, kafka_servers, make_topic, registry, tmp_path)
+        _run(spark, kafka_servers, make_topic, registry, tmp_path, capsys)
     finally:
         registry.server.stop()
 
 
-def _run(spark: Any, kafka_servers: str, make_topic: Any, registry: Registry, tmp_path: Path) -> None:
+def _run(spark: Any, kafka_servers: str, make_topic: Any, registry: Registry, tmp_path: Path,
+         capsys: pytest.CaptureFixture[str]) -> None:
     topic = make_topic(partitions=3)
     produced = Producer(kafka_servers, registry, topic)
     rng = random.Random(11)
@@ -112,16 +113,18 @@ def _run(spark: Any, kafka_servers: str, make_topic: Any, registry: Registry, tm
         txns = [(a, v) for _, a, v in delta_txns(Path(path))]
         assert len(txns) == len(set(txns)) and len({a for a, _ in txns}) == 1, txns
 
-    status = subprocess.run([INGEST, "status", str(file), "--json"], capture_output=True, text=True, timeout=120)
-    assert status.returncode == 0, status.stderr[-2000:]
-    (shown,) = json.loads(status.stdout)
+    # The read-only commands, in this process through ingest's own main (they need no JVM: a process each would
+    # only add its start).
+    code, out, err = ingest_here(capsys, "status", str(file), "--json")
+    assert code == 0, err[-2000:]
+    (shown,) = json.loads(out)
     listed = {r["table"]: r["path"] for r in shown["routes"]}
     assert listed == {config.route_table(k): config.route_path(config.route_table(k))
                       for k in [*KINDS, "OrderShipped"]}
     assert shown["lag_records"] == 0
 
-    audit = subprocess.run([INGEST, "verify", str(file)], capture_output=True, text=True, timeout=120)
-    assert audit.returncode == 0, audit.stdout[-3000:] + audit.stderr[-3000:]
+    code, out, err = ingest_here(capsys, "verify", str(file))
+    assert code == 0, out[-3000:] + err[-3000:]
 
     # A row moved from OrderPaid's table to OrderCancelled's behind the pipeline's back: still once, wrong table.
     from delta.tables import DeltaTable
@@ -135,7 +138,7 @@ def _run(spark: Any, kafka_servers: str, make_topic: Any, registry: Registry, tm
                    for f in target.fields]).write.format("delta").mode("append").save(cancelled)
     DeltaTable.forPath(spark, paid).delete((F.col("_kafka_offset") == offset)
                                            & (F.col("_kafka_partition") == partition))
-    audit = subprocess.run([INGEST, "verify", str(file)], capture_output=True, text=True, timeout=120)
-    assert audit.returncode == 1, audit.stdout[-3000:] + audit.stderr[-3000:]
-    assert f"route table {config.route_table('OrderCancelled')}: 1 row(s)" in audit.stdout
-    assert f"belongs in {config.route_table('OrderPaid')}" in audit.stdout
+    code, out, err = ingest_here(capsys, "verify", str(file))
+    assert code == 1, out[-3000:] + err[-3000:]
+    assert f"route table {config.route_table('OrderCancelled')}: 1 row(s)" in out
+    assert f"belongs in {config.route_table('OrderPaid')}" in out
