@@ -40,7 +40,7 @@ from ingestion.stream.batch import BatchResult
 from ingestion.stream.context import PipelineContext
 from ingestion.stream.facts import Launch, Prepared, caught_up, locked, watched
 from ingestion.stream.lock import WriterLock
-from ingestion.stream.metrics import open_store_early, start_metrics
+from ingestion.stream.metrics import make_store_early, open_store_early, start_metrics
 from ingestion.stream.monitor import PipelineMonitor
 from ingestion.stream.pipeline import RunningPipeline, RunOutcome, RunStatus
 from ingestion.stream.prometheus import Exporter, PipelineState, watch
@@ -176,6 +176,7 @@ def run(spark: SparkSession | None, target: PipelineConfig | PipelineContext, *,
             if launch.prometheus is not None:
                 launch.prometheus.stop(PipelineState.STOPPED)
             return Finished(ctx.name, (), reached)
+        make_store_early()  # the run will write and open an MLflow run
         if spark is None and submitted():  # spark-submit's JVM runs already: nothing to do while it boots
             spark = pipelines_session(f"ingest-{ctx.name}", [ctx.config], record_classes=True)
         if spark is None and available_now and launch.facts is not None and start_batch.fits(
@@ -231,6 +232,7 @@ def run_all(spark: SparkSession | None, targets: Sequence[PipelineConfig | Pipel
             contexts = [c for c in contexts if c.name in launches]
             if not contexts:
                 return outcome
+        make_store_early()  # pipelines will write and open MLflow runs
         if spark is None and submitted():  # spark-submit's JVM runs already: nothing to do while it boots
             configs = [c.config for c in contexts]
             spark = pipelines_session("ingest-all", configs, pools=[pipeline.pool_name(c) for c in configs],

@@ -8,9 +8,10 @@ output: `{"ok": ...}` or `{"error": "<class>: <message>"}`. It ends when its inp
 or after `IDLE_SECONDS` without a request (a library caller's process may live on; `metrics.Store` starts another
 when it needs one).
 
-Requests (`op`): `start` (experiment, run_name, params, artifacts) -> {run_id, experiment_id}; `log` (run_id,
-metrics as [key, value, timestamp ms, step]); `finish` (run_id, status); `end_abandoned` (run_id, tag, reason) ->
-whether the run was still RUNNING and is now KILLED.
+Requests (`op`): `open` -> true once the store is made (a new SQLite store's tables: about 2 s); `start`
+(experiment, run_name, params, artifacts) -> {run_id, experiment_id}; `log` (run_id, metrics as [key, value,
+timestamp ms, step]); `finish` (run_id, status); `end_abandoned` (run_id, tag, reason) -> whether the run was still
+RUNNING and is now KILLED.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def _handle(client: Any, request: dict[str, Any]) -> Any:
     from mlflow.entities import Metric, Param
 
     op = request["op"]
+    if op == "open":  # the store made (`main` does before any request): a run that will write asks it early
+        return True
     if op == "start":
         found = client.get_experiment_by_name(request["experiment"])
         experiment_id = found.experiment_id if found is not None else client.create_experiment(

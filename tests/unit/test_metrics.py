@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -150,3 +151,20 @@ def test_a_new_store_is_made_without_a_line_on_the_runs_output(tracking: str,
     captured = out + err
     # (the run's own lines may be there, by whatever handlers the process has: not MLflow's)
     assert "initial MLflow database tables" not in captured and "Updating database tables" not in captured, captured
+
+
+def test_a_store_made_early_exists_before_the_runs_first_request(tracking: str) -> None:
+    """`make_store_early` (a run whose checks passed and that has records to read): the store's process makes a new
+    SQLite store on its own, with no request of the run's waiting, so the run's MLflow run starts at once later."""
+    file = Path(tracking.removeprefix("sqlite:///"))
+    metrics.open_store_early()
+    assert not file.exists()  # opened early, the process makes nothing until asked (a refused run leaves nothing)
+    metrics.make_store_early()
+    store = metrics._store(tracking)
+    deadline = time.monotonic() + 60
+    while not file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert file.exists()
+    assert store.call("open") is True
+    run_id = store.call("start", experiment="ingest/early", run_name="early", params={}, artifacts=None)["run_id"]
+    assert _reader(tracking).get_run(run_id).info.run_name == "early"
