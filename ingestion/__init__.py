@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from ingestion.runtime.session import get_catalog_session as get_session
     from ingestion.stream.launch import run as run_pipeline
     from ingestion.stream.launch import run_all as run_pipelines
-    from ingestion.stream.pipeline import start as start_pipeline
+    from ingestion.stream.launch import start as start_pipeline
     from ingestion.stream.pipeline import stop as stop_pipeline
 
 __all__ = [
@@ -57,7 +57,7 @@ _LAZY = {
     "rewind": ("ingestion.ops.rewind", "rewind"),
     "run_pipeline": ("ingestion.stream.launch", "run"),
     "run_pipelines": ("ingestion.stream.launch", "run_all"),
-    "start_pipeline": ("ingestion.stream.pipeline", "start"),
+    "start_pipeline": ("ingestion.stream.launch", "start"),
     "stop_pipeline": ("ingestion.stream.pipeline", "stop"),
     "verify": ("ingestion.ops.verify", "audit"),
 }

@@ -9,6 +9,7 @@ and every check before it (`caught_up`, `start_batch.fits`) take them instead of
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from ingestion import kafka
 from ingestion.decode.resolver import SchemaResolver
@@ -22,6 +23,9 @@ from ingestion.stream.lock import WriterLock
 from ingestion.stream.metrics import end_abandoned
 from ingestion.stream.prometheus import Exporter, LagRefresher, watch
 from ingestion.stream.start_batch import StartBatch
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 Offsets = dict[str, dict[str, int]]  # topic -> partition (as text, as Spark's JSON names it) -> offset
 
@@ -90,15 +94,16 @@ class Launch:
     prometheus: LagRefresher | None = None  # the pipeline's series, its lag refreshed since the launch's facts
 
 
-def locked(ctx: PipelineContext) -> Launch:
-    """The writer lock taken, where the checkpoint allows it without a JVM (a local folder, S3, ADLS), and the facts
-    read under it; a predecessor that died holding the lock has its MLflow run ended as KILLED. A checkpoint only
-    the JVM reaches (`hdfs://`, ...) is locked by the query's start, which reads the facts again under it: these
-    only decide whether an available-now run is caught up."""
+def locked(ctx: PipelineContext, spark: SparkSession | None = None) -> Launch:
+    """The writer lock taken and the facts read under it; a predecessor that died holding the lock has its MLflow
+    run ended as KILLED. Without `spark`, only where the checkpoint allows it without a JVM (a local folder, S3,
+    ADLS): one only the JVM reaches (`hdfs://`, ...) is locked by the query's start, which calls this again with its
+    session and reads the facts again under the lock (the first facts only decide whether an available-now run is
+    caught up)."""
     config = ctx.config
-    if not checkpoint.reachable_without_jvm(config.checkpoint_path, config.spark):
+    if spark is None and not checkpoint.reachable_without_jvm(config.checkpoint_path, config.spark):
         return Launch(read_facts(ctx), None, None)
-    lock = WriterLock(ctx.name, config.checkpoint_path, settings=config.spark)
+    lock = WriterLock(ctx.name, config.checkpoint_path, spark, config.spark)
     lock.acquire()
     try:
         if lock.taken_from is not None:

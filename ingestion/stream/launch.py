@@ -207,6 +207,24 @@ def run(spark: SparkSession | None, target: PipelineConfig | PipelineContext, *,
             launch.lock.release()
 
 
+def start(spark: SparkSession, target: PipelineConfig | PipelineContext, *, available_now: bool = False,
+          with_metrics: bool = True, pool: str | None = None, exporter: Exporter | None = None) -> RunningPipeline:
+    """Start one pipeline's query in `spark` and return at once (`ingestion.start_pipeline`): the launch sequence's
+    checks, writer lock, facts and Prometheus series as `run` takes them, then the query's start; no start batch (the
+    session exists already, as when `run` is given one). Stop it with `pipeline.stop`."""
+    ctx = target if isinstance(target, PipelineContext) else check_can_start(target)
+    launch = watched(locked(ctx), ctx, exporter, available_now=available_now)
+    try:
+        return pipeline.start(spark, ctx, available_now=available_now, with_metrics=with_metrics, pool=pool,
+                              exporter=exporter, launch=launch)
+    except BaseException:  # (the query's start released the lock already: released once more, harmlessly)
+        if launch.prometheus is not None:
+            launch.prometheus.stop(PipelineState.FAILED)
+        if launch.lock is not None:
+            launch.lock.release()
+        raise
+
+
 def run_all(spark: SparkSession | None, targets: Sequence[PipelineConfig | PipelineContext], *,
             available_now: bool = False, exporter: Exporter | None = None) -> dict[str, RunOutcome]:
     """Run several pipelines through the launch sequence in one Spark application (`pipeline.run_all`); the ones

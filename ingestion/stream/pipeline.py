@@ -29,11 +29,11 @@ from ingestion.runtime import listener
 from ingestion.stream import checkpoint, context, handover, shape, source
 from ingestion.stream.batch import BatchResult
 from ingestion.stream.context import PipelineContext
-from ingestion.stream.facts import Facts, Launch, Prepared, read_facts
+from ingestion.stream.facts import Facts, Launch, Prepared, locked, read_facts
 from ingestion.stream.followers import Follower, LogCheckpoints, Maintenance
 from ingestion.stream.lock import WriterLock
 from ingestion.stream.maintenance import ScheduledMaintenance
-from ingestion.stream.metrics import RunMetrics, end_abandoned, start_metrics
+from ingestion.stream.metrics import RunMetrics, start_metrics
 from ingestion.stream.monitor import PipelineMonitor, Progress
 from ingestion.stream.prometheus import Exporter, LagRefresher, PipelineState, watch
 from ingestion.stream.writer import BronzeWriter
@@ -122,16 +122,13 @@ def start(spark: SparkSession, target: PipelineConfig | PipelineContext, *, avai
         ctx = context.of(target, check=True)
         prometheus = launch.prometheus if launch is not None and launch.prometheus is not None else \
             watch(exporter, ctx, available_now=available_now) if exporter is not None else None
-        lock = launch.lock if launch is not None else None  # held since the launch sequence, or taken now
-        if lock is None:
-            lock = WriterLock(ctx.name, ctx.config.checkpoint_path, spark, ctx.config.spark)
-            lock.acquire()
-            if lock.taken_from is not None:  # the last writer died holding the lock: close its MLflow run
-                end_abandoned(lock.taken_from)
+        prepared = launch.prepared if launch is not None else None
+        if launch is None or launch.lock is None:  # not held since the launch sequence (a checkpoint only the JVM
+            launch = locked(ctx, spark)  # reaches, or a caller without one): taken now, with the session
+        lock = launch.lock
+        assert lock is not None  # (`locked` with a session always locks)
         try:
-            facts = launch.facts if launch is not None and launch.lock is not None and launch.facts is not None \
-                else read_facts(ctx)  # read under the lock
-            prepared = launch.prepared if launch is not None else None
+            facts = launch.facts if launch.facts is not None else read_facts(ctx)  # read under the lock
             running = _start(spark, ctx, facts, prepared or Prepared(None), available_now=available_now,
                              with_metrics=with_metrics, pool=pool, prometheus=prometheus)
         except BaseException:

@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 from pyspark.sql import types as T
 
+from ingestion import start_pipeline
 from ingestion.config import load_pipeline
 from ingestion.decode.wire import encode
 from ingestion.dev.samples import avro_body
+from ingestion.errors import IngestionError
 from ingestion.ops import verify
 from ingestion.schema.registry import registry_client
 from ingestion.stream import pipeline
@@ -190,9 +192,13 @@ def test_a_widening_version_widens_the_table_mid_stream_and_a_narrowing_one_is_q
     narrow = load_pipeline(pipeline_yaml(tmp_path / "narrow", topic=topic, servers=kafka_servers,
                                          sink="  typeWidening: false\n", extra=extra))
     pipeline.run(spark, narrow, available_now=True)
-    running = pipeline.start(spark, config)
+    running = start_pipeline(spark, config)
     try:
         wait_rows(spark, config.table_path, 10)
+        # start_pipeline is the launch sequence: a second start of the running pipeline is refused by its checks
+        # and lock, before anything is made
+        with pytest.raises(IngestionError, match=rf"pipeline {config.name!r} is already running"):
+            start_pipeline(spark, config)
         ids.append(registry.register_schema(subject, Schema(json.dumps(v2), "AVRO")))
         for seq in range(10, 30):
             send(2 if seq < 25 else 1, seq)

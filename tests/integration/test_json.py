@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from ingestion import start_pipeline
 from ingestion.config import load_pipeline
 from ingestion.decode.wire import encode
 from ingestion.dev import cdc
@@ -149,7 +150,7 @@ def _jsonschema_run(spark: Any, servers: str, tmp: Path) -> dict[str, Any]:
     config = load_pipeline(pipeline_yaml(
         tmp, topic=topic, servers=servers, sink="  trigger: 1 second\n",
         extra=f"value:\n  format: jsonschema\n  registry:\n    url: \"{url}\"\n"))
-    running = pipeline.start(spark, config)
+    running = start_pipeline(spark, config)
     try:
         wait_rows(spark, config.table_path, 8)
         # Version 2 adds `channel`; its first record registers it, mid-stream.

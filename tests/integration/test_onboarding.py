@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from ingestion import start_pipeline
 from ingestion.config import load_pipeline
 from ingestion.decode.wire import encode
 from ingestion.delta import ledger
@@ -77,7 +78,7 @@ def test_v1_v2_v3_interleaved_mid_stream_evolve_the_table_and_an_incompatible_ve
     for seq in range(10):
         send(1, seq)
     producer.flush(30)
-    running = pipeline.start(spark, config)
+    running = start_pipeline(spark, config)
     try:
         _wait_rows(spark, config.table_path, 10)
         ids.append(registry.register_schema(subject, Schema(json.dumps(v2), "AVRO")))  # mid-stream

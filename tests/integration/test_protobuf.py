@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from ingestion import start_pipeline
 from ingestion.config import load_pipeline
 from ingestion.decode.wire import encode
 from ingestion.ops import quarantine, verify
@@ -54,7 +55,7 @@ def test_a_protobuf_topic_lands_every_field_evolves_mid_stream_and_quarantines_n
     config = load_pipeline(pipeline_yaml(
         tmp_path, topic=topic, servers=kafka_servers, sink="  trigger: 1 second\n",
         extra=f"value:\n  format: protobuf\n  registry:\n    url: \"{url}\"\n"))
-    running = pipeline.start(spark, config)
+    running = start_pipeline(spark, config)
     try:
         wait_rows(spark, config.table_path, 8)
         # Version 2 (two more fields, one of them nested) is registered by its first record, mid-stream.

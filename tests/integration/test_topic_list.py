@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ingestion import kafka
+from ingestion import kafka, start_pipeline
 from ingestion.config import load_pipeline
 from ingestion.dev.samples import produce_orders
 from ingestion.ops import status, verify
@@ -161,7 +161,7 @@ def test_one_run_lists_its_topics_once_and_follows_a_pattern_topic_created_mid_r
 
     monkeypatch.setattr(AdminClient, "list_topics", counted)
     ctx = launch.check_can_start(config)
-    running = pipeline.start(spark, ctx)
+    running = start_pipeline(spark, ctx)
     try:
         _wait_for(lambda: any(b.committed for b in running.batches), running)
         assert listings == [None]  # one listing of the cluster's topics from the command's start to its first batch
