@@ -139,15 +139,15 @@ def test_a_pipeline_on_s3_is_exactly_once_through_a_kill_and_every_command(
     # The read-only commands answer from the bucket without a JVM (in this process, through ingest's own main: a
     # process each would only add its start); verify and status say all is well.
     monkeypatch.chdir(tmp_path)
-    code, out, err = ingest_here(capsys, "verify", str(config), "--json")
-    assert code == 0, out[-2000:] + err[-2000:]
-    assert sum(p["rows"] for p in json.loads(out)["partitions"]) == GOOD + BAD
-    code, out, err = ingest_here(capsys, "status", str(config), "--json")
+    code, said, err = ingest_here(capsys, "verify", str(config), "--json")
+    assert code == 0, said[-2000:] + err[-2000:]
+    assert sum(p["rows"] for p in json.loads(said)["partitions"]) == GOOD + BAD
+    code, said, err = ingest_here(capsys, "status", str(config), "--json")
     assert code == 0, err[-2000:]
-    assert json.loads(out)[0]["lag_records"] == 0
-    code, out, err = ingest_here(capsys, "history", str(config), "--json")
+    assert json.loads(said)[0]["lag_records"] == 0
+    code, said, err = ingest_here(capsys, "history", str(config), "--json")
     assert code == 0, err[-2000:]
-    history = json.loads(out)
+    history = json.loads(said)
     assert sum(r["rows"] for r in history) == GOOD and sum(r["quarantined"] for r in history) == BAD
     # The first run's first records were written while its JVM booted: the start batch, committed by delta-rs to the
     # bucket under the lease taken without a JVM.

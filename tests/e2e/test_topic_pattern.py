@@ -13,6 +13,7 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -52,8 +53,8 @@ def _wait_for(expected: set[tuple[str, int, int]], table: Path, stream: subproce
 
 
 def test_pattern_reads_three_topics_and_a_fourth_created_while_streaming(
-        spark, kafka_servers, orders_schema, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        spark: Any, kafka_servers: str, orders_schema: dict[str, Any], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     prefix = f"ev{uuid.uuid4().hex[:6]}"
     first = [f"{prefix}.{name}" for name in ("acme", "globex", "initech")]
     schemas, table = tmp_path / "schemas", tmp_path / "tables" / "events"
