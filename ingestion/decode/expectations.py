@@ -101,6 +101,8 @@ def compile_rules(config: PipelineConfig, bronze_schema: T.StructType) -> Rules:
 def check_in_spark(spark: SparkSession, rules: Rules, bronze_schema: T.StructType, file: object) -> None:
     """Compile each rule with Spark against bronze's columns (no job runs): a ConfigError names the rule and
     Spark's reason, as `compile_rules` does for DuckDB's."""
+    if not rules:
+        return
     empty = spark.createDataFrame([], bronze_schema)
     for rule in rules.rules:
         try:
@@ -267,16 +269,25 @@ def with_raw_value(kafka_rows: DataFrame, rules: Rules) -> DataFrame:
 def spark_counts(rows: DataFrame, rules: Rules, *, unflagged: bool) -> list[Column]:
     """Aggregates over `flag_rows`' output: `rules_checked` and `rule_<i>` per rule; `unflagged`: of the rows no
     blocking rule refused only (the Spark path's job: the driver counts those it settles)."""
+    if not rules:
+        return []
     keep = F.col("_error_class").isNull() if unflagged else F.lit(True)
     return [F.count(F.when(F.col(CHECKED_COLUMN) & keep, 1)).alias("rules_checked"),
             *(F.count(F.when(F.col(RULE_COLUMN.format(i)) & keep, 1)).alias(f"rule_{i}")
               for i in range(len(rules.rules)))]
 
 
-def counts_of(values: Mapping[str, Any], rules: Rules) -> Counts:
-    """`Counts` of `spark_counts`' values."""
+def counts_of(values: Mapping[str, Any], rules: Rules) -> Counts | None:
+    """`Counts` of `spark_counts`' values; None without rules."""
+    if not rules:
+        return None
     return Counts(int(values["rules_checked"] or 0),
                   {r.name: int(values[f"rule_{i}"] or 0) for i, r in enumerate(rules.rules)})
+
+
+def count_names(rules: Rules) -> list[str]:
+    """The names of `spark_counts`' values (none without rules)."""
+    return ["rules_checked", *(f"rule_{i}" for i in range(len(rules.rules)))] if rules else []
 
 
 def flag_rows(decoded: DataFrame, rules: Rules, sources: Mapping[str, str]) -> DataFrame:
@@ -284,7 +295,9 @@ def flag_rows(decoded: DataFrame, rules: Rules, sources: Mapping[str, str]) -> D
     ExpectationFailed, `_error_message` the rules' names, `_raw_value` its value from `RAW_VALUE`); each rule's
     verdict is a column `RULE_COLUMN` (never true for a failed row or a tombstone), and `CHECKED_COLUMN` says which
     rows were checked. The rules see the row as bronze has it: the payload's fields and the metadata columns
-    (`sources`: where each comes from in the decoder's rows)."""
+    (`sources`: where each comes from in the decoder's rows). Without rules, `decoded` as it is."""
+    if not rules:
+        return decoded
     raw_value = RAW_VALUE
     inner = [F.col(f"`{c}`").alias(f"__d_{c}") for c in decoded.columns]
     payload = decoded.schema["_payload"].dataType

@@ -194,9 +194,7 @@ def decode_range(spark: SparkSession, config: PipelineConfig, schemas: SchemaRes
     brought schemas the resolver learns (`setup.learn_schemas`, which widens bronze). Persisted (memory and
     disk): the caller unpersists it."""
     def decoded() -> DataFrame:
-        rules = setup.check_rules(config, schemas.spec) if with_rules else None
-        if not rules:
-            return decode_in_python(kafka_rows, schemas.spec)
+        rules = setup.check_rules(config, schemas.spec) if with_rules else expectations.NO_RULES
         rows = decode_in_python(expectations.with_raw_value(kafka_rows, rules), schemas.spec)
         return expectations.flag_rows(rows, rules, bronze_rows.decoder_sources()).select(*rows.columns)
 

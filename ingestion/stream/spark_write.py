@@ -67,7 +67,7 @@ class SparkWrite:
     def rules(self, spark: SparkSession) -> Rules:
         """The expectations, compiled by Spark too once per schema version (`expectations.check_in_spark`)."""
         rules = self.targets.rules
-        if rules and self._rules_checked is not self.targets.spec:
+        if self._rules_checked is not self.targets.spec:  # (no rules: nothing to compile)
             expectations.check_in_spark(spark, rules, bronze.table_schemas(self.targets.spec)[0],
                                         self.targets.config.file)
             self._rules_checked = self.targets.spec
@@ -95,7 +95,7 @@ class SparkWrite:
         marks.append(("plan", time.monotonic()))
         files = txn.write(right_sized(rows))
         marks.append(("write", time.monotonic()))
-        seen = helper.observed_values(observation, [*observed, *(c for c in _names(rules))])
+        seen = helper.observed_values(observation, [*observed, *expectations.count_names(rules)])
         records, pending = int(seen["records"]), int(seen["pending"])
         if not records:
             txn.discard(files)
@@ -110,7 +110,7 @@ class SparkWrite:
             return self.cached.write(kafka_rows, batch_id, ingested_at, started)
         files, python_rows = written
         marks.append(("pending", time.monotonic()))
-        counts = expectations.counts_of(seen, rules) if rules else None
+        counts = expectations.counts_of(seen, rules)
         if counts is not None and python_rows is not None and python_rows.counts is not None:
             counts = counts.add(python_rows.counts)
         stats = _merged(bronze.observed_stats(seen["partitions"]), python_rows, int(seen["bytes"]))
@@ -156,10 +156,9 @@ class SparkWrite:
         counts and `_observed`'s values observed under `observation`."""
         spark = kafka_rows.sparkSession
         decoded = self.decoder.decode(expectations.with_raw_value(kafka_rows, rules))
-        counted: list[Column] = []
-        if rules:  # a row a blocking rule refuses is one the job does not write: the driver settles it
-            decoded = expectations.flag_rows(decoded, rules, bronze.decoder_sources())
-            counted = expectations.spark_counts(decoded, rules, unflagged=True)
+        # a row a blocking rule refuses is one the job does not write: the driver settles it
+        decoded = expectations.flag_rows(decoded, rules, bronze.decoder_sources())
+        counted = expectations.spark_counts(decoded, rules, unflagged=True)
         # The observation sits between the decode and bronze's filter: Spark cannot push the filter below it,
         # so each record is decoded once.
         return bronze.bronze_rows(decoded.observe(observation, *_observed(spark).values(), *counted),
@@ -260,11 +259,6 @@ def pending_source(text: str) -> pa.RecordBatch:
         [c if isinstance(c, pa.Array) else pa.array(c, type=f.type) for c, f in zip(columns, SOURCE_ARROW_SCHEMA,
                                                                                      strict=True)],
         schema=SOURCE_ARROW_SCHEMA)
-
-
-def _names(rules: Rules) -> list[str]:
-    """The names of `expectations.spark_counts`' values."""
-    return ["rules_checked", *(f"rule_{i}" for i in range(len(rules.rules)))] if rules else []
 
 
 def _merged(observed: list[dict[str, Any]], python: DecodedRecords | None, value_bytes: int) -> list[dict[str, Any]]:
@@ -373,6 +367,7 @@ class CachedWrite:
         (made by the driver's evaluation of that record, as the other paths make it), None when none does."""
         counts = expectations.counts_of(flagged.agg(*expectations.spark_counts(flagged, rules, unflagged=False))
                                         .first().asDict(), rules)  # type: ignore[union-attr]
+        assert counts is not None  # (called with rules only)
         failing = [i for i, r in enumerate(rules.rules) if r.on_violation == "fail" and counts.violated[r.name]]
         if not failing:
             return counts, None
