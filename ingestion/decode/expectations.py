@@ -272,21 +272,21 @@ def spark_counts(rows: DataFrame, rules: Rules, *, unflagged: bool) -> list[Colu
     if not rules:
         return []
     keep = F.col("_error_class").isNull() if unflagged else F.lit(True)
-    return [F.count(F.when(F.col(CHECKED_COLUMN) & keep, 1)).alias("rules_checked"),
-            *(F.count(F.when(F.col(RULE_COLUMN.format(i)) & keep, 1)).alias(f"rule_{i}")
-              for i in range(len(rules.rules)))]
+    columns = [CHECKED_COLUMN, *(RULE_COLUMN.format(i) for i in range(len(rules.rules)))]
+    return [F.count(F.when(F.col(c) & keep, 1)).alias(name)
+            for c, name in zip(columns, count_names(rules), strict=True)]
 
 
 def counts_of(values: Mapping[str, Any], rules: Rules) -> Counts | None:
     """`Counts` of `spark_counts`' values; None without rules."""
     if not rules:
         return None
-    return Counts(int(values["rules_checked"] or 0),
-                  {r.name: int(values[f"rule_{i}"] or 0) for i, r in enumerate(rules.rules)})
+    checked, *each = (int(values[name] or 0) for name in count_names(rules))
+    return Counts(checked, {r.name: n for r, n in zip(rules.rules, each, strict=True)})
 
 
 def count_names(rules: Rules) -> list[str]:
-    """The names of `spark_counts`' values (none without rules)."""
+    """The names of `spark_counts`' values: the rows checked, then each rule's violations (none without rules)."""
     return ["rules_checked", *(f"rule_{i}" for i in range(len(rules.rules)))] if rules else []
 
 

@@ -218,10 +218,7 @@ def start(spark: SparkSession, target: PipelineConfig | PipelineContext, *, avai
         return pipeline.start(spark, ctx, available_now=available_now, with_metrics=with_metrics, pool=pool,
                               exporter=exporter, launch=launch)
     except BaseException:  # (the query's start released the lock already: released once more, harmlessly)
-        if launch.prometheus is not None:
-            launch.prometheus.stop(PipelineState.FAILED)
-        if launch.lock is not None:
-            launch.lock.release()
+        _release(launch, PipelineState.FAILED)
         raise
 
 
@@ -323,12 +320,12 @@ def _locked_all(contexts: Sequence[PipelineContext]) -> dict[str, Launch]:
     return {ctx.name: future.result() for ctx, future in zip(contexts, futures, strict=True)}
 
 
-def _release(launch: Launch) -> None:
-    """The lock released and the series stopped of a launch the queries did not take."""
+def _release(launch: Launch, state: PipelineState = PipelineState.STOPPED) -> None:
+    """The lock released and the series stopped (in `state`) of a launch the queries did not take."""
     if launch.lock is not None:
         launch.lock.release()
     if launch.prometheus is not None:
-        launch.prometheus.stop(PipelineState.STOPPED)
+        launch.prometheus.stop(state)
 
 
 class _Clock:
