@@ -120,8 +120,7 @@ def finish_without_jvm(ctx: PipelineContext, launch: Launch, exporter: Exporter 
         prometheus.metrics.set_state(PipelineState.RUNNING)
         prometheus.start()
     monitor = PipelineMonitor(config, ctx.kafka.client, metrics, None, prometheus)
-    for batch in batches:
-        monitor.on_start_batch(batch.result, batch.ends, batch.lags)
+    monitor.on_start_batches(batches)
     monitor.close()
     properties = facts.table.properties if facts.table is not None else None
     version = batches[-1].result.version

@@ -16,7 +16,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -27,6 +27,7 @@ from ingestion.runtime.listener import ProgressListener
 from ingestion.stream.batch import BatchResult, WritePath
 from ingestion.stream.metrics import RunMetrics
 from ingestion.stream.prometheus import LagRefresher
+from ingestion.stream.start_batch import StartBatch
 
 log = logging.getLogger(__name__)
 
@@ -175,21 +176,27 @@ class PipelineMonitor(ProgressListener):
         if self.progress is not None:
             self.progress.advance(sum(r.count for r in result.ranges))
 
-    def on_start_batch(self, result: BatchResult, ends: dict[str, dict[str, int]],
-                       lags: dict[str, dict[int, int]]) -> None:
-        """The start batch (`stream.early`), which Spark never reports: its metrics, lag and group commit."""
-        if self.prometheus is not None:
-            self.prometheus.batch(result)
-        self.last_lag = lags
-        rate = result.rows / max(result.seconds, 1e-3)
-        values = _metrics(float(result.rows), rate, rate, 1000 * result.seconds, result, lags,
-                          dt.datetime.now(dt.UTC), bool(self.config.topic))
-        if self.metrics is not None:
-            self.metrics.log(result.batch_id, values)
-        log.info("%s start batch: %d rows, lag %d (%s)", self.config.name, result.rows, int(values["lag_records"]),
-                 _lag_text(lags))
+    def on_start_batches(self, batches: Sequence[StartBatch]) -> None:
+        """The start batches (`stream.start_batch`), which Spark never reports: each one's metrics and lag, then
+        one consumer-group commit of where the last of them left each partition (one broker round trip for the
+        run's tens of start batches, not one each)."""
+        ends: dict[str, dict[str, int]] = {}
+        for batch in batches:
+            result = batch.result
+            if self.prometheus is not None:
+                self.prometheus.batch(result)
+            self.last_lag = batch.lags
+            rate = result.rows / max(result.seconds, 1e-3)
+            values = _metrics(float(result.rows), rate, rate, 1000 * result.seconds, result, batch.lags,
+                              dt.datetime.now(dt.UTC), bool(self.config.topic))
+            if self.metrics is not None:
+                self.metrics.log(result.batch_id, values)
+            log.info("%s start batch: %d rows, lag %d (%s)", self.config.name, result.rows,
+                     int(values["lag_records"]), _lag_text(batch.lags))
+            for topic, parts in batch.ends.items():
+                ends.setdefault(topic, {}).update(parts)
         if self.config.metrics.commit_offsets and ends:
-            self._commit(result.batch_id, ends)
+            self._commit(batches[-1].result.batch_id, ends)
 
     def drain(self, timeout: float = 15.0) -> None:
         """Wait until Spark has reported every batch the writer finished (progress events are asynchronous)."""

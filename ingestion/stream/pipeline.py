@@ -202,9 +202,10 @@ def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Pr
             for follower in followers:
                 follower.committed(result)
 
+        if prepared.start_batches:
+            monitor.on_start_batches(prepared.start_batches)
         for start_batch in prepared.start_batches:
             batches.append(start_batch.result)
-            monitor.on_start_batch(start_batch.result, start_batch.ends, start_batch.lags)
             for follower in followers:
                 follower.committed(start_batch.result)
 
