@@ -76,9 +76,14 @@ class RecordDecoder:
         self.spec = spec
         self.rules = rules
         self.decoder = python_decoder.batch_decoder(spec)
+        parallel.prepare(spec)  # the decode workers, when started, make theirs now
         bronze_schema, quarantine_schema = bronze.table_schemas(spec)
         self.bronze_schema = to_arrow_schema(bronze_schema)
         self.quarantine_schema = to_arrow_schema(quarantine_schema)
+
+    def begin(self, source: pa.RecordBatch) -> None:
+        """Start the decode workers on `source`, the next batch, ahead of its `decode` (`parallel.begin`)."""
+        parallel.begin(self.spec, source)
 
     def decode(self, source: pa.RecordBatch, *, batch_id: int, ingested_at: dt.datetime) -> DecodedRecords:
         """Kafka source rows (`columns.KAFKA_SOURCE_SCHEMA` in Arrow) decoded; a DecodeError (sink.onError: fail)

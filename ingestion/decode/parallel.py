@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -37,6 +38,9 @@ from ingestion.decode.spec import DECODER_COLUMNS, DecodeSpec
 
 log = logging.getLogger(__name__)
 
+# This process's part of a batch begun ahead (`begin`) against a worker's: it also commits each batch (about a
+# fifth of a batch's decode time, docs/performance.md#the-driver-side-path-on-both-cores).
+BEGUN_DRIVER_WEIGHT = 0.72
 PARALLEL_MIN = 20_000  # rows of a batch below which this process decodes it alone
 RUN_MIN = 250_000  # records of a run below which starting the workers costs about what they save
 ORPHAN_CHECK_SECONDS = 0.5  # how often a worker looks for its parent
@@ -79,18 +83,78 @@ def _warm() -> None:
         log.debug("decode workers not started ahead: %s", exc)
 
 
+def prepare(spec: DecodeSpec) -> None:
+    """Have each worker of a started pool make the decoder of `spec` now (its schemas parsed, its body walk
+    generated: a few hundred milliseconds), while this process writes a batch, not in the first part it is sent."""
+    pool = _pool
+    if pool is None:
+        return
+    key = pickle.dumps(spec)
+    try:
+        for _ in range(workers()):
+            pool.submit(_prepared, key)
+    except (BrokenProcessPool, RuntimeError):  # a pool stopped or shut down: the batches decode here
+        return
+
+
+@dataclass(frozen=True)
+class _Begun:
+    """A batch whose workers' parts were sent ahead (`begin`): the batch, its spec's key, and its parts."""
+
+    source: pa.RecordBatch
+    key: bytes
+    parts: list[pa.RecordBatch]
+    futures: list[Future[pa.RecordBatch]]
+
+
+_begun: _Begun | None = None  # the one batch begun ahead, taken by its `decode`
+
+
+def begin(spec: DecodeSpec, source: pa.RecordBatch) -> None:
+    """Send the workers their parts of `source` now, the next batch fetched ahead, so that they decode it while this
+    process still commits the batch before it; `decode` of the same batch takes them. Its parts are cut unevenly
+    (`BEGUN_DRIVER_WEIGHT`): this process also commits each batch, and with the workers' parts queued ahead they
+    have no wait of their own to fill."""
+    global _begun
+    pool, n = _pool, workers()
+    if pool is None or n == 0 or source.num_rows < PARALLEL_MIN:
+        return
+    key = pickle.dumps(spec)
+    parts = _cut(source, n + 1, BEGUN_DRIVER_WEIGHT / (n + BEGUN_DRIVER_WEIGHT))
+    try:
+        begun = _Begun(source, key, parts, [pool.submit(_decode_part, key, part) for part in parts[1:]])
+    except (BrokenProcessPool, RuntimeError):  # the pool stopped: the batch decodes as any other
+        return
+    with _pool_lock:
+        dropped, _begun = _begun, begun
+    if dropped is not None:  # begun and never decoded (its batch ended elsewhere than planned)
+        for future in dropped.futures:
+            future.cancel()
+
+
 def decode(decoder: Decoder, spec: DecodeSpec, source: pa.RecordBatch) -> pa.RecordBatch:
-    """`decoder`'s rows of `source` (the decoder of `spec`), parts of a large batch decoded by the workers."""
+    """`decoder`'s rows of `source` (the decoder of `spec`), parts of a large batch decoded by the workers (sent
+    ahead by `begin`, or now)."""
+    global _begun
     n = workers()
     pool = _pool  # started by `warm` for a run large enough to pay for it
     if pool is None or n == 0 or source.num_rows < PARALLEL_MIN:
         return _decode_here(decoder, source)
-    parts = _cut(source, n + 1)
     key = pickle.dumps(spec)
-    try:
-        futures: list[Future[pa.RecordBatch]] = [pool.submit(_decode_part, key, part) for part in parts[1:]]
-    except BrokenProcessPool as exc:  # a worker died (killed, out of memory): this process decodes from now on
-        return _without_workers(decoder, source, exc)
+    with _pool_lock:
+        begun, _begun = (_begun, None) if _begun is not None and _begun.source is source else (None, _begun)
+    if begun is not None and begun.key != key:  # a new schema version since: decoded anew
+        for future in begun.futures:
+            future.cancel()
+        begun = None
+    if begun is not None:
+        parts, futures = begun.parts, begun.futures
+    else:
+        parts = _cut(source, n + 1)
+        try:
+            futures = [pool.submit(_decode_part, key, part) for part in parts[1:]]
+        except BrokenProcessPool as exc:  # a worker died (killed, out of memory): this process decodes from now on
+            return _without_workers(decoder, source, exc)
     try:
         decoded = [_decode_here(decoder, parts[0])]
         decoded += [_with_passthrough(future.result(), part) for future, part in zip(futures, parts[1:], strict=True)]
@@ -114,9 +178,13 @@ def _decode_here(decoder: Decoder, source: pa.RecordBatch) -> pa.RecordBatch:
     return next(iter(decoder(iter([source]))))
 
 
-def _cut(source: pa.RecordBatch, parts: int) -> list[pa.RecordBatch]:
-    size = -(-source.num_rows // parts)
-    return [source.slice(start, size) for start in range(0, source.num_rows, size)]
+def _cut(source: pa.RecordBatch, parts: int, first_share: float | None = None) -> list[pa.RecordBatch]:
+    """`source` in `parts` parts in their order: equal, or the first of `first_share` of the rows and the rest
+    equal."""
+    first = -(-source.num_rows // parts) if first_share is None else int(source.num_rows * first_share)
+    rest = source.num_rows - first
+    size = max(1, -(-rest // (parts - 1))) if parts > 1 else max(1, rest)
+    return [source.slice(0, first), *(source.slice(start, size) for start in range(first, source.num_rows, size))]
 
 
 def _with_passthrough(own: pa.RecordBatch, part: pa.RecordBatch) -> pa.RecordBatch:
@@ -152,17 +220,30 @@ def _worker_started() -> None:
 
 
 def _ready() -> bool:
+    """In a worker: the decoders imported, and pyarrow's first array made (it imports pandas, 0.2 to 0.7 s), ahead
+    of the first part."""
     from ingestion.decode import python_decoder  # noqa: F401 - imported ahead of the first part
 
+    pa.array([0])
     return True
 
 
-def _decode_part(spec_key: bytes, part: pa.RecordBatch) -> pa.RecordBatch:
-    """In a worker: the decoder's own columns of one part (its Kafka columns stay with the caller)."""
+def _decoder_of(spec_key: bytes) -> Decoder:
+    """In a worker: the decoder of a spec, made at its first use (or `prepare`) and kept."""
     decoder = _decoders.get(spec_key)
     if decoder is None:
         from ingestion.decode import python_decoder
 
         decoder = _decoders[spec_key] = python_decoder.batch_decoder(pickle.loads(spec_key))
-    decoded = _decode_here(decoder, part)
+    return decoder
+
+
+def _prepared(spec_key: bytes) -> bool:
+    """In a worker: the decoder of a spec made ahead of its first part."""
+    return _decoder_of(spec_key) is not None
+
+
+def _decode_part(spec_key: bytes, part: pa.RecordBatch) -> pa.RecordBatch:
+    """In a worker: the decoder's own columns of one part (its Kafka columns stay with the caller)."""
+    decoded = _decode_here(_decoder_of(spec_key), part)
     return decoded.select(list(DECODER_COLUMNS))

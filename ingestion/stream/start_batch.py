@@ -136,7 +136,8 @@ def write(ctx: PipelineContext, schemas: SchemaResolver, recorded: Recorded, bou
     app_id = checkpoint.app_id(config.checkpoint_path, config.name, config.spark)
     targets = Targets(config, schemas, app_id)
     fetcher = RangeFetcher(ctx.kafka.client, config.consumer_group)
-    writer, ahead = DriverWrite(targets, fetcher), _Ahead(fetcher)
+    writer = DriverWrite(targets, fetcher)
+    ahead = _Ahead(fetcher, lambda source: targets.record_decoder().begin(source))
     written: list[StartBatch] = []
     position = {t: dict(parts) for t, parts in recorded.items()}
     budget = config.sink.start_batch_max_offsets
@@ -164,16 +165,27 @@ def write(ctx: PipelineContext, schemas: SchemaResolver, recorded: Recorded, bou
 
 
 class _Ahead:
-    """The next start batch's records, fetched on a thread while this one is decoded and committed (the fetcher is
-    used by one thread at a time: the next fetch starts once this batch's records are in)."""
+    """The next start batch's records, fetched on a thread while this one is decoded and committed, and handed to
+    the decode workers as they arrive (`begin`: they decode it while this batch commits). The fetcher is used by
+    one thread at a time: the next fetch starts once this batch's records are in."""
 
-    def __init__(self, fetcher: RangeFetcher) -> None:
+    def __init__(self, fetcher: RangeFetcher, begin: Callable[[pa.RecordBatch], None]) -> None:
         self.fetcher = fetcher
+        self.begin = begin
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="fetch-ahead")
         self._next: tuple[list[Span], Future[pa.RecordBatch | None]] | None = None
 
     def start(self, spans: list[Span]) -> None:
-        self._next = (spans, self._pool.submit(self.fetcher.fetch, spans, FETCH_TIMEOUT))
+        self._next = (spans, self._pool.submit(self._fetch, spans))
+
+    def _fetch(self, spans: list[Span]) -> pa.RecordBatch | None:
+        source = self.fetcher.fetch(spans, FETCH_TIMEOUT)
+        if source is not None and source.num_rows:
+            try:
+                self.begin(source)
+            except Exception as exc:  # noqa: BLE001 - the batch's own decode does it all
+                log.debug("decode not begun ahead: %s", exc)
+        return source
 
     def take(self, spans: list[Span]) -> Future[pa.RecordBatch | None] | None:
         """The records of `spans` when they are the ones fetched ahead, else None (and what was fetched is

@@ -63,6 +63,30 @@ def test_parts_decoded_by_workers_equal_one_process(two_workers: None, monkeypat
     assert spread.bronze.num_rows == 57 and spread.unknown_ids == {7}
 
 
+def test_a_batch_begun_ahead_decodes_from_its_workers_parts_and_another_batch_anew(
+        two_workers: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    batch, other = kafka_batch(_values(60)), kafka_batch(_values(60))
+    at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    decoder = RecordDecoder(_spec())
+    here: list[int] = []
+    decode_here = parallel._decode_here
+    monkeypatch.setattr(parallel, "_decode_here", lambda d, part: here.append(part.num_rows) or decode_here(d, part))
+    decoder.begin(batch)  # as the fetch-ahead thread does with the next batch's records
+    begun = decoder.decode(batch, batch_id=3, ingested_at=at)
+    driver_part = int(60 * parallel.BEGUN_DRIVER_WEIGHT / (2 + parallel.BEGUN_DRIVER_WEIGHT))
+    assert here == [driver_part] and driver_part < 20  # this process's smaller share; the workers' sent ahead
+    decoder.begin(batch)
+    fresh = decoder.decode(other, batch_id=3, ingested_at=at)  # not the batch begun: cut evenly, decoded now
+    assert here == [driver_part, 20]
+    monkeypatch.setattr(parallel, "_decode_here", decode_here)
+    monkeypatch.setenv(parallel.ENV, "0")
+    alone = decoder.decode(batch, batch_id=3, ingested_at=at)
+    for spread in (begun, fresh):
+        assert spread.bronze.equals(alone.bronze) and spread.quarantine.equals(alone.quarantine)
+        assert spread.stats == alone.stats
+    assert begun.quarantine.column("_kafka_offset").to_pylist() == [17 + 5, 17 + 31, 17 + 57]
+
+
 def test_under_on_error_fail_the_first_failing_record_of_the_batch_is_named(two_workers: None) -> None:
     values = _values(60)
     values[5] = encode(1, body_of(5)[1])  # the first part decodes: a worker's part holds the first failure
