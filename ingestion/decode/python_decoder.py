@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import pyarrow as pa
@@ -57,6 +58,9 @@ class BatchDecoder:
     """`mapInArrow` function: Kafka rows in, decoded rows out, one Arrow batch at a time."""
 
     decoded_keys: tuple[str, ...] = ("string", "avro")  # the key formats `decode_key` turns into values
+    # Avro's one-pass readers by schema id, read inline by `decode_batch` (set by `_prepare`); none for the formats
+    # whose `decode_value` is their own.
+    _reads: Mapping[int, Callable[[bytes, int], tuple[Any, ...]]] = MappingProxyType({})
 
     def __init__(self, spec: DecodeSpec) -> None:
         self.spec = spec
@@ -106,6 +110,11 @@ class BatchDecoder:
         utf8_keys = _utf8_keys(batch.column("key")) if self.spec.key_format == "string" else None
         decoded_keys = self.spec.key_format in self.decoded_keys and utf8_keys is None
         keys: list[Any] = batch.column("key").to_pylist() if decoded_keys else []
+        # The common record, read inline: Confluent-framed, within value.maxBytes, of a schema id with a one-pass
+        # reader that reads it (`decode_value` is that, and every other case, per call).
+        reads = self._reads if self.spec.plain_schema_id is None else {}
+        most, header = max(self.spec.max_bytes, wire.HEADER_SIZE), wire.HEADER_SIZE
+        read_inline = 0
         for i, value in enumerate(values):
             try:
                 if decoded_keys and keys[i] is not None:
@@ -113,13 +122,22 @@ class BatchDecoder:
                 if value is None:
                     tombstones[i] = True
                     continue
+                if reads and header <= len(value) <= most and value[0] == wire.MAGIC:
+                    read = reads.get(schema_id := int.from_bytes(value[1:header], "big"))
+                    if read is not None:
+                        try:
+                            payloads[i], schema_ids[i] = read(value, header), schema_id
+                            read_inline += 1
+                            continue
+                        except Exception:  # noqa: BLE001 - not sure: decode_value checks it and names the fault
+                            pass
                 schema_ids[i], payloads[i] = self.decode_value(value, schema_ids, i)
             except Exception as exc:  # every failure becomes a quarantine reason or a DecodeError
                 if self.spec.fail_fast:
                     raise DecodeError(f"cannot decode {_where(batch, i)}: {type(exc).__name__}: {exc}") from exc
                 error_classes[i], messages[i] = type(exc).__name__, (str(exc) or repr(exc))[:1000]
                 tombstones[i] = False
-        payload = self._payload_array(batch, payloads, error_classes, messages)
+        payload = self._payload_array(batch, payloads, error_classes, messages, all_tuples=read_inline == n)
         failed = pa.array([e is not None for e in error_classes], type=pa.bool_())
         if utf8_keys is not None:
             key_column = pc.if_else(failed, pa.scalar(None, self._key_type), utf8_keys.cast(self._key_type))
@@ -144,10 +162,10 @@ class BatchDecoder:
         return pa.RecordBatch.from_arrays(columns, names=[*DECODER_COLUMNS, *passthrough])
 
     def _payload_array(self, batch: pa.RecordBatch, payloads: list[Any], error_classes: list[str | None],
-                       messages: list[str | None]) -> pa.Array:
+                       messages: list[str | None], *, all_tuples: bool = False) -> pa.Array:
         try:
             if any(isinstance(p, tuple) for p in payloads):
-                return _struct_of_tuples(payloads, self._payload_type)
+                return _struct_of_tuples(payloads, self._payload_type, all_tuples=all_tuples)
             return pa.array(payloads, type=self._payload_type)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
             pass
@@ -213,15 +231,17 @@ class BatchDecoder:
         return self._key_convert(record) if self._key_convert else record
 
 
-def _struct_of_tuples(payloads: list[Any], kind: pa.StructType) -> pa.Array:
+def _struct_of_tuples(payloads: list[Any], kind: pa.StructType, *, all_tuples: bool = False) -> pa.Array:
     """The payload column of records read as tuples of their fields' values (`validate_fast.reader`), as dicts
-    (fastavro's, another writer schema) or None: one Arrow array per field, not a dict per row."""
+    (fastavro's, another writer schema) or None: one Arrow array per field, not a dict per row (`all_tuples`:
+    every record was read as a tuple)."""
     names = [f.name for f in kind]
     empty = (None,) * len(names)
-    rows = [p if isinstance(p, tuple) else empty if p is None else tuple(p.get(n) for n in names) for p in payloads]
+    rows = payloads if all_tuples else [
+        p if isinstance(p, tuple) else empty if p is None else tuple(p.get(n) for n in names) for p in payloads]
     columns = zip(*rows, strict=True) if rows else [() for _ in names]
-    children = [pa.array(list(values), type=field.type) for values, field in zip(columns, kind, strict=True)]
-    mask = pa.array([p is None for p in payloads], type=pa.bool_())
+    children = [pa.array(values, type=field.type) for values, field in zip(columns, kind, strict=True)]
+    mask = None if all_tuples else pa.array([p is None for p in payloads], type=pa.bool_())
     return pa.StructArray.from_arrays(children, fields=list(kind), mask=mask)
 
 

@@ -77,12 +77,25 @@ class _Writer:
         return f"constants[{len(self.constants) - 1}]"
 
     def varint(self, depth: int, target: str, most: int) -> None:
+        """A zig-zag varint of at most `most` bytes read inline: one byte in two operations, a longer one in a
+        loop (past the body's end: IndexError, not sure), its value in the int's or long's range."""
+        bits = 32 if most == 5 else 64
         self.emit(depth, "b = buf[pos]")
+        self.emit(depth, "pos += 1")
         self.emit(depth, "if b < 128:")
         self.emit(depth + 1, f"{target} = (b >> 1) ^ -(b & 1)")
-        self.emit(depth + 1, "pos += 1")
         self.emit(depth, "else:")
-        self.emit(depth + 1, f"{target}, pos = varint(buf, pos, '', '', {most})")
+        self.emit(depth + 1, "r = b & 127")
+        self.emit(depth + 1, "s = 7")
+        self.emit(depth + 1, "while True:")
+        self.emit(depth + 2, "b = buf[pos]")
+        self.emit(depth + 2, "pos += 1")
+        self.emit(depth + 2, "r |= (b & 127) << s")
+        self.emit(depth + 2, "if b < 128: break")
+        self.emit(depth + 2, "s += 7")
+        self.emit(depth + 2, f"if s >= {7 * most}: raise NotSure")
+        self.emit(depth + 1, f"{target} = (r >> 1) ^ -(r & 1)")
+        self.emit(depth + 1, f"if not {-(1 << (bits - 1))} <= {target} < {1 << (bits - 1)}: raise NotSure")
 
     def delegate(self, depth: int, schema: Any, namespace: str | None, into: str | None = None) -> None:
         if into is not None:
@@ -270,14 +283,14 @@ def generated(schema: Any, precise: Callable[[Any, str | None], Callable[[bytes,
     it cannot be generated (the precise walk is then the only one). `precise(schema, namespace)` compiles a
     subschema's precise reader; `definitions`: the named types of the schema; `known`: the full names the precise
     reader resolves; `smallest(schema)`: the fewest bytes a value takes (`validate.min_size`)."""
-    from ingestion.decode.validate import UUID_FORM, _varint  # validate imports this module
+    from ingestion.decode.validate import UUID_FORM  # validate imports this module
 
     writer = _Writer(precise, definitions, known, smallest)
     try:
         writer.walk(1, schema, None, ())
         source = "\n".join(["def walk(buf):", "    end = len(buf)", "    pos = 0", *writer.lines,
                             "    if pos > end: raise NotSure", "    return pos"])
-        scope: dict[str, Any] = {"NotSure": _NotSure, "varint": _varint, "delegated": writer.delegated,
+        scope: dict[str, Any] = {"NotSure": _NotSure, "delegated": writer.delegated,
                                  "uuid": lambda buf, start, end: UUID_FORM.fullmatch(buf, start, end) is not None}
         exec(compile(source, "<avro body walk>", "exec"), scope)
     except (RecursionError, SyntaxError, MemoryError, KeyError, TypeError, ValueError):
@@ -293,7 +306,7 @@ def reader(schema: Any, precise: Callable[[Any, str | None], Callable[[bytes, in
     fields' values, raising on any fault (the caller then checks and reads the body as before) and when the body
     does not end at the buffer's end. None where the reader does not produce the values (the arguments as
     `generated`'s)."""
-    from ingestion.decode.validate import UUID_FORM, _varint  # validate imports this module
+    from ingestion.decode.validate import UUID_FORM  # validate imports this module
 
     if not isinstance(schema, dict) or schema.get("type") not in ("record", "error") or semantic(schema) is not None:
         return None
@@ -310,7 +323,7 @@ def reader(schema: Any, precise: Callable[[Any, str | None], Callable[[bytes, in
         source = "\n".join(["def read(buf, pos):", "    end = len(buf)", *writer.lines,
                             "    if pos != end: raise NotSure", f"    return {result}"])
         scope: dict[str, Any] = {
-            "NotSure": _NotSure, "varint": _varint, "delegated": writer.delegated, "constants": writer.constants,
+            "NotSure": _NotSure, "delegated": writer.delegated, "constants": writer.constants,
             "uuid": lambda buf, start, end: UUID_FORM.fullmatch(buf, start, end) is not None,
             "unpack_float": struct.Struct("<f").unpack_from, "unpack_double": struct.Struct("<d").unpack_from,
             "Decimal": decimal.Decimal}
