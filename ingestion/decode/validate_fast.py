@@ -176,7 +176,7 @@ class _Writer:
             return
         if kind == "string" and logical == "uuid":
             self.simple(depth, "string", into)
-            self.emit(depth, f"if not uuid(buf, pos - {self.last_size}, pos): raise NotSure")
+            self.emit(depth, f"if uuid_form(buf, pos - {self.last_size}, pos) is None: raise NotSure")
             if into is not None:  # as fastavro's UUID gives it back
                 self.emit(depth, f"{into} = {into}.lower()")
             return
@@ -291,7 +291,7 @@ def generated(schema: Any, precise: Callable[[Any, str | None], Callable[[bytes,
         source = "\n".join(["def walk(buf):", "    end = len(buf)", "    pos = 0", *writer.lines,
                             "    if pos > end: raise NotSure", "    return pos"])
         scope: dict[str, Any] = {"NotSure": _NotSure, "delegated": writer.delegated,
-                                 "uuid": lambda buf, start, end: UUID_FORM.fullmatch(buf, start, end) is not None}
+                                 "uuid_form": UUID_FORM.fullmatch}
         exec(compile(source, "<avro body walk>", "exec"), scope)
     except (RecursionError, SyntaxError, MemoryError, KeyError, TypeError, ValueError):
         return None
@@ -324,7 +324,7 @@ def reader(schema: Any, precise: Callable[[Any, str | None], Callable[[bytes, in
                             "    if pos != end: raise NotSure", f"    return {result}"])
         scope: dict[str, Any] = {
             "NotSure": _NotSure, "delegated": writer.delegated, "constants": writer.constants,
-            "uuid": lambda buf, start, end: UUID_FORM.fullmatch(buf, start, end) is not None,
+            "uuid_form": UUID_FORM.fullmatch,
             "unpack_float": struct.Struct("<f").unpack_from, "unpack_double": struct.Struct("<d").unpack_from,
             "Decimal": decimal.Decimal}
         exec(compile(source, "<avro body read>", "exec"), scope)
