@@ -11,7 +11,8 @@ columns back: the Kafka coordinates, key and headers are this process's own), a 
 records against seconds of decoding.
 
 The pool is started once per process (`warm`, called by the launch sequence for an available-now run of `RUN_MIN`
-records or more, beside the tables' preparation) and lives until the process exits; each worker ends within half a
+records or more, beside the tables' preparation; a batch that comes before its workers are up is decoded here
+alone, not held for them) and lives until the process exits; each worker ends within half a
 second of its parent, so a killed run leaves no worker behind. Without the pool (a smaller run, a streaming run's
 batches of `sink.directWriteMaxOffsets`), for a batch of fewer than `PARALLEL_MIN` rows, on a machine of one core,
 or with `INGEST_DECODE_WORKERS=0`, this process decodes alone.
@@ -49,6 +50,7 @@ ENV = "INGEST_DECODE_WORKERS"  # the number of worker processes (default: the co
 Decoder = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 _pool: ProcessPoolExecutor | None = None
+_warmed = threading.Event()  # every worker of the pool has started and imported the decoders
 _pool_lock = threading.Lock()
 _decoders: dict[bytes, Decoder] = {}  # in a worker: the decoder of each spec it was sent
 
@@ -79,6 +81,7 @@ def _warm() -> None:
         pool = _the_pool()
         for done in [pool.submit(_ready) for _ in range(workers())]:
             done.result()
+        _warmed.set()
     except Exception as exc:  # noqa: BLE001 - the first large batch starts it again, or decodes here
         log.debug("decode workers not started ahead: %s", exc)
 
@@ -116,7 +119,7 @@ def begin(spec: DecodeSpec, source: pa.RecordBatch) -> None:
     (`BEGUN_DRIVER_WEIGHT`): this process also commits each batch, and with the workers' parts queued ahead they
     have no wait of their own to fill."""
     global _begun
-    pool, n = _pool, workers()
+    pool, n = _started(), workers()
     if pool is None or n == 0 or source.num_rows < PARALLEL_MIN:
         return
     key = pickle.dumps(spec)
@@ -137,7 +140,7 @@ def decode(decoder: Decoder, spec: DecodeSpec, source: pa.RecordBatch) -> pa.Rec
     ahead by `begin`, or now)."""
     global _begun
     n = workers()
-    pool = _pool  # started by `warm` for a run large enough to pay for it
+    pool = _started()
     if pool is None or n == 0 or source.num_rows < PARALLEL_MIN:
         return _decode_here(decoder, source)
     key = pickle.dumps(spec)
@@ -192,6 +195,12 @@ def _with_passthrough(own: pa.RecordBatch, part: pa.RecordBatch) -> pa.RecordBat
     passthrough = [name for name in part.schema.names if name != "value"]
     return pa.RecordBatch.from_arrays([*own.columns, *(part.column(name) for name in passthrough)],
                                       names=[*own.schema.names, *passthrough])
+
+
+def _started() -> ProcessPoolExecutor | None:
+    """The pool `warm` started for a run large enough to pay for it, once its workers are up: a batch that comes
+    while they still start (a second or two of imports) is decoded here rather than waiting for them."""
+    return _pool if _warmed.is_set() else None
 
 
 def _the_pool() -> ProcessPoolExecutor:

@@ -42,7 +42,7 @@ def _values(n: int) -> list[bytes | None]:
 def two_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(parallel.ENV, "2")
     monkeypatch.setattr(parallel, "PARALLEL_MIN", 10)
-    parallel._the_pool()  # as `warm` starts it for a large run
+    parallel._warm()  # as `warm` starts it for a large run, here until its workers are up
 
 
 def test_parts_decoded_by_workers_equal_one_process(two_workers: None, monkeypatch: pytest.MonkeyPatch) -> None:
