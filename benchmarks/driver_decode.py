@@ -1,9 +1,10 @@
 """The driver-side path's decode (`RecordDecoder.decode`: validation, fastavro, Arrow columns, the per-partition
 summary) against the decode of a one-process peer (fastavro's `schemaless_reader` per record, then
-`pa.Table.from_pylist`), on the same Confluent-framed sample orders, in this process: records/s of each, median of
-`--repeat` runs. `--precise` turns the generated body walk off (`decode/validate_fast.py`), as before it existed.
+`pa.Table.from_pylist`), on the same Confluent-framed sample orders (12 fields; `--payments`: the events of bench.py's
+topic, 20 fields), in this process: records/s of each, median of `--repeat` runs. `--precise` turns the generated
+body walk off (`decode/validate_fast.py`), as before it existed.
 
-    python benchmarks/driver_decode.py [--records 100000] [--repeat 3] [--precise]
+    python benchmarks/driver_decode.py [--records 100000] [--repeat 3] [--precise] [--payments]
 """
 
 from __future__ import annotations
@@ -44,16 +45,24 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--precise", action="store_true", help="without the generated body walk")
+    parser.add_argument("--payments", action="store_true", help="bench.py's payment events instead of orders")
     args = parser.parse_args()
     if args.precise:
         validate_fast.generated = lambda *_: None  # type: ignore[assignment,misc]
-    rng = random.Random(1)
-    values = [encode(1, avro_body(SCHEMA, order(i, rng))) for i in range(args.records)]
+    if args.payments:
+        import datagen
+
+        schema = datagen.schema()
+        values = [value for _, value in datagen.encoded_events(0, args.records)]
+    else:
+        schema, rng = SCHEMA, random.Random(1)
+        values = [encode(1, avro_body(SCHEMA, order(i, rng))) for i in range(args.records)]
     batch = source(values)
-    text = json.dumps(SCHEMA)
-    decoder = RecordDecoder(DecodeSpec(writer_schemas={1: text}, reader_schema=text, max_bytes=1 << 20,
+    text = json.dumps(schema)
+    schema_id = int.from_bytes(values[0][1:5], "big")
+    decoder = RecordDecoder(DecodeSpec(writer_schemas={schema_id: text}, reader_schema=text, max_bytes=1 << 20,
                                        fail_fast=False, key_format="string"))
-    parsed = parse_schema(SCHEMA)
+    parsed = parse_schema(schema)
     ours, peer = [], []
     for _ in range(args.repeat):
         started = time.perf_counter()
@@ -64,7 +73,8 @@ def main() -> None:
         pa.Table.from_pylist([schemaless_reader(io.BytesIO(v[5:]), parsed) for v in values])
         peer.append(time.perf_counter() - started)
     a, b = statistics.median(ours), statistics.median(peer)
-    print(f"{args.records} records{' (precise walk only)' if args.precise else ''}: ours {args.records / a:,.0f} "
+    kind = ("payments" if args.payments else "orders") + (" (precise walk only)" if args.precise else "")
+    print(f"{args.records} {kind}: ours {args.records / a:,.0f} "
           f"records/s ({a:.2f} s), peer {args.records / b:,.0f} records/s ({b:.2f} s), ours/peer {b / a:.2f}")
 
 
