@@ -33,8 +33,9 @@ def test_ranges_at_the_start_of_a_backlog_arrive_from_every_partition(kafka_serv
         assert first is not None
         assert _offsets(first) == [(p, o) for p in range(6) for o in range(10)]
         # The partitions done first stopped fetching until the others were: no backlog piled up in the driver
-        # (120 of the 2,400 records here; 960 without the pause and the shares).
-        assert sum(len(held) for held in fetcher._held.values()) < 300
+        # (120 of the 2,400 records here on a quiet machine, 300 on a slow one, where the responses already in
+        # flight when a partition is paused still land; 960 without the pause and the shares).
+        assert sum(len(held) for held in fetcher._held.values()) < 600
         # The next ranges follow on, from what was held and from the consumer fetching again.
         second = fetcher.fetch([Span(topic, p, 10, 120) for p in range(6)], timeout=5)
         assert second is not None
