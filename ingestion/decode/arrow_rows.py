@@ -76,7 +76,6 @@ class RecordDecoder:
         self.spec = spec
         self.rules = rules
         self.decoder = python_decoder.batch_decoder(spec)
-        parallel.prepare(spec)  # the decode workers, when started, make theirs now
         bronze_schema, quarantine_schema = bronze.table_schemas(spec)
         self.bronze_schema = to_arrow_schema(bronze_schema)
         self.quarantine_schema = to_arrow_schema(quarantine_schema)

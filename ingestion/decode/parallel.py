@@ -86,20 +86,6 @@ def _warm() -> None:
         log.debug("decode workers not started ahead: %s", exc)
 
 
-def prepare(spec: DecodeSpec) -> None:
-    """Have each worker of a started pool make the decoder of `spec` now (its schemas parsed, its body walk
-    generated: a few hundred milliseconds), while this process writes a batch, not in the first part it is sent."""
-    pool = _pool
-    if pool is None:
-        return
-    key = pickle.dumps(spec)
-    try:
-        for _ in range(workers()):
-            pool.submit(_prepared, key)
-    except (BrokenProcessPool, RuntimeError):  # a pool stopped or shut down: the batches decode here
-        return
-
-
 @dataclass(frozen=True)
 class _Begun:
     """A batch whose workers' parts were sent ahead (`begin`): the batch, its spec's key, and its parts."""
@@ -238,18 +224,13 @@ def _ready() -> bool:
 
 
 def _decoder_of(spec_key: bytes) -> Decoder:
-    """In a worker: the decoder of a spec, made at its first use (or `prepare`) and kept."""
+    """In a worker: the decoder of a spec, made at its first use and kept."""
     decoder = _decoders.get(spec_key)
     if decoder is None:
         from ingestion.decode import python_decoder
 
         decoder = _decoders[spec_key] = python_decoder.batch_decoder(pickle.loads(spec_key))
     return decoder
-
-
-def _prepared(spec_key: bytes) -> bool:
-    """In a worker: the decoder of a spec made ahead of its first part."""
-    return _decoder_of(spec_key) is not None
 
 
 def _decode_part(spec_key: bytes, part: pa.RecordBatch) -> pa.RecordBatch:

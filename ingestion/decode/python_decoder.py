@@ -164,7 +164,7 @@ class BatchDecoder:
     def _payload_array(self, batch: pa.RecordBatch, payloads: list[Any], error_classes: list[str | None],
                        messages: list[str | None], *, all_tuples: bool = False) -> pa.Array:
         try:
-            if any(isinstance(p, tuple) for p in payloads):
+            if all_tuples or any(isinstance(p, tuple) for p in payloads):
                 return _struct_of_tuples(payloads, self._payload_type, all_tuples=all_tuples)
             return pa.array(payloads, type=self._payload_type)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):

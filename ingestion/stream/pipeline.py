@@ -202,8 +202,7 @@ def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Pr
             for follower in followers:
                 follower.committed(result)
 
-        if prepared.start_batches:
-            monitor.on_start_batches(prepared.start_batches)
+        monitor.on_start_batches(prepared.start_batches)
         for start_batch in prepared.start_batches:
             batches.append(start_batch.result)
             for follower in followers:
