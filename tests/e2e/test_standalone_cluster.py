@@ -69,7 +69,7 @@ def cluster(tmp_path: Path) -> Any:
             try:
                 if len([w for w in _state(web)["workers"] if w["state"] == "ALIVE"]) == 2:
                     break
-            except OSError:
+            except (OSError, ValueError):  # not listening yet, or an empty answer while the UI starts
                 pass
             assert time.monotonic() < deadline, (tmp_path / "worker-b.log").read_text()[-2000:]
             time.sleep(1)
