@@ -26,6 +26,8 @@ within a day.
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -114,7 +116,15 @@ def _utf8(buf: bytes, start: int, end: int, path: str, what: str) -> None:
 
 
 def body_validator(schema: Any) -> Callable[[bytes], int]:
-    """A function that checks a body written with `schema` (parsed JSON) and returns where its value ends."""
+    """A function that checks a body written with `schema` (parsed JSON) and returns where its value ends; made
+    once per schema in a process (its generated code takes a millisecond or two to compile, for each of a hundred
+    pipelines of one schema in a `run --all`), and safe to share: it keeps no state between calls."""
+    return _body_validator(json.dumps(schema, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=256)
+def _body_validator(text: str) -> Callable[[bytes], int]:
+    schema = json.loads(text)
     compiler = _Compiler()
     read = compiler.compile(schema, None)
 
@@ -138,7 +148,13 @@ def body_validator(schema: Any) -> Callable[[bytes], int]:
 def body_reader(schema: Any) -> Callable[[bytes, int], tuple[Any, ...]] | None:
     """The checked one-pass read of a record written with `schema` (parsed JSON), reading it as `schema` itself
     (`validate_fast.reader`): (buffer, where the body starts) -> its fields' values, raising on any fault; None
-    for a schema it does not read."""
+    for a schema it does not read. Made once per schema in a process, as `body_validator`."""
+    return _body_reader(json.dumps(schema, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=256)
+def _body_reader(text: str) -> Callable[[bytes, int], tuple[Any, ...]] | None:
+    schema = json.loads(text)
     compiler = _Compiler()
     compiler.compile(schema, None)
     return validate_fast.reader(schema, compiler.compile, compiler.definitions, set(compiler.named),
