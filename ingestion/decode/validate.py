@@ -30,7 +30,7 @@ import functools
 import json
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from ingestion import limits
 from ingestion.decode import validate_fast
@@ -59,6 +59,7 @@ RANGES: dict[str, tuple[int, int, str]] = {
 }
 UUID_FORM = re.compile(rb"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _PRIMITIVES = ("null", "boolean", "int", "long", "float", "double", "bytes", "string")
+_Made = TypeVar("_Made")  # what `_per_schema` makes of a schema
 
 
 def _where(path: str) -> str:
@@ -115,16 +116,22 @@ def _utf8(buf: bytes, start: int, end: int, path: str, what: str) -> None:
                                  f"{exc.reason})") from None
 
 
+def _per_schema(make: Callable[[Any], _Made]) -> Callable[[Any], _Made]:
+    """`make(schema)` made once per schema (parsed JSON, keyed by its text) in a process: the generated code of a
+    schema takes a millisecond or two to compile, for each of a hundred pipelines of one schema in a `run --all`;
+    what it makes keeps no state between calls, so it is shared."""
+    cached = functools.lru_cache(maxsize=256)(lambda text: make(json.loads(text)))
+
+    @functools.wraps(make)
+    def made(schema: Any) -> _Made:
+        return cached(json.dumps(schema, sort_keys=True))
+
+    return made
+
+
+@_per_schema
 def body_validator(schema: Any) -> Callable[[bytes], int]:
-    """A function that checks a body written with `schema` (parsed JSON) and returns where its value ends; made
-    once per schema in a process (its generated code takes a millisecond or two to compile, for each of a hundred
-    pipelines of one schema in a `run --all`), and safe to share: it keeps no state between calls."""
-    return _body_validator(json.dumps(schema, sort_keys=True))
-
-
-@functools.lru_cache(maxsize=256)
-def _body_validator(text: str) -> Callable[[bytes], int]:
-    schema = json.loads(text)
+    """A function that checks a body written with `schema` (parsed JSON) and returns where its value ends."""
     compiler = _Compiler()
     read = compiler.compile(schema, None)
 
@@ -145,16 +152,11 @@ def _body_validator(text: str) -> Callable[[bytes], int]:
     return validate
 
 
+@_per_schema
 def body_reader(schema: Any) -> Callable[[bytes, int], tuple[Any, ...]] | None:
     """The checked one-pass read of a record written with `schema` (parsed JSON), reading it as `schema` itself
     (`validate_fast.reader`): (buffer, where the body starts) -> its fields' values, raising on any fault; None
-    for a schema it does not read. Made once per schema in a process, as `body_validator`."""
-    return _body_reader(json.dumps(schema, sort_keys=True))
-
-
-@functools.lru_cache(maxsize=256)
-def _body_reader(text: str) -> Callable[[bytes, int], tuple[Any, ...]] | None:
-    schema = json.loads(text)
+    for a schema it does not read."""
     compiler = _Compiler()
     compiler.compile(schema, None)
     return validate_fast.reader(schema, compiler.compile, compiler.definitions, set(compiler.named),
