@@ -36,6 +36,7 @@ from pyspark.sql import functions as F
 
 from ingestion.config import load_pipeline
 from ingestion.runtime.session import get_session
+from ingestion.silver import rs_step
 from ingestion.silver import table as table_module
 from ingestion.silver.follower import SilverFollower
 
@@ -45,6 +46,14 @@ PARTS = [(SilverFollower, "step", "bronze's version, silver's position"),
          (SilverFollower, "_not_appends", "bronze's new versions: appends only?"),
          (SilverFollower, "_order_changed", "order check (first step)"),
          (SilverFollower, "_merge", "truncate check of the new rows"),
+         (rs_step, "merge", "driver: truncate check, counts"),
+         (rs_step, "_new_rows", "driver: new rows read (delta-rs change feed)"),
+         (rs_step, "_table", "driver: silver's schema"),
+         (rs_step, "_latest", "driver: fold (DuckDB)"),
+         (rs_step, "_mark", "driver: markers read and checked"),
+         (rs_step, "_source", "driver: MERGE source"),
+         (rs_step, "_append_markers", "driver: markers append (delta-rs)"),
+         (rs_step, "_merge_rows", "driver: rows MERGE (delta-rs)"),
          (SilverFollower, "lag", "lag after the step"),
          (table_module.SilverTable, "merge", "new rows read, folded, counted"),
          (table_module.SilverTable, "_evolve", "schema check"),
@@ -64,7 +73,7 @@ class Phases:
         self._saved: list[tuple[type, str, Any]] = []
 
     def install(self) -> None:
-        for cls, name, part in PARTS:
+        for cls, name, part in PARTS:  # a class's method, or a module's function
             if name not in cls.__dict__:
                 continue
             original = cls.__dict__[name]
@@ -194,7 +203,12 @@ def run(changes: int, keys: int, versions: int, mode: str, phases: bool = False)
             started = time.perf_counter()
             job(spark, bronze, str(work / "hand"), v + 1)
             theirs += time.perf_counter() - started
-        out: dict[str, Any] = {"load_average": [round(x, 2) for x in os.getloadavg()],
+        # Both jobs' tables hold the same rows (the generated changes arrive in order: no marker or late change
+        # sets them apart), or the comparison is void.
+        mine = spark.read.format("delta").load(follower.spec.path).select("id", "name", "balance_cents")
+        hand = spark.read.format("delta").load(str(work / "hand")).select("id", "name", "balance_cents")
+        same = mine.exceptAll(hand).isEmpty() and hand.exceptAll(mine).isEmpty()
+        out: dict[str, Any] = {"load_average": [round(x, 2) for x in os.getloadavg()], "same_rows": same,
                                "changes": per * versions, "keys": keys, "versions": versions, "mode": mode,
                                "ours_s": round(ours, 1), "ours_changes_per_s": round(per * versions / ours)}
         if theirs:

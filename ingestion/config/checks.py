@@ -268,6 +268,9 @@ def _check_silver(config: PipelineConfig) -> None:
     if silver.catalog_table and not _CATALOG_NAME.fullmatch(silver.catalog_table):
         raise ConfigError(f"{file}: key 'silver.catalogTable' must be a table name like silver.orders (letters, "
                           f"digits and '_', at most one '.' before the table), got {silver.catalog_table!r}")
+    if silver.direct_merge_max_changes < 0:
+        raise ConfigError(f"{file}: key 'silver.directMergeMaxChanges' must be 0 or more, got "
+                          f"{silver.direct_merge_max_changes!r}")
     if silver.trigger and not duration_seconds(silver.trigger):
         raise ConfigError(f"{file}: key 'silver.trigger' must be a duration such as '10 seconds', got "
                           f"{silver.trigger!r}")

@@ -1,4 +1,5 @@
-"""Idempotent appends through delta-rs, made by the driver: the driver-side write path's commits.
+"""Idempotent appends through delta-rs, made by the driver: the driver-side write path's commits (and the MERGEs of
+silver's driver steps, `merge`).
 
 `write_deltalake` writes the rows' files with their statistics and commits them in one call, together with
 `SetTransaction(app id, version)` (`CommitProperties.app_transactions`) and the ledger record as the commit's
@@ -36,6 +37,15 @@ _COLUMN_MAPPING = "delta.columnMapping.mode"
 
 class RsWriteError(IngestionError):
     """delta-rs refused or failed an append before committing it (nothing of it is in the table)."""
+
+
+@dataclass(frozen=True)
+class Merged:
+    """What a MERGE did: delta-rs's metrics (`num_target_rows_inserted`, ...), and whether it committed (False: the
+    table held its (app id, version) already, or the MERGE changed no row, which delta-rs does not commit)."""
+
+    metrics: Mapping[str, Any]
+    committed: bool
 
 
 @dataclass(frozen=True)
@@ -96,10 +106,11 @@ class RsTable:
         return -1 if version is None else int(version)
 
     def append(self, rows: pa.Table, *, app_id: str, txn_version: int, user_metadata: str,
-               fault_id: int | None = None) -> Appended:
+               fault_id: int | None = None, overwrite: bool = False) -> Appended:
         """Append `rows` in one commit with SetTransaction(app_id, txn_version) and `user_metadata`, unless the table
         holds that (app id, version) already (in the table as last read: the caller reads it again first, under the
-        pipeline's writer lock). RsWriteError when delta-rs refuses it (nothing committed)."""
+        pipeline's writer lock); `overwrite`: the rows replace the table's instead. RsWriteError when delta-rs
+        refuses it (nothing committed)."""
         from deltalake import CommitProperties, PostCommitHookProperties, Transaction, write_deltalake
 
         table = self.table()
@@ -114,7 +125,8 @@ class RsTable:
             self._leave_uncommitted_file(rows)
             faults.reached(faults.FaultPoint.FILES_WRITTEN, fault_id)
         try:
-            write_deltalake(table, rows, mode="append", partition_by=table.metadata().partition_columns or None,
+            write_deltalake(table, rows, mode="overwrite" if overwrite else "append",
+                            partition_by=table.metadata().partition_columns or None,
                             commit_properties=properties,
                             # the pipeline writes its log checkpoints itself (delta/log_checkpoints.py), in the
                             # background and with the expired-log cleanup both engines expect
@@ -124,9 +136,49 @@ class RsTable:
             self._table = None
             raise RsWriteError(f"delta-rs did not append to {self.path}: {one_line(exc)[:300]}") from None
         version = self._committed(table, before, app_id, txn_version)
-        if self.local is not None:
+        if self.local is not None and not overwrite:
             checksums.write_after_append(self.local / "_delta_log", version)
         return Appended(version, committed=True)
+
+    def merge(self, rows: pa.Table, on: str, *, update_when: str, update: Mapping[str, str], insert_when: str,
+              insert: Mapping[str, str], delete_when: str | None, app_id: str, txn_version: int,
+              user_metadata: str) -> Merged:
+        """One MERGE of `rows` (alias `s`) into the table (alias `t`) on `on`, in DataFusion's SQL: matched rows
+        deleted where `delete_when`, else updated (`update`: column to expression) where `update_when`; unmatched
+        ones inserted where `insert_when`. Committed with SetTransaction(app_id, txn_version) and `user_metadata`,
+        unless the table holds that (app id, version) already. RsWriteError when delta-rs refuses it (nothing
+        committed)."""
+        from deltalake import CommitProperties, PostCommitHookProperties, Transaction
+
+        table = self.current()
+        held = table.transaction_version(app_id)
+        if held is not None and int(held) >= txn_version:
+            history = table.history(1)
+            return Merged(dict(history[0].get("operationMetrics") or {}) if history else {}, committed=False)
+        before = int(table.version())
+        properties = CommitProperties(custom_metadata={"userMetadata": user_metadata},
+                                      app_transactions=[Transaction(app_id, txn_version, int(time.time() * 1000))])
+        try:
+            merger = table.merge(rows, on, source_alias="s", target_alias="t", commit_properties=properties,
+                                 post_commithook_properties=PostCommitHookProperties(create_checkpoint=False,
+                                                                                     cleanup_expired_logs=False))
+            if delete_when is not None:
+                merger = merger.when_matched_delete(delete_when)
+            metrics = (merger.when_matched_update(dict(update), update_when)
+                       .when_not_matched_insert(dict(insert), insert_when).execute())
+        except Exception as exc:  # noqa: BLE001 - a feature delta-rs does not write: Spark merges instead
+            self._table = None
+            raise RsWriteError(f"delta-rs did not merge into {self.path}: {one_line(exc)[:300]}") from None
+        table.update_incremental()
+        return Merged(metrics, committed=int(table.version()) > before)
+
+    def rows(self, columns: list[str] | None = None) -> pa.Table:
+        """The table's rows as last read (`columns` of them), of delta-rs's Arrow types."""
+        return pa.table(self.table().to_pyarrow_dataset().to_table(columns=columns))
+
+    def schema(self) -> pa.Schema:
+        """The table's columns, as last read."""
+        return pa.schema(self.table().schema().to_arrow())
 
     def _leave_uncommitted_file(self, rows: pa.Table) -> None:
         """For a test's `files_written` fault: `rows` as a data file in the table's folder that no commit names, as

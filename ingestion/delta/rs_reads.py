@@ -258,6 +258,34 @@ def read_rows(path: str, version: int | None = None,
         raise _cannot(path, exc) from None
 
 
+def change_feed(path: str, first: int, last: int, storage_options: dict[str, str] | None = None,
+                limit: int | None = None) -> tuple[Any, str] | None:
+    """The rows versions first..last of the table at `path` inserted (its change feed's inserts) as a pyarrow Table
+    of the table's own types, and the table's schema (the JSON of Spark's StructType); None when they number more
+    than `limit`; JvmFreeReadError when delta-rs cannot read them (no feed for those versions, a feature or store
+    delta-rs lacks)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    try:
+        table = DeltaTable(path, storage_options=storage_options)
+        reader = pa.RecordBatchReader.from_stream(table.load_cdf(starting_version=first, ending_version=last))
+        batches, count = [], 0
+        for batch in reader:
+            count += batch.num_rows
+            if limit is not None and count > limit:
+                return None
+            batches.append(batch)
+        target = pa.schema(table.schema().to_arrow())
+        found = pa.Table.from_batches(batches, reader.schema)
+        inserts = pc.equal(found["_change_type"].cast(pa.string()), "insert")
+        # cast before filtering: pyarrow's `take` has no kernel for the view types delta-rs reads as
+        return found.select(target.names).cast(target).filter(inserts), table.schema().to_json()
+    except Exception as exc:  # noqa: BLE001
+        raise _cannot(path, exc) from None
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """A version of a table as its log gives it: its data files' URIs, its schema (the JSON of Spark's StructType)

@@ -205,7 +205,8 @@ def markers(deletes: DataFrame, spec: SilverSpec) -> DataFrame:
 
 def newer(spec: SilverSpec, new: str, old: str) -> str:
     """SQL: the change `new` comes after the row (or marker) `old` of the same key. Kafka order compares offsets
-    within one partition; a key's change from another partition counts as newer (it arrived later)."""
+    within one partition; a key's change from another partition counts as newer (it arrived later). Written in the
+    dialect Spark, DuckDB and delta-rs (DataFusion) all parse: the driver's step (`rs_step`) uses it too."""
     other_partition = (f"({new}._kafka_topic <> {old}._kafka_topic OR "
                        f"{new}._kafka_partition <> {old}._kafka_partition)")
     later = f"({other_partition} OR {new}._kafka_offset > {old}._kafka_offset)"
@@ -213,7 +214,7 @@ def newer(spec: SilverSpec, new: str, old: str) -> str:
         return later
     seq_new, seq_old = f"{new}.{SEQUENCE}", f"{old}.{SEQUENCE}"
     return (f"({seq_new} > {seq_old} OR ({seq_old} IS NULL AND {seq_new} IS NOT NULL) OR "
-            f"({seq_new} <=> {seq_old} AND {later}))")
+            f"(({seq_new} IS NOT DISTINCT FROM {seq_old}) AND {later}))")
 
 
 def valid_from(spec: SilverSpec, schema: T.StructType) -> Column:

@@ -42,38 +42,20 @@ def _literal(text: str) -> str:
 def fold_query(spec: SilverSpec, bronze: T.StructType) -> tuple[str, list[str]]:
     """The query (over `BRONZE`, bronze's rows) of what silver holds, and its columns, as `changes.fold` gives
     them: upsert, each live key's newest change after the last truncate; history, every change with its interval."""
-    rows, columns = changes_query(spec, bronze)
     cut = truncates_query(spec, bronze)
-    keys = [f"__k{i}" for i in range(len(spec.key))]
-    by_key = ", ".join(keys)
-    known = " AND ".join(f"{k} IS NOT NULL" for k in keys)
     # Upsert drops what a truncate removes before anything is ordered (`truncates.surviving` in `changes`).
-    surviving = (f" AND NOT EXISTS (SELECT 1 FROM __truncates WHERE {_before(spec)})"
-                 if cut is not None and not spec.history else "")
-    keyed = (f"SELECT *, {', '.join(f'{path(p)} AS {k}' for p, k in zip(spec.key, keys, strict=True))} "
-             f"FROM __changes")
-    # A key's changes in one Kafka partition are ordered by offset; in several, by Kafka timestamp (`_positioned`).
-    multi = ("(min(_kafka_partition) OVER __w <> max(_kafka_partition) OVER __w OR "
-             "min(_kafka_topic) OVER __w <> max(_kafka_topic) OVER __w)")
-    position = (name(SEQUENCE) if spec.sequenced else
-                f"CASE WHEN NOT {multi} THEN _kafka_offset ELSE epoch_us(_kafka_timestamp) END")
-    positioned = (f"SELECT *, {position} AS __position FROM ({keyed}) WHERE {known}{surviving} "
-                  f"WINDOW __w AS (PARTITION BY {by_key})")
-    ctes = [("__changes", rows), *([("__truncates", cut)] if cut is not None else []), ("__positioned", positioned)]
+    ctes, columns, by_key = _positioned(spec, bronze, cut, drop_truncated=not spec.history)
     shown = [c for c in columns if c not in (DELETE, "_valid_from")]
-    # Ties (the same position and offset in two partitions) broken by coordinates, as `changes._order` does.
-    ties = "_kafka_topic, _kafka_partition"
-    ascending = f"ORDER BY __position ASC NULLS FIRST, _kafka_offset ASC, {ties}"
-    ordered = f"PARTITION BY {by_key} {ascending}"
+    ordered = f"PARTITION BY {by_key} {_ASCENDING}"
     filled = spec.filled_fields(bronze) if spec.ignore_null_updates else []
     select = ", ".join(name(c) for c in shown)
     if spec.history:
         ctes.append(("__closed", _closed(spec, cut, ordered)))
         ended = f"({name(DELETE)} OR _closed_at IS NOT NULL)"
         if filled:
-            ctes.append(("__filled", _nulls_filled("__closed", filled, ended, by_key, ascending)))
+            ctes.append(("__filled", _nulls_filled("__closed", filled, ended, by_key, _ASCENDING)))
         if spec.track_history_on:
-            ctes.append(("__versions", _versions(spec, ctes[-1][0], ended, by_key, ascending)))
+            ctes.append(("__versions", _versions(spec, ctes[-1][0], ended, by_key, _ASCENDING)))
         query = (f"{_with(ctes)}SELECT {select}, {name(DELETE)} AS _deleted, _valid_from, "
                  f"CASE WHEN {name(DELETE)} THEN _valid_from WHEN _closed_at IS NOT NULL THEN _closed_at "
                  f"ELSE lead(_valid_from) OVER __h END AS _valid_to, "
@@ -81,12 +63,58 @@ def fold_query(spec: SilverSpec, bronze: T.StructType) -> tuple[str, list[str]]:
                  f"FROM {ctes[-1][0]} WINDOW __h AS ({ordered})")
         return query, [*shown, "_deleted", "_valid_from", "_valid_to", "_is_current"]
     if filled:
-        ctes.append(("__filled", _nulls_filled("__positioned", filled, name(DELETE), by_key, ascending)))
-    newest = (f"row_number() OVER (PARTITION BY {by_key} ORDER BY __position DESC NULLS LAST, "
-              f"_kafka_offset DESC, {ties} DESC)")
-    query = (f"{_with(ctes)}SELECT {select} FROM (SELECT *, {newest} AS __rank FROM {ctes[-1][0]}) "
+        ctes.append(("__filled", _nulls_filled("__positioned", filled, name(DELETE), by_key, _ASCENDING)))
+    query = (f"{_with(ctes)}SELECT {select} FROM (SELECT *, {_newest(by_key)} AS __rank FROM {ctes[-1][0]}) "
              f"WHERE __rank = 1 AND NOT {name(DELETE)}")
     return query, shown
+
+
+def latest_query(spec: SilverSpec, bronze: T.StructType, cut: str | None) -> tuple[str, list[str]]:
+    """`changes.latest` of an upsert step's change rows over `BRONZE`, after `truncates.surviving` (`cut`: the
+    query of the truncates the state has applied, `_t_*` columns as `truncates_query` gives them; None: none):
+    each key's newest change, deletes included, with `_changes` (the key's changes) and `__multi` (they are in
+    two or more Kafka partitions); also the key as `__k0..`. The query and its columns."""
+    ctes, columns, by_key = _positioned(spec, bronze, cut, drop_truncated=True)
+    keys = [f"__k{i}" for i in range(len(spec.key))]
+    query = (f"{_with(ctes)}SELECT * EXCLUDE (__rank, __position) FROM (SELECT *, count(*) OVER "
+             f"(PARTITION BY {by_key}) AS _changes, {_newest(by_key)} AS __rank FROM __positioned) WHERE __rank = 1")
+    return query, [*columns, *keys, "__multi", "_changes"]
+
+
+# A key's changes in order (`changes._order`): position, offset, then topic and partition for ties (the same
+# position and offset in two partitions).
+_TIES = "_kafka_topic, _kafka_partition"
+_ASCENDING = f"ORDER BY __position ASC NULLS FIRST, _kafka_offset ASC, {_TIES}"
+
+
+def _newest(by_key: str) -> str:
+    """1 for each key's newest change."""
+    return (f"row_number() OVER (PARTITION BY {by_key} ORDER BY __position DESC NULLS LAST, _kafka_offset DESC, "
+            f"{_TIES} DESC)")
+
+
+def _positioned(spec: SilverSpec, bronze: T.StructType, cut: str | None,
+                drop_truncated: bool) -> tuple[list[tuple[str, str]], list[str], str]:
+    """The common start of both folds: the change rows (`__changes`), the truncates (`__truncates`, from `cut`)
+    and the keyed change rows with their ordering (`__positioned`: `__k0..`, `__position`, `__multi`), less those
+    a truncate removes when `drop_truncated`; the CTEs, the change rows' columns, the key's column list."""
+    rows, columns = changes_query(spec, bronze)
+    keys = [f"__k{i}" for i in range(len(spec.key))]
+    by_key = ", ".join(keys)
+    known = " AND ".join(f"{k} IS NOT NULL" for k in keys)
+    surviving = (f" AND NOT EXISTS (SELECT 1 FROM __truncates WHERE {_before(spec)})"
+                 if cut is not None and drop_truncated else "")
+    keyed = (f"SELECT *, {', '.join(f'{path(p)} AS {k}' for p, k in zip(spec.key, keys, strict=True))} "
+             f"FROM __changes")
+    # A key's changes in one Kafka partition are ordered by offset; in several, by Kafka timestamp (`_positioned`).
+    multi = ("(min(_kafka_partition) OVER __w <> max(_kafka_partition) OVER __w OR "
+             "min(_kafka_topic) OVER __w <> max(_kafka_topic) OVER __w)")
+    position = (name(SEQUENCE) if spec.sequenced else
+                "CASE WHEN NOT __multi THEN _kafka_offset ELSE epoch_us(_kafka_timestamp) END")
+    positioned = (f"SELECT *, {position} AS __position FROM (SELECT *, {multi} AS __multi FROM ({keyed}) "
+                  f"WHERE {known}{surviving} WINDOW __w AS (PARTITION BY {by_key}))")
+    ctes = [("__changes", rows), *([("__truncates", cut)] if cut is not None else []), ("__positioned", positioned)]
+    return ctes, columns, by_key
 
 
 def _with(ctes: list[tuple[str, str]]) -> str:

@@ -29,7 +29,7 @@ from ingestion.delta.tables import CHANGE_FEED
 from ingestion.errors import IngestionError, one_line
 from ingestion.runtime import hadoop
 from ingestion.runtime.delta_txn import is_table, table_property, table_version
-from ingestion.silver import changes
+from ingestion.silver import changes, rs_step
 from ingestion.silver import ledger as silver_ledger
 from ingestion.silver.ledger import SilverRecord, StepKind
 from ingestion.silver.spec import SEQUENCE, SilverSpec
@@ -73,6 +73,7 @@ class SilverFollower:
         self._thread: threading.Thread | None = None
         self._order_checked = False
         self.slow_steps = 0
+        self._declined: set[str] = set()  # why steps went to Spark, said once each
 
     # -- before bronze's query starts ------------------------------------------------------------------------
 
@@ -200,6 +201,11 @@ class SilverFollower:
         return restored
 
     def _merge(self, at: SilverRecord, bronze: int) -> SilverRecord:
+        record = SilverRecord(pipeline=self.spec.pipeline, kind=StepKind.MERGE, epoch=at.epoch,
+                              bronze_version=bronze, bronze_from=at.bronze_version, truncates=at.truncates)
+        done = self._driver_step(record)
+        if done is not None:
+            return done
         try:
             feed = self._changes(at.bronze_version + 1, bronze)
         except AnalysisException as exc:
@@ -211,12 +217,23 @@ class SilverFollower:
             return self.rebuild(bronze, reason=f"bronze versions {at.bronze_version + 1}-{bronze} hold {found} "
                                 f"truncate(s)", epoch=at.epoch + 1)
         rows = changes.changes(feed, self.spec)
-        record = SilverRecord(pipeline=self.spec.pipeline, kind=StepKind.MERGE, epoch=at.epoch,
-                              bronze_version=bronze, bronze_from=at.bronze_version, truncates=at.truncates)
         if self.spec.refolds:
             as_of = self.session.read.format("delta").option("versionAsOf", bronze).load(self.spec.bronze_path)
             return self.table.refold(rows, as_of, record)
         return self.table.merge(rows, record)
+
+    def _driver_step(self, record: SilverRecord) -> SilverRecord | None:
+        """The step made by the driver (`rs_step`), or None when it is Spark's (said once per reason)."""
+        try:
+            done = rs_step.merge(self.spec, record, self.config.storage_options() or None)
+        except rs_step.Declined as why:
+            if str(why) not in self._declined:
+                self._declined.add(str(why))
+                log.info("%s: silver step over bronze versions %d-%d merged by Spark: %s", self.spec.pipeline,
+                         record.bronze_from + 1, record.bronze_version, why)
+            return None
+        self.table.markers_in_use = None  # the driver may have appended markers
+        return done.record if done.merged else self.table.record_only(done.record)
 
     def _changes(self, first: int, last: int) -> DataFrame:
         """The rows bronze versions first..last added, as bronze rows."""

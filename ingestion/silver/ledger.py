@@ -68,14 +68,21 @@ def records(spark: SparkSession, path: str, limit: int | None = None) -> list[tu
     return sorted(((v, r) for v, r in found if r is not None), key=lambda x: -x[0])
 
 
+# A MERGE's counts in its commit's operation metrics: Delta Spark's names, then delta-rs's (the driver's step).
+_OUTCOME = (("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted"),
+            ("num_target_rows_inserted", "num_target_rows_updated", "num_target_rows_deleted"))
+
+
 def with_outcome(record: SilverRecord | None, metrics: dict[str, str]) -> SilverRecord | None:
     """A MERGE's record with what it did, from its commit's operation metrics (the record itself is written
-    before the MERGE runs)."""
-    if record is None or record.kind is not StepKind.MERGE or "numTargetRowsInserted" not in metrics:
+    before the MERGE runs), as either engine names them."""
+    if record is None or record.kind is not StepKind.MERGE:
         return record
-    return replace(record, inserted=int(metrics.get("numTargetRowsInserted", 0)),
-                   updated=int(metrics.get("numTargetRowsUpdated", 0)),
-                   deleted=int(metrics.get("numTargetRowsDeleted", 0)))
+    for inserted, updated, deleted in _OUTCOME:
+        if inserted in metrics:
+            return replace(record, inserted=int(metrics.get(inserted, 0)), updated=int(metrics.get(updated, 0)),
+                           deleted=int(metrics.get(deleted, 0)))
+    return record
 
 
 def position(spark: SparkSession, path: str) -> SilverRecord | None:

@@ -44,6 +44,7 @@ class SilverSpec:
     # debezium with sequenceBy unset: ordered by the connector's own position in `source` (`order`)
     by_source: bool = False
     kafka_set: bool = False  # the file says `sequenceBy: kafka`
+    direct_merge_max_changes: int = 0  # a step over at most this many bronze rows is the driver's (`rs_step`)
 
     @classmethod
     def of(cls, config: PipelineConfig) -> SilverSpec:
@@ -59,7 +60,8 @@ class SilverSpec:
                    catalog_table=silver.catalog_table, trigger=silver.trigger or config.sink.trigger,
                    columns=silver.columns, except_columns=silver.except_columns,
                    track_history_on=silver.track_history_on, ignore_null_updates=silver.ignore_null_updates,
-                   truncate_when=silver.truncate_when or (DEBEZIUM_TRUNCATE if silver.envelope == "debezium" else ""))
+                   truncate_when=silver.truncate_when or (DEBEZIUM_TRUNCATE if silver.envelope == "debezium" else ""),
+                   direct_merge_max_changes=silver.direct_merge_max_changes)
 
     @property
     def sequenced(self) -> bool:

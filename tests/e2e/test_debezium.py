@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalake import DeltaTable
 
 from tests.debezium import DebeziumConnect, Postgres, postgres_bin
 from tests.helpers import ingest_here, wait_while_running
@@ -477,5 +478,15 @@ def test_truncate_leaves_only_the_new_rows(debezium: Source, spark: Any, tmp_pat
     _assert_table_equals(_read(upsert), expected, "upsert silver after the truncate")
     current = [r for r in _read(history) if r["_is_current"]]
     _assert_table_equals(current, expected, "history silver's current rows after the truncate")
+    # Changes after it, merged by the driver's step (`rs_step`): ordered by the connector's position (a record),
+    # past the truncate the ledger records.
+    source.pg.execute(work.script(10))
+    source.caught_up()
+    expected = _expected(source)
+    pipeline.run(spark, loaded[0], available_now=True)
+    _assert_table_equals(_read(upsert), expected, "upsert silver after changes after the truncate")
+    newest = DeltaTable(str(upsert)).history(1)[0]
+    assert newest["operation"] == "MERGE" and newest["engineInfo"].startswith("delta-rs"), newest
+    assert json.loads(newest["userMetadata"])["ingest_silver"]["truncates"], newest
     _verify(capsys, *configs)
     print(f"debezium truncate: {time.monotonic() - t0:.1f}s")

@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import deltalake
 import pytest
 from delta.tables import DeltaTable
 
@@ -186,6 +187,17 @@ def test_a_debezium_truncate_empties_silver_once_and_older_changes_stay_out(spar
     position = ledger.position(spark, config.silver_path)
     assert position is not None and [t[4] for t in position.truncates] == [str(cut.lsn)]
     assert rs_audit.audit(config).ok
+    # Redelivered again, now in a step of its own (the driver's, `rs_step`), with a change after the truncate:
+    # the truncate the ledger records keeps the older one out, the newer one is not newer than silver's row.
+    again = next(c for c in reversed(after.changes) if c.key in after.state())
+    cdc.produce(kafka_servers, topic, [redelivered, again])
+    pipeline.run(spark, config, available_now=True)
+    _assert_state(spark, config.silver_path, model)
+    stepped = ledger.position(spark, config.silver_path)
+    assert stepped is not None and stepped.bronze_version > position.bronze_version
+    assert (stepped.kind, stepped.changes, stepped.keys, stepped.truncates) == ("merge", 1, 1, position.truncates)
+    newest = deltalake.DeltaTable(config.silver_path).history(1)[0]
+    assert newest["operation"] == "MERGE" and newest["engineInfo"].startswith("delta-rs"), newest
 
     history = _config(tmp_path, config.name, topic, kafka_servers, "  key: [id]\n  envelope: debezium\n"
                       f"  sequenceBy: source.lsn\n  mode: history\n  table: {tmp_path / 'history'}\n", "h.yaml")

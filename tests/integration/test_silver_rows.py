@@ -15,7 +15,7 @@ from pyspark.sql import types as T
 from ingestion.config import PipelineConfig, load_pipeline
 from ingestion.errors import ConfigError
 from ingestion.ops import status
-from ingestion.silver import audit, changes, rs_audit
+from ingestion.silver import audit, changes, ledger, rs_audit
 from ingestion.silver.follower import SilverFollower
 from ingestion.silver.spec import SilverSpec
 
@@ -125,6 +125,8 @@ def test_plain_rows_tombstones_delete_conditions_and_kafka_order(spark, tmp_path
     follower.drain()
     rows = {r["order_id"]: r for r in spark.read.format("delta").load(config.silver_path).collect()}
     assert rows["e"]["channel"] == "web" and rows["a"]["channel"] is None
+    # The steps were the driver's (`rs_step`) but for the one whose column silver lacked: Spark's adds it.
+    assert _merges(config.silver_path) == ["delta-rs", "delta-rs", "delta-rs", "spark"]
 
     # History mode of the same bronze: every change, tombstones and deletes as rows valid for no time.
     history = _config(tmp_path, f"  key: [order_id]\n  mode: history\n  deleteWhen: status = 'cancelled'\n"
@@ -150,15 +152,24 @@ def test_a_silver_section_bronze_cannot_serve_is_refused_in_one_line(spark, tmp_
         SilverFollower(spark, config).drain()
 
 
-def test_markers_appended_several_per_key_and_rewritten(spark, tmp_path: Path, monkeypatch) -> None:
+def _merges(path: str | None) -> list[str]:
+    """The engine of each MERGE of the table, oldest first: `delta-rs` (the driver's step) or `spark`."""
+    assert path is not None
+    found = [c for c in reversed(deltalake.DeltaTable(path).history()) if c["operation"] == "MERGE"]
+    return ["delta-rs" if str(c.get("engineInfo", "")).startswith("delta-rs") else "spark" for c in found]
+
+
+@pytest.mark.parametrize("engine", ["driver", "spark"])
+def test_markers_appended_several_per_key_and_rewritten(spark, tmp_path: Path, monkeypatch, engine: str) -> None:
     """Upsert's delete markers are appended by each step: a key deleted twice holds two, a late change must pass
-    both; every MARKERS_REWRITE_EVERY-th version of the markers table rewrites them into one file, keeping them all."""
+    both; every MARKERS_REWRITE_EVERY-th version of the markers table rewrites them into one file, keeping them all.
+    Alike whether the driver makes the steps (`rs_step`) or Spark does (`silver.directMergeMaxChanges: 0`)."""
     from ingestion.silver import table as silver_table
 
     monkeypatch.setattr(silver_table, "MARKERS_REWRITE_EVERY", 3)
     bronze = tmp_path / "bronze"  # offsets 1, 3 and 5 of a are gaps a replay fills later
     _append(spark, bronze, [(0, 0, "a", ("a", "new", 10)), (1, 0, "b", ("b", "new", 20))])
-    config = _config(tmp_path, "  key: order_id\n")
+    config = _config(tmp_path, "  key: order_id\n" + ("  directMergeMaxChanges: 0\n" if engine == "spark" else ""))
     follower = SilverFollower(spark, config)
     follower.drain()
     markers = config.silver_path + "_deletes"
@@ -182,3 +193,9 @@ def test_markers_appended_several_per_key_and_rewritten(spark, tmp_path: Path, m
     assert table.version() == 3 and len(table.file_uris()) == 1
     held = sorted((r["_key0"], r["_kafka_offset"]) for r in spark.read.format("delta").load(markers).collect())
     assert held == [("a", 2), ("a", 6), ("b", 1), ("c", 0)]
+    # Five steps: each MERGE of the engine's (delta-rs commits no MERGE that changes no row, as the late changes'
+    # step's: a commit of no rows records it), and silver's ledger holds bronze's every version.
+    merges = _merges(config.silver_path)
+    assert set(merges) == {"delta-rs" if engine == "driver" else "spark"} and len(merges) >= 4, merges
+    position = ledger.position(spark, config.silver_path)
+    assert position is not None and position.bronze_version == deltalake.DeltaTable(str(bronze)).version() == 5
