@@ -216,7 +216,7 @@ class SilverOptions:
     table: str = ""  # default: beside bronze, <sink.table>_silver
     catalog_table: str = field(default="", metadata=_key("catalogTable"))
     trigger: str = ""  # how often a streaming run merges what bronze committed since; default: sink.trigger
-    # An upsert step over at most this many new bronze rows is folded (DuckDB) and merged (delta-rs) by the driver,
+    # A step over at most this many new bronze rows is folded (DuckDB) and merged (delta-rs) by the driver,
     # without a Spark job (docs/cdc.md#two-engines-of-a-step); 0: every step is Spark's.
     direct_merge_max_changes: int = field(default=1_000_000, metadata=_key("directMergeMaxChanges"))
 

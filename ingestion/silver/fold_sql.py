@@ -100,21 +100,43 @@ def _positioned(spec: SilverSpec, bronze: T.StructType, cut: str | None,
     a truncate removes when `drop_truncated`; the CTEs, the change rows' columns, the key's column list."""
     rows, columns = changes_query(spec, bronze)
     keys = [f"__k{i}" for i in range(len(spec.key))]
-    by_key = ", ".join(keys)
-    known = " AND ".join(f"{k} IS NOT NULL" for k in keys)
-    surviving = (f" AND NOT EXISTS (SELECT 1 FROM __truncates WHERE {_before(spec)})"
-                 if cut is not None and drop_truncated else "")
     keyed = (f"SELECT *, {', '.join(f'{path(p)} AS {k}' for p, k in zip(spec.key, keys, strict=True))} "
              f"FROM __changes")
+    ctes = [("__changes", rows), *([("__truncates", cut)] if cut is not None else []),
+            ("__positioned", _ordered(spec, keyed, cut is not None and drop_truncated))]
+    return ctes, columns, ", ".join(keys)
+
+
+def _ordered(spec: SilverSpec, keyed: str, surviving: bool) -> str:
+    """The rows of `keyed` (a query whose rows have the key as `__k0..`) whose key is known, with `__multi` (the
+    key's rows are in two or more Kafka partitions) and `__position`, the first ordering column; `surviving`: less
+    the rows a truncate (`__truncates`) removes."""
+    keys = [f"__k{i}" for i in range(len(spec.key))]
+    known = " AND ".join(f"{k} IS NOT NULL" for k in keys)
+    dropped = f" AND NOT EXISTS (SELECT 1 FROM __truncates WHERE {_before(spec)})" if surviving else ""
     # A key's changes in one Kafka partition are ordered by offset; in several, by Kafka timestamp (`_positioned`).
     multi = ("(min(_kafka_partition) OVER __w <> max(_kafka_partition) OVER __w OR "
              "min(_kafka_topic) OVER __w <> max(_kafka_topic) OVER __w)")
     position = (name(SEQUENCE) if spec.sequenced else
                 "CASE WHEN NOT __multi THEN _kafka_offset ELSE epoch_us(_kafka_timestamp) END")
-    positioned = (f"SELECT *, {position} AS __position FROM (SELECT *, {multi} AS __multi FROM ({keyed}) "
-                  f"WHERE {known}{surviving} WINDOW __w AS (PARTITION BY {by_key}))")
-    ctes = [("__changes", rows), *([("__truncates", cut)] if cut is not None else []), ("__positioned", positioned)]
-    return ctes, columns, by_key
+    return (f"SELECT *, {position} AS __position FROM (SELECT *, {multi} AS __multi FROM ({keyed}) "
+            f"WHERE {known}{dropped} WINDOW __w AS (PARTITION BY {', '.join(keys)}))")
+
+
+def intervals_query(spec: SilverSpec, rows: str, cut: str | None) -> str:
+    """`changes.intervals` of a history step's rows: `rows`, a query whose rows have the key as `__k0..`, the
+    ordering columns, `_delete` and `_valid_from`; `cut`, the truncates (`_t_*` columns; None: none). Each row with
+    `_valid_to` and `_is_current`: valid until the key's next row, a delete for no time, a row a truncate finds
+    current closed at its time."""
+    by_key = ", ".join(f"__k{i}" for i in range(len(spec.key)))
+    ordered = f"PARTITION BY {by_key} {_ASCENDING}"
+    ctes = [("__keyed", rows), *([("__truncates", cut)] if cut is not None else []),
+            ("__positioned", _ordered(spec, "SELECT * FROM __keyed", False)), ("__closed", _closed(spec, cut, ordered))]
+    return (f"{_with(ctes)}SELECT * EXCLUDE (__position, __multi, _closed_at), "
+            f"CASE WHEN {name(DELETE)} THEN _valid_from WHEN _closed_at IS NOT NULL THEN _closed_at "
+            f"ELSE lead(_valid_from) OVER __h END AS _valid_to, "
+            f"(NOT {name(DELETE)} AND _closed_at IS NULL AND lead(1) OVER __h IS NULL) AS _is_current "
+            f"FROM __closed WINDOW __h AS ({ordered})")
 
 
 def _with(ctes: list[tuple[str, str]]) -> str:

@@ -1,15 +1,16 @@
-"""An upsert step made by the driver, with no Spark job: the new bronze rows read with delta-rs (bronze's change
-feed), their fold, the marker check and the counts in DuckDB (`fold_sql.latest_query`, the twin of
-`changes.latest`), then the markers appended and the rows MERGEd by delta-rs. Each commit carries what Spark's
-would (`table.py`): the transaction id (txnAppId `spec.txn_app_id(epoch)`, txnVersion the bronze version) and the
-ledger record, so a step redone after a crash is skipped whichever engine made it, and the two engines' steps
-follow each other on one table.
+"""A silver step made by the driver, with no Spark job: the new bronze rows read with delta-rs (bronze's change
+feed) and folded in DuckDB with Spark's rules (`fold_sql`): in upsert mode each key's newest change, the marker
+check and the counts (`latest_query`, the twin of `changes.latest`); in history mode the new rows and the
+intervals of the keys they touch (`intervals_query`, the twin of `changes.intervals`). Then delta-rs appends the
+markers and MERGEs the rows. Each commit carries what Spark's would (`table.py`): the transaction id (txnAppId
+`spec.txn_app_id(epoch)`, txnVersion the bronze version) and the ledger record, so a step redone after a crash is
+skipped whichever engine made it, and the two engines' steps follow each other on one table.
 
 It is the step's engine when the step is small enough to hold in the driver's memory (at most
-`silver.directMergeMaxChanges` new bronze rows) and the table is one it can write as Spark would: upsert mode (history
-and the options that refold, `ignoreNullUpdates` and `trackHistoryOn`, are Spark's), a key of top-level fields, and
-silver's columns those of the changes (a column to add or widen is Spark's `_evolve`). Otherwise `Declined` says why,
-raised before the step commits anything but (at most) its markers, which Spark's step then finds committed.
+`silver.directMergeMaxChanges` new bronze rows) and the table is one it can write as Spark would: not the options
+that refold (`ignoreNullUpdates`, `trackHistoryOn`), a key of top-level fields, and silver's columns those of the
+changes (a column to add or widen is Spark's `_evolve`). Otherwise `Declined` says why, raised before the step
+commits anything but (at most) its markers, which Spark's step then finds committed.
 """
 
 from __future__ import annotations
@@ -58,8 +59,6 @@ def refusal(spec: SilverSpec) -> str | None:
     """Why no step of this silver table is the driver's, or None."""
     if spec.direct_merge_max_changes <= 0:
         return "silver.directMergeMaxChanges is 0"
-    if spec.history:
-        return "history mode"
     if spec.refolds:
         return "ignoreNullUpdates or trackHistoryOn refold the keys a step touches"
     if any("." in p for p in spec.key):
@@ -79,9 +78,12 @@ def merge(spec: SilverSpec, record: SilverRecord, storage_options: dict[str, str
     if cut is not None and con.sql(f"SELECT count(*) FROM ({cut})").fetchall()[0][0]:
         raise Declined("the versions hold a truncate (a rebuild applies it)")
     silver = RsTable(spec.path, storage_options)
-    markers = RsTable(spec.markers_path, storage_options)
     target = _table(silver)
-    _latest(con, spec, bronze, record)
+    cut = _recorded_truncates(con, spec, bronze, record)
+    if spec.history:
+        return _history_step(con, spec, bronze, cut, silver, target, record)
+    markers = RsTable(spec.markers_path, storage_options)
+    _latest(con, spec, bronze, cut)
     _mark(con, spec, markers)
     keys, changes, deletes, cross = con.sql(
         f"SELECT count(*), coalesce(sum(_changes), 0), count(*) FILTER ({name(DELETE)}), count(*) FILTER (__multi) "
@@ -96,6 +98,66 @@ def merge(spec: SilverSpec, record: SilverRecord, storage_options: dict[str, str
         _append_markers(con, spec, markers, record)
         faults.reached(faults.FaultPoint.SILVER_BETWEEN_COMMITS, record.bronze_version)
     return _merge_rows(spec, silver, source, record)
+
+
+def _history_step(con: Any, spec: SilverSpec, bronze: T.StructType, cut: str | None, silver: RsTable,
+                  target: pa.Schema, record: SilverRecord) -> Outcome:
+    """History mode (`table.SilverTable._merge_history`): the step's changes become rows; the intervals of the keys
+    they touch are recomputed from those keys' rows in silver, read narrow (the key, the ordering columns, the
+    interval), and the MERGE's source is what changes: the new rows, and the rows whose end or currency moves."""
+    keys = [f"__k{i}" for i in range(len(spec.key))]
+    changes_sql, _ = fold_sql.changes_query(spec, bronze)
+    keyed = ", ".join(f"{fold_sql.path(p)} AS {k}" for p, k in zip(spec.key, keys, strict=True))
+    try:
+        con.execute(f"CREATE TEMP TABLE __new AS SELECT * FROM (SELECT *, {keyed} FROM ({changes_sql})) "
+                    f"WHERE {' AND '.join(f'{k} IS NOT NULL' for k in keys)}")
+    except Exception as exc:  # noqa: BLE001 - a condition in Spark's dialect DuckDB does not parse: Spark's step
+        raise Declined(f"DuckDB: {one_line(exc)[:200]}") from None
+    count, distinct = con.sql(f"SELECT count(*), count(DISTINCT ({', '.join(keys)})) FROM __new").fetchall()[0]
+    record = replace(record, keys=int(distinct), changes=int(count))
+    if not count:
+        return Outcome(record, merged=False)
+    columns, _ = _shape(con, "SELECT * FROM __new LIMIT 0")
+    own = [c for c in columns if not c.startswith("__") and c != DELETE]
+    if sorted([*own, "_deleted", "_valid_to", "_is_current"]) != sorted(target.names):
+        raise Declined("silver's columns differ from the changes' (Spark's step adds them)")
+    coordinates = ["_kafka_topic", "_kafka_partition", "_kafka_offset"]
+    narrow = list(dict.fromkeys([*spec.key, *([SEQUENCE] if spec.sequenced else []), *_ORDERING, "_valid_from",
+                                 "_deleted", "_valid_to", "_is_current"]))
+    con.register("__held", silver.rows(narrow))
+    same_key = " AND ".join(f"h.{name(p)} = n.{k}" for p, k in zip(spec.key, keys, strict=True))
+    con.execute(f"CREATE TEMP TABLE __touched AS SELECT h.* EXCLUDE (_deleted, _valid_to, _is_current), "
+                f"{', '.join(f'h.{name(p)} AS {k}' for p, k in zip(spec.key, keys, strict=True))}, "
+                f"h._deleted AS {name(DELETE)}, h._valid_to AS _was_to, h._is_current AS _was_current, "
+                f"FALSE AS _new FROM __held h WHERE EXISTS (SELECT 1 FROM __new n WHERE {same_key})")
+    same_row = " AND ".join(f"t.{c} = n.{c}" for c in coordinates)
+    fresh = (f"SELECT n.*, TRUE AS _new FROM __new n WHERE NOT EXISTS (SELECT 1 FROM __touched t WHERE "
+             f"{same_row})")
+    both = f"SELECT * FROM __touched UNION ALL BY NAME {fresh}"
+    moved = ("_new OR NOT (_was_to IS NOT DISTINCT FROM _valid_to AND _was_current IS NOT DISTINCT FROM "
+             "_is_current)")
+    assign = ", ".join(name(c) if c != "_deleted" else f"{name(DELETE)} AS _deleted" for c in target.names)
+    rows = con.sql(f"SELECT {assign}, _new FROM ({fold_sql.intervals_query(spec, both, cut)}) WHERE {moved}"
+                   ).fetch_arrow_table()
+    for wanted, found in zip(target, rows.schema, strict=False):
+        if not _same_type(wanted.type, found.type):
+            raise Declined(f"silver's column {wanted.name} is {wanted.type}, the changes' {found.type}")
+    try:
+        source = rows.cast(pa.schema([*target, pa.field("_new", pa.bool_())]))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise Declined(f"the changes do not cast to silver's types: {one_line(exc)[:200]}") from None
+    on = " AND ".join([*(f"t.{name(p)} = s.{name(p)}" for p in spec.key), *(f"t.{c} = s.{c}" for c in coordinates)])
+    try:
+        done = silver.merge(source, on, delete_when=None, update_when="NOT s._new",
+                            update={c: f"s.{c}" for c in ("_valid_to", "_is_current")}, insert_when="s._new",
+                            insert={name(c): f"s.{name(c)}" for c in target.names},
+                            app_id=spec.txn_app_id(record.epoch), txn_version=record.bronze_version,
+                            user_metadata=record.to_user_metadata())
+    except RsWriteError as exc:
+        raise Declined(str(exc)) from None
+    if done.committed:
+        _checkpoint(silver, int(silver.table().version()))
+    return Outcome(_counted(record, dict(done.metrics)), merged=done.committed)
 
 
 def _new_rows(spec: SilverSpec, record: SilverRecord,
@@ -125,23 +187,29 @@ def _table(silver: RsTable) -> pa.Schema:
     return silver.schema()
 
 
-def _latest(con: Any, spec: SilverSpec, bronze: T.StructType, record: SilverRecord) -> None:
+def _recorded_truncates(con: Any, spec: SilverSpec, bronze: T.StructType, record: SilverRecord) -> str | None:
+    """The truncates the state has applied (its ledger's) as a query of `_t_*` columns (`fold_sql.truncates_query`'s
+    shape) over the connection's `__recorded`; None when there are none."""
+    if not record.truncates:
+        return None
+    kind = dict(zip(*_shape(con, f"SELECT * FROM ({fold_sql.changes_query(spec, bronze)[0]}) LIMIT 0"),
+                    strict=True)).get(SEQUENCE)
+    micros = pa.timestamp("us", tz="UTC")
+    topics, partitions, offsets, times, sequences, ats = zip(*record.truncates, strict=True)
+    con.register("__recorded", pa.table({
+        "__topic": pa.array(topics, pa.string()), "__partition": pa.array(partitions, pa.int32()),
+        "__offset": pa.array(offsets, pa.int64()), "__time": pa.array(times, pa.int64()).cast(micros),
+        "__sequence": pa.array(sequences, pa.string()), "__at": pa.array(ats, pa.int64()).cast(micros)}))
+    # the ledger holds a sequence as text, a record's as its JSON
+    sequence = ("CAST(NULL AS VARCHAR)" if kind is None else f"CAST(CAST(__sequence AS JSON) AS {kind})"
+                if kind.startswith("STRUCT") else f"CAST(__sequence AS {kind})")
+    return (f"SELECT __topic AS _t_topic, __partition AS _t_partition, __offset AS _t_offset, __time AS "
+            f"_t_timestamp, {sequence} AS _t_sequence, __at AS _t_at FROM __recorded")
+
+
+def _latest(con: Any, spec: SilverSpec, bronze: T.StructType, cut: str | None) -> None:
     """The step's newest change per key (`fold_sql.latest_query`) into the connection's table `__latest`, the
-    changes ordered before a truncate the state has applied (its ledger's) left out."""
-    cut = None
-    if record.truncates:
-        kind = dict(zip(*_shape(con, f"SELECT * FROM ({fold_sql.changes_query(spec, bronze)[0]}) LIMIT 0"),
-                        strict=True)).get(SEQUENCE)
-        micros = pa.timestamp("us", tz="UTC")
-        topics, partitions, offsets, times, sequences, ats = zip(*record.truncates, strict=True)
-        con.register("__recorded", pa.table({
-            "__topic": pa.array(topics, pa.string()), "__partition": pa.array(partitions, pa.int32()),
-            "__offset": pa.array(offsets, pa.int64()), "__time": pa.array(times, pa.int64()).cast(micros),
-            "__sequence": pa.array(sequences, pa.string()), "__at": pa.array(ats, pa.int64()).cast(micros)}))
-        sequence = ("CAST(NULL AS VARCHAR)" if kind is None else f"CAST(CAST(__sequence AS JSON) AS {kind})"
-                    if kind.startswith("STRUCT") else f"CAST(__sequence AS {kind})")
-        cut = (f"SELECT __topic AS _t_topic, __partition AS _t_partition, __offset AS _t_offset, __time AS "
-               f"_t_timestamp, {sequence} AS _t_sequence, __at AS _t_at FROM __recorded")
+    changes ordered before a truncate the state has applied (`cut`) left out."""
     query, _ = fold_sql.latest_query(spec, bronze, cut)
     try:
         con.execute(f"CREATE TEMP TABLE __latest AS {query}")

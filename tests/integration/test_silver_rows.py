@@ -145,6 +145,32 @@ def test_plain_rows_tombstones_delete_conditions_and_kafka_order(spark, tmp_path
     assert _same_fold(spark, config) == 3  # a, d, e
 
 
+@pytest.mark.parametrize("engine", ["driver", "spark"])
+def test_history_steps_alike_on_both_engines(spark, tmp_path: Path, engine: str) -> None:
+    """History mode step by step: a late change put in its place (the intervals around it recomputed), a tombstone
+    and a delete condition valid for no time, a key's change from another partition; silver equals bronze's fold
+    whether the driver makes the steps (`rs_step`) or Spark does (`silver.directMergeMaxChanges: 0`)."""
+    bronze = tmp_path / "bronze"
+    _append(spark, bronze, [(0, 0, "a", ("a", "new", 10)), (1, 0, "c", ("c", "new", 30))])
+    config = _config(tmp_path, "  key: [order_id]\n  mode: history\n  deleteWhen: status = 'cancelled'\n"
+                     + ("  directMergeMaxChanges: 0\n" if engine == "spark" else ""))
+    follower = SilverFollower(spark, config)
+    follower.drain()
+    for rows in ([(0, 2, "a", ("a", "paid", 11)), (0, 3, "b", ("b", "new", 20))],
+                 [(0, 1, "a", ("a", "late", 9)), (1, 1, "c", ("c", "cancelled", 30)), (0, 4, "b", None)],
+                 [(2, 0, "a", ("a", "moved", 12)), (1, 2, "c", ("c", "again", 31))]):
+        _append(spark, bronze, rows)
+        follower.drain()
+    rows = spark.read.format("delta").load(config.silver_path).collect()
+    of_a = sorted((r["_kafka_partition"], r["_kafka_offset"], r["_is_current"]) for r in rows if r["order_id"] == "a")
+    assert of_a == [(0, 0, False), (0, 1, False), (0, 2, False), (2, 0, True)]  # the late change in its place
+    assert sorted(r["order_id"] for r in rows if r["_is_current"]) == ["a", "c"]  # b's tombstone ended it
+    assert audit.audit(spark, config).ok
+    assert _same_fold(spark, config) == len(rows) == 9
+    merges = _merges(config.silver_path)
+    assert merges == ["delta-rs" if engine == "driver" else "spark"] * 3, merges
+
+
 def test_a_silver_section_bronze_cannot_serve_is_refused_in_one_line(spark, tmp_path: Path) -> None:
     _append(spark, tmp_path / "bronze", [(0, 0, "a", ("a", "new", 10))])
     config = _config(tmp_path, "  key: [customer]\n")
