@@ -172,9 +172,20 @@ class RsTable:
         table.update_incremental()
         return Merged(metrics, committed=int(table.version()) > before)
 
-    def rows(self, columns: list[str] | None = None) -> pa.Table:
-        """The table's rows as last read (`columns` of them), of delta-rs's Arrow types."""
-        return pa.table(self.table().to_pyarrow_dataset().to_table(columns=columns))
+    def rows(self, columns: list[str], where: tuple[str, pa.Array] | None = None) -> pa.Table:
+        """The table's `columns` as last read, of the table's own Arrow types; `where` (column, values): only the
+        rows whose column holds one of the values, kept batch by batch as the files are read."""
+        import pyarrow.compute as pc
+
+        wanted = pa.schema([self.schema().field(c) for c in columns])
+        kept = []
+        # cast before filtering: pyarrow's `take` has no kernel for the view types delta-rs reads as
+        for batch in self.table().to_pyarrow_dataset().to_batches(columns=columns):
+            part = pa.Table.from_batches([batch]).cast(wanted)
+            if where is not None:
+                part = part.filter(pc.is_in(part[where[0]], value_set=where[1].cast(wanted.field(where[0]).type)))
+            kept.append(part)
+        return pa.concat_tables(kept) if kept else wanted.empty_table()
 
     def schema(self) -> pa.Schema:
         """The table's columns, as last read."""

@@ -124,7 +124,7 @@ def _history_step(con: Any, spec: SilverSpec, bronze: T.StructType, cut: str | N
     coordinates = ["_kafka_topic", "_kafka_partition", "_kafka_offset"]
     narrow = list(dict.fromkeys([*spec.key, *([SEQUENCE] if spec.sequenced else []), *_ORDERING, "_valid_from",
                                  "_deleted", "_valid_to", "_is_current"]))
-    con.register("__held", silver.rows(narrow))
+    con.register("__held", _read(silver, narrow, _first_key(con, spec, "__new")))
     same_key = " AND ".join(f"h.{name(p)} = n.{k}" for p, k in zip(spec.key, keys, strict=True))
     con.execute(f"CREATE TEMP TABLE __touched AS SELECT h.* EXCLUDE (_deleted, _valid_to, _is_current), "
                 f"{', '.join(f'h.{name(p)} AS {k}' for p, k in zip(spec.key, keys, strict=True))}, "
@@ -239,7 +239,7 @@ def _rows(table: RsTable) -> pa.Table | None:
     except RsWriteError:
         return None
     try:
-        return table.rows()
+        return table.rows(table.schema().names)
     except Exception as exc:  # noqa: BLE001
         raise Declined(f"delta-rs cannot read {table.path}: {one_line(exc)[:200]}") from None
 
@@ -266,7 +266,8 @@ def _moved(con: Any, spec: SilverSpec, silver: RsTable) -> int:
     """Keys of the step (all their changes in one Kafka partition) whose row in silver came from another
     partition (`table.SilverTable._moved`)."""
     keys = [name(p) for p in spec.key]
-    con.register("__held", silver.rows([*spec.key, "_kafka_topic", "_kafka_partition"]))
+    con.register("__held", _read(silver, [*spec.key, "_kafka_topic", "_kafka_partition"],
+                                 _first_key(con, spec, "__latest")))
     same = " AND ".join(f"t.{k} = l.__k{i}" for i, k in enumerate(keys))
     return int(con.sql(f"SELECT count(*) FROM __latest l JOIN __held t ON {same} WHERE NOT l.__multi AND "
                        f"(l._kafka_topic <> t._kafka_topic OR l._kafka_partition <> t._kafka_partition)")
@@ -364,6 +365,21 @@ def _is_string(t: pa.DataType) -> bool:
 
 def _is_binary(t: pa.DataType) -> bool:
     return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t)
+
+
+def _read(silver: RsTable, columns: list[str], where: tuple[str, pa.Array]) -> pa.Table:
+    """Silver's `columns` of the rows `where` names (`RsTable.rows`); Declined when delta-rs cannot read them."""
+    try:
+        return silver.rows(columns, where)
+    except Exception as exc:  # noqa: BLE001
+        raise Declined(f"delta-rs cannot read {silver.path}: {one_line(exc)[:200]}") from None
+
+
+def _first_key(con: Any, spec: SilverSpec, table: str) -> tuple[str, pa.Array]:
+    """The first key field and its values in the step's `table` (`__k0`): silver's rows are read for those only (a
+    superset of the step's keys when the key has more fields; the joins after it match them all)."""
+    values = con.sql(f"SELECT DISTINCT __k0 FROM {table}").fetch_arrow_table().column(0).combine_chunks()
+    return spec.key[0], values
 
 
 def _shape(con: Any, query: str) -> tuple[list[str], list[str]]:
