@@ -139,25 +139,11 @@ def _history_step(con: Any, spec: SilverSpec, bronze: T.StructType, cut: str | N
     assign = ", ".join(name(c) if c != "_deleted" else f"{name(DELETE)} AS _deleted" for c in target.names)
     rows = con.sql(f"SELECT {assign}, _new FROM ({fold_sql.intervals_query(spec, both, cut)}) WHERE {moved}"
                    ).fetch_arrow_table()
-    for wanted, found in zip(target, rows.schema, strict=False):
-        if not _same_type(wanted.type, found.type):
-            raise Declined(f"silver's column {wanted.name} is {wanted.type}, the changes' {found.type}")
-    try:
-        source = rows.cast(pa.schema([*target, pa.field("_new", pa.bool_())]))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise Declined(f"the changes do not cast to silver's types: {one_line(exc)[:200]}") from None
+    source = _in_types(rows, target, "_new")
     on = " AND ".join([*(f"t.{name(p)} = s.{name(p)}" for p in spec.key), *(f"t.{c} = s.{c}" for c in coordinates)])
-    try:
-        done = silver.merge(source, on, delete_when=None, update_when="NOT s._new",
-                            update={c: f"s.{c}" for c in ("_valid_to", "_is_current")}, insert_when="s._new",
-                            insert={name(c): f"s.{name(c)}" for c in target.names},
-                            app_id=spec.txn_app_id(record.epoch), txn_version=record.bronze_version,
-                            user_metadata=record.to_user_metadata())
-    except RsWriteError as exc:
-        raise Declined(str(exc)) from None
-    if done.committed:
-        _checkpoint(silver, int(silver.table().version()))
-    return Outcome(_counted(record, dict(done.metrics)), merged=done.committed)
+    return _commit(spec, silver, source, record, on, delete_when=None, update_when="NOT s._new",
+                   update={c: f"s.{c}" for c in ("_valid_to", "_is_current")}, insert_when="s._new",
+                   insert={name(c): f"s.{name(c)}" for c in target.names})
 
 
 def _new_rows(spec: SilverSpec, record: SilverRecord,
@@ -253,11 +239,17 @@ def _source(con: Any, target: pa.Schema) -> pa.Table:
         raise Declined("silver's columns differ from the changes' (Spark's step adds them)")
     rows = con.sql(f"SELECT {', '.join(name(c) for c in target.names)}, {name(DELETE)}, _marked "
                    f"FROM __marked").fetch_arrow_table()
+    return _in_types(rows, target, DELETE, "_marked")
+
+
+def _in_types(rows: pa.Table, target: pa.Schema, *flags: str) -> pa.Table:
+    """`rows` (silver's columns, then the boolean `flags`) cast to silver's types; Declined when a column has
+    another type than silver's (Spark's step widens it) or does not cast."""
     for wanted, found in zip(target, rows.schema, strict=False):
         if not _same_type(wanted.type, found.type):
             raise Declined(f"silver's column {wanted.name} is {wanted.type}, the changes' {found.type}")
     try:
-        return rows.cast(pa.schema([*target, pa.field(DELETE, pa.bool_()), pa.field("_marked", pa.bool_())]))
+        return rows.cast(pa.schema([*target, *(pa.field(f, pa.bool_()) for f in flags)]))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise Declined(f"the changes do not cast to silver's types: {one_line(exc)[:200]}") from None
 
@@ -287,12 +279,11 @@ def _append_markers(con: Any, spec: SilverSpec, markers: RsTable, record: Silver
         raise Declined(f"no markers table delta-rs writes: {exc}") from None
     target = markers.schema()
     overwrite = (int(table.version()) + 1) % silver_table.MARKERS_REWRITE_EVERY == 0
-    if overwrite:
-        held = _rows(markers)
-        rows = pa.concat_tables([held.select(target.names).cast(target), rows.select(target.names).cast(target)]) \
-            if held is not None else rows
     try:
         rows = rows.select(target.names).cast(target)
+        held = _rows(markers) if overwrite else None
+        if held is not None:  # held is in the table's own types (`RsTable.rows`)
+            rows = pa.concat_tables([held.select(target.names), rows])
         done = markers.append(rows, app_id=spec.txn_app_id(record.epoch, "deletes"),
                               txn_version=record.bronze_version, user_metadata=record.to_user_metadata(),
                               overwrite=overwrite)
@@ -307,13 +298,18 @@ def _merge_rows(spec: SilverSpec, silver: RsTable, source: pa.Table, record: Sil
     commit with the step's transaction id and record; skipped when silver holds that transaction already."""
     is_newer = newer(spec, "s", "t")
     assign = {name(c): f"s.{name(c)}" for c in source.column_names if c not in (DELETE, "_marked")}
+    return _commit(spec, silver, source, record, " AND ".join(f"t.{name(p)} = s.{name(p)}" for p in spec.key),
+                   delete_when=f"s.{DELETE} AND {is_newer}", update_when=f"NOT s.{DELETE} AND {is_newer}",
+                   update=assign, insert_when=f"NOT s.{DELETE} AND NOT s._marked", insert=assign)
+
+
+def _commit(spec: SilverSpec, silver: RsTable, source: pa.Table, record: SilverRecord, on: str,
+            **clauses: Any) -> Outcome:
+    """One delta-rs MERGE of `source` into silver (`RsTable.merge`'s `clauses`) with the step's transaction id and
+    record, then the log checkpoint it may be due; Declined when delta-rs refuses it (nothing committed)."""
     try:
-        done = silver.merge(source, " AND ".join(f"t.{name(p)} = s.{name(p)}" for p in spec.key),
-                            delete_when=f"s.{DELETE} AND {is_newer}",
-                            update_when=f"NOT s.{DELETE} AND {is_newer}", update=assign,
-                            insert_when=f"NOT s.{DELETE} AND NOT s._marked", insert=assign,
-                            app_id=spec.txn_app_id(record.epoch), txn_version=record.bronze_version,
-                            user_metadata=record.to_user_metadata())
+        done = silver.merge(source, on, app_id=spec.txn_app_id(record.epoch), txn_version=record.bronze_version,
+                            user_metadata=record.to_user_metadata(), **clauses)
     except RsWriteError as exc:
         raise Declined(str(exc)) from None
     if done.committed:
