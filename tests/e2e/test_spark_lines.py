@@ -1,12 +1,13 @@
-"""The packaged job on another Spark line than the local one: `ingest package --spark-version` picks that line's
+"""The packaged job on the other Spark lines than the local one: `ingest package --spark-version` picks that line's
 Delta and Kafka connector jars, and spark-submit of that line's own pyspark (installed by the fixture into a
-virtualenv of its own, built once per machine) runs the job on a local master, writing the pipeline's
-bronze exactly once, as the project's own `verify` reads it back; the job packaged for the local line is refused
-there in one line. A pipeline with `sink.catalogTable`, packaged for each line of the jar table (4.0, 4.1 and
-the local 4.2 alike), runs on that line's own spark-submit: its driver starts the local metastore's Derby server
-(whose classpath is Derby's own jars from the jar cache: a submitted driver's `pyspark` module, imported from
+virtualenv of its own, built once per machine) runs the job on a local master. On the line next to the local one
+the job writes the pipeline's bronze exactly once, as the project's own `verify` reads it back, after the job
+packaged for the local line is refused there in one line. Its pipeline has `sink.catalogTable`, as the pipeline of
+every other line of the jar table has: the submitted driver starts the local metastore's Derby server (whose
+classpath is Derby's own jars from the jar cache: a submitted driver's `pyspark` module, imported from
 spark-submit's pyspark.zip, points at no jars folder), loads Derby's client into a JVM whose classpath spark-submit
-fixed, registers its tables, and that line's Spark SQL reads the exact rows back by their catalog name."""
+fixed, registers its tables, and that line's Spark SQL reads the exact rows back by their catalog name. (The local
+line's catalog is `test_catalog.py`'s, its spark-submit `test_standalone_cluster.py`'s.)"""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import sys
 import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -57,9 +59,13 @@ def other_pyspark() -> Path:
     return _line_pyspark(OTHER_LINE)
 
 
-@pytest.fixture(scope="session", params=sorted(jars.SPARK_LINES), ids=lambda line: f"spark-{line}")
+# The lines of the jar table (docs/cluster.md#which-spark) neither local nor the other line above.
+CATALOG_LINES = sorted(set(jars.SPARK_LINES) - {jars.local_line(), OTHER_LINE})
+
+
+@pytest.fixture(scope="session", params=CATALOG_LINES, ids=lambda line: f"spark-{line}")
 def line_pyspark(request: pytest.FixtureRequest) -> tuple[str, Path]:
-    """(line, its pyspark's virtualenv) for every line of the jar table (docs/cluster.md#which-spark)."""
+    """(line, its pyspark's virtualenv) for each of CATALOG_LINES."""
     return request.param, _line_pyspark(request.param)
 
 
@@ -109,14 +115,16 @@ def _package(config: Path, out: Path, line: str) -> None:
     assert f"for Spark {line}" in packaged.stdout, packaged.stdout
 
 
-def test_the_job_packaged_for_the_other_spark_line_runs_on_it_exactly_once(
-        other_pyspark: Path, kafka_servers: str, make_topic, orders_schema, tmp_path: Path) -> None:
+def test_the_job_packaged_for_the_other_spark_line_runs_on_it_exactly_once_and_reads_back_by_name(
+        other_pyspark: Path, catalog_home: Path, kafka_servers: str, make_topic, orders_schema,
+        tmp_path: Path) -> None:
 
     topic = make_topic(partitions=3)
     produced = produce_orders(kafka_servers, topic, 300, schema_id=1, schema=orders_schema)
     # Every batch through Spark (no driver writes, no start batch): Delta's transaction API of that line's jar.
     config = pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers, name="on_other_spark",
-                           sink="  directWriteMaxOffsets: 0\n  startBatchMaxOffsets: 0\n",
+                           sink="  directWriteMaxOffsets: 0\n  startBatchMaxOffsets: 0\n"
+                                "  catalogTable: lines.on_other_spark\n",
                            extra="source:\n  maxOffsetsPerTrigger: 120\n")
 
     dist = tmp_path / "dist"
@@ -126,7 +134,9 @@ def test_the_job_packaged_for_the_other_spark_line_runs_on_it_exactly_once(
     assert f"delta-spark_{OTHER_LINE}_2.13-{jars.DELTA_VERSION}.jar" in names, names
     assert f"spark-sql-kafka-0-10_2.13-{OTHER_PYSPARK}.jar" in names, names
 
-    env = _submit_env(other_pyspark, INGEST_JAR_CACHE=str(tmp_path / "driver-cache"))
+    # The submitted driver has a jar cache of its own (Derby's jars resolved into it), not the machine's.
+    env = _submit_env(other_pyspark, INGEST_JAR_CACHE=str(tmp_path / "driver-cache"),
+                      INGEST_HOME=str(catalog_home))
 
     def submit(folder: Path) -> subprocess.CompletedProcess[str]:
         return _submit(other_pyspark, folder, ["run", str(config), "--available-now"], env, tmp_path)
@@ -162,6 +172,8 @@ def test_the_job_packaged_for_the_other_spark_line_runs_on_it_exactly_once(
     verified = subprocess.run([str(BIN / "ingest"), "verify", str(config)], capture_output=True, text=True,
                               timeout=300)
     assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr[-2000:]
+    _read_back_by_name(other_pyspark, dist, env, tmp_path, "lines.on_other_spark", [
+        (p.partition, p.offset, p.record["order_id"]) for p in produced])
 
 
 def test_a_catalog_pipeline_packaged_for_each_spark_line_runs_on_it_and_reads_back_by_name(
@@ -182,17 +194,23 @@ def test_a_catalog_pipeline_packaged_for_each_spark_line_runs_on_it_and_reads_ba
     assert "ClassNotFound" not in said and "Traceback" not in said, said[-3000:]
     assert (catalog_home / "metastore" / "derby.pid").is_file()  # the driver started the server, or found it
 
-    # That line's Spark SQL, by the catalog name alone (no pipeline file where it runs names the table).
+    _read_back_by_name(venv, dist, env, tmp_path, f"lines.{name}", [
+        (p.partition, p.offset, p.record["order_id"]) for p in produced])
+
+
+def _read_back_by_name(venv: Path, dist: Path, env: dict[str, str], tmp_path: Path, table: str,
+                       expected: list[tuple[int, int, Any]]) -> None:
+    """That line's Spark SQL, by the catalog name alone (no pipeline file where it runs names the table), reads
+    back exactly the `expected` (partition, offset, order_id) rows."""
     asker = tmp_path / "asker"
     asker.mkdir()
     out = tmp_path / "rows.parquet"
     read = _submit(venv, dist, ["sql", "--engine", "spark", "--output", str(out),
-                                f"SELECT _kafka_partition, _kafka_offset, order_id FROM lines.{name}"], env, asker)
+                                f"SELECT _kafka_partition, _kafka_offset, order_id FROM {table}"], env, asker)
     assert read.returncode == 0, (read.stdout + read.stderr)[-5000:]
-    assert f"{len(produced)} rows written to {out}" in read.stdout, read.stdout[-2000:]
+    assert f"{len(expected)} rows written to {out}" in read.stdout, read.stdout[-2000:]
     rows = pq.read_table(out).to_pylist()
-    assert sorted((r["_kafka_partition"], r["_kafka_offset"], r["order_id"]) for r in rows) == \
-        sorted((p.partition, p.offset, p.record["order_id"]) for p in produced)
+    assert sorted((r["_kafka_partition"], r["_kafka_offset"], r["order_id"]) for r in rows) == sorted(expected)
 
 
 def _commits(table_uri: str) -> list[tuple[str, int]]:
