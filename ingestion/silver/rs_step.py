@@ -224,10 +224,7 @@ def _rows(table: RsTable) -> pa.Table | None:
         table.current()
     except RsWriteError:
         return None
-    try:
-        return table.rows(table.schema().names)
-    except Exception as exc:  # noqa: BLE001
-        raise Declined(f"delta-rs cannot read {table.path}: {one_line(exc)[:200]}") from None
+    return _read(table, table.schema().names)
 
 
 def _source(con: Any, target: pa.Schema) -> pa.Table:
@@ -363,12 +360,13 @@ def _is_binary(t: pa.DataType) -> bool:
     return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t)
 
 
-def _read(silver: RsTable, columns: list[str], where: tuple[str, pa.Array]) -> pa.Table:
-    """Silver's `columns` of the rows `where` names (`RsTable.rows`); Declined when delta-rs cannot read them."""
+def _read(table: RsTable, columns: list[str], where: tuple[str, pa.Array] | None = None) -> pa.Table:
+    """The table's `columns` of the rows `where` names, or of all (`RsTable.rows`); Declined when delta-rs cannot
+    read them."""
     try:
-        return silver.rows(columns, where)
+        return table.rows(columns, where)
     except Exception as exc:  # noqa: BLE001
-        raise Declined(f"delta-rs cannot read {silver.path}: {one_line(exc)[:200]}") from None
+        raise Declined(f"delta-rs cannot read {table.path}: {one_line(exc)[:200]}") from None
 
 
 def _first_key(con: Any, spec: SilverSpec, table: str) -> tuple[str, pa.Array]:

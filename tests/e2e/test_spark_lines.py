@@ -172,8 +172,7 @@ def test_the_job_packaged_for_the_other_spark_line_runs_on_it_exactly_once_and_r
     verified = subprocess.run([str(BIN / "ingest"), "verify", str(config)], capture_output=True, text=True,
                               timeout=300)
     assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr[-2000:]
-    _read_back_by_name(other_pyspark, dist, env, tmp_path, "lines.on_other_spark", [
-        (p.partition, p.offset, p.record["order_id"]) for p in produced])
+    _read_back_by_name(other_pyspark, dist, env, tmp_path, "lines.on_other_spark", produced)
 
 
 def test_a_catalog_pipeline_packaged_for_each_spark_line_runs_on_it_and_reads_back_by_name(
@@ -194,23 +193,23 @@ def test_a_catalog_pipeline_packaged_for_each_spark_line_runs_on_it_and_reads_ba
     assert "ClassNotFound" not in said and "Traceback" not in said, said[-3000:]
     assert (catalog_home / "metastore" / "derby.pid").is_file()  # the driver started the server, or found it
 
-    _read_back_by_name(venv, dist, env, tmp_path, f"lines.{name}", [
-        (p.partition, p.offset, p.record["order_id"]) for p in produced])
+    _read_back_by_name(venv, dist, env, tmp_path, f"lines.{name}", produced)
 
 
 def _read_back_by_name(venv: Path, dist: Path, env: dict[str, str], tmp_path: Path, table: str,
-                       expected: list[tuple[int, int, Any]]) -> None:
+                       produced: list[Any]) -> None:
     """That line's Spark SQL, by the catalog name alone (no pipeline file where it runs names the table), reads
-    back exactly the `expected` (partition, offset, order_id) rows."""
+    back exactly the `produced` records' (partition, offset, order_id)."""
     asker = tmp_path / "asker"
     asker.mkdir()
     out = tmp_path / "rows.parquet"
     read = _submit(venv, dist, ["sql", "--engine", "spark", "--output", str(out),
                                 f"SELECT _kafka_partition, _kafka_offset, order_id FROM {table}"], env, asker)
     assert read.returncode == 0, (read.stdout + read.stderr)[-5000:]
-    assert f"{len(expected)} rows written to {out}" in read.stdout, read.stdout[-2000:]
+    assert f"{len(produced)} rows written to {out}" in read.stdout, read.stdout[-2000:]
     rows = pq.read_table(out).to_pylist()
-    assert sorted((r["_kafka_partition"], r["_kafka_offset"], r["order_id"]) for r in rows) == sorted(expected)
+    assert sorted((r["_kafka_partition"], r["_kafka_offset"], r["order_id"]) for r in rows) == \
+        sorted((p.partition, p.offset, p.record["order_id"]) for p in produced)
 
 
 def _commits(table_uri: str) -> list[tuple[str, int]]:
