@@ -170,11 +170,12 @@ def _stop_if_broker_gone(servers: str) -> None:
                 f"{log} ends:\n" + "\n".join(tail), returncode=3)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def secure_broker(state_home: Path) -> Iterator[Any]:
     """A second local broker, secured (`Broker(..., secure=True)`: SASL_SSL, SASL_PLAINTEXT and SSL with client
     certificates on 127.0.0.1, SCRAM and PLAIN users, ACLs), started only by the tests that ask for it and stopped
-    by its pid. `secure_broker.admin_settings()` are a super user's client settings."""
+    by its pid after their module (idle, it still took about a second of CPU a minute for the rest of the run).
+    `secure_broker.admin_settings()` are a super user's client settings."""
     from ingestion.dev.broker import Broker
 
     broker = Broker(state_home / "kafka-secure", secure=True)
