@@ -4,6 +4,7 @@ server it names (pids are reused), readiness on a loopback port, and a stop by t
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -13,11 +14,28 @@ from pathlib import Path
 
 from ingestion.errors import IngestionError
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PORT = 10000
+
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free port on 127.0.0.1 for a server this project starts, below the kernel's ephemeral range where there is
+    room: a port the kernel hands out (a bind to port 0) comes from the range its outgoing connections take their
+    local ports from, so on a busy machine a connection could hold it by the time the server binds it (a Kafka node
+    then exits at its start). Port 0's answer where the range is unknown or starts too low."""
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    candidates = [random.randrange(LOWEST_PORT, low) for _ in range(20)] if low > LOWEST_PORT + 1000 else []
+    for port in [*candidates, 0]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # taken: the next candidate
+            return int(sock.getsockname()[1])
+    raise OSError("no free port on 127.0.0.1")
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:

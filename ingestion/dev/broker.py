@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import socket
 import subprocess
 import time
 import uuid
@@ -23,6 +22,7 @@ from ingestion import processes
 from ingestion.dev import secure as secured
 from ingestion.errors import BrokerError
 from ingestion.paths import jvm_error_file, local_broker_dir
+from ingestion.processes import free_port
 from ingestion.runtime import jars
 
 log = logging.getLogger(__name__)
@@ -40,12 +40,6 @@ logger.kafka.level = WARN
 logger.org.name = org.apache
 logger.org.level = WARN
 """
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def new_cluster_id() -> str:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import base64
+import socket
 from pathlib import Path
 
+import pytest
+
+from ingestion import processes
 from ingestion.dev.broker import new_cluster_id
 
 
@@ -45,3 +49,21 @@ def test_the_secured_brokers_material_is_made_once_and_kept_private(tmp_path: Pa
         in lines
     assert "allow.everyone.if.no.acl.found=false" in lines
     assert "super.users=User:admin;User:ANONYMOUS" in lines
+
+
+def test_a_free_port_for_a_server_is_below_the_range_outgoing_connections_take_theirs_from(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A port from the ephemeral range can be an outgoing connection's by the time a server binds it (a node of the
+    three-broker cluster exited at its start so): servers get one below it, free, where the range is known."""
+    (ranges := tmp_path / "ip_local_port_range").write_text("32768\t60999\n")
+    monkeypatch.setattr(processes, "EPHEMERAL_RANGE", ranges)
+    ports = {processes.free_port() for _ in range(20)}
+    assert all(processes.LOWEST_PORT <= p < 32768 for p in ports), ports
+    port = ports.pop()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))  # free: nothing holds it
+        # a port taken is never given: with every candidate held, the kernel's own answer
+        monkeypatch.setattr(processes.random, "randrange", lambda low, high: port)
+        assert processes.free_port() != port
+    monkeypatch.setattr(processes, "EPHEMERAL_RANGE", tmp_path / "none")  # unknown range: the kernel's answer
+    assert processes.free_port() > 0
