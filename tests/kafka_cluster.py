@@ -17,7 +17,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ingestion.dev.broker import _LOG4J, free_port, new_cluster_id, wait_until_ready
+from ingestion.dev.broker import _LOG4J, new_cluster_id, wait_until_ready
+from ingestion.processes import free_port
 from ingestion.runtime import jars
 
 OFFSETS_TOPIC = "__consumer_offsets"

@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ingestion.dev.broker import free_port
+from ingestion.processes import free_port
 
 ACCESS_KEY, SECRET_KEY, REGION = "testing-access-key", "testing-secret-key", "us-east-1"
 

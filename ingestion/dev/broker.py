@@ -22,7 +22,6 @@ from ingestion import processes
 from ingestion.dev import secure as secured
 from ingestion.errors import BrokerError
 from ingestion.paths import jvm_error_file, local_broker_dir
-from ingestion.processes import free_port
 from ingestion.runtime import jars
 
 log = logging.getLogger(__name__)
@@ -115,8 +114,8 @@ class Broker:
             log.info("kafka broker already running (pid %d) on %s", running, servers)
             return servers
         self.home.mkdir(parents=True, exist_ok=True)
-        port = port or self._previous_port() or free_port()
-        controller_port = free_port()
+        port = port or self._previous_port() or processes.free_port()
+        controller_port = processes.free_port()
         servers = f"127.0.0.1:{port}"
         if self.secure:
             self.security.prepare()
@@ -178,7 +177,7 @@ class Broker:
         if self.secure:
             previous = self.security.listeners()
             ports = {name: port if name == secured.LISTENERS[0] else
-                     int(previous[name].rsplit(":", 1)[1]) if name in previous else free_port()
+                     int(previous[name].rsplit(":", 1)[1]) if name in previous else processes.free_port()
                      for name in secured.LISTENERS}
             self.security.listeners_file.write_text(json.dumps({n: f"127.0.0.1:{p}" for n, p in ports.items()}))
             listeners = self.security.properties(ports, controller_port)

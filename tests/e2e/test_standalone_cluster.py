@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from ingestion.dev.broker import free_port
 from ingestion.dev.samples import produce_orders
+from ingestion.processes import free_port
 
 pytestmark = pytest.mark.e2e
 
