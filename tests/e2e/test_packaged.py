@@ -22,7 +22,7 @@ pytestmark = pytest.mark.e2e
 # Set by the test session (conftest.py) or the caller for the test's own commands; a user's shell has none of them.
 _SESSION_ONLY = ("INGEST_HOME", "INGEST_CONF_DIR", "INGEST_SCHEMAS_DIR", "MLFLOW_TRACKING_URI",
                  "KAFKA_BOOTSTRAP_SERVERS", "PYSPARK_PYTHON", "PYTHONPATH", "INGEST_TEST_FAULT",
-                 "INGEST_TEST_FAULT_FILE")
+                 "INGEST_TEST_FAULT_FILE", "PYSPARK_SUBMIT_ARGS")
 
 
 def _installed(tmp_path: Path) -> Path:
