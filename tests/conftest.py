@@ -28,14 +28,22 @@ os.environ["TZ"] = "UTC"
 # after that run, in the background, once per classpath). tests/integration/test_class_archive.py still starts
 # cold, with a classpath of its own, and records its archive; INGEST_CLASS_ARCHIVE=off runs the suite without.
 time.tzset()
-# The suite's SparkSessions (the workers' and those of the `ingest` commands, notebooks and sessions tests start;
-# not the spark-submit of other Spark lines or of the cluster) evaluate expressions interpreted instead of
-# generating and compiling Java for each plan: on the suite's few rows per batch Janino's compiles and Spark's code
-# generation were about a fifth of a worker JVM's CPU (the integration tier 23% less CPU, its e2e kills 9%;
-# docs/performance.md#the-suites-cpu-process-by-process). Spark's results do not depend on it; the wheel's demo in
-# tests/e2e/test_packaged.py and `make demo` keep Spark's defaults (code generation on).
-os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--conf spark.sql.codegen.wholeStage=false "
-                                             "--conf spark.sql.codegen.factoryMode=NO_CODEGEN pyspark-shell")
+# The suite's SparkSessions (the workers', and those of the `ingest` commands, notebooks and spark-submit commands
+# tests start) evaluate expressions interpreted instead of generating and compiling Java for each plan: on the
+# suite's few rows per batch Janino's compiles and Spark's code generation were about a fifth of a worker JVM's CPU
+# (three integration files 27% less CPU, two crash e2e files 9%; docs/performance.md#the-suites-cpu-process-by-process).
+# Spark's results do not depend on it; the wheel's demo (tests/e2e/test_packaged.py) and `make demo` keep Spark's
+# defaults, code generation on. Sessions started through pyspark read PYSPARK_SUBMIT_ARGS; the spark-submit
+# commands of tests/e2e pass `submit_conf()`.
+SUITE_SPARK_CONF = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+
+
+def submit_conf() -> list[str]:
+    """SUITE_SPARK_CONF as spark-submit's `--conf` arguments."""
+    return [argument for name, value in SUITE_SPARK_CONF.items() for argument in ("--conf", f"{name}={value}")]
+
+
+os.environ.setdefault("PYSPARK_SUBMIT_ARGS", " ".join([*submit_conf(), "pyspark-shell"]))
 
 
 # Tiers a developer can choose (`-m`, or `make test-fast`): the folder's marker, and `jvm` on every test that needs

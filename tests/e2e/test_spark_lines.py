@@ -26,7 +26,7 @@ from deltalake import DeltaTable
 
 from ingestion.dev.samples import produce_orders
 from ingestion.runtime import jars, metastore
-from tests.conftest import pipeline_yaml
+from tests.conftest import pipeline_yaml, submit_conf
 
 pytestmark = pytest.mark.e2e
 
@@ -100,7 +100,7 @@ def _submit_env(venv: Path, **more: str) -> dict[str, str]:
 def _submit(venv: Path, folder: Path, args: list[str], env: dict[str, str],
             cwd: Path) -> subprocess.CompletedProcess[str]:
     """spark-submit of the virtualenv's pyspark, on a local master, of the job packaged into `folder`."""
-    command = [str(venv / "bin" / "spark-submit"), "--master", "local[2]",
+    command = [str(venv / "bin" / "spark-submit"), "--master", "local[2]", *submit_conf(),
                "--py-files", str(next(folder.glob("ingestion-*.zip"))),
                "--jars", ",".join(map(str, sorted((folder / "jars").glob("*.jar")))),
                str(folder / "ingest_main.py"), *args]

@@ -20,6 +20,7 @@ import pytest
 
 from ingestion.dev.samples import produce_orders
 from ingestion.processes import free_port
+from tests.conftest import submit_conf
 
 pytestmark = pytest.mark.e2e
 
@@ -108,7 +109,7 @@ def test_the_packaged_job_runs_exactly_once_on_a_two_worker_cluster_with_state_o
     cache = tmp_path / "driver-cache"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "INGEST_JAR_CACHE": str(cache),
            "SPARK_LOCAL_IP": "127.0.0.1"}
-    submit = [str(BIN / "spark-submit"), "--master", master, "--py-files", str(archive),
+    submit = [str(BIN / "spark-submit"), "--master", master, *submit_conf(), "--py-files", str(archive),
               "--jars", ",".join(map(str, jars)), str(dist / "ingest_main.py")]
     run = subprocess.run([*submit, "run", str(config), "--available-now"], capture_output=True, text=True,
                          env=env, cwd=tmp_path, timeout=600)
