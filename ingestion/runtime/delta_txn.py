@@ -113,6 +113,11 @@ class DeltaTxn:
         self.spark = spark
         jvm: Any = spark._jvm
         self._jvm = jvm
+        # Delta finds its session through the calling JVM thread's active session, never the default one. A route
+        # table's write runs on a thread of its own (stream/routing.py), whose JVM thread has none: where the
+        # snapshot had to rebuild its state there (no checksum, as after a delta-rs commit: replay, rewind), the
+        # batch failed with DELTA_SPARK_SESSION_NOT_SET.
+        java(jvm, "org.apache.spark.sql.SparkSession").setActiveSession(spark._jsparkSession)
         self._log = delta_log(spark, path)
         self._txn = self._log.startTransaction()
 
