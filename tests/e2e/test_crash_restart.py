@@ -24,7 +24,7 @@ from ingestion.delta import ledger
 from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.dev.samples import produce_orders
 from tests.conftest import pipeline_yaml
-from tests.helpers import assert_exactly_produced, delta_txns, java_command_line
+from tests.helpers import assert_exactly_produced, delta_txns, java_command_line, table_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -150,7 +150,7 @@ def test_sigkill_at_several_moments_then_restart_loses_and_duplicates_nothing(
     # as an ERROR of Spark's listener bus, with a py4j stack)
     assert "ERROR" not in run4.text(), run4.text()[-3000:]
 
-    rows = spark.read.format("delta").load(str(table)).collect()
+    rows = table_rows(str(table))
     assert_exactly_produced(rows, produced)
 
     # From the Delta log: one txn action per batch id, all under one app id, so no batch was written twice;

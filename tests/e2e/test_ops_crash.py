@@ -21,13 +21,12 @@ from ingestion.dev.samples import avro_body, order
 from ingestion.ops import quarantine, replay
 from ingestion.stream import pipeline
 from tests.conftest import REPO, pipeline_yaml
-from tests.helpers import commits_without_txn, delta_txns, killed_at
+from tests.helpers import commits_without_txn, delta_txns, killed_at, table_rows
 
 pytestmark = pytest.mark.e2e
 
 def _coordinates(spark: Any, path: str) -> list[tuple[int, int]]:
-    return sorted((r[0], r[1]) for r in spark.read.format("delta").load(path)
-                  .select("_kafka_partition", "_kafka_offset").collect())
+    return sorted((r["_kafka_partition"], r["_kafka_offset"]) for r in table_rows(path))
 
 
 def _each_once(spark: Any, config: Any, offsets: set[tuple[int, int]]) -> None:

@@ -12,11 +12,12 @@ import pytest
 from ingestion.config import load_pipeline
 from ingestion.decode.protobuf_wire import index_bytes
 from ingestion.decode.wire import encode
+from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.ops import verify
 from tests import protobuf as shop
 from tests.conftest import pipeline_yaml
 from tests.e2e.test_crash_restart import IngestProcess, _no_process_left  # noqa: F401 - the fixture kills runs
-from tests.helpers import delta_txns
+from tests.helpers import delta_txns, table_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -57,11 +58,11 @@ def test_a_protobuf_pipeline_killed_after_a_commit_restarts_without_loss_or_dupl
         launch.run(spark, load_pipeline(path), available_now=True)  # raises unless the run caught up
     assert "orders batch 1: skipped by Delta" in caplog.text
 
-    rows = spark.read.format("delta").load(str(table)).collect()
+    rows = table_rows(str(table))
     offsets = Counter((r["_kafka_partition"], r["_kafka_offset"]) for r in rows)
     assert len(offsets) == 240 and set(offsets.values()) == {1}
     for row in rows:
         got = row.asDict(recursive=True)
         want = produced[got["id"]]
         assert {k: got[k] for k in want} == want, got["id"]
-    assert verify.audit(spark, load_pipeline(path)).ok
+    assert verify.audit(DeltaRsReader(), load_pipeline(path)).ok

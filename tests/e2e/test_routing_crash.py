@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from ingestion.config import load_pipeline
-from tests.helpers import delta_txns, ingest_here, wait_while_running
+from tests.helpers import delta_txns, ingest_here, table_rows, wait_while_running
 from tests.integration.test_routing import Producer, Registry, assert_route_tables, routed_yaml
 
 pytestmark = pytest.mark.e2e
@@ -102,12 +102,11 @@ def _run(spark: Any, kafka_servers: str, make_topic: Any, registry: Registry, tm
     launch.run(spark, load_pipeline(file), available_now=True)  # raises unless the run caught up
 
     assert_route_tables(spark, config, produced, [*KINDS, "OrderShipped"])
-    failed = spark.read.format("delta").load(config.quarantine_path).collect()
+    failed = table_rows(config.quarantine_path)
     assert [(r["_kafka_value"], r["_error_class"]) for r in failed] == [(b"\x00\x00\x00\x00", "RouteError")]
     held = Counter((r["_kafka_partition"], r["_kafka_offset"]) for path in
                    [*tables, shipped, config.quarantine_path]
-                   for r in spark.read.format("delta").load(path).select("_kafka_partition", "_kafka_offset")
-                   .collect())
+                   for r in table_rows(path))
     assert set(held) == set(produced.produced) and set(held.values()) == {1}  # each offset once, over all
     for path in [*tables, shipped]:
         txns = [(a, v) for _, a, v in delta_txns(Path(path))]

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from ingestion.dev.samples import Produced, produce_orders
+from tests.helpers import table_rows
 from tests.registry_server import RegistryServer
 
 pytestmark = pytest.mark.e2e
@@ -132,8 +133,7 @@ def _ingest(outputs: list[str], *args: str, password: str = CANARY,
 
 
 def _rows(spark: Any, table: Path) -> list[tuple[int, int]]:
-    return sorted((r[0], r[1]) for r in spark.read.format("delta").load(str(table))
-                  .select("_kafka_partition", "_kafka_offset").collect())
+    return sorted((r["_kafka_partition"], r["_kafka_offset"]) for r in table_rows(table))
 
 
 def _files_holding(needle: str, *roots: Path) -> list[Path]:
@@ -338,7 +338,7 @@ def test_spark_reports_kafkas_refusals_in_one_line(spark: Any, secure_broker: An
     assert failed.value.denied == "topic"
     assert str(failed.value).startswith(f"pipeline 'describer' failed: Kafka at {servers} denied user "
                                         f"'{users.describer}' access to topic '{topic}'")
-    assert spark.read.format("delta").load(config.table_path).count() == 0
+    assert len(table_rows(config.table_path)) == 0
 
     monkeypatch.setenv(PASSWORD_ENV, f"wrong-{CANARY}")
     wrong = load_pipeline(_pipeline(tmp_path, "wrong", topic, _kafka_section(secure_broker, users.pipeline)))

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from ingestion.config import load_pipeline
-from ingestion.delta import ledger, routed
+from ingestion.delta import routed
 from ingestion.delta.ledger import PROMOTE_BATCH_ID, REPLAY_BATCH_ID
 from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.ops import shadow, verify
@@ -41,7 +41,7 @@ def test_shadow_start_and_promote_killed_at_their_commits_then_rerun(spark: Any,
     for seqs in (range(0, 40), range(40, 80)):
         produced.update(_produce(kafka_servers, topic, seqs))
         pipeline.run(spark, config, available_now=True)
-    last = ledger.history(spark, config.table_path)[-1]
+    last = DeltaRsReader().history(config.table_path)[-1]
     in_range = {(p, o) for (p, o), d in produced.items() if int(d["id"][1:]) >= 40}
 
     # start, killed once the shadow's bronze is committed and before its state says `ready`

@@ -19,7 +19,7 @@ import pytest
 
 from ingestion.dev import cdc
 from ingestion.silver import ledger
-from tests.helpers import delta_txns
+from tests.helpers import delta_txns, table_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -97,7 +97,7 @@ def test_silver_is_exact_after_sigkills_during_a_streaming_run(spark, kafka_serv
     pipeline.run(spark, loaded, available_now=True)
     assert loaded.silver_path is not None
     silver_path = Path(loaded.silver_path)
-    rows = {r["id"]: r.asDict(recursive=True) for r in spark.read.format("delta").load(str(silver_path)).collect()}
+    rows = {r["id"]: r.asDict(recursive=True) for r in table_rows(str(silver_path))}
     expected = cdc.History(ordered).state()
     assert sorted(rows) == sorted(expected)
     assert all({c: rows[k][c] for c in expected[k]} == expected[k] for k in expected)

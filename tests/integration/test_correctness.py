@@ -15,13 +15,14 @@ from pyspark.sql import types as T
 from ingestion import start_pipeline
 from ingestion.config import load_pipeline
 from ingestion.decode.wire import encode
+from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.dev.samples import avro_body
 from ingestion.errors import IngestionError
 from ingestion.ops import verify
 from ingestion.schema.registry import registry_client
 from ingestion.stream import pipeline
 from tests.conftest import pipeline_yaml
-from tests.helpers import wait_rows
+from tests.helpers import table_rows, wait_rows
 from tests.unit.test_validate import SCHEMA, body, zigzag
 
 pytestmark = pytest.mark.integration
@@ -80,15 +81,14 @@ def test_every_body_the_specification_rejects_is_quarantined_naming_the_field(
               f"    url: \"{url}\"\n"))
     pipeline.run(spark, config, available_now=True)
 
-    quarantined = {r["_kafka_key"].decode(): r for r in spark.read.format("delta").load(config.quarantine_path)
-                   .collect()}
+    quarantined = {r["_kafka_key"].decode(): r for r in table_rows(config.quarantine_path)}
     assert set(quarantined) == set(INVALID)
     for name, (_, message) in INVALID.items():
         row = quarantined[name]
         assert row["_error_class"] == "MalformedAvroError", (name, row["_error_class"], row["_error_message"])
         assert row["_error_message"].startswith(message), (name, row["_error_message"])
         assert bytes(row["_kafka_value"]) == encode(schema_id, INVALID[name][0])
-    rows = {r["_kafka_key"]: r for r in spark.read.format("delta").load(config.table_path).collect()}
+    rows = {r["_kafka_key"]: r for r in table_rows(config.table_path)}
     assert sorted(rows) == [f"v{i}" for i in range(len(VALID))]
     for i, record in enumerate(VALID):
         row = rows[f"v{i}"]
@@ -134,17 +134,17 @@ def test_aborted_transactions_never_land_and_verify_names_them_when_read_uncommi
 
     default = load_pipeline(pipeline_yaml(tmp_path / "default", topic=topic, servers=kafka_servers, extra=extra))
     pipeline.run(spark, default, available_now=True)
-    held = sorted(r["_kafka_offset"] for r in spark.read.format("delta").load(default.table_path).collect())
+    held = sorted(r["_kafka_offset"] for r in table_rows(default.table_path))
     assert held == sorted(offsets["committed"])
-    assert verify.audit(spark, default).ok
+    assert verify.audit(DeltaRsReader(), default).ok
 
     path = pipeline_yaml(tmp_path / "uncommitted", topic=topic, servers=kafka_servers, extra=extra)
     path.write_text(path.read_text().replace("kafka:\n", "kafka:\n  isolation.level: read_uncommitted\n"))
     uncommitted = load_pipeline(path)
     pipeline.run(spark, uncommitted, available_now=True)
-    held = sorted(r["_kafka_offset"] for r in spark.read.format("delta").load(uncommitted.table_path).collect())
+    held = sorted(r["_kafka_offset"] for r in table_rows(uncommitted.table_path))
     assert held == sorted(offsets["committed"] + offsets["aborted"])
-    audit = verify.audit(spark, uncommitted)
+    audit = verify.audit(DeltaRsReader(), uncommitted)
     assert not audit.ok
     (part,) = audit.partitions
     assert part.not_committed == [[min(offsets["aborted"]), max(offsets["aborted"])]]
@@ -194,7 +194,7 @@ def test_a_widening_version_widens_the_table_mid_stream_and_a_narrowing_one_is_q
     pipeline.run(spark, narrow, available_now=True)
     running = start_pipeline(spark, config)
     try:
-        wait_rows(spark, config.table_path, 10)
+        wait_rows(config.table_path, 10)
         # start_pipeline is the launch sequence: a second start of the running pipeline is refused by its checks
         # and lock, before anything is made
         with pytest.raises(IngestionError, match=rf"pipeline {config.name!r} is already running"):
@@ -203,7 +203,7 @@ def test_a_widening_version_widens_the_table_mid_stream_and_a_narrowing_one_is_q
         for seq in range(10, 30):
             send(2 if seq < 25 else 1, seq)
         producer.flush(30)
-        wait_rows(spark, config.table_path, 30)
+        wait_rows(config.table_path, 30, spark=spark)  # widened: delta-rs reads no type widening
     finally:
         pipeline.stop(spark, running)
 
@@ -218,7 +218,7 @@ def test_a_widening_version_widens_the_table_mid_stream_and_a_narrowing_one_is_q
         assert (row["n"], row["x"], row["nested"]["k"]) == (record["n"], record["x"], record["nested"]["k"]), key
     from delta.tables import DeltaTable
     quarantine = DeltaTable.isDeltaTable(spark, config.quarantine_path) and \
-        spark.read.format("delta").load(config.quarantine_path).count()
+        len(table_rows(config.quarantine_path))
     assert not quarantine
 
     # The table that does not widen: v2's records cannot be read as its int and float (Avro reads long as int
@@ -226,7 +226,7 @@ def test_a_widening_version_widens_the_table_mid_stream_and_a_narrowing_one_is_q
     pipeline.run(spark, narrow, available_now=True)
     narrow_rows = spark.read.format("delta").load(narrow.table_path)
     assert {f.name: f.dataType for f in narrow_rows.schema.fields}["n"] == T.IntegerType()
-    failed = spark.read.format("delta").load(narrow.quarantine_path).collect()
+    failed = table_rows(narrow.quarantine_path)
     assert len(failed) == 15 and {r["_schema_id"] for r in failed} == {ids[1]}
     assert {r["_error_class"] for r in failed} == {"SchemaResolutionError"}
     assert narrow_rows.count() == 15

@@ -15,11 +15,12 @@ from confluent_kafka import Producer
 from ingestion.config import load_pipeline
 from ingestion.decode.wire import encode
 from ingestion.delta import ledger
+from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.dev.samples import avro_body, order, produce_orders
 from ingestion.stream import pipeline
 from ingestion.stream.batch import WritePath
 from tests.conftest import pipeline_yaml
-from tests.helpers import assert_exactly_produced, delta_txns
+from tests.helpers import assert_exactly_produced, delta_txns, table_rows
 
 pytestmark = pytest.mark.integration
 
@@ -33,8 +34,8 @@ def _config(tmp_path: Path, topic: str, servers: str, name: str, max_offsets: in
 
 
 def _rows(spark: Any, path: str) -> list[dict[str, Any]]:
-    rows = spark.read.format("delta").load(path).drop(*_BATCH_VALUES).collect()
-    return sorted((r.asDict(recursive=True) for r in rows), key=lambda r: (r["_kafka_partition"], r["_kafka_offset"]))
+    rows = ({k: v for k, v in r.asDict(recursive=True).items() if k not in _BATCH_VALUES} for r in table_rows(path))
+    return sorted(rows, key=lambda r: (r["_kafka_partition"], r["_kafka_offset"]))
 
 
 def _odd_records(servers: str, topic: str, schema: dict[str, Any]) -> None:
@@ -61,7 +62,7 @@ def test_small_batches_are_written_by_the_driver_with_the_same_rows_as_spark(spa
     assert all(r.path is WritePath.SPARK for r in reference.batches)
     rows = _rows(spark, direct.table_path)
     assert rows == _rows(spark, spark_written.table_path)  # every column, tombstone and headers included
-    assert_exactly_produced([r for r in spark.read.format("delta").load(direct.table_path).collect()
+    assert_exactly_produced([r for r in table_rows(direct.table_path)
                              if (r["_kafka_partition"], r["_kafka_offset"]) in {(p.partition, p.offset)
                                                                                 for p in produced}], produced)
     tombstone = next(r for r in rows if r["_kafka_tombstone"])
@@ -72,9 +73,9 @@ def test_small_batches_are_written_by_the_driver_with_the_same_rows_as_spark(spa
     # The same exactly-once bookkeeping: one SetTransaction per batch, the ledger's ranges cover every record.
     table = Path(direct.table_path)
     assert [(a, v) for _, a, v in delta_txns(table)] == [(ran.app_id, b) for b in range(3)]
-    records = ledger.history(spark, direct.table_path)
+    records = DeltaRsReader().history(direct.table_path)
     assert sum(r.rows for r in records) == len(rows) == 252
-    assert ledger.next_offsets(records) == ledger.next_offsets(ledger.history(spark, spark_written.table_path))
+    assert ledger.next_offsets(records) == ledger.next_offsets(DeltaRsReader().history(spark_written.table_path))
 
 
 def test_driver_files_carry_statistics_readers_skip_by_correctly(spark, kafka_servers, make_topic, orders_schema,
@@ -116,15 +117,15 @@ def test_a_batch_with_a_record_to_quarantine_is_written_by_the_driver(spark, kaf
     ran = pipeline.run(spark, config, available_now=True)
 
     assert [(r.path, r.rows, r.quarantined) for r in ran.batches] == [(WritePath.DRIVER, 40, 1)]
-    bad = spark.read.format("delta").load(config.quarantine_path).collect()
+    bad = table_rows(config.quarantine_path)
     assert [(r["_kafka_offset"], r["_error_class"], bytes(r["_kafka_value"])) for r in bad] == [
         (20, "MalformedAvroError", b"\x00\x00\x00\x00\x01not avro")]
     # quarantine first, then bronze: each with its own SetTransaction of the batch and its ledger record
     assert [(a, v) for _, a, v in delta_txns(Path(config.quarantine_path))] == [(f"{ran.app_id}.quarantine", 0)]
     assert [(a, v) for _, a, v in delta_txns(Path(config.table_path))] == [(ran.app_id, 0)]
-    (q_record,) = ledger.history(spark, config.quarantine_path)
+    (q_record,) = DeltaRsReader().history(config.quarantine_path)
     assert (q_record.rows, [(r.first, r.last, r.count) for r in q_record.ranges]) == (1, [(20, 20, 1)])
-    (b_record,) = ledger.history(spark, config.table_path)
+    (b_record,) = DeltaRsReader().history(config.table_path)
     assert (b_record.rows, b_record.quarantined, [(r.first, r.last) for r in b_record.ranges]) == (40, 1, [(0, 40)])
 
 
@@ -148,7 +149,7 @@ def test_transactions_are_read_committed_directly(spark, kafka_servers, make_top
     ran = pipeline.run(spark, config, available_now=True)
 
     assert [(r.path, r.rows) for r in ran.batches] == [(WritePath.DRIVER, 10)]
-    rows = spark.read.format("delta").load(config.table_path).collect()
+    rows = table_rows(config.table_path)
     assert sorted(r["order_id"] for r in rows) == sorted(kept)
     assert sorted(r["_kafka_offset"] for r in rows) == [0, 1, 2, 3, 4, 12, 13, 14, 15, 16]
 
@@ -189,7 +190,7 @@ def test_spark_and_delta_rs_commits_follow_each_other_with_checksums_spark_agree
     assert not rs(1, [30]).committed  # Spark committed version 1: delta-rs skips it
     assert rs(2, [30]).version == 3 and checksum_valid(3)
     assert by_spark(3, 40) == 4 and checksum_valid(4)
-    assert sorted(r[0] for r in spark.read.format("delta").load(path).collect()) == [0, 1, 2, 10, 11, 20, 21, 30,
+    assert sorted(r[0] for r in table_rows(path)) == [0, 1, 2, 10, 11, 20, 21, 30,
                                                                                      40, 41]
     history = {r["version"]: r["userMetadata"] for r in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()}
     assert [history[v] for v in (1, 2, 3, 4)] == ['{"v":0}', '{"v":1}', '{"v":2}', '{"v":3}']

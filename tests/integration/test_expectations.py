@@ -29,7 +29,7 @@ from ingestion.stream.batch import WritePath
 from ingestion.stream.metrics import tracking_uri
 from ingestion.stream.prometheus import Exporter
 from tests.conftest import pipeline_yaml
-from tests.helpers import assert_exactly_produced
+from tests.helpers import assert_exactly_produced, table_rows
 
 pytestmark = pytest.mark.integration
 
@@ -101,9 +101,9 @@ def test_quarantine_rules_keep_rows_out_of_bronze_and_warn_rules_count(
     assert {b.path for b in ran.batches if b.rows + b.quarantined} == {WritePath(path)}
     refused = {p.offset: (p, value, _expected_rules(p.record)) for p, value in produced if _expected_rules(p.record)}
     assert len(refused) == 9 and refused[16][2] == "positive_amount, recent"  # seq 16 broke both
-    bronze = spark.read.format("delta").load(config.table_path).collect()
+    bronze = table_rows(config.table_path)
     assert_exactly_produced(bronze, [p for p, _ in produced if p.offset not in refused])
-    quarantine = {r["_kafka_offset"]: r for r in spark.read.format("delta").load(config.quarantine_path).collect()}
+    quarantine = {r["_kafka_offset"]: r for r in table_rows(config.quarantine_path)}
     assert set(quarantine) == set(refused)  # each offset once in bronze + quarantine
     for offset, row in quarantine.items():
         p, value, rules = refused[offset]
@@ -149,15 +149,15 @@ def test_a_fail_rule_stops_the_run_naming_the_rule_and_record_with_nothing_commi
     assert outcome.reason == (f"expectation 'positive_amount' (amount > 0 AND currency = 'EUR') failed for record "
                               f"{topic}/0@1: amount=Decimal('-1.00'), currency='EUR' (onViolation: fail; nothing "
                               f"of the batch was committed)")
-    assert spark.read.format("delta").load(config.table_path).count() == 0
-    assert spark.read.format("delta").load(config.quarantine_path).count() == 0
+    assert len(table_rows(config.table_path)) == 0
+    assert len(table_rows(config.quarantine_path)) == 0
     if path == "driver":  # the command, resuming the checkpoint: exit 1 and the same line, nothing else on stderr
         done = subprocess.run([INGEST, "run", str(config.file), "--available-now"], capture_output=True, text=True,
                               timeout=300)
         assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and outcome.reason in lines[0], done.stderr
-        assert spark.read.format("delta").load(config.table_path).count() == 0
+        assert len(table_rows(config.table_path)) == 0
 
 
 def test_spark_and_duckdb_flag_the_same_rows(spark) -> None:
@@ -230,10 +230,10 @@ def test_verify_checks_bronze_against_the_rules_and_reprocess_follows_them_as_th
     result = quarantine.redecode(spark, relaxed)
     negative = {p.offset for p, _ in produced if p.record["amount"] <= 0}
     assert (result.examined, result.redecoded, result.still_failing, result.errors_changed) == (9, 3, 6, 1)
-    bronze = spark.read.format("delta").load(config.table_path).collect()
+    bronze = table_rows(config.table_path)
     assert_exactly_produced(bronze, [p for p, _ in produced if p.offset not in negative])
     held = {r["_kafka_offset"]: r["_error_message"] for r in
-            spark.read.format("delta").load(config.quarantine_path).collect()}
+            table_rows(config.quarantine_path)}
     assert held == dict.fromkeys(negative, "positive_amount")  # seq 16 broke both: now only the one left
     assert verify.audit(DeltaRsReader(), relaxed).ok
 

@@ -26,6 +26,7 @@ from ingestion.decode.python_decoder import decode_in_python
 from ingestion.decode.spec import DecodeSpec
 from ingestion.decode.wire import encode
 from ingestion.delta import ledger
+from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.errors import ConfigError
 from ingestion.stream import setup
 from ingestion.stream.batch import WritePath
@@ -318,14 +319,14 @@ def test_every_batch_is_written_once_its_unverified_records_decoded_in_python_in
         bronze.quarantine_rows(decode_in_python(shifted(kafka_rows, 100), s), batch_id=1, ingested_at=now))
 
     # Ledger: each commit records what the Python decoder's summary would have recorded.
-    records = {r.batch_id: r for r in ledger.history(spark, config.table_path)}
+    records = {r.batch_id: r for r in DeltaRsReader().history(config.table_path)}
     for batch_id, frame in ((0, clean), (1, shifted(kafka_rows, 100))):
         expected, failed = ledger.batch_records(bronze.batch_stats(decode_in_python(frame, s)), pipeline=config.name,
                                                 batch_id=batch_id, kind="stream", app_id="app",
                                                 quarantine_app_id="app.quarantine")
         assert records[batch_id] == expected
         if failed is not None:
-            assert [r for r in ledger.history(spark, config.quarantine_path) if r.batch_id == batch_id] == [failed]
+            assert [r for r in DeltaRsReader().history(config.quarantine_path) if r.batch_id == batch_id] == [failed]
     assert records[3].ranges == tuple(replace(r, first=r.first + 300, last=r.last + 300) for r in records[0].ranges)
     assert [(a, v) for _, a, v in delta_txns(Path(config.table_path))] == [("app", b) for b in range(4)]
     assert [(a, v) for _, a, v in delta_txns(Path(config.quarantine_path))] == [("app.quarantine", 1),
@@ -355,7 +356,7 @@ def test_a_table_partitioned_by_a_kafka_coordinate_commits_in_one_pass(spark: An
     assert results[0].max_timestamp == dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     expected, _ = ledger.batch_records(bronze.batch_stats(decode_in_python(clean, s)), pipeline=config.name, batch_id=0,
                                        kind="stream", app_id="app", quarantine_app_id="app.quarantine")
-    assert [r for r in ledger.history(spark, config.table_path) if r.batch_id == 0] == [expected]
+    assert [r for r in DeltaRsReader().history(config.table_path) if r.batch_id == 0] == [expected]
     assert {p.name for p in Path(config.table_path).iterdir() if not p.name.startswith("_delta")} == {
         "_kafka_partition=0", "_kafka_partition=1"}
     table = spark.read.format("delta").load(config.table_path)

@@ -14,11 +14,13 @@ from typing import Any
 import pytest
 
 from ingestion.config import load_pipeline
+from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.dev.samples import produce_orders
 from ingestion.errors import IngestionError
 from ingestion.ops import status, verify
 from ingestion.ops.onboard import onboard
 from ingestion.stream import launch, pipeline
+from tests.helpers import table_rows
 
 pytestmark = pytest.mark.integration
 
@@ -88,7 +90,7 @@ def test_a_pipeline_takes_over_exactly_where_a_consumer_group_left_off(
     expected = sorted((r.partition, r.offset) for r in produced if r.offset >= committed.get(r.partition, 0))
     assert _held(spark, config) == expected
 
-    audit = verify.audit(spark, config)
+    audit = verify.audit(DeltaRsReader(), config)
     assert audit.ok, verify.render(audit)
     reason = f"before the start taken over from consumer group {group!r} (not ingested by design)"
     assert {p.partition: p.explained.get(reason) for p in audit.partitions} == {
@@ -106,5 +108,4 @@ def test_a_pipeline_takes_over_exactly_where_a_consumer_group_left_off(
 
 
 def _held(spark: Any, config: Any) -> list[tuple[int, int]]:
-    rows = spark.read.format("delta").load(config.table_path).select("_kafka_partition", "_kafka_offset").collect()
-    return sorted((r[0], r[1]) for r in rows)
+    return sorted((r["_kafka_partition"], r["_kafka_offset"]) for r in table_rows(config.table_path))

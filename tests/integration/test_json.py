@@ -29,7 +29,7 @@ from ingestion.ops.onboard import onboard
 from ingestion.schema.registry import registry_client
 from ingestion.stream import pipeline
 from tests.conftest import missing_tool, pipeline_yaml
-from tests.helpers import decode_both_ways, wait_rows
+from tests.helpers import decode_both_ways, table_rows, wait_rows
 from tests.unit.test_json import (
     BODIES,
     CONNECT_SCHEMA,
@@ -104,9 +104,9 @@ def landed(spark: Any, kafka_servers: str, tmp_path_factory: pytest.TempPathFact
 
 
 def _collect(spark: Any, config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    rows = {r["id"]: r.asDict(recursive=True) for r in spark.read.format("delta").load(config.table_path).collect()}
+    rows = {r["id"]: r.asDict(recursive=True) for r in table_rows(config.table_path)}
     failed = {bytes(r["_kafka_key"]).decode(): r.asDict() for r in
-              spark.read.format("delta").load(config.quarantine_path).collect()}
+              table_rows(config.quarantine_path)}
     return rows, failed
 
 
@@ -152,7 +152,7 @@ def _jsonschema_run(spark: Any, servers: str, tmp: Path) -> dict[str, Any]:
         extra=f"value:\n  format: jsonschema\n  registry:\n    url: \"{url}\"\n"))
     running = start_pipeline(spark, config)
     try:
-        wait_rows(spark, config.table_path, 8)
+        wait_rows(config.table_path, 8)
         # Version 2 adds `channel`; its first record registers it, mid-stream.
         serialize_v2 = JSONSerializer(with_reference(ORDER_V2), client, conf={"auto.register.schemas": True})
         for seq in range(8, 12):
@@ -160,8 +160,8 @@ def _jsonschema_run(spark: Any, servers: str, tmp: Path) -> dict[str, Any]:
             producer.produce(topic, key=doc["id"].encode(), value=serialize_v2(doc, context), partition=seq % 2)
             produced[doc["id"]] = doc
         producer.flush(30)
-        wait_rows(spark, config.table_path, 12)
-        wait_rows(spark, config.quarantine_path, len(BODIES) + len(wrong) + 1)
+        wait_rows(config.table_path, 12)
+        wait_rows(config.quarantine_path, len(BODIES) + len(wrong) + 1)
     finally:
         pipeline.stop(spark, running)
     rows, failed = _collect(spark, config)
@@ -239,9 +239,9 @@ def _debezium_run(spark: Any, servers: str, tmp: Path) -> dict[str, Any]:
               "silver:\n  key: [id]\n  envelope: debezium\n"))
     pipeline.run(spark, config, available_now=True)
     assert config.silver_path is not None
-    silver = spark.read.format("delta").load(config.silver_path).collect()
+    silver = table_rows(config.silver_path)
     return {"model": model, "silver": [r.asDict(recursive=True) for r in silver],
-            "quarantined": spark.read.format("delta").load(config.quarantine_path).count()}
+            "quarantined": len(table_rows(config.quarantine_path))}
 
 
 def test_json_schema_records_land_every_field_and_a_new_version_adds_a_column(landed: dict[str, Any]) -> None:

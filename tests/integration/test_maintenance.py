@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from pyspark.sql import Row
 
 from ingestion.config import load_pipeline
 from ingestion.delta import ledger
@@ -24,7 +25,7 @@ from ingestion.ops import catalog, history, rewind, status, verify
 from ingestion.ops.maintain import maintain
 from ingestion.stream import context, pipeline, setup
 from tests.conftest import pipeline_yaml
-from tests.helpers import append_in_commits, assert_exactly_produced
+from tests.helpers import append_in_commits, assert_exactly_produced, table_rows
 
 pytestmark = pytest.mark.integration
 
@@ -32,11 +33,8 @@ INGEST = str(Path(sys.executable).parent / "ingest")
 
 
 def _rows(spark, path: str, version: int | None = None) -> list:
-    reader = spark.read.format("delta")
-    if version is not None:
-        reader = reader.option("versionAsOf", version)
-    return sorted(reader.load(path).drop("_ingested_at").collect(),
-                  key=lambda r: (r["_kafka_partition"], r["_kafka_offset"]))
+    rows = [Row(**{k: v for k, v in r.asDict().items() if k != "_ingested_at"}) for r in table_rows(path, version)]
+    return sorted(rows, key=lambda r: (r["_kafka_partition"], r["_kafka_offset"]))
 
 
 def _small_commits(spark, kafka_servers, topic, orders_schema, tmp_path: Path, commits: int, *, records: int,
@@ -81,7 +79,7 @@ def test_maintain_compacts_many_small_commits_and_keeps_rows_ledger_and_time_tra
     assert bronze.before.count == 200 and bronze.files_removed == 200
     assert bronze.after.count <= max(1, math.ceil(bronze.before.bytes / config.maintenance.target_bytes))
     assert _rows(spark, config.table_path) == pre  # the same rows
-    assert_exactly_produced(spark.read.format("delta").load(config.table_path).collect(), produced)
+    assert_exactly_produced(table_rows(config.table_path), produced)
     assert _rows(spark, config.table_path, pre_version) == at_pre_version  # time travel before the OPTIMIZE
 
     records = DeltaRsReader().history(config.table_path)
@@ -148,10 +146,10 @@ def test_optimize_beside_a_streaming_run_loses_and_duplicates_nothing(
     produced += more
     pipeline.run(spark, config, available_now=True)  # whatever the stream had not reached yet
     assert all(b.committed for b in running.batches), [b for b in running.batches if not b.committed]
-    kinds = [r.kind for r in ledger.history(spark, config.table_path)]
+    kinds = [r.kind for r in DeltaRsReader().history(config.table_path)]
     assert "optimize" in kinds and kinds.index("optimize") < len(kinds) - 1 - kinds[::-1].index("stream")
     assert running.maintenance is not None and running.maintenance.runs, "no scheduled maintenance ran"
-    assert_exactly_produced(spark.read.format("delta").load(config.table_path).collect(), produced)
+    assert_exactly_produced(table_rows(config.table_path), produced)
     audit = verify.audit(DeltaRsReader(), config)
     assert audit.ok, verify.render(audit)
 
@@ -177,7 +175,7 @@ def test_vacuum_honours_the_retention_and_rewind_beyond_it_fails_clearly(
     existing = {f for f in first_files | second_files if Path(f.removeprefix("file:")).exists()}
     assert not existing & first_files, "files removed before the retention were kept"
     assert second_files <= existing, "files removed inside the retention were deleted"
-    assert_exactly_produced(spark.read.format("delta").load(config.table_path).collect(), produced + more)
+    assert_exactly_produced(table_rows(config.table_path), produced + more)
 
     # The window slides with the clock (10 s here), so each answer is at least the one before it, and past every
     # version whose files VACUUM deleted.

@@ -20,6 +20,7 @@ from ingestion import start_pipeline
 from ingestion.config import load_pipeline
 from ingestion.decode.wire import encode
 from ingestion.delta import ledger
+from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.dev.samples import avro_body, order
 from ingestion.errors import IngestionError
 from ingestion.kafka import clients as kafka_admin
@@ -27,6 +28,7 @@ from ingestion.ops.onboard import onboard
 from ingestion.schema.registry import registry_client
 from ingestion.stream import pipeline
 from tests.conftest import pipeline_yaml
+from tests.helpers import table_rows, wait_rows
 
 pytestmark = pytest.mark.integration
 
@@ -38,14 +40,6 @@ def _versions(orders_schema: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     v3["fields"].append({"name": "coupon", "type": ["null", "string"], "default": None})
     return orders_schema, v2, v3
 
-
-def _wait_rows(spark: Any, path: str, n: int, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if ledger.is_table(spark, path) and spark.read.format("delta").load(path).count() >= n:
-            return
-        time.sleep(1)
-    raise AssertionError(f"{path} did not reach {n} rows")
 
 
 def test_v1_v2_v3_interleaved_mid_stream_evolve_the_table_and_an_incompatible_version_is_quarantined(
@@ -80,12 +74,12 @@ def test_v1_v2_v3_interleaved_mid_stream_evolve_the_table_and_an_incompatible_ve
     producer.flush(30)
     running = start_pipeline(spark, config)
     try:
-        _wait_rows(spark, config.table_path, 10)
+        wait_rows(config.table_path, 10)
         ids.append(registry.register_schema(subject, Schema(json.dumps(v2), "AVRO")))  # mid-stream
         for seq in range(10, 30):
             send(1 if seq % 2 else 2, seq)
         producer.flush(30)
-        _wait_rows(spark, config.table_path, 30)
+        wait_rows(config.table_path, 30)
         ids.append(registry.register_schema(subject, Schema(json.dumps(v3), "AVRO")))
         for seq in range(30, 60):
             send(seq % 3 + 1, seq)
@@ -96,12 +90,12 @@ def test_v1_v2_v3_interleaved_mid_stream_evolve_the_table_and_an_incompatible_ve
         bad_record = {**order(99, random.Random(99)), "customer_id": "not-a-number", "channel": "x", "coupon": None}
         producer.produce(topic, value=encode(bad_id, avro_body(bad, bad_record)), partition=0)
         producer.flush(30)
-        _wait_rows(spark, config.table_path, 60)
-        _wait_rows(spark, config.quarantine_path, 1)
+        wait_rows(config.table_path, 60)
+        wait_rows(config.quarantine_path, 1)
     finally:
         pipeline.stop(spark, running)
 
-    rows = {r["order_id"]: r for r in spark.read.format("delta").load(config.table_path).collect()}
+    rows = {r["order_id"]: r for r in table_rows(config.table_path)}
     assert len(rows) == 60
     columns = spark.read.format("delta").load(config.table_path).columns
     assert {"channel", "coupon"} <= set(columns)
@@ -116,7 +110,7 @@ def test_v1_v2_v3_interleaved_mid_stream_evolve_the_table_and_an_incompatible_ve
     # v1 records decoded after the table evolved get v2's default, as Avro's resolution rules say
     late_v1 = [rows[r["order_id"]] for v, r in produced if v == 1 and int(r["order_id"][2:]) >= 30]
     assert late_v1 and all(r["channel"] == "web" for r in late_v1)
-    (quarantined,) = spark.read.format("delta").load(config.quarantine_path).collect()
+    (quarantined,) = table_rows(config.quarantine_path)
     assert quarantined["_schema_id"] == bad_id and quarantined["_error_class"] == "SchemaResolutionError"
 
 
@@ -138,7 +132,7 @@ def test_every_start_position(spark, kafka_servers, make_topic, orders_schema, t
                                              extra=f"source:\n{source}"))
         pipeline.run(spark, config, available_now=True)
         return {(r["_kafka_partition"], r["_kafka_offset"])
-                for r in spark.read.format("delta").load(config.table_path).collect()}
+                for r in table_rows(config.table_path)}
 
     everything = {(p, o) for p in (0, 1) for o in range(10)}
     assert ingest("earliest", "  startingOffsets: earliest\n") == everything
@@ -173,9 +167,9 @@ def test_run_all_reports_a_failing_pipeline_by_name_and_the_other_completes(
     assert outcome["good"] == pipeline.RunOutcome(pipeline.RunStatus.FINISHED)
     assert outcome["bad"].status is pipeline.RunStatus.FAILED
     assert outcome["bad"].reason.startswith(f"cannot decode record {bad_topic}/0@0: WireFormatError")
-    assert spark.read.format("delta").load(good.table_path).count() == 30
-    assert len({r.app_id for r in ledger.history(spark, good.table_path)}) == 1
-    assert spark.read.format("delta").load(bad.table_path).count() == 0
+    assert len(table_rows(good.table_path)) == 30
+    assert len({r.app_id for r in DeltaRsReader().history(good.table_path)}) == 1
+    assert len(table_rows(bad.table_path)) == 0
     # each pipeline's batches ran in a scheduler pool of its own (Spark makes a pool when a job first names it)
     for config in (good, bad):
         assert spark._jsc.sc().getPoolForName(pipeline.pool_name(config)).isDefined(), config.name
@@ -343,19 +337,19 @@ def test_plain_avro_values_with_avro_keys_or_no_keys(spark, kafka_servers, make_
                                         extra="value:\n  format: avro\n  subject: orders-value\n"
                                               "key:\n  format: avro\n  subject: customer-key\n"))
     pipeline.run(spark, keyed, available_now=True)
-    rows = sorted(spark.read.format("delta").load(keyed.table_path).collect(), key=lambda r: r["_kafka_offset"])
+    rows = sorted(table_rows(keyed.table_path), key=lambda r: r["_kafka_offset"])
     assert [r["order_id"] for r in rows] == [r["order_id"] for r in records]
     assert [r["_kafka_key"].asDict() for r in rows] == [
         {"customer": r["customer_id"], "region": f"r{i}"} for i, r in enumerate(records)]
     assert {r["_schema_id"] for r in rows} == {1}
-    (bad,) = spark.read.format("delta").load(keyed.quarantine_path).collect()
+    (bad,) = table_rows(keyed.quarantine_path)
     assert (bad["_kafka_offset"], bad["_error_class"], bytes(bad["_kafka_key"])) == (3, "KeyDecodeError", b"not-avro")
 
     unkeyed = load_pipeline(pipeline_yaml(tmp_path / "unkeyed", topic=topic, servers=kafka_servers,
                                           extra="value:\n  format: avro\n  subject: orders-value\n"
                                                 "key:\n  format: none\n"))
     pipeline.run(spark, unkeyed, available_now=True)
-    rows = spark.read.format("delta").load(unkeyed.table_path).collect()
+    rows = table_rows(unkeyed.table_path)
     assert len(rows) == 4 and {r["_kafka_key"] for r in rows} == {None}
 
 
@@ -415,10 +409,10 @@ def test_the_documented_test_record_snippet_lands_in_bronze(spark, kafka_servers
     exec(compile(code, "docs/operations.md", "exec"), {})  # the documented snippet, as written
     config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers))
     pipeline.run(spark, config, available_now=True)
-    rows = spark.read.format("delta").load(config.table_path).collect()
+    rows = table_rows(config.table_path)
     assert [(r["order_id"], r["customer_id"], str(r["amount"]), r["items"][0]["sku"], r["_schema_id"])
             for r in rows] == [("o-1", 42, "12.34", "SKU-1", 1)]
-    assert spark.read.format("delta").load(config.quarantine_path).count() == 0
+    assert len(table_rows(config.quarantine_path)) == 0
 
 
 def test_onboard_of_a_debezium_connect_json_pipeline_whose_schema_file_is_laid_out_differently(

@@ -17,7 +17,7 @@ from ingestion.schema.registry import registry_client
 from ingestion.stream import context, launch, pipeline, setup
 from tests import protobuf as shop
 from tests.conftest import pipeline_yaml
-from tests.helpers import decode_both_ways
+from tests.helpers import decode_both_ways, table_rows
 
 pytestmark = pytest.mark.integration
 
@@ -92,12 +92,12 @@ def test_the_records_message_indexes_choose_the_table_message_and_a_restart_keep
 
 
 def _assert_rows(spark: Any, config: Any, produced: dict[str, Any], quarantined: set[str]) -> None:
-    rows = {r["id"]: r.asDict(recursive=True) for r in spark.read.format("delta").load(config.table_path).collect()}
+    rows = {r["id"]: r.asDict(recursive=True) for r in table_rows(config.table_path)}
     assert sorted(rows) == sorted(produced)
     for key, want in produced.items():
         assert {name: rows[key][name] for name in want} == want, key
     failed = {bytes(r["_kafka_key"]).decode(): r for r in
-              spark.read.format("delta").load(config.quarantine_path).collect()}
+              table_rows(config.quarantine_path)}
     assert sorted(failed) == sorted(quarantined)
     assert {(r["_error_class"], r["_error_message"]) for r in failed.values()} == {("MessageTypeError", WRONG_MESSAGE)}
 

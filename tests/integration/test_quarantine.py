@@ -12,11 +12,12 @@ import pytest
 from ingestion.config import load_pipeline
 from ingestion.decode.wire import encode
 from ingestion.delta import ledger
+from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.dev.samples import avro_body, order
 from ingestion.kafka import clients as kafka_admin
 from ingestion.stream import pipeline
 from tests.conftest import pipeline_yaml
-from tests.helpers import commits_without_txn, delta_txns
+from tests.helpers import commits_without_txn, delta_txns, table_rows
 
 pytestmark = pytest.mark.integration
 
@@ -100,8 +101,8 @@ def test_every_bad_case_is_quarantined_and_every_offset_lands_once(spark, kafka_
             and not v.startswith("Delta Table State")} == {}
     assert any(b.quarantined for b in running.batches)
 
-    bronze = spark.read.format("delta").load(config.table_path).collect()
-    quarantine = spark.read.format("delta").load(config.quarantine_path).collect()
+    bronze = table_rows(config.table_path)
+    quarantine = table_rows(config.quarantine_path)
     # The invariant: per partition, bronze and quarantine together hold every offset of the topic exactly once.
     seen = Counter([(r["_kafka_partition"], r["_kafka_offset"]) for r in bronze] +
                    [(r["_kafka_partition"], r["_kafka_offset"]) for r in quarantine])
@@ -130,7 +131,7 @@ def test_every_bad_case_is_quarantined_and_every_offset_lands_once(spark, kafka_
     # The stream did not stop, and each quarantine commit records its offsets like bronze's.
     assert sum(b.quarantined for b in running.batches) == len(quarantine)
     recorded = {(r.batch_id, x.partition): (x.first, x.last, x.count)
-                for r in ledger.history(spark, config.quarantine_path) for x in r.ranges}
+                for r in DeltaRsReader().history(config.quarantine_path) for x in r.ranges}
     actual: dict[tuple[int, int], list[int]] = {}
     for r in quarantine:
         actual.setdefault((r["_batch_id"], r["_kafka_partition"]), []).append(r["_kafka_offset"])
@@ -160,20 +161,20 @@ def test_reprocess_moves_what_now_decodes_exactly_once_and_twice_changes_nothing
     producer.flush(30)
     config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers))
     pipeline.run(spark, config, available_now=True)
-    q_before = spark.read.format("delta").load(config.quarantine_path)
-    assert sorted(r["_error_class"] for r in q_before.collect()) == ["UnknownSchemaError"] * 4 + ["WireFormatError"]
+    assert sorted(r["_error_class"] for r in table_rows(config.quarantine_path)) == [
+        "UnknownSchemaError"] * 4 + ["WireFormatError"]
 
     # The missing schema gets registered (same schema, new id, as happens when a producer re-registers it).
     (schemas / "orders-value" / "7.avsc").write_text(json.dumps(orders_schema))
     result = quarantine.redecode(spark, config)
 
     assert (result.examined, result.redecoded, result.already_in_bronze, result.still_failing) == (5, 4, 0, 1)
-    bronze_rows = spark.read.format("delta").load(config.table_path).collect()
+    bronze_rows = table_rows(config.table_path)
     assert sorted(r["order_id"] for r in bronze_rows) == [f"o-{i:08d}" for i in range(12)]
     assert sorted(r["_schema_id"] for r in bronze_rows) == [1] * 8 + [7] * 4
-    left = spark.read.format("delta").load(config.quarantine_path).collect()
+    left = table_rows(config.quarantine_path)
     assert [(r["_kafka_partition"], r["_error_class"]) for r in left] == [(0, "WireFormatError")]
-    assert ledger.history(spark, config.table_path)[-1].kind == "redecode"
+    assert DeltaRsReader().history(config.table_path)[-1].kind == "redecode"
     # Both of its commits carry its transaction id (Delta skips a repeat), as every stream commit does.
     bronze_version, quarantine_version = (ledger.table_version(spark, p) for p in (config.table_path,
                                                                                     config.quarantine_path))
@@ -217,7 +218,7 @@ def test_reprocess_into_an_additive_version_no_run_has_seen_evolves_bronze_and_a
     producer.flush(30)
     config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers))
     pipeline.run(spark, config, available_now=True)
-    assert spark.read.format("delta").load(config.quarantine_path).count() == 3
+    assert len(table_rows(config.quarantine_path)) == 3
     before = ledger.table_version(spark, config.table_path)
     assert before is not None
 
@@ -227,19 +228,19 @@ def test_reprocess_into_an_additive_version_no_run_has_seen_evolves_bronze_and_a
     assert (result.examined, result.redecoded, result.already_in_bronze, result.still_failing) == (3, 3, 0, 0)
     bronze = spark.read.format("delta").load(config.table_path)
     assert bronze.columns[-2:] == ["_ingested_at", "channel"]  # where docs/columns.md says an added field goes
-    assert sorted((r["order_id"], r["channel"], r["_kafka_offset"]) for r in bronze.collect()) == [
+    assert sorted((r["order_id"], r["channel"], r["_kafka_offset"]) for r in table_rows(config.table_path)) == [
         ("o-00000000", None, 0), ("o-00000001", None, 1), ("o-00000002", None, 2),
         ("o-00000003", "web-3", 3), ("o-00000004", "web-4", 4), ("o-00000005", "web-5", 5)]
-    assert spark.read.format("delta").load(config.quarantine_path).count() == 0
+    assert len(table_rows(config.quarantine_path)) == 0
     again = quarantine.redecode(spark, config)
     assert (again.examined, again.redecoded) == (0, 0)
 
     undone = rewind.rewind(spark, config, to_version=before)
     assert (undone.undone_reprocesses, undone.requarantined) == ((result.bronze_version,), 3)
-    assert spark.read.format("delta").load(config.quarantine_path).count() == 3
+    assert len(table_rows(config.quarantine_path)) == 3
     redone = quarantine.redecode(spark, config)
     assert (redone.redecoded, redone.already_in_bronze) == (3, 0)
-    offsets = [r["_kafka_offset"] for r in spark.read.format("delta").load(config.table_path).collect()]
+    offsets = [r["_kafka_offset"] for r in table_rows(config.table_path)]
     assert sorted(offsets) == [0, 1, 2, 3, 4, 5]
     # A second rewind to the same version undoes the reprocess made after the first one, not the first one again.
     assert rewind.rewind(spark, config, to_version=before).undone_reprocesses == (redone.bronze_version,)
@@ -270,7 +271,7 @@ def test_reprocess_into_a_widening_version_widens_bronze_as_the_stream_would(
     config = load_pipeline(pipeline_yaml(tmp_path, topic=topic, servers=kafka_servers,
                                          extra="value:\n  format: confluent\n  subject: readings-value\n"))
     pipeline.run(spark, config, available_now=True)
-    assert spark.read.format("delta").load(config.quarantine_path).count() == 1
+    assert len(table_rows(config.quarantine_path)) == 1
 
     (tmp_path / "schemas" / "readings-value" / "2.avsc").write_text(json.dumps(v2))
     result = quarantine.redecode(spark, config)
@@ -278,4 +279,5 @@ def test_reprocess_into_a_widening_version_widens_bronze_as_the_stream_would(
     assert (result.examined, result.redecoded, result.still_failing) == (1, 1, 0)
     bronze = spark.read.format("delta").load(config.table_path)
     assert bronze.schema["n"].dataType.simpleString() == "bigint"
-    assert sorted((r["id"], r["n"], r["unit"]) for r in bronze.collect()) == [("a", 1, None), ("b", 2**40, "kg")]
+    assert sorted((r["id"], r["n"], r["unit"]) for r in bronze.collect()) == [
+        ("a", 1, None), ("b", 2**40, "kg")]

@@ -19,7 +19,7 @@ import pytest
 
 from ingestion.config import PipelineConfig, load_pipeline
 from ingestion.stream import checkpoint, pipeline
-from tests.helpers import commits_without_txn, delta_txns, pipeline_head, routed_by_field, wait_rows
+from tests.helpers import commits_without_txn, delta_txns, pipeline_head, routed_by_field, table_rows, wait_rows
 
 NAMESPACE = "com.acme.orders"
 TYPES: dict[str, list[dict[str, Any]]] = {
@@ -138,7 +138,7 @@ sink:
 
 
 def route_rows(spark: Any, config: PipelineConfig, kind: str) -> list[Any]:
-    return spark.read.format("delta").load(config.route_path(config.route_table(kind))).collect()
+    return table_rows(config.route_path(config.route_table(kind)))
 
 
 def assert_route_tables(spark: Any, config: PipelineConfig, produced: Producer, kinds: list[str]) -> None:
@@ -172,15 +172,15 @@ def test_record_types_of_one_topic_land_each_in_its_table_and_a_new_type_gets_on
     running = pipeline.start(spark, config)
     try:
         for kind in kinds:
-            wait_rows(spark, config.route_path(config.route_table(kind)), len(produced.of(kind)))
+            wait_rows(config.route_path(config.route_table(kind)), len(produced.of(kind)))
         produced.send(["OrderShipped"] * 5 + ["OrderPaid"] * 2)  # a type registered now: its table comes mid-run
-        wait_rows(spark, config.route_path("shop_ordershipped"), 5)
-        wait_rows(spark, config.route_path("shop_orderpaid"), len(produced.of("OrderPaid")))
+        wait_rows(config.route_path("shop_ordershipped"), 5)
+        wait_rows(config.route_path("shop_orderpaid"), len(produced.of("OrderPaid")))
         assert running.query.isActive
     finally:
         pipeline.stop(spark, running)
     assert_route_tables(spark, config, produced, [*kinds, "OrderShipped"])
-    failed = {bytes(r["_kafka_value"]): r for r in spark.read.format("delta").load(config.quarantine_path).collect()}
+    failed = {bytes(r["_kafka_value"]): r for r in table_rows(config.quarantine_path)}
     assert sorted(failed) == sorted([b"not avro", stray_id.to_bytes(5, "big") + b"\x02x"])
     assert {r["_error_class"] for r in failed.values()} == {"RouteError"}
     assert "no Confluent header" in failed[b"not avro"]["_error_message"]
@@ -225,12 +225,12 @@ def test_routing_by_header_splits_on_both_write_paths_and_quarantines_a_record_w
     assert paths == {WritePath.SPARK, WritePath.DRIVER}  # new routes' tables by Spark, then the driver's batches
     assert sum(b.tables["hdr_created"][0] for b in ran.batches) == 15  # per table, as MLflow's rows_<table>
     for kind, table in (("Created", "hdr_created"), ("paid-v2", "hdr_paid_v2")):
-        rows = spark.read.format("delta").load(config.route_path(table)).collect()
+        rows = table_rows(config.route_path(table))
         want = {k: v for k, (t, v) in produced.items() if t == kind}
         assert sorted((r["_kafka_partition"], r["_kafka_offset"]) for r in rows) == sorted(want)
         assert all(as_produced(r.asDict(recursive=False)) == want[(r["_kafka_partition"], r["_kafka_offset"])]
                    for r in rows)
-    failed = spark.read.format("delta").load(config.quarantine_path).collect()
+    failed = table_rows(config.quarantine_path)
     assert [(r["_kafka_partition"], r["_kafka_offset"], r["_error_class"]) for r in failed] == \
         [(p, o, "RouteError") for (p, o), (t, _) in produced.items() if t is None]
     assert "'event-type'" in failed[0]["_error_message"]
@@ -322,16 +322,16 @@ routing:
     send(first, 3)
     running = pipeline.start(spark, config)
     try:
-        wait_rows(spark, config.route_path(config.route_table(first)), 3)
+        wait_rows(config.route_path(config.route_table(first)), 3)
         later = f"{prefix}-Later.2"
         create_topic({"bootstrap.servers": kafka_servers}, later, 2)
         send(later, 4)
-        wait_rows(spark, config.route_path(config.route_table(later)), 4, timeout=180)
+        wait_rows(config.route_path(config.route_table(later)), 4, timeout=180)
         assert running.query.isActive
     finally:
         pipeline.stop(spark, running)
     for topic, n in ((first, 3), (later, 4)):
-        rows = spark.read.format("delta").load(config.route_path(config.route_table(topic))).collect()
+        rows = table_rows(config.route_path(config.route_table(topic)))
         assert sorted(r["id"] for r in rows) == list(range(n)) and {r["_kafka_topic"] for r in rows} == {topic}
     assert config.route_table(later) == "raw_" + later.replace("-", "_").replace(".", "_").lower()
 
@@ -351,10 +351,10 @@ def test_routing_by_a_field_of_json_records(spark: Any, kafka_servers: str, make
                                            routing="  tables: {Refund: refunds}\n"))
     pipeline.run(spark, config, available_now=True)
     for kind, table in (("Sale", "outbox_sale"), ("Refund", "refunds")):
-        rows = spark.read.format("delta").load(config.route_path(table)).collect()
+        rows = table_rows(config.route_path(table))
         assert sorted((r["id"], r["kind"], r["note"]) for r in rows) == \
             [(d["id"], kind, d["note"]) for d in sent if d.get("kind") == kind]
-    failed = spark.read.format("delta").load(config.quarantine_path).collect()
+    failed = table_rows(config.quarantine_path)
     assert [(r["_error_class"], json.loads(r["_kafka_value"])) for r in failed] == [("RouteError", {"id": 99})]
 
 
@@ -437,8 +437,7 @@ routing:
 
 
 def held(spark: Any, path: str) -> Counter[tuple[int, int]]:
-    return Counter((r["_kafka_partition"], r["_kafka_offset"])
-                   for r in spark.read.format("delta").load(path).select("_kafka_partition", "_kafka_offset").collect())
+    return Counter((r["_kafka_partition"], r["_kafka_offset"]) for r in table_rows(path))
 
 
 def assert_each_once_in_its_table(spark: Any, config: PipelineConfig,
@@ -552,7 +551,7 @@ def test_quarantine_reprocess_moves_each_record_into_its_route_table(
     produced = send_by_header(kafka_servers, topic, kinds, schema_id=lambda seq: 7 if seq in (0, 3, 8) else 1)
     config = header_yaml(tmp_path, "redo", topic, kafka_servers)
     pipeline.run(spark, config, available_now=True)
-    failed = spark.read.format("delta").load(config.quarantine_path).collect()
+    failed = table_rows(config.quarantine_path)
     assert sorted(r["_error_class"] for r in failed) == ["RouteError"] + ["UnknownSchemaError"] * 3
 
     (schemas / "orders-value" / "7.avsc").write_text((REPO / "schemas" / "orders-value" / "1.avsc").read_text())
@@ -561,7 +560,7 @@ def test_quarantine_reprocess_moves_each_record_into_its_route_table(
     assert dict(result.tables) == {"redo_created": 2, "redo_paid": 1}  # seq 0, 8 (Created), 4 (Paid)
     assert "route tables: redo_created 2, redo_paid 1" in quarantine.render_redecode(result)
     assert_each_once_in_its_table(spark, config, produced)
-    rows = spark.read.format("delta").load(config.route_path("redo_created")).collect()
+    rows = table_rows(config.route_path("redo_created"))
     assert sorted(r["_schema_id"] for r in rows) == [1] * 4 + [7] * 2
     assert ledger_kinds(config.route_path("redo_created"))[-1] == "redecode"
     assert delta_txns(Path(config.route_path("redo_created")))[-1][1:] == ("redecode.redo_created", 0)

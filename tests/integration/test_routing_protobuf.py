@@ -17,10 +17,12 @@ from typing import Any
 import pytest
 
 from ingestion.config import load_pipeline
+from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.ops import verify
 from ingestion.stream import pipeline
 from ingestion.stream.batch import WritePath
 from tests import protobuf as shop
+from tests.helpers import table_rows
 from tests.integration.test_routing import Registry
 
 pytestmark = pytest.mark.integration
@@ -95,14 +97,14 @@ routing:
     config = load_pipeline(path)
     try:
         ran = pipeline.run(spark, config, available_now=True)
-        audit = verify.audit(spark, config)
+        audit = verify.audit(DeltaRsReader(), config)
     finally:
         registry.server.stop()
     # new routes' tables by Spark; then batches of known routes by the driver; the record without framing by Spark
     assert {b.path for b in ran.batches if b.rows} == {WritePath.SPARK, WritePath.DRIVER}
     tables = {shop.AUDIT: "bar_audits", shop.TWO_ORDER: "bar_order", LINE: "bar_line"}
     for name, table in tables.items():
-        rows = spark.read.format("delta").load(config.route_path(table)).collect()
+        rows = table_rows(config.route_path(table))
         want = {k: v for k, (m, v) in produced.items() if m == name}
         assert sorted((r["_kafka_partition"], r["_kafka_offset"]) for r in rows) == sorted(want), name
         for row in rows:
@@ -111,7 +113,7 @@ routing:
             assert {k: got[k] for k in expected} == expected, name
         assert set(rows[0].asDict()) - {f for f in rows[0].asDict() if f.startswith("_")} == set(
             shop.two_class(name).DESCRIPTOR.fields_by_name), name  # the message's own columns
-    failed = spark.read.format("delta").load(config.quarantine_path).collect()
+    failed = table_rows(config.quarantine_path)
     assert [(bytes(r["_kafka_value"]), r["_error_class"]) for r in failed] == [(b"no framing", "RouteError")]
     assert "message-index array" in failed[0]["_error_message"]
     assert audit.ok, json.dumps(audit.to_json())[:2000]

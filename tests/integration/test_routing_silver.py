@@ -16,7 +16,7 @@ from ingestion.cli import main
 from ingestion.config import load_pipeline
 from ingestion.silver import ledger
 from ingestion.stream import pipeline
-from tests.helpers import routed_by_field
+from tests.helpers import routed_by_field, table_rows
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +55,7 @@ def test_a_route_keeps_a_silver_table_equal_to_the_fold_of_its_records(
         return newest
 
     def silver_rows() -> dict[int, tuple[str, int]]:
-        rows = spark.read.format("delta").load(sale.silver_path).collect()
+        rows = table_rows(sale.silver_path)
         assert len({r["id"] for r in rows}) == len(rows), "one row per key"
         return {r["id"]: (r["note"], r["qty"]) for r in rows}
 

@@ -21,7 +21,7 @@ from ingestion.ops import shadow, shadow_diff, verify
 from ingestion.stream import pipeline
 from ingestion.stream.lock import PipelineRunning, WriterLock
 from tests.conftest import pipeline_yaml
-from tests.helpers import commits_without_txn, delta_txns
+from tests.helpers import commits_without_txn, delta_txns, table_rows
 
 pytestmark = pytest.mark.integration
 
@@ -73,10 +73,7 @@ def _produce(servers: str, topic: str, seqs: range, ids: int = 0) -> dict[tuple[
 
 
 def _rows(spark: Any, path: str, version: int | None = None) -> dict[tuple[int, int], dict[str, Any]]:
-    reader = spark.read.format("delta")
-    if version is not None:
-        reader = reader.option("versionAsOf", version)
-    return {(r["_kafka_partition"], r["_kafka_offset"]): r.asDict() for r in reader.load(path).collect()}
+    return {(r["_kafka_partition"], r["_kafka_offset"]): r.asDict() for r in table_rows(path, version)}
 
 
 def test_shadow_diff_promote(spark: Any, kafka_servers: str, make_topic: Any, tmp_path: Path) -> None:
@@ -90,7 +87,7 @@ def test_shadow_diff_promote(spark: Any, kafka_servers: str, make_topic: Any, tm
         produced.update(_produce(kafka_servers, topic, seqs))
         before = ledger.table_version(spark, config.table_path) if ledger.is_table(spark, config.table_path) else -1
         pipeline.run(spark, config, available_now=True)
-        versions.append([r for r in ledger.history(spark, config.table_path) if (r.version or 0) > before])
+        versions.append([r for r in DeltaRsReader().history(config.table_path) if (r.version or 0) > before])
     second = versions[1]
     low, high = min(r.version or 0 for r in second), max(r.version or 0 for r in second)
     in_range = {(p, o) for (p, o), d in produced.items() if 80 <= int(d["id"][1:]) < 160}
@@ -152,7 +149,7 @@ def test_shadow_diff_promote(spark: Any, kafka_servers: str, make_topic: Any, tm
         assert len({(a, v) for _, a, v in txns}) == len(txns), txns
         assert [(a, v) for _, a, v in txns if a == "promote.shadow"] == [("promote.shadow", 0)]
         assert commits_without_txn(Path(path)) == []
-    record = ledger.history(spark, config.table_path)[-1]
+    record = DeltaRsReader().history(config.table_path)[-1]
     assert (record.kind, record.rows, record.quarantined) == (BatchKind.PROMOTE, 80, 0)
     assert verify.audit(DeltaRsReader(), config).ok
 
@@ -227,7 +224,7 @@ def test_a_promote_rebuilds_the_pipelines_silver_table_from_the_promoted_bronze(
         pipeline.run(spark, config, available_now=True)
     before = rs_audit.audit(config)
     assert before.ok and before.rows == 18
-    last = ledger.history(spark, config.table_path)[-1]
+    last = DeltaRsReader().history(config.table_path)[-1]
     started = shadow.start(spark, config, shadow.plan_start(config, load_pipeline(other_file),
                                                             start=str(last.version), end=None))
     assert (started.rows, started.quarantined) == (24, 0)
@@ -238,7 +235,7 @@ def test_a_promote_rebuilds_the_pipelines_silver_table_from_the_promoted_bronze(
     audit = rs_audit.audit(config)
     assert audit.ok and audit.bronze_version == promoted.bronze_version and audit.rows == audit.expected_rows
     # the fold of the promoted bronze: each id's newest row is one the corrected file decoded, with its channel
-    current = {r["id"]: r.asDict() for r in spark.read.format("delta").load(config.silver_path).collect()}
+    current = {r["id"]: r.asDict() for r in table_rows(config.silver_path)}
     assert len(current) == 24 and all(row["channel"] is not None for row in current.values())
 
 
@@ -425,7 +422,7 @@ def test_a_routed_pipelines_shadow_moves_records_between_route_tables_and_makes_
     audit = rs_audit.audit(sales)
     assert audit.ok and audit.bronze_version == promoted.tables["outbox_sale"]
     assert audit.rows == sum(1 for d in produced.values() if d.get("kind") == "Sale") == 79
-    current = {r["id"]: r.asDict() for r in spark.read.format("delta").load(sales.silver_path).collect()}
+    current = {r["id"]: r.asDict() for r in table_rows(sales.silver_path)}
     assert sum(1 for r in current.values() if r["channel"] is not None) == 19  # the range's sales
 
     # the stream continues with the corrected file: new refunds land in their new table, each record once

@@ -21,7 +21,7 @@ from ingestion.ops.onboard import onboard
 from ingestion.silver import audit, ledger, rs_audit
 from ingestion.silver.follower import SilverFollower
 from ingestion.stream import pipeline
-from tests.helpers import commits_without_txn
+from tests.helpers import commits_without_txn, table_rows
 from tests.integration.test_silver_rows import _same_fold
 
 pytestmark = pytest.mark.integration
@@ -32,7 +32,7 @@ ACCEPTANCE = os.environ.get("INGEST_SILVER_ACCEPTANCE") == "1"
 
 
 def _rows(spark: Any, path: str) -> dict[int, dict[str, Any]]:
-    rows = spark.read.format("delta").load(path).collect()
+    rows = table_rows(path)
     out = {r["id"]: r.asDict(recursive=True) for r in rows}
     assert len(out) == len(rows), "one row per key"
     return out
@@ -54,7 +54,7 @@ def _assert_state(spark: Any, path: str, model: cdc.History) -> None:
 def _assert_history(spark: Any, path: str, model: cdc.History) -> None:
     """One row per change, valid from the database's commit time to the next change's; one current row per live
     key; a delete is a row valid for no time that closes the one before it."""
-    rows = spark.read.format("delta").load(path).collect()
+    rows = table_rows(path)
     assert len(rows) == len(model.changes)
     for key, changes in model.by_key().items():
         mine = sorted((r for r in rows if r["id"] == key), key=lambda r: r["_source"]["lsn"])
@@ -202,7 +202,7 @@ def test_a_debezium_truncate_empties_silver_once_and_older_changes_stay_out(spar
     history = _config(tmp_path, config.name, topic, kafka_servers, "  key: [id]\n  envelope: debezium\n"
                       f"  sequenceBy: source.lsn\n  mode: history\n  table: {tmp_path / 'history'}\n", "h.yaml")
     SilverFollower(spark, history).drain()
-    rows = spark.read.format("delta").load(str(tmp_path / "history")).collect()
+    rows = table_rows(str(tmp_path / "history"))
     assert sorted(r["id"] for r in rows if r["_is_current"]) == sorted(model.state())
     closed = [r for r in rows if r["_source"]["lsn"] < cut.lsn and r["_valid_to"] is not None
               and int(r["_valid_to"].timestamp() * 1000) == cut.ts_ms]

@@ -14,6 +14,7 @@ import pytest
 from ingestion.errors import ConfigError
 from ingestion.silver import ledger, rs_audit
 from ingestion.silver.follower import SilverFollower
+from tests.helpers import table_rows
 from tests.integration.test_silver_rows import T0, _append, _config, _same_fold, _state
 
 pytestmark = pytest.mark.integration
@@ -25,7 +26,7 @@ def _at(seconds: int) -> dt.datetime:
 
 def _history(spark: Any, path: str) -> list[tuple[Any, ...]]:
     """(order_id, status, amount, deleted, valid_from, valid_to, current) by key, then time (a delete last)."""
-    rows = spark.read.format("delta").load(path).collect()
+    rows = table_rows(path)
     return sorted(((r["order_id"], r["status"], r["amount"], r["_deleted"], r["_valid_from"], r["_valid_to"],
                     r["_is_current"]) for r in rows), key=lambda r: (r[0], r[4], r[3]))
 
@@ -53,7 +54,7 @@ def test_columns_and_except_columns_keep_only_the_fields_named(spark, tmp_path: 
         assert path is not None
         table = spark.read.format("delta").load(path)
         assert table.columns[:2] == ["order_id", "status"] and "amount" not in table.columns
-        assert {r["order_id"]: r["status"] for r in table.collect()} == {"a": "paid", "b": "new"}
+        assert {r["order_id"]: r["status"] for r in table_rows(path)} == {"a": "paid", "b": "new"}
         _exact(spark, follower, 2)
     unknown = _config(tmp_path, f"  key: [order_id]\n  columns: [order_id, colour]\n  table: {tmp_path / 'x'}\n",
                       name="unknown")

@@ -18,6 +18,7 @@ from ingestion.ops import status
 from ingestion.silver import audit, changes, ledger, rs_audit
 from ingestion.silver.follower import SilverFollower
 from ingestion.silver.spec import SilverSpec
+from tests.helpers import table_rows
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +56,7 @@ def _config(tmp_path: Path, silver: str, name: str = "orders") -> PipelineConfig
 
 def _state(spark: Any, path: str | None) -> dict[str, tuple[Any, ...]]:
     assert path is not None
-    return {r["order_id"]: (r["status"], r["amount"]) for r in spark.read.format("delta").load(path).collect()}
+    return {r["order_id"]: (r["status"], r["amount"]) for r in table_rows(path)}
 
 
 def _plain(value: Any) -> Any:
@@ -123,7 +124,7 @@ def test_plain_rows_tombstones_delete_conditions_and_kafka_order(spark, tmp_path
     _append(spark, bronze, [(0, 5, "e", ("e", "new", 50, "web"))],
             payload=[*BASE, T.StructField("channel", T.StringType())])
     follower.drain()
-    rows = {r["order_id"]: r for r in spark.read.format("delta").load(config.silver_path).collect()}
+    rows = {r["order_id"]: r for r in table_rows(config.silver_path)}
     assert rows["e"]["channel"] == "web" and rows["a"]["channel"] is None
     # The steps were the driver's (`rs_step`) but for the one whose column silver lacked: Spark's adds it.
     assert _merges(config.silver_path) == ["delta-rs", "delta-rs", "delta-rs", "spark"]
@@ -132,8 +133,7 @@ def test_plain_rows_tombstones_delete_conditions_and_kafka_order(spark, tmp_path
     history = _config(tmp_path, f"  key: [order_id]\n  mode: history\n  deleteWhen: status = 'cancelled'\n"
                       f"  table: {tmp_path / 'history'}\n", name="orders-history")
     SilverFollower(spark, history).drain()
-    rows = spark.read.format("delta").load(str(tmp_path / "history")).orderBy("_kafka_partition",
-                                                                             "_kafka_offset").collect()
+    rows = sorted(table_rows(tmp_path / "history"), key=lambda r: (r["_kafka_partition"], r["_kafka_offset"]))
     of_b = [(r["_kafka_offset"], r["_deleted"], r["_valid_to"], r["_is_current"]) for r in rows
             if r["order_id"] == "b"]
     at = lambda seconds: T0 + dt.timedelta(seconds=seconds)  # noqa: E731
@@ -161,7 +161,7 @@ def test_history_steps_alike_on_both_engines(spark, tmp_path: Path, engine: str)
                  [(2, 0, "a", ("a", "moved", 12)), (1, 2, "c", ("c", "again", 31))]):
         _append(spark, bronze, rows)
         follower.drain()
-    rows = spark.read.format("delta").load(config.silver_path).collect()
+    rows = table_rows(config.silver_path)
     of_a = sorted((r["_kafka_partition"], r["_kafka_offset"], r["_is_current"]) for r in rows if r["order_id"] == "a")
     assert of_a == [(0, 0, False), (0, 1, False), (0, 2, False), (2, 0, True)]  # the late change in its place
     assert sorted(r["order_id"] for r in rows if r["_is_current"]) == ["a", "c"]  # b's tombstone ended it
@@ -203,7 +203,7 @@ def test_markers_appended_several_per_key_and_rewritten(spark, tmp_path: Path, m
         _append(spark, bronze, rows)
         follower.drain()
     assert _state(spark, config.silver_path) == {}
-    held = sorted((r["_key0"], r["_kafka_offset"]) for r in spark.read.format("delta").load(markers).collect())
+    held = sorted((r["_key0"], r["_kafka_offset"]) for r in table_rows(markers))
     assert held == [("a", 2), ("a", 6), ("b", 1)]  # appended: a's first marker stays beside its second
     # Late changes of a: offset 5 passes the marker at 2, not the one at 6: a stays deleted; offset 3 neither.
     _append(spark, bronze, [(0, 5, "a", ("a", "late", 12)), (0, 3, "a", ("a", "later", 13))])
@@ -217,7 +217,7 @@ def test_markers_appended_several_per_key_and_rewritten(spark, tmp_path: Path, m
     table = deltalake.DeltaTable(markers)
     # versions: 0 the rebuild's (empty), 1 a@2, 2 a@6 and b@1, 3 c@0 rewritten whole with the ones before
     assert table.version() == 3 and len(table.file_uris()) == 1
-    held = sorted((r["_key0"], r["_kafka_offset"]) for r in spark.read.format("delta").load(markers).collect())
+    held = sorted((r["_key0"], r["_kafka_offset"]) for r in table_rows(markers))
     assert held == [("a", 2), ("a", 6), ("b", 1), ("c", 0)]
     # Five steps: each MERGE of the engine's (delta-rs commits no MERGE that changes no row, as the late changes'
     # step's: a commit of no rows records it), and silver's ledger holds bronze's every version.

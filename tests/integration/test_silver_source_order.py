@@ -19,6 +19,7 @@ from ingestion.silver import audit, changes, ledger
 from ingestion.silver.follower import SilverFollower
 from ingestion.silver.spec import SilverSpec
 from ingestion.stream import pipeline
+from tests.helpers import table_rows
 from tests.integration.test_silver import PAYLOAD, _config, _rows
 from tests.integration.test_silver_rows import _same_fold
 
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.integration
 
 
 def _current(spark: Any, path: str) -> dict[int, dict[str, Any]]:
-    rows = [r.asDict(recursive=True) for r in spark.read.format("delta").load(path).collect()]
+    rows = [r.asDict(recursive=True) for r in table_rows(path)]
     current = [r for r in rows if r.get("_is_current", True)]
     out = {r["id"]: r for r in current}
     assert len(out) == len(current), "one current row per key"

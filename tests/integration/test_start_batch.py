@@ -23,7 +23,7 @@ from ingestion.stream import checkpoint, launch, pipeline, start_batch
 from ingestion.stream.facts import locked
 from ingestion.stream.metrics import tracking_uri
 from tests.conftest import pipeline_yaml
-from tests.helpers import assert_exactly_produced, delta_txns
+from tests.helpers import assert_exactly_produced, delta_txns, table_rows
 
 pytestmark = pytest.mark.integration
 
@@ -66,11 +66,11 @@ def test_the_start_batch_lands_before_the_jvm_and_the_query_goes_on_after_it(spa
 
     ran = pipeline.run(spark, ctx, available_now=True, launch=replace(handed, prepared=prepared))
 
-    rows = spark.read.format("delta").load(config.table_path).collect()
+    rows = table_rows(config.table_path)
     assert_exactly_produced(rows, produced)
     assert ran.batches[0] is start.result and sum(b.rows for b in ran.batches) == 280
     assert sorted({r["_batch_id"] for r in rows})[0] == ledger.START_BATCH_ID
-    records = ledger.history(spark, config.table_path)  # Spark's Delta reads the commit and its ledger record
+    records = DeltaRsReader().history(config.table_path)  # Spark's Delta reads the commit and its ledger record
     assert records[0].batch_id == ledger.START_BATCH_ID and records[0].app_id == f"{ran.app_id}.start"
     assert sum(r.rows for r in records) == 280
     # the start batch commits its own SetTransaction (the version it follows), the query's batches theirs from 0
@@ -108,7 +108,7 @@ def test_start_batches_go_on_while_the_jvm_boots_and_a_small_backlog_needs_no_jv
     assert isinstance(done, launch.Finished) and [b.rows for b in done.batches] == [20]
     ran = pipeline.run(spark, config, available_now=True)  # a query from the table's offsets: nothing to read
     assert sum(b.rows for b in ran.batches) == 0
-    assert_exactly_produced(spark.read.format("delta").load(config.table_path).collect(), produced)
+    assert_exactly_produced(table_rows(config.table_path), produced)
     assert verify.audit(DeltaRsReader(), launch.check_can_start(config)).ok
 
 
@@ -142,7 +142,7 @@ def test_an_available_now_run_the_start_batch_catches_up_needs_no_jvm(spark, kaf
     # then a query, on a checkpoint that never had a batch, goes on from the table's offsets
     ran = pipeline.run(spark, config, available_now=True)
     assert ran.batches and all(b.batch_id >= 0 for b in ran.batches)
-    assert_exactly_produced(spark.read.format("delta").load(config.table_path).collect(), produced)
+    assert_exactly_produced(table_rows(config.table_path), produced)
     log_folder = Path(config.table_path) / "_delta_log"
     assert json.loads((log_folder / f"{2:020d}.crc").read_text())["numFiles"] == 2
 

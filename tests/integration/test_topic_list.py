@@ -16,12 +16,14 @@ import pytest
 
 from ingestion import kafka, start_pipeline
 from ingestion.config import load_pipeline
+from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.dev.samples import produce_orders
 from ingestion.ops import status, verify
 from ingestion.ops.onboard import onboard
 from ingestion.schema.registry import registry_client
 from ingestion.stream import context, launch, pipeline
 from ingestion.stream.facts import caught_up, read_facts
+from tests.helpers import table_rows
 
 pytestmark = pytest.mark.integration
 
@@ -66,13 +68,13 @@ sink:
     ran = pipeline.run(spark, config, available_now=True)
     assert sum(b.rows for b in ran.batches if b.committed) == 50
 
-    rows = spark.read.format("delta").load(config.table_path).select(
-        "_kafka_topic", "_kafka_partition", "_kafka_offset", "channel").collect()
+    rows = [(r["_kafka_topic"], r["_kafka_partition"], r["_kafka_offset"], r["channel"])
+            for r in table_rows(config.table_path)]
     assert sorted((r[0], r[1], r[2]) for r in rows) == sorted(
         (t, p.partition, p.offset) for t, ps in produced.items() for p in ps)
     assert {r[3] for r in rows if r[0] == first} == {"web"}  # v1 records read with v2's default
 
-    audit = verify.audit(spark, config)
+    audit = verify.audit(DeltaRsReader(), config)
     assert audit.ok and audit.topics == sorted(produced), verify.render(audit)
     assert {(p.topic, p.partition) for p in audit.partitions} == {(first, 0), (first, 1), (second, 0)}
     now = status.pipeline_status(spark, config)
@@ -127,11 +129,10 @@ def test_a_pattern_pipeline_that_lost_its_checkpoint_resumes_every_topic_from_th
     produced[late] = produce_orders(kafka_servers, late, 7, schema_id=1, schema=orders_schema)
     again = pipeline.run(spark, config, available_now=True)
     assert sum(b.rows for b in again.batches if b.committed) == 5 + 5 + 7  # nothing twice
-    rows = spark.read.format("delta").load(config.table_path).select(
-        "_kafka_topic", "_kafka_partition", "_kafka_offset").collect()
-    assert sorted(tuple(r) for r in rows) == sorted((t, p.partition, p.offset) for t, ps in produced.items()
+    rows = [(r["_kafka_topic"], r["_kafka_partition"], r["_kafka_offset"]) for r in table_rows(config.table_path)]
+    assert sorted(rows) == sorted((t, p.partition, p.offset) for t, ps in produced.items()
                                                     for p in ps)
-    assert verify.audit(spark, config).ok
+    assert verify.audit(DeltaRsReader(), config).ok
 
 
 def test_one_run_lists_its_topics_once_and_follows_a_pattern_topic_created_mid_run(
@@ -167,7 +168,7 @@ def test_one_run_lists_its_topics_once_and_follows_a_pattern_topic_created_mid_r
         assert listings == [None]  # one listing of the cluster's topics from the command's start to its first batch
         kafka.create_topic({"bootstrap.servers": kafka_servers}, late, 1)
         produced[late] = produce_orders(kafka_servers, late, 5, schema_id=1, schema=orders_schema)
-        _wait_for(lambda: spark.read.format("delta").load(config.table_path).count() == 15, running)
+        _wait_for(lambda: len(table_rows(config.table_path)) == 15, running)
         assert running.context.topics == [early, late]  # grown where Spark's listing found the new topic
         assert running.context.partitions == {early: [0, 1], late: [0]}
         assert running.writer is not None and running.writer.resolver.subjects == [f"{early}-value", f"{late}-value"]
