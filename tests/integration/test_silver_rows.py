@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import deltalake
+import pyarrow as pa
 import pytest
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from ingestion.config import PipelineConfig, load_pipeline
 from ingestion.errors import ConfigError
@@ -42,9 +44,12 @@ def _append(spark: Any, path: Path, rows: list[tuple[Any, ...]], payload: list[T
         out.append((*(values or (None,) * len(payload)), "orders", partition, offset,
                     T0 + dt.timedelta(seconds=100 * partition + offset), 0, key, [], tombstone,
                     None if tombstone else 1, 0, T0))
-    schema = T.StructType([*payload, *META])
-    (spark.createDataFrame(out, schema).write.format("delta").mode("append").option("mergeSchema", "true")
-     .option("delta.enableChangeDataFeed", "true").save(str(path)))
+    # Written by delta-rs, as the driver-side path writes bronze: a Spark job and commit per append cost the
+    # session's JVM more than the silver work the tests are about.
+    schema = to_arrow_schema(T.StructType([*payload, *META]), timezone="UTC")
+    table = pa.Table.from_pylist([dict(zip(schema.names, row, strict=True)) for row in out], schema=schema)
+    deltalake.write_deltalake(str(path), table, mode="append", schema_mode="merge",
+                              configuration={"delta.enableChangeDataFeed": "true"})
 
 
 def _config(tmp_path: Path, silver: str, name: str = "orders") -> PipelineConfig:
