@@ -213,14 +213,15 @@ def wait_while_running(predicate: Callable[[], object], proc: subprocess.Popen[b
 def table_rows(path: str | Path, version: int | None = None) -> list[Any]:
     """Every row of the Delta table at `path` (as of `version`, else its latest), read by delta-rs and shaped as
     Spark's `collect()` gives them in the suite's sessions (pyspark Rows, structs as Rows, maps as dicts, timestamps
-    naive in UTC), so a test asserts on what a writer committed without planning a Spark
-    query: about 0.7 CPU s of the session's JVM per read of a new table version against 0.006 s here
+    naive in UTC), so a test asserts on what a writer committed without planning a Spark query: about 0.7 CPU s of
+    the session's JVM per read of a new table version against 0.006 s here
     (docs/performance.md#the-suites-cpu-process-by-process). Spark's own reads keep their tests
     (test_time_travel.py, test_downstream.py, test_jvm_free_reads.py, the catalog's)."""
     import pyarrow as pa
     from pyspark.sql import Row
 
     from ingestion.delta import rs_reads
+    from ingestion.delta.reads import naive_utc
 
     found = rs_reads.read_rows(str(path), version)
     assert found is not None, f"no Delta table at {path}"
@@ -236,7 +237,7 @@ def table_rows(path: str | Path, version: int | None = None) -> list[Any]:
         if pa.types.is_list(kind) or pa.types.is_large_list(kind):
             return [shaped(kind.value_type, item) for item in value]
         if pa.types.is_timestamp(kind) and kind.tz is not None:
-            return value.astimezone(dt.UTC).replace(tzinfo=None)
+            return naive_utc(value)
         return value
 
     fields = list(table.schema)

@@ -190,8 +190,7 @@ def test_spark_and_delta_rs_commits_follow_each_other_with_checksums_spark_agree
     assert not rs(1, [30]).committed  # Spark committed version 1: delta-rs skips it
     assert rs(2, [30]).version == 3 and checksum_valid(3)
     assert by_spark(3, 40) == 4 and checksum_valid(4)
-    assert sorted(r[0] for r in table_rows(path)) == [0, 1, 2, 10, 11, 20, 21, 30,
-                                                                                     40, 41]
+    assert sorted(r[0] for r in table_rows(path)) == [0, 1, 2, 10, 11, 20, 21, 30, 40, 41]
     history = {r["version"]: r["userMetadata"] for r in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()}
     assert [history[v] for v in (1, 2, 3, 4)] == ['{"v":0}', '{"v":1}', '{"v":2}', '{"v":3}']
     assert [(v, a, t) for v, a, t in delta_txns(Path(path))] == [(1, "app", 0), (2, "app", 1), (3, "app", 2),
