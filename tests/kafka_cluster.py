@@ -37,7 +37,7 @@ class Cluster:
         self.cluster_id = new_cluster_id()
         voters = ",".join(f"{i}@127.0.0.1:{self.cports[i]}" for i in self.ids)
         cp = jars.classpath(jars.BROKER_JARS)
-        self.java = ["java", "-Xms128m", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-cp", cp]
+        self.java = ["java", "-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", cp]
         self._admin: Any = None
         for i in self.ids:
             d = home / f"n{i}"

@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
+import shlex
 import subprocess
 import time
 import uuid
@@ -39,6 +41,17 @@ logger.kafka.level = WARN
 logger.org.name = org.apache
 logger.org.level = WARN
 """
+
+
+# The broker JVM's heap; KAFKA_OPTS, the variable Kafka's own start scripts (kafka-run-class.sh) read for more JVM
+# options, comes after it and wins (the test suite's brokers: the serial collector and C1 alone, tests/conftest.py).
+HEAP = ("-Xms256m", "-Xmx768m")
+KAFKA_OPTS = "KAFKA_OPTS"
+
+
+def jvm_options() -> list[str]:
+    """The broker JVM's options: HEAP, then KAFKA_OPTS split as a shell would."""
+    return [*HEAP, *shlex.split(os.environ.get(KAFKA_OPTS, ""))]
 
 
 def new_cluster_id() -> str:
@@ -121,7 +134,7 @@ class Broker:
             self.security.prepare()
         self._write_config(port, controller_port)
         classpath = jars.classpath(jars.BROKER_JARS)
-        java = ["java", "-Xms256m", "-Xmx768m", jvm_error_file(),
+        java = ["java", *jvm_options(), jvm_error_file(),
                 f"-Dlog4j2.configurationFile={self.home / 'log4j2.properties'}",
                 "-cp", classpath]
         if not (self.home / "data" / "meta.properties").is_file():
