@@ -44,10 +44,11 @@ def submit_conf() -> list[str]:
 
 
 os.environ.setdefault("PYSPARK_SUBMIT_ARGS", " ".join([*submit_conf(), "pyspark-shell"]))
-# The suite's Kafka brokers (the shared one, the secured one, those tests restart) run with the serial collector and
-# C1 alone (KAFKA_OPTS, read by ingestion.dev.broker as by Kafka's scripts): a broker that serves a few thousand
-# records a test started with 2.4 CPU s instead of 4.9, and served a minute of light load with 2.3 instead of 3.9
-# (docs/performance.md#the-suites-cpu-process-by-process). The brokers of `make demo` and the benchmarks keep Java's.
+# The suite's Kafka brokers (the shared one, the secured one, those tests restart, tests/kafka_cluster.py's) run
+# with the serial collector and C1 alone (KAFKA_OPTS, read by ingestion.dev.broker as by Kafka's scripts): a broker
+# that serves a few thousand records a test started with 2.4 CPU s instead of 4.9, and served a minute of light load
+# with 2.1 instead of 3.9 (docs/performance.md#the-suites-cpu-process-by-process). The brokers of `make demo` and
+# the benchmarks keep Java's.
 os.environ.setdefault("KAFKA_OPTS", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
 
 

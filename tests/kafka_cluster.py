@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ingestion.dev.broker import _LOG4J, new_cluster_id, wait_until_ready
+from ingestion.dev.broker import _LOG4J, jvm_options, new_cluster_id, wait_until_ready
 from ingestion.processes import free_port
 from ingestion.runtime import jars
 
@@ -37,7 +37,8 @@ class Cluster:
         self.cluster_id = new_cluster_id()
         voters = ",".join(f"{i}@127.0.0.1:{self.cports[i]}" for i in self.ids)
         cp = jars.classpath(jars.BROKER_JARS)
-        self.java = ["java", "-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", cp]
+        # a smaller heap than the local broker's; KAFKA_OPTS after it, as for every broker of the suite (conftest.py)
+        self.java = ["java", *jvm_options(heap=("-Xms128m", "-Xmx512m")), "-cp", cp]
         self._admin: Any = None
         for i in self.ids:
             d = home / f"n{i}"

@@ -49,9 +49,9 @@ HEAP = ("-Xms256m", "-Xmx768m")
 KAFKA_OPTS = "KAFKA_OPTS"
 
 
-def jvm_options() -> list[str]:
-    """The broker JVM's options: HEAP, then KAFKA_OPTS split as a shell would."""
-    return [*HEAP, *shlex.split(os.environ.get(KAFKA_OPTS, ""))]
+def jvm_options(heap: tuple[str, ...] = HEAP) -> list[str]:
+    """A broker JVM's options: its `heap`, then KAFKA_OPTS split as a shell would."""
+    return [*heap, *shlex.split(os.environ.get(KAFKA_OPTS, ""))]
 
 
 def new_cluster_id() -> str:
