@@ -48,7 +48,7 @@ _PER_PIPELINE = ("name", "topic", "topics", "topicPattern")  # what a defaults f
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = _load_unique(path.read_text(), path)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     except OSError as exc:
@@ -56,6 +56,45 @@ def _read(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of settings at the top level, got {data!r}")
     return data
+
+
+def _load_unique(text: str, path: Path) -> Any:
+    """The YAML document of `text`, refused when a mapping gives a key twice: YAML loaders keep the last one
+    silently, so a second `sink:` section would drop the first one's table and checkpoint."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _refuse_repeated_keys(node, path, "", set())
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _refuse_repeated_keys(node: yaml.Node, path: Path, where: str, visited: set[int]) -> None:
+    """ConfigError naming the dotted key and both lines when a mapping below `node` holds a key twice (YAML's merge
+    key `<<` aside: the keys beside it override what it merges, as YAML means them to)."""
+    if id(node) in visited:  # an alias of a node already walked
+        return
+    visited.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        first: dict[tuple[str, str], int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                _refuse_repeated_keys(value_node, path, where, visited)
+                continue
+            name = f"{where}.{key_node.value}" if where else str(key_node.value)
+            line = key_node.start_mark.line + 1
+            key = (key_node.tag, key_node.value)
+            if key in first:
+                raise ConfigError(f"{path}: key {name!r} is given twice (lines {first[key]} and {line}); YAML would "
+                                  "keep only the second and drop what the first set: give it once")
+            first[key] = line
+            _refuse_repeated_keys(value_node, path, name, visited)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _refuse_repeated_keys(item, path, f"{where}[{index}]", visited)
 
 
 def _with_defaults(data: dict[str, Any], path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
