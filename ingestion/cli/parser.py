@@ -45,7 +45,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_new(commands)
     _add_init(commands)
     _add_package(commands)
+    _verbose_anywhere(parser)
     return parser
+
+
+def _verbose_anywhere(parser: argparse.ArgumentParser) -> None:
+    """`-v` after the command as well as before it (`ingest run orders -v`, as users type it): each subcommand
+    takes it too, and leaves the top level's value alone when not given."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                sub.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                                 help="debug logging, and the trace of a failure")
+                _verbose_anywhere(sub)
 
 
 def _lazy(module: str, name: str) -> Callable[[argparse.Namespace], int]:

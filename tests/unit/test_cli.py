@@ -33,6 +33,19 @@ def test_every_command_names_a_command_function_that_exists() -> None:
         assert list(inspect.signature(function).parameters) == ["args"], line
 
 
+def test_verbose_is_taken_before_or_after_any_command() -> None:
+    from ingestion.cli.parser import build_parser
+
+    parser = build_parser()
+    for line, command in _commands(parser).items():
+        assert "-v" in command._option_string_actions, line
+    assert parser.parse_args(["verify", "orders", "-v"]).verbose
+    assert parser.parse_args(["quarantine", "show", "orders", "--verbose"]).verbose
+    assert parser.parse_args(["kafka", "start", "-v"]).verbose
+    assert parser.parse_args(["-v", "verify", "orders"]).verbose  # a subcommand's default does not undo it
+    assert not parser.parse_args(["verify", "orders"]).verbose
+
+
 def test_the_help_imports_no_command_module_and_no_spark() -> None:
     code = ("import contextlib, io, sys\n"
             "from ingestion.cli import main\n"
