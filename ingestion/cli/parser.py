@@ -45,19 +45,23 @@ def build_parser() -> argparse.ArgumentParser:
     _add_new(commands)
     _add_init(commands)
     _add_package(commands)
-    _verbose_anywhere(parser)
+    _finish_subcommands(parser)
     return parser
 
 
-def _verbose_anywhere(parser: argparse.ArgumentParser) -> None:
-    """`-v` after the command as well as before it (`ingest run orders -v`, as users type it): each subcommand
-    takes it too, and leaves the top level's value alone when not given."""
+def _finish_subcommands(parser: argparse.ArgumentParser) -> None:
+    """What every subcommand has: its line of the listing above it as the head of its own `--help` (unless it has
+    a description of its own), and `-v` after the command as well as before it (`ingest run orders -v`, as users
+    type it), which leaves the top level's value alone when not given."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
+            listed = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, sub in action.choices.items():
+                if sub.description is None and listed.get(name):
+                    sub.description = listed[name]
                 sub.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                                  help="debug logging, and the trace of a failure")
-                _verbose_anywhere(sub)
+                _finish_subcommands(sub)
 
 
 def _lazy(module: str, name: str) -> Callable[[argparse.Namespace], int]:

@@ -33,12 +33,13 @@ def test_every_command_names_a_command_function_that_exists() -> None:
         assert list(inspect.signature(function).parameters) == ["args"], line
 
 
-def test_verbose_is_taken_before_or_after_any_command() -> None:
+def test_every_command_explains_itself_in_its_help_and_takes_verbose_before_or_after_it() -> None:
     from ingestion.cli.parser import build_parser
 
     parser = build_parser()
     for line, command in _commands(parser).items():
         assert "-v" in command._option_string_actions, line
+        assert command.description, f"{line} --help says nothing above its options"
     assert parser.parse_args(["verify", "orders", "-v"]).verbose
     assert parser.parse_args(["quarantine", "show", "orders", "--verbose"]).verbose
     assert parser.parse_args(["kafka", "start", "-v"]).verbose
