@@ -373,7 +373,8 @@ def _add_new(commands: Commands) -> None:
 def _add_init(commands: Commands) -> None:
     init = commands.add_parser(
         "init", help="write conf/pipelines/<name>.yaml for each topic from what the broker and the registry (or "
-        "schemas/) know: partitions, the <topic>-value subject, an Avro key when <topic>-key exists; files "
+        "schemas/) know: partitions, the <topic>-value subject, an Avro key when <topic>-key exists; a topic "
+        "of JSON without a subject gets a schema file too, inferred from its first records (docs/json.md); files "
         "inherit conf/defaults.yaml; an existing file is never overwritten")
     init.add_argument("topic", nargs="+", help="Kafka topics to write pipeline files for")
     init.add_argument("--dry-run", action="store_true", help="print the files, write nothing")

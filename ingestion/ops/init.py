@@ -3,7 +3,9 @@
 The file holds only what differs from the defaults it inherits (conf/defaults.yaml, docs/configuration.md): the
 name, the topic, and the key format when a `<topic>-key` subject exists, with comments saying what was found; a
 topic whose values are several record types, a `<topic>-<record>` subject each, gets a routed pipeline (a table per
-type, docs/routing.md)."""
+type, docs/routing.md). A topic without a subject whose first records are JSON gets a schema file beside it:
+Kafka Connect's own schema for JsonConverter envelopes (`connect-json`), else one inferred from the records
+(`json`, `schema.json_infer`)."""
 
 from __future__ import annotations
 
@@ -17,15 +19,18 @@ from pathlib import Path
 from ingestion import kafka
 from ingestion.config import PipelineConfig, inherited, route_name
 from ingestion.errors import ConfigError, IngestionError
-from ingestion.paths import conf_dir
-from ingestion.schema import json_schemas, protobuf_schemas
+from ingestion.paths import conf_dir, schemas_dir
+from ingestion.schema import connect_types, json_infer, json_schemas, json_values, protobuf_schemas
 from ingestion.schema.registry import source_for
+
+SAMPLED = 500  # records read to tell a topic without a subject, spread over its partitions (at least 10 each)
 
 
 @dataclass(frozen=True)
 class Draft:
     config: PipelineConfig
     text: str
+    files: tuple[tuple[Path, str], ...] = ()  # (path, text) of the schema files the pipeline names, written with it
 
     @property
     def path(self) -> Path:
@@ -55,8 +60,11 @@ def draft(topic: str, name: str | None = None) -> Draft:
         return _routed(topic, name, path, len(partitions), records, protobuf)
     if value_subject not in subjects:
         where = "the schema registry" if config.value.registry else "schemas/"
-        raise IngestionError(f"topic {topic!r}: no subject {value_subject!r} in {where}"
-                             f"{_closest(value_subject, subjects)}")
+        missing = f"topic {topic!r}: no subject {value_subject!r} in {where}{_closest(value_subject, subjects)}"
+        values = kafka.earliest_values(settings.client, {topic: partitions},
+                                       per_partition=max(10, SAMPLED // max(len(partitions), 1)),
+                                       timeout=settings.timeout)
+        return _schemaless(topic, name, path, len(partitions), values, missing, key_bytes=config.key.format == "bytes")
     versions = source.versions(value_subject)
     key_subject = f"{topic}-key"
     lines = [f"# ingest init, {dt.date.today().isoformat()}: {len(partitions)} partitions; values by subject "
@@ -84,13 +92,71 @@ def draft(topic: str, name: str | None = None) -> Draft:
             lines.append(f"key: {{format: {key_format}}}  # subject {key_subject} exists")
     elif config.key.format == "bytes":
         lines.append(f"# keys: no subject {key_subject}, so _kafka_key keeps the bytes (key.format: string for text)")
-    field = _first_field(newest)
-    rule = re.sub(r"[^a-z0-9_]", "_", field.lower())
-    lines += ["# expectations:  # data-quality rules on every row (docs/expectations.md); onViolation: warn | "
-              "quarantine | fail",
-              f'#   - {{name: {rule}_given, expect: "{field} IS NOT NULL", onViolation: warn}}']
+    lines += _rule_example(_first_field(newest))
     text = "\n".join(lines) + "\n"
     return Draft(inherited(_parsed(text), path), text)
+
+
+def _schemaless(topic: str, name: str, path: Path, partitions: int, values: list[bytes], missing: str, *,
+                key_bytes: bool) -> Draft:
+    """The file of a topic without a value subject whose first records are JSON objects, and its schema file: the
+    schema of the first JsonConverter envelope (`connect-json`: every record carries its own, which evolves the
+    table), else the JSON Schema inferred from the records (`json`). IngestionError `missing` when they are not."""
+    documents, other = [], 0
+    for value in values:
+        try:
+            parsed = json_values.parse(value)
+        except json_values.InvalidJsonError:
+            parsed = None
+        if isinstance(parsed, dict):
+            documents.append(parsed)
+        else:
+            other += 1
+    if not documents or other > len(documents):
+        seen = (f"its first {len(values)} records are not JSON objects" if values else "the topic holds no records "
+                "to tell its format from")
+        raise IngestionError(f"{missing}; {seen}: write value.format and its schema by hand (docs/configuration.md)")
+    envelopes = [d for d in documents if set(d) == {"schema", "payload"} and isinstance(d["schema"], dict)]
+    skipped = f" ({other} not a JSON object: quarantined when read)" if other else ""
+    if envelopes and len(envelopes) == len(documents):
+        file = schemas_dir() / f"{name}.connect.json"
+        schema_text = json.dumps(envelopes[0]["schema"], indent=2) + "\n"
+        head = (f"Kafka Connect JsonConverter records with their schemas (schemas.enable=true) in {len(values)} "
+                f"sampled{skipped}; the first one's schema is {file.name}, the table's first columns")
+        value_line = (f"value: {{format: connect-json, schemaFile: {_yaml_text(file.name)}}}  # each record's own "
+                      "schema evolves the table (docs/json.md)")
+        fields = [f.get("field") for f in envelopes[0]["schema"].get("fields") or [] if isinstance(f, dict)]
+        document = connect_types.document(envelopes[0]["schema"])
+    else:
+        file = schemas_dir() / f"{name}.schema.json"
+        try:
+            inferred = json_infer.infer(documents)
+        except ValueError as exc:  # objects without properties
+            raise IngestionError(f"{missing}; its first records are JSON, but {exc}: write value.format and its "
+                                 "schema by hand (docs/configuration.md)") from None
+        schema_text = json.dumps(inferred, indent=2) + "\n"
+        head = (f"plain JSON, no schema subject: {file.name} is inferred from {len(documents)} of {len(values)} "
+                f"sampled records{skipped}; check it (docs/json.md#a-schema-from-the-topic)")
+        value_line = (f"value: {{format: json, schemaFile: {_yaml_text(file.name)}}}  # a property the samples lacked "
+                      "is a column once added to the file")
+        fields = list(inferred["properties"])
+        document = json_schemas.document(inferred)
+    json_schemas.checked(document, str(file))  # the file maps to columns, or one line naming what does not
+    lines = [f"# ingest init, {dt.date.today().isoformat()}: {partitions} partitions; {head}",
+             f"name: {name}", f"topic: {_yaml_text(topic)}", value_line]
+    if key_bytes:
+        lines.append("# keys: no key subject, so _kafka_key keeps the bytes (key.format: string for text)")
+    field = next((f for f in fields if isinstance(f, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", f)), "id")
+    lines += _rule_example(field)
+    text = "\n".join(lines) + "\n"
+    return Draft(inherited(_parsed(text), path), text, ((file, schema_text),))
+
+
+def _rule_example(field: str) -> list[str]:
+    rule = re.sub(r"[^a-z0-9_]", "_", field.lower())
+    return ["# expectations:  # data-quality rules on every row (docs/expectations.md); onViolation: warn | "
+            "quarantine | fail",
+            f'#   - {{name: {rule}_given, expect: "{field} IS NOT NULL", onViolation: warn}}']
 
 
 def _routed(topic: str, name: str, path: Path, partitions: int, records: list[str], protobuf: bool) -> Draft:
@@ -121,16 +187,17 @@ def _first_field(schema: str) -> str:
 
 
 def write(drafts: list[Draft]) -> list[Path]:
-    """Write the drafts whose files do not exist yet; the paths written."""
+    """Write the drafts' files (each pipeline's schema file first) that do not exist yet; the paths written."""
     written = []
     for d in drafts:
-        d.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with open(d.path, "x") as out:  # never overwrite, even a file made meanwhile
-                out.write(d.text)
-        except FileExistsError:
-            continue
-        written.append(d.path)
+        for path, text in (*d.files, (d.path, d.text)):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                with open(path, "x") as out:  # never overwrite, even a file made meanwhile
+                    out.write(text)
+            except FileExistsError:
+                continue
+            written.append(path)
     return written
 
 

@@ -37,13 +37,15 @@ def init_pipelines(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
     for draft in drafts:
         if args.dry_run:
-            print(f"# {draft.path}\n{draft.text}")
+            for path, text in (*draft.files, (draft.path, draft.text)):
+                print(f"# {path}\n{text}")
     written = [] if args.dry_run else init.write(drafts)
     for draft in drafts:
         if not args.dry_run:
-            print(f"{draft.path}: {'written' if draft.path in written else 'exists, left as it is'}")
-    if written:
-        print(f"next: ingest onboard <name> for each, or ingest onboard --all ({len(written)} new)")
+            for path in (*(path for path, _ in draft.files), draft.path):
+                print(f"{path}: {'written' if path in written else 'exists, left as it is'}")
+    if new := sum(draft.path in written for draft in drafts):
+        print(f"next: ingest onboard <name> for each, or ingest onboard --all ({new} new)")
     return 1 if failed else 0
 
 
