@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import shutil
 import time
 import uuid
@@ -276,17 +277,18 @@ def orders_schema() -> dict[str, Any]:
 
 def pipeline_yaml(tmp_path: Path, *, topic: str, servers: str, extra: str = "", name: str = "orders",
                   sink: str = "") -> Path:
-    """A pipeline config file with its table and checkpoint under tmp_path."""
+    """A pipeline config file with its table and checkpoint under tmp_path. A `value:`, `key:` or `kafka:` section
+    in `extra` replaces the default one (a key given twice would be a warning)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / f"{name}.yaml"
     from tests.helpers import pipeline_head
 
-    path.write_text(pipeline_head(name, topic, servers) + f"""value:
-  format: confluent
-  subject: orders-value
-key:
-  format: string
-sink:
+    given = set(re.findall(r"^([A-Za-z]+):", extra, re.MULTILINE))
+    head = pipeline_head(name, topic, servers) if "kafka" not in given else f"name: {name}\ntopic: {topic}\n"
+    defaults = "".join(text for section, text in (
+        ("value", "value:\n  format: confluent\n  subject: orders-value\n"),
+        ("key", "key:\n  format: string\n")) if section not in given)
+    path.write_text(head + defaults + f"""sink:
   table: {tmp_path / 'tables' / name}
   checkpointLocation: {tmp_path / 'checkpoints' / name}
   quarantineTable: {tmp_path / 'tables' / (name + '_quarantine')}

@@ -9,7 +9,7 @@ import dataclasses
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ _PER_PIPELINE = ("name", "topic", "topics", "topicPattern")  # what a defaults f
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        data = _load_unique(path.read_text(), path)
+        data = _load_yaml(path.read_text(), path)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     except OSError as exc:
@@ -58,23 +58,26 @@ def _read(path: Path) -> dict[str, Any]:
     return data
 
 
-def _load_unique(text: str, path: Path) -> Any:
-    """The YAML document of `text`, refused when a mapping gives a key twice: YAML loaders keep the last one
-    silently, so a second `sink:` section would drop the first one's table and checkpoint."""
+def _load_yaml(text: str, path: Path) -> Any:
+    """The YAML document of `text`, with a warning for each key a mapping gives twice: YAML loaders keep the last
+    one without a word, so a second `sink:` section drops the first one's table and checkpoint. (Files made by
+    appending a section to override one, as generated files may be, keep loading as they did.)"""
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
         if node is None:
             return None
-        _refuse_repeated_keys(node, path, "", set())
+        for name, first, second in _repeated_keys(node, "", set()):
+            log.warning("%s: key %r is given twice (lines %d and %d); the second wins and what the first set is "
+                        "dropped: give it once", path, name, first, second)
         return loader.construct_document(node)
     finally:
         loader.dispose()
 
 
-def _refuse_repeated_keys(node: yaml.Node, path: Path, where: str, visited: set[int]) -> None:
-    """ConfigError naming the dotted key and both lines when a mapping below `node` holds a key twice (YAML's merge
-    key `<<` aside: the keys beside it override what it merges, as YAML means them to)."""
+def _repeated_keys(node: yaml.Node, where: str, visited: set[int]) -> Iterator[tuple[str, int, int]]:
+    """(dotted key, its first line, the line repeating it) for each key a mapping below `node` holds twice, YAML's
+    merge key `<<` aside: the keys beside it override what it merges, as YAML means them to."""
     if id(node) in visited:  # an alias of a node already walked
         return
     visited.add(id(node))
@@ -82,19 +85,18 @@ def _refuse_repeated_keys(node: yaml.Node, path: Path, where: str, visited: set[
         first: dict[tuple[str, str], int] = {}
         for key_node, value_node in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
-                _refuse_repeated_keys(value_node, path, where, visited)
+                yield from _repeated_keys(value_node, where, visited)
                 continue
             name = f"{where}.{key_node.value}" if where else str(key_node.value)
             line = key_node.start_mark.line + 1
             key = (key_node.tag, key_node.value)
             if key in first:
-                raise ConfigError(f"{path}: key {name!r} is given twice (lines {first[key]} and {line}); YAML would "
-                                  "keep only the second and drop what the first set: give it once")
-            first[key] = line
-            _refuse_repeated_keys(value_node, path, name, visited)
+                yield name, first[key], line
+            first.setdefault(key, line)
+            yield from _repeated_keys(value_node, name, visited)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            _refuse_repeated_keys(item, path, f"{where}[{index}]", visited)
+            yield from _repeated_keys(item, f"{where}[{index}]", visited)
 
 
 def _with_defaults(data: dict[str, Any], path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:

@@ -21,13 +21,13 @@ from ingestion.kafka.clients import (
     watermarks,
     watermarks_of,
 )
-from ingestion.kafka.earliest import earliest_values
+from ingestion.kafka.earliest import earliest_records, earliest_values
 from ingestion.kafka.settings import KafkaSettings
 from ingestion.kafka.settings import resolve as resolve_settings
 from ingestion.kafka.topics import check_pipeline, pipeline_partitions
 
 __all__ = ["ISOLATION", "READ_COMMITTED", "GroupCommitter", "KafkaSettings", "admin_client", "check_access",
            "check_pipeline", "commit_group_offsets", "committed_offsets", "consumer", "create_topic",
-           "earliest_values", "first_unread",
+           "earliest_records", "earliest_values", "first_unread",
            "partitions", "pipeline_partitions", "raise_refusal", "resolve_settings", "watermarks",
            "watermarks_of"]

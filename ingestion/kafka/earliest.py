@@ -1,5 +1,6 @@
-"""The values of a topic's earliest available records, read once before a table exists: the first records of a
-Protobuf topic name the message its table holds when the schema's file leaves it open (docs/protobuf.md#which-message).
+"""A topic's earliest available records, read once before a table exists: the first records of a Protobuf topic
+name the message its table holds when the schema's file leaves it open (docs/protobuf.md#which-message); `ingest
+init` tells the format of a topic without a subject, and its keys, from them.
 
 The consumer has the pipeline's own client settings (read_committed unless they say otherwise, as the source reads),
 is assigned each partition at its beginning, never joins or commits to its group, and reads a few records per
@@ -23,6 +24,14 @@ def earliest_values(settings: Mapping[str, Any], partitions: Mapping[str, Iterab
     """The values of up to `per_partition` earliest records of each partition (tombstones left out), in (topic,
     partition, offset) order. Partitions that did not answer within `timeout` seconds give what they gave; a refusal
     of a topic is its KafkaAccessError."""
+    return [value for _, value in earliest_records(settings, partitions, per_partition=per_partition,
+                                                   timeout=timeout) if value is not None]
+
+
+def earliest_records(settings: Mapping[str, Any], partitions: Mapping[str, Iterable[int]], *,
+                     per_partition: int = 5, timeout: float = 10.0) -> list[tuple[bytes | None, bytes | None]]:
+    """(key, value) of up to `per_partition` earliest records of each partition, tombstones included, in (topic,
+    partition, offset) order; as `earliest_values` otherwise."""
     from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
     wanted = [(topic, int(p)) for topic, parts in partitions.items() for p in parts]
@@ -30,7 +39,7 @@ def earliest_values(settings: Mapping[str, Any], partitions: Mapping[str, Iterab
         return []
     client = clients.consumer(settings, "ingest-earliest-records", **{"enable.partition.eof": True,
                                                                       "auto.offset.reset": "earliest"})
-    found: dict[tuple[str, int], list[tuple[int, bytes | None]]] = {key: [] for key in wanted}
+    found: dict[tuple[str, int], list[tuple[int, bytes | None, bytes | None]]] = {key: [] for key in wanted}
     pending = set(wanted)
     try:
         client.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in wanted])
@@ -49,7 +58,7 @@ def earliest_values(settings: Mapping[str, Any], partitions: Mapping[str, Iterab
                 continue
             if key not in pending:
                 continue
-            found[key].append((msg.offset(), msg.value()))
+            found[key].append((msg.offset(), msg.key(), msg.value()))
             if len(found[key]) >= per_partition:
                 pending.discard(key)
                 client.pause([TopicPartition(*key)])
@@ -58,5 +67,4 @@ def earliest_values(settings: Mapping[str, Any], partitions: Mapping[str, Iterab
                       len(pending), per_partition, timeout)
     finally:
         client.close()
-    return [value for key in sorted(found) for _, value in sorted(found[key], key=lambda r: r[0])
-            if value is not None]
+    return [(key, value) for place in sorted(found) for _, key, value in sorted(found[place], key=lambda r: r[0])]

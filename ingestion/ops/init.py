@@ -53,20 +53,24 @@ def draft(topic: str, name: str | None = None) -> Draft:
     source = source_for(config)
     subjects = source.subjects()
     value_subject = config.value.subject
-    records = sorted(x for x in subjects if x.startswith(f"{topic}-") and x not in (value_subject, f"{topic}-key"))
-    if value_subject not in subjects and len(records) > 1:
-        versions = source.versions(records[0])
+    record_subjects = sorted(x for x in subjects
+                             if x.startswith(f"{topic}-") and x not in (value_subject, f"{topic}-key"))
+    if value_subject not in subjects and len(record_subjects) > 1:
+        versions = source.versions(record_subjects[0])
         protobuf = protobuf_schemas.is_document(versions[max(versions)])
-        return _routed(topic, name, path, len(partitions), records, protobuf)
+        return _routed(topic, name, path, len(partitions), record_subjects, protobuf)
+    key_subject = f"{topic}-key"
+    # The first records (up to SAMPLED): what a topic without a value subject holds, and whether its keys are text.
+    sampled = kafka.earliest_records(settings.client, {topic: partitions}, timeout=settings.timeout,
+                                     per_partition=max(10, SAMPLED // max(len(partitions), 1))) if (
+        value_subject not in subjects or (key_subject not in subjects and config.key.format == "bytes")) else []
+    key_line = [_key_line(sampled, key_subject)] if key_subject not in subjects and config.key.format == "bytes" else []
     if value_subject not in subjects:
         where = "the schema registry" if config.value.registry else "schemas/"
         missing = f"topic {topic!r}: no subject {value_subject!r} in {where}{_closest(value_subject, subjects)}"
-        values = kafka.earliest_values(settings.client, {topic: partitions},
-                                       per_partition=max(10, SAMPLED // max(len(partitions), 1)),
-                                       timeout=settings.timeout)
-        return _schemaless(topic, name, path, len(partitions), values, missing, key_bytes=config.key.format == "bytes")
+        values = [value for _, value in sampled if value is not None]
+        return _schemaless(topic, name, path, len(partitions), values, missing, key_line)
     versions = source.versions(value_subject)
-    key_subject = f"{topic}-key"
     lines = [f"# ingest init, {dt.date.today().isoformat()}: {len(partitions)} partitions; values by subject "
              f"{value_subject} ({len(versions)} version{'s' * (len(versions) != 1)}, newest id {max(versions)})",
              f"name: {name}",
@@ -90,15 +94,27 @@ def draft(topic: str, name: str | None = None) -> Draft:
         else:
             key_format = "protobuf" if protobuf_schemas.is_document(key_newest) else "avro"
             lines.append(f"key: {{format: {key_format}}}  # subject {key_subject} exists")
-    elif config.key.format == "bytes":
-        lines.append(f"# keys: no subject {key_subject}, so _kafka_key keeps the bytes (key.format: string for text)")
+    lines += key_line
     lines += _rule_example(_first_field(newest))
     text = "\n".join(lines) + "\n"
     return Draft(inherited(_parsed(text), path), text)
 
 
-def _schemaless(topic: str, name: str, path: Path, partitions: int, values: list[bytes], missing: str, *,
-                key_bytes: bool) -> Draft:
+def _key_line(sampled: list[tuple[bytes | None, bytes | None]], key_subject: str) -> str:
+    """The pipeline's key line when no `<topic>-key` subject exists: `format: string` when every sampled key is
+    UTF-8 text, else a comment (`_kafka_key` keeps the bytes)."""
+    keys = [key for key, _ in sampled if key is not None]
+    try:
+        text = bool(keys) and all(key.decode("utf-8").isprintable() for key in keys)
+    except UnicodeDecodeError:
+        text = False
+    if text:
+        return f"key: {{format: string}}  # no subject {key_subject}; the first {len(keys)} keys are UTF-8 text"
+    return f"# keys: no subject {key_subject}, so _kafka_key keeps the bytes (key.format: string for text)"
+
+
+def _schemaless(topic: str, name: str, path: Path, partitions: int, values: list[bytes], missing: str,
+                key_line: list[str]) -> Draft:
     """The file of a topic without a value subject whose first records are JSON objects, and its schema file: the
     schema of the first JsonConverter envelope (`connect-json`: every record carries its own, which evolves the
     table), else the JSON Schema inferred from the records (`json`). IngestionError `missing` when they are not."""
@@ -144,8 +160,7 @@ def _schemaless(topic: str, name: str, path: Path, partitions: int, values: list
     json_schemas.checked(document, str(file))  # the file maps to columns, or one line naming what does not
     lines = [f"# ingest init, {dt.date.today().isoformat()}: {partitions} partitions; {head}",
              f"name: {name}", f"topic: {_yaml_text(topic)}", value_line]
-    if key_bytes:
-        lines.append("# keys: no key subject, so _kafka_key keeps the bytes (key.format: string for text)")
+    lines += key_line
     field = next((f for f in fields if isinstance(f, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", f)), "id")
     lines += _rule_example(field)
     text = "\n".join(lines) + "\n"

@@ -1,7 +1,8 @@
 """`ingest init` on topics without a schema subject, through the broker: plain JSON gets a JSON Schema inferred
-from its first records, JsonConverter envelopes (`schemas.enable=true`) get their own Kafka Connect schema; the
-files load unchanged, and the run that follows (start batches, no JVM) lands every record exactly once, the one
-that is not JSON in quarantine. A topic of other bytes is refused in one line naming what was found."""
+from its first records, JsonConverter envelopes (`schemas.enable=true`) get their own Kafka Connect schema, and
+keys that are all text `key.format: string`; the files load unchanged, and the run that follows (start batches, no
+JVM) lands every record exactly once, the one that is not JSON in quarantine. A topic of other bytes is refused in
+one line naming what was found."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def project(kafka_servers: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     return tmp_path
 
 
-def _produce(servers: str, topic: str, values: list[bytes]) -> dict[tuple[int, int], bytes]:
+def _produce(servers: str, topic: str, values: list[bytes], *, binary_keys: bool = False) -> dict[tuple[int, int], bytes]:
     producer = Producer({"bootstrap.servers": servers, "enable.idempotence": True})
     landed: dict[tuple[int, int], bytes] = {}
     failures = []
@@ -43,7 +44,8 @@ def _produce(servers: str, topic: str, values: list[bytes]) -> dict[tuple[int, i
             landed[(msg.partition(), msg.offset())] = msg.value()
 
     for index, value in enumerate(values):
-        producer.produce(topic, key=str(index).encode(), value=value, partition=index % 2, on_delivery=delivered)
+        key = index.to_bytes(4, "big") if binary_keys else str(index).encode()
+        producer.produce(topic, key=key, value=value, partition=index % 2, on_delivery=delivered)
     producer.flush(30)
     assert not failures and len(landed) == len(values), failures
     return landed
@@ -70,8 +72,10 @@ def test_plain_json_gets_an_inferred_schema_that_lands_every_record(project: Pat
     assert f"no schema subject: {topic}.schema.json is inferred from 30 of 31 sampled records (1 not a JSON " \
            "object: quarantined when read)" in text, text
     assert f"value: {{format: json, schemaFile: {topic}.schema.json}}" in text, text
+    assert f"key: {{format: string}}  # no subject {topic}-key; the first 31 keys are UTF-8 text" in text, text
     config = load_pipeline(draft.path)  # the files load as written
-    assert (config.value.format, config.value.schema_file) == ("json", f"{topic}.schema.json")
+    assert (config.value.format, config.value.schema_file, config.key.format) == (
+        "json", f"{topic}.schema.json", "string")
 
     done = launch.run(None, config, available_now=True)  # start batches alone: no JVM
     assert sum(batch.rows for batch in done.batches) == 30
@@ -84,15 +88,17 @@ def test_plain_json_gets_an_inferred_schema_that_lands_every_record(project: Pat
             sent["id"], sent["ms"], sent["page"], sent["user"]["name"])
         assert row["at"].isoformat() == sent["at"].removesuffix("Z")  # a timestamp column, in UTC
         assert row["mixed"] == json.dumps(sent["mixed"])  # number and text at one place: its JSON text
+        assert row["_kafka_key"] == str(sent["id"])
 
 
-def test_jsonconverter_envelopes_get_their_connect_schema_and_other_bytes_are_refused(
+def test_jsonconverter_envelopes_get_their_connect_schema_binary_keys_stay_bytes_and_other_values_are_refused(
         project: Path, kafka_servers: str, make_topic) -> None:
     topic = make_topic(partitions=2)
     events = [change(key, 1, "c", lsn=100 + key) for key in range(1, 9)]
-    produced = _produce(kafka_servers, topic, [json.dumps(e).encode() for e in events])
+    produced = _produce(kafka_servers, topic, [json.dumps(e).encode() for e in events], binary_keys=True)
     draft = init.draft(topic)
     assert f"value: {{format: connect-json, schemaFile: {topic}.connect.json}}" in draft.text, draft.text
+    assert f"# keys: no subject {topic}-key, so _kafka_key keeps the bytes" in draft.text, draft.text
     init.write([draft])
     assert json.loads((project / "schemas" / f"{topic}.connect.json").read_text()) == events[0]["schema"]
     config = load_pipeline(draft.path)

@@ -52,11 +52,6 @@ BROKEN: dict[str, tuple[str, str]] = {
     "missing name": (GOOD.replace("name: orders\n", ""), "name"),
     "typo in the kafka section": (GOOD.replace("kafka:\n", "kafka:\n  client.idd: ingest-orders\n"),
                                   "kafka.client.idd"),
-    # YAML loaders keep the last of two equal keys: a second `sink:` would silently drop the first's table.
-    "a section given twice": (GOOD + "sink:\n  table: /tmp/orders\nsource:\n  maxOffsetsPerTrigger: 5\n"
-                                     "sink:\n  trigger: 5 seconds\n", "sink"),
-    "a setting given twice in a section": (GOOD.replace("kafka:\n", "kafka:\n  client.id: a\n  client.id: b\n"),
-                                           "kafka.client.id"),
     "unset environment variable": (GOOD.replace('"127.0.0.1:9092"', '"${NO_SUCH_VARIABLE_HERE}"'),
                                    "kafka.bootstrap.servers"),
 }
@@ -87,21 +82,33 @@ def test_a_typo_in_the_kafka_section_names_the_closest_setting_of_either_client(
     assert load_pipeline(path).kafka["max.poll.records"] == "10"
 
 
-def test_a_key_given_twice_names_both_lines_and_a_merge_key_still_loads(tmp_path: Path) -> None:
+def test_a_key_given_twice_is_a_warning_naming_both_lines_and_the_second_wins(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # YAML loaders keep the last of two equal keys without a word: a second `sink:` drops the first's table.
     path = tmp_path / "twice.yaml"
-    path.write_text(GOOD + "sink:\n  table: /tmp/orders\nsource:\n  maxOffsetsPerTrigger: 5\nsink:\n"
-                           "  trigger: 5 seconds\n")
-    with pytest.raises(ConfigError) as caught:
+    path.write_text(GOOD.replace("kafka:\n", "kafka:\n  client.id: a\n  client.id: b\n") + "sink:\n  table: /tmp/a\n"
+                    "source:\n  maxOffsetsPerTrigger: 5\nsink:\n  trigger: 5 seconds\n")
+    with caplog.at_level("WARNING", logger="ingestion.config"):
+        config = load_pipeline(path)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: key 'kafka.client.id' is given twice (lines 4 and 5); the second wins and what the first set is "
+        "dropped: give it once",
+        f"{path}: key 'sink' is given twice (lines 9 and 13); the second wins and what the first set is dropped: "
+        "give it once"]
+    assert (config.kafka["client.id"], config.sink.trigger) == ("b", "5 seconds")
+    assert config.table_path != "/tmp/a"  # what the first `sink:` set is gone, as YAML has it
+    caplog.clear()
+    path.write_text(GOOD + "expectations:\n  - {name: a, expect: 'order_id > 0', name: b}\n")
+    with caplog.at_level("WARNING", logger="ingestion.config"):
         load_pipeline(path)
-    assert str(caught.value) == (f"{path}: key 'sink' is given twice (lines 7 and 11); YAML would keep only the "
-                                 "second and drop what the first set: give it once")
-    path.write_text(GOOD + "expectations:\n  - {name: a, expr: 'order_id > 0', name: b}\n")
-    with pytest.raises(ConfigError, match=r"key 'expectations\[0\]\.name' is given twice \(lines 8 and 8\)"):
-        load_pipeline(path)
-    # A merge key's keys are overridden by the keys beside it, as YAML means.
+    assert "key 'expectations[0].name' is given twice (lines 8 and 8)" in caplog.text
+    # A merge key's keys are overridden by the keys beside it, as YAML means: no warning.
+    caplog.clear()
     path.write_text(GOOD + "source: {maxOffsetsPerTrigger: 7}\n"
                     "sink:\n  <<: {trigger: 5 seconds, table: /tmp/a}\n  table: /tmp/b\n")
-    config = load_pipeline(path)
+    with caplog.at_level("WARNING", logger="ingestion.config"):
+        config = load_pipeline(path)
+    assert not caplog.records
     assert (config.table_path, config.sink.trigger, config.source.max_offsets_per_trigger) == (
         "/tmp/b", "5 seconds", 7)
 
