@@ -32,7 +32,8 @@ def project(kafka_servers: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     return tmp_path
 
 
-def _produce(servers: str, topic: str, values: list[bytes], *, binary_keys: bool = False) -> dict[tuple[int, int], bytes]:
+def _produce(servers: str, topic: str, values: list[bytes], *,
+             binary_keys: bool = False) -> dict[tuple[int, int], bytes]:
     producer = Producer({"bootstrap.servers": servers, "enable.idempotence": True})
     landed: dict[tuple[int, int], bytes] = {}
     failures = []
