@@ -246,7 +246,9 @@ def make_bucket(s3_server: Any) -> Callable[[], str]:
 def spark(state_home: Path) -> Iterator[Any]:
     from ingestion.runtime.session import get_session
 
-    session = get_session("ingest-tests", conf={"spark.sql.shuffle.partitions": "2"})
+    # Databases the tests make by name live in the run's state folder, not in ./spark-warehouse of the checkout.
+    session = get_session("ingest-tests", conf={"spark.sql.shuffle.partitions": "2",
+                                                "spark.sql.warehouse.dir": str(state_home / "warehouse")})
     yield session
     session.stop()
 
