@@ -61,10 +61,17 @@ def draft(topic: str, name: str | None = None) -> Draft:
         return _routed(topic, name, path, len(partitions), record_subjects, protobuf)
     key_subject = f"{topic}-key"
     # The first records (up to SAMPLED): what a topic without a value subject holds, and whether its keys are text.
-    sampled = kafka.earliest_records(settings.client, {topic: partitions}, timeout=settings.timeout,
-                                     per_partition=max(10, SAMPLED // max(len(partitions), 1))) if (
-        value_subject not in subjects or (key_subject not in subjects and config.key.format == "bytes")) else []
-    key_line = [_key_line(sampled, key_subject)] if key_subject not in subjects and config.key.format == "bytes" else []
+    # Where only the keys are asked about, a topic this client may describe but not read keeps the comment.
+    sampled: list[tuple[bytes | None, bytes | None]] = []
+    keys_open = key_subject not in subjects and config.key.format == "bytes"
+    if value_subject not in subjects or keys_open:
+        try:
+            sampled = kafka.earliest_records(settings.client, {topic: partitions}, timeout=settings.timeout,
+                                             per_partition=max(10, SAMPLED // max(len(partitions), 1)))
+        except IngestionError:
+            if value_subject not in subjects:
+                raise
+    key_line = [_key_line(sampled, key_subject)] if keys_open else []
     if value_subject not in subjects:
         where = "the schema registry" if config.value.registry else "schemas/"
         missing = f"topic {topic!r}: no subject {value_subject!r} in {where}{_closest(value_subject, subjects)}"
