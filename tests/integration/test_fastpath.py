@@ -374,10 +374,7 @@ class _Specs:
 
 
 def _config(tmp_path: Any, extra: str, sink: str = "") -> Any:
-    path = pipeline_yaml(tmp_path, topic="t", servers="127.0.0.1:9", extra=extra, sink=sink)
-    text = path.read_text().replace("value:\n  format: confluent\n  subject: orders-value\n", "", 1)
-    path.write_text(text)
-    return load_pipeline(path)
+    return load_pipeline(pipeline_yaml(tmp_path, topic="t", servers="127.0.0.1:9", extra=extra, sink=sink))
 
 
 def _debezium(name: str, kind: str) -> list[Any]:
