@@ -136,6 +136,13 @@ def _schemaless(topic: str, name: str, path: Path, partitions: int, values: list
         else:
             other += 1
     if not documents or other > len(documents):
+        if values and all(len(v) >= 5 and v[0] == 0 for v in values):
+            # Confluent's wire format (Avro, Protobuf or JSON Schema): its schemas are in a registry not named here
+            framed = sorted({int.from_bytes(v[1:5], "big") for v in values})
+            ids = ", ".join(map(str, framed[:5])) + (" ..." if len(framed) > 5 else "")
+            raise IngestionError(f"{missing}; its first {len(values)} records are in a schema registry's wire format "
+                                 f"(schema ids {ids}): name that registry (value.registry.url, in "
+                                 "conf/defaults.yaml for every pipeline) or put its schemas under schemas/")
         seen = (f"its first {len(values)} records are not JSON objects" if values else "the topic holds no records "
                 "to tell its format from")
         raise IngestionError(f"{missing}; {seen}: write value.format and its schema by hand (docs/configuration.md)")

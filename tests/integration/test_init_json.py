@@ -2,7 +2,7 @@
 from its first records, JsonConverter envelopes (`schemas.enable=true`) get their own Kafka Connect schema, and
 keys that are all text `key.format: string`; the files load unchanged, and the run that follows (start batches, no
 JVM) lands every record exactly once, the one that is not JSON in quarantine. A topic of other bytes is refused in
-one line naming what was found."""
+one line naming what was found: a schema registry's wire format names the registry setting."""
 
 from __future__ import annotations
 
@@ -108,11 +108,18 @@ def test_jsonconverter_envelopes_get_their_connect_schema_binary_keys_stay_bytes
     assert not failed and set(rows) == set(produced)
     assert sorted(row["after"]["id"] for row in rows.values()) == list(range(1, 9))
 
-    avro_like = make_topic(partitions=2)
-    _produce(kafka_servers, avro_like, [b"\x00\x00\x00\x00\x01\x02abc"] * 3)
+    framed = make_topic(partitions=2)  # Confluent's wire format: a registry this project does not name
+    _produce(kafka_servers, framed, [b"\x00\x00\x00\x00\x01\x02abc", b"\x00\x00\x00\x00\x03\x02abc"] * 2)
     with pytest.raises(IngestionError) as refused:
-        init.draft(avro_like)
+        init.draft(framed)
     assert str(refused.value) == (
-        f"topic {avro_like!r}: no subject '{avro_like}-value' in schemas/; its first 3 records are not JSON "
-        "objects: write value.format and its schema by hand (docs/configuration.md)")
-    assert not (project / "conf" / "pipelines" / f"{avro_like}.yaml").exists()
+        f"topic {framed!r}: no subject '{framed}-value' in schemas/; its first 4 records are in a schema registry's "
+        "wire format (schema ids 1, 3): name that registry (value.registry.url, in conf/defaults.yaml for every "
+        "pipeline) or put its schemas under schemas/")
+    text = make_topic(partitions=2)
+    _produce(kafka_servers, text, [b"hello", b"\x00\x00", b"world"])
+    with pytest.raises(IngestionError) as refused:
+        init.draft(text)
+    assert str(refused.value) == (
+        f"topic {text!r}: no subject '{text}-value' in schemas/; its first 3 records are not JSON objects: write "
+        "value.format and its schema by hand (docs/configuration.md)")
