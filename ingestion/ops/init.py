@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ingestion import kafka
 from ingestion.config import PipelineConfig, inherited, route_name
+from ingestion.decode import wire
 from ingestion.errors import ConfigError, IngestionError
 from ingestion.paths import conf_dir, schemas_dir
 from ingestion.schema import connect_types, json_infer, json_schemas, json_values, protobuf_schemas
@@ -102,7 +103,7 @@ def draft(topic: str, name: str | None = None) -> Draft:
             key_format = "protobuf" if protobuf_schemas.is_document(key_newest) else "avro"
             lines.append(f"key: {{format: {key_format}}}  # subject {key_subject} exists")
     lines += key_line
-    lines += _rule_example(_first_field(newest))
+    lines += _rule_example(_field_names(newest)[:1])
     text = "\n".join(lines) + "\n"
     return Draft(inherited(_parsed(text), path), text)
 
@@ -136,9 +137,8 @@ def _schemaless(topic: str, name: str, path: Path, partitions: int, values: list
         else:
             other += 1
     if not documents or other > len(documents):
-        if values and all(len(v) >= 5 and v[0] == 0 for v in values):
+        if values and (framed := _schema_ids(values)):
             # Confluent's wire format (Avro, Protobuf or JSON Schema): its schemas are in a registry not named here
-            framed = sorted({int.from_bytes(v[1:5], "big") for v in values})
             ids = ", ".join(map(str, framed[:5])) + (" ..." if len(framed) > 5 else "")
             raise IngestionError(f"{missing}; its first {len(values)} records are in a schema registry's wire format "
                                  f"(schema ids {ids}): name that registry (value.registry.url, in "
@@ -175,13 +175,22 @@ def _schemaless(topic: str, name: str, path: Path, partitions: int, values: list
     lines = [f"# ingest init, {dt.date.today().isoformat()}: {partitions} partitions; {head}",
              f"name: {name}", f"topic: {_yaml_text(topic)}", value_line]
     lines += key_line
-    field = next((f for f in fields if isinstance(f, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", f)), "id")
-    lines += _rule_example(field)
+    lines += _rule_example(fields)
     text = "\n".join(lines) + "\n"
     return Draft(inherited(_parsed(text), path), text, ((file, schema_text),))
 
 
-def _rule_example(field: str) -> list[str]:
+def _schema_ids(values: list[bytes]) -> list[int]:
+    """The schema ids of values that are all in the schema registry's wire format; [] when one is not."""
+    try:
+        return sorted({wire.schema_id(value) for value in values})
+    except wire.WireFormatError:
+        return []
+
+
+def _rule_example(fields: list[object]) -> list[str]:
+    """The commented example rule of a draft, on the first of `fields` that SQL names bare ("id" when none)."""
+    field = next((f for f in fields if isinstance(f, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", f)), "id")
     rule = re.sub(r"[^a-z0-9_]", "_", field.lower())
     return ["# expectations:  # data-quality rules on every row (docs/expectations.md); onViolation: warn | "
             "quarantine | fail",
@@ -205,14 +214,13 @@ def _routed(topic: str, name: str, path: Path, partitions: int, records: list[st
     return Draft(inherited(_parsed(text), path), text)
 
 
-def _first_field(schema: str) -> str:
-    """The first field of an Avro record schema, for the draft's example rule ("id" for other schemas)."""
+def _field_names(schema: str) -> list[object]:
+    """The field names of an Avro record schema, for the draft's example rule (none for other schemas)."""
     try:
         fields = json.loads(schema).get("fields") or []
-        name = fields[0]["name"] if fields else "id"
-    except (ValueError, AttributeError, KeyError, TypeError, IndexError):
-        return "id"
-    return name if isinstance(name, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else "id"
+        return [field["name"] for field in fields]
+    except (ValueError, AttributeError, KeyError, TypeError):
+        return []
 
 
 def write(drafts: list[Draft]) -> list[Path]:
