@@ -286,7 +286,7 @@ def pipeline_yaml(tmp_path: Path, *, topic: str, servers: str, extra: str = "", 
     from tests.helpers import pipeline_head
 
     given = set(re.findall(r"^([A-Za-z]+):", extra, re.MULTILINE))
-    head = pipeline_head(name, topic, servers) if "kafka" not in given else f"name: {name}\ntopic: {topic}\n"
+    head = pipeline_head(name, topic, None if "kafka" in given else servers)
     defaults = "".join(text for section, text in (
         ("value", "value:\n  format: confluent\n  subject: orders-value\n"),
         ("key", "key:\n  format: string\n")) if section not in given)

@@ -290,13 +290,10 @@ def decode_both_ways(spark: Any, decoding: Any, values: list[bytes | None]) -> t
     return jvm_rows, python_rows, unverified
 
 
-def pipeline_head(name: str, topic: str, servers: str) -> str:
-    """The first lines of a test's pipeline file: its name, topic and broker."""
-    return f"""name: {name}
-topic: {topic}
-kafka:
-  bootstrap.servers: "{servers}"
-"""
+def pipeline_head(name: str, topic: str, servers: str | None) -> str:
+    """The first lines of a test's pipeline file: its name, topic and broker (none: the file has a kafka: section
+    of its own)."""
+    return f"name: {name}\ntopic: {topic}\n" + (f'kafka:\n  bootstrap.servers: "{servers}"\n' if servers else "")
 
 
 def routed_by_field(folder: Path, name: str, topic: str, servers: str, schema: Path, *, source: str = "",
