@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -167,6 +168,16 @@ def group_offsets(settings: dict[str, Any], group: str, topic: str) -> dict[int,
     if done.returncode != 0:
         raise RuntimeError(f"committed_offsets exited with {done.returncode}: {done.stderr[-500:]}")
     return {int(p): o for p, o in json.loads(done.stdout).items()}
+
+
+# A line of the JVM's at WARN or ERROR (log4j's `HH:MM:SS LEVEL Class:`, runtime/data/log4j2.properties) or of a
+# Java stack trace: what a command's output should not show a user when nothing went wrong.
+_JVM_NOISE = re.compile(r"\d\d:\d\d:\d\d (WARN|ERROR) |\s+at [\w$.]+\(")
+
+
+def jvm_noise(*outputs: str) -> list[str]:
+    """The lines of `outputs` that are the JVM's warnings, errors or stack traces."""
+    return [line for output in outputs for line in output.splitlines() if _JVM_NOISE.match(line)]
 
 
 def processes_of(folder: Path) -> dict[int, str]:

@@ -78,8 +78,10 @@ def register(spark: SparkSession, name: str, path: str, file: object = None) -> 
     found = check(spark, name, path, file)
     if found.state == "exists":
         return found
-    if "." in name:
-        spark.sql(f"CREATE DATABASE IF NOT EXISTS `{name.split('.')[0]}`")
+    # Only a missing database is created: over Hive's metastore (the persistent catalog) Spark 4.2 asks it to create one
+    # that exists even under IF NOT EXISTS, and the metastore logs an AlreadyExistsException with its stack trace.
+    if "." in name and not spark.catalog.databaseExists(database := name.split(".")[0]):
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
     literal = path.replace("\\", "\\\\").replace("'", "\\'")
     spark.sql(f"CREATE TABLE IF NOT EXISTS {quoted(name)} USING delta LOCATION '{literal}'")
     return Registration(name, path, "registered")

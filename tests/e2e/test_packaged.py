@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.helpers import processes_left, processes_of
+from tests.helpers import jvm_noise, processes_left, processes_of
 
 pytestmark = pytest.mark.e2e
 
@@ -78,6 +78,10 @@ def test_the_wheel_lays_out_a_project_and_runs_the_demo_in_an_empty_folder_leavi
         assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
         assert f"bronze table   {empty / '.ingest' / 'tables' / 'orders'}  (300 rows" in demo.stdout, demo.stdout
         assert "total          300 records in Kafka, 300 rows in bronze" in demo.stdout, demo.stdout
+        # A new user's first run shows the product's lines only: no warning or error of the JVM's (log4j's
+        # `HH:MM:SS LEVEL Class:`), no Java stack trace (the catalog's second table in `bronze` once logged the
+        # metastore's AlreadyExistsException with 95 lines of trace).
+        assert jvm_noise(demo.stdout, demo.stderr) == [], "\n".join(jvm_noise(demo.stdout, demo.stderr)[:20])
         # The demo left its pipeline and schema in the folder: what its summary says to run next finds the table
         # (ingest sql answers from the table's files with DuckDB: no broker, no JVM).
         assert (empty / "conf" / "pipelines" / "orders.yaml").is_file()
