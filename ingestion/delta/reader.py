@@ -60,6 +60,7 @@ class QuarantinedRecord:
     error_class: str
     error_message: str
     value: bytes | None
+    key: bytes | None = None
 
 
 @dataclass(frozen=True)

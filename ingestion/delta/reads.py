@@ -130,8 +130,12 @@ class SparkReader:
         rows = table.orderBy("_kafka_partition", "_kafka_offset", "_kafka_topic").limit(limit).collect()
         return [QuarantinedRecord(r["_kafka_topic"], int(r["_kafka_partition"]), int(r["_kafka_offset"]),
                                   naive_utc(r["_kafka_timestamp"]), r["_schema_id"], r["_error_class"],
-                                  r["_error_message"], None if r["_kafka_value"] is None else bytes(r["_kafka_value"]))
+                                  r["_error_message"], _bytes(r["_kafka_value"]), _bytes(r["_kafka_key"]))
                 for r in rows]
+
+
+def _bytes(value: bytearray | bytes | None) -> bytes | None:
+    return None if value is None else bytes(value)
 
 
 def spark_layout(spark: SparkSession, path: str) -> TableLayout | None:

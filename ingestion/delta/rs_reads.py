@@ -224,12 +224,13 @@ class DeltaRsReader:
                            coordinates.column(TOPIC).to_pylist(), strict=True))[:limit]
         wanted = set(first)
         rows = self._columns(path, [TOPIC, PARTITION, OFFSET, "_kafka_timestamp", "_schema_id", "_error_class",
-                                    "_error_message", "_kafka_value"],
+                                    "_error_message", "_kafka_value", "_kafka_key"],
                              [*only, (PARTITION, "in", sorted({p for p, _, _ in first})),
                               (OFFSET, "in", sorted({o for _, o, _ in first}))])
         assert isinstance(rows, pa.Table)
         found = [QuarantinedRecord(r[TOPIC], int(r[PARTITION]), int(r[OFFSET]), _naive_utc(r["_kafka_timestamp"]),
-                                   r["_schema_id"], r["_error_class"], r["_error_message"], r["_kafka_value"])
+                                   r["_schema_id"], r["_error_class"], r["_error_message"], r["_kafka_value"],
+                                   r["_kafka_key"])
                  for r in rows.to_pylist() if (r[PARTITION], r[OFFSET], r[TOPIC]) in wanted]
         return sorted(found, key=lambda r: (r.partition, r.offset, r.topic))
 

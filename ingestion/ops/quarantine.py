@@ -11,6 +11,7 @@ and finishes the removal. Nothing changes (no new table version) when there is n
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -75,13 +76,37 @@ def render_groups(found: list[QuarantineGroup], path: str) -> str:
     return "\n".join(lines)
 
 
+SHOWN_BYTES = 16  # of a value or key, in hex
+SHOWN_TEXT = 120  # characters of a value or key that is UTF-8 text
+
+
+def shown_bytes(data: bytes | None) -> str:
+    """A value or key as `quarantine show` prints it: its length and first bytes in hex, then what a reader
+    recognizes: the text (quoted, up to SHOWN_TEXT characters) when it is UTF-8 text, else the first bytes as
+    `hexdump -C` shows them (printable ASCII, a dot for the rest)."""
+    if data is None:
+        return "null"
+    hexed = data[:SHOWN_BYTES].hex(" ") + (" ..." if len(data) > SHOWN_BYTES else "")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and text.isprintable():
+        cut = text[:SHOWN_TEXT] + ("..." if len(text) > SHOWN_TEXT else "")
+        return f"{len(data)} bytes {hexed}  text {json.dumps(cut, ensure_ascii=False)}"
+    ascii_ = "".join(chr(b) if 32 <= b < 127 else "." for b in data[:SHOWN_BYTES])
+    return f"{len(data)} bytes {hexed}  |{ascii_}|"
+
+
 def render_records(found: list[QuarantinedRecord]) -> str:
     lines = []
     for r in found:
-        shown = "null" if r.value is None else f"{len(r.value)} bytes {r.value[:16].hex(' ')}"
         schema = "no schema id" if r.schema_id is None else f"schema id {r.schema_id}"
         lines.append(f"{r.topic}/{r.partition}@{r.offset}  {r.timestamp}  {schema}  "
-                     f"{r.error_class}: {r.error_message}\n    value {shown}")
+                     f"{r.error_class}: {r.error_message}")
+        if r.key is not None:
+            lines.append(f"    key   {shown_bytes(r.key)}")
+        lines.append(f"    value {shown_bytes(r.value)}")
     return "\n".join(lines) if lines else "no quarantined records"
 
 

@@ -42,6 +42,26 @@ def test_a_record_without_schema_id_says_so() -> None:
     assert "  no schema id  WireFormatError: short" in quarantine.render_records([record])
 
 
+def test_show_prints_the_key_and_the_text_of_a_value_that_is_text() -> None:
+    from ingestion.delta.reader import QuarantinedRecord
+
+    at = dt.datetime(2026, 1, 1)
+    text = QuarantinedRecord("orders", 0, 112, at, None, "WireFormatError", "magic byte is 110, expected 0",
+                             b"not avro at all", key=b"k0")
+    framed = QuarantinedRecord("orders", 1, 91, at, 1, "MalformedAvroError", "order_id: string length -52 is negative",
+                               b"\x00\x00\x00\x00\x01garbage-and-more-bytes")
+    long_json = QuarantinedRecord("clicks", 2, 5, at, None, "JsonDecodeError", "x", b'{"k": "' + b"v" * 200 + b'"}')
+    assert quarantine.render_records([text, framed, long_json]).splitlines() == [
+        "orders/0@112  2026-01-01 00:00:00  no schema id  WireFormatError: magic byte is 110, expected 0",
+        '    key   2 bytes 6b 30  text "k0"',
+        '    value 15 bytes 6e 6f 74 20 61 76 72 6f 20 61 74 20 61 6c 6c  text "not avro at all"',
+        "orders/1@91  2026-01-01 00:00:00  schema id 1  MalformedAvroError: order_id: string length -52 is negative",
+        "    value 27 bytes 00 00 00 00 01 67 61 72 62 61 67 65 2d 61 6e 64 ...  |.....garbage-and|",
+        "clicks/2@5  2026-01-01 00:00:00  no schema id  JsonDecodeError: x",
+        '    value 209 bytes 7b 22 6b 22 3a 20 22 76 76 76 76 76 76 76 76 76 ...  text "{\\"k\\": \\"'
+        + "v" * 113 + '..."']
+
+
 def test_show_with_an_error_class_that_has_no_records_names_those_that_do(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from deltalake import write_deltalake
@@ -56,7 +76,8 @@ def test_show_with_an_error_class_that_has_no_records_names_those_that_do(
         "_kafka_timestamp": pa.array([dt.datetime(2026, 1, 1)] * 3, pa.timestamp("us", tz="UTC")),
         "_schema_id": pa.array([None, 7, 7], pa.int32()),
         "_error_class": ["WireFormatError", "UnknownSchemaError", "UnknownSchemaError"],
-        "_error_message": ["short", "id 7", "id 7"], "_kafka_value": [b"\x07", b"\x00", b"\x00"]}))
+        "_error_message": ["short", "id 7", "id 7"], "_kafka_value": [b"\x07", b"\x00", b"\x00"],
+        "_kafka_key": pa.array([None, b"k", None], pa.binary())}))
     file = tmp_path / "orders.yaml"
     file.write_text(f"name: orders\ntopic: orders\nkafka:\n  bootstrap.servers: 127.0.0.1:9\n"
                     f"sink:\n  table: {tmp_path / 'orders'}\n  quarantineTable: {table}\n")
@@ -67,7 +88,7 @@ def test_show_with_an_error_class_that_has_no_records_names_those_that_do(
     args = build_parser().parse_args(["quarantine", "show", str(file), "--error-class", "WireFormatError"])
     assert quarantine_command.quarantine_show(args) == 0
     assert capsys.readouterr().out == ("orders/0@3  2026-01-01 00:00:00  no schema id  WireFormatError: short\n"
-                                       "    value 1 bytes 07\n")
+                                       "    value 1 bytes 07  |.|\n")
 
 
 def test_rewind_and_reprocess_lines_name_what_happened_without_none() -> None:
