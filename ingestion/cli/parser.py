@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:
     Commands: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -159,7 +159,9 @@ def _add_sql(commands: Commands) -> None:
         "<name>, <name>_quarantine, <name>_silver); a SELECT / WITH query (VERSION AS OF n included) is answered by "
         "DuckDB without a JVM, in about a second; Spark SQL answers only what DuckDB cannot (TIMESTAMP AS OF, other "
         "statements, what DuckDB refuses), after a line saying why; an unknown table is one line naming the known")
-    sql.add_argument("query")
+    sql.add_argument("query", nargs="+", action=_Joined,
+                     help="the query, best in quotes (unquoted words are joined with spaces; the shell expands * and "
+                          "parentheses first)")
     sql.add_argument("--engine", choices=("auto", "duckdb", "spark"), default="auto",
                      help="auto (default): DuckDB where it can answer, else Spark; spark: Spark SQL's dialect and "
                           "semantics for every query; duckdb: fail rather than start a JVM")
@@ -167,6 +169,14 @@ def _add_sql(commands: Commands) -> None:
                                       "(nested values as JSON text) instead of printing it")
     sql.add_argument("--limit", type=int, default=100, help="rows to print (default 100)")
     sql.set_defaults(func=_lazy("sql_command", "sql"))
+
+
+class _Joined(argparse.Action):
+    """Words given apart (`ingest sql SELECT 1`) as one string, joined with spaces."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, " ".join(values))
 
 
 def _add_sql_server(commands: Commands) -> None:

@@ -47,6 +47,16 @@ def test_every_command_explains_itself_in_its_help_and_takes_verbose_before_or_a
     assert not parser.parse_args(["verify", "orders"]).verbose
 
 
+def test_an_unquoted_query_is_one_query() -> None:
+    from ingestion.cli.parser import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["sql", "SELECT status, count(*) FROM bronze.orders GROUP BY 1"]).query == \
+        "SELECT status, count(*) FROM bronze.orders GROUP BY 1"
+    args = parser.parse_args(["sql", "SELECT", "status,", "count(*)", "FROM", "bronze.orders", "--limit", "5"])
+    assert (args.query, args.limit) == ("SELECT status, count(*) FROM bronze.orders", 5)
+
+
 def test_the_help_imports_no_command_module_and_no_spark() -> None:
     code = ("import contextlib, io, sys\n"
             "from ingestion.cli import main\n"
