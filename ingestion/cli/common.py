@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 def all_valid() -> list[PipelineConfig]:
     """Every pipeline file of conf/pipelines/; when any is bad, one line per bad file and an IngestionError (no
     pipeline runs: a typo must not leave a pipeline silently stopped)."""
-    from ingestion.config import load_all
+    from ingestion.config import load_all, no_pipelines
 
     configs, errors = load_all()
     for config in configs:
@@ -30,7 +30,7 @@ def all_valid() -> list[PipelineConfig]:
     if errors:
         raise IngestionError(f"{len(errors)} pipeline file(s) are wrong (listed above); nothing was started")
     if not configs:
-        raise IngestionError("no pipeline files in conf/pipelines/")
+        raise IngestionError(no_pipelines())
     return configs
 
 

@@ -24,6 +24,7 @@ from ingestion.config.loader import (
     list_pipelines,
     load_all,
     load_pipeline,
+    no_pipelines,
     parse_pipeline,
 )
 from ingestion.config.model import (
@@ -64,6 +65,7 @@ __all__ = [
     "list_pipelines",
     "load_all",
     "load_pipeline",
+    "no_pipelines",
     "parse_pipeline",
     "route_name",
 ]

@@ -26,14 +26,21 @@ log = logging.getLogger("ingestion.config")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
+def no_pipelines() -> str:
+    """What to say where the pipelines folder holds no pipeline file, and what writes one."""
+    return (f"no pipeline files in {conf_dir() / 'pipelines'}; `ingest init <topic>` writes one from what the broker "
+            "knows, `ingest new <folder>` lays out a project")
+
+
 def load_pipeline(name_or_path: str | Path) -> PipelineConfig:
     """Load `conf/pipelines/<name>.yaml`, or the YAML file at the given path."""
     path = Path(name_or_path)
     if path.suffix not in (".yaml", ".yml"):
         path = conf_dir() / "pipelines" / f"{name_or_path}.yaml"
     if not path.is_file():
-        known = sorted(p.stem for p in (conf_dir() / "pipelines").glob("*.yaml"))
-        raise ConfigError(f"no pipeline config {str(name_or_path)!r}: {path} does not exist (known: {known})")
+        known = ", ".join(sorted(p.stem for p in (conf_dir() / "pipelines").glob("*.yaml")))
+        raise ConfigError(f"no pipeline config {str(name_or_path)!r}: {path} does not exist ("
+                          + (f"known: {known})" if known else f"{no_pipelines()})"))
     return parse_pipeline(_with_defaults(_read(path), path), path)
 
 

@@ -132,6 +132,26 @@ def test_run_all_sees_every_bad_file_and_pipelines_that_share_a_name(tmp_path: P
                for m in messages)
 
 
+def test_a_pipeline_name_not_found_names_those_there_are_or_what_writes_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ingestion.config import load_pipeline
+    from ingestion.errors import ConfigError
+
+    monkeypatch.setenv("INGEST_CONF_DIR", str(tmp_path / "conf"))
+    folder = tmp_path / "conf" / "pipelines"
+    with pytest.raises(ConfigError) as empty:
+        load_pipeline("ordres")
+    assert str(empty.value) == (
+        f"no pipeline config 'ordres': {folder / 'ordres.yaml'} does not exist (no pipeline files in {folder}; "
+        "`ingest init <topic>` writes one from what the broker knows, `ingest new <folder>` lays out a project)")
+    folder.mkdir(parents=True)
+    for name in ("payments", "orders"):
+        (folder / f"{name}.yaml").write_text(GOOD)
+    with pytest.raises(ConfigError) as typo:
+        load_pipeline("ordres")
+    assert str(typo.value).endswith("ordres.yaml does not exist (known: orders, payments)")
+
+
 @pytest.mark.parametrize("text", [
     GOOD + "sasl.password: hunter2-canary\n",  # a secret at the wrong level: an unknown key
     GOOD + "sink:\n  basic.auth.user.info: user:hunter2-canary\n",
