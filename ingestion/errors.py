@@ -71,6 +71,11 @@ class CheckpointError(IngestionError):
     """A checkpoint and its table disagree in a way that needs the user's decision."""
 
 
+class KafkaUnreachableError(IngestionError):
+    """No broker answered at the configured address within `source.brokerTimeout` (none runs there, or none can be
+    reached): not a refusal, which is a KafkaAccessError."""
+
+
 class KafkaAccessError(IngestionError):
     """Kafka refused this client: its login (`denied == "authentication"`), the TLS handshake (`"tls"`), or an
     operation on a topic, a consumer group or the cluster (`"topic"`, `"group"`, `"cluster"`). The message names

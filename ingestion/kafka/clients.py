@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from ingestion.errors import IngestionError, TopicNotFoundError
+from ingestion.errors import IngestionError, KafkaUnreachableError, TopicNotFoundError
 from ingestion.kafka import access
 
 ISOLATION = "isolation.level"
@@ -108,7 +108,7 @@ def consumer(settings: Mapping[str, Any], group: str, **overrides: Any) -> Any:
 def partitions(settings: Mapping[str, Any], topic: str, timeout: float = 30.0) -> list[int]:
     """The topic's partitions, asked of the brokers within `timeout` seconds. Raises KafkaAccessError when Kafka
     refuses the login, the TLS handshake or the topic, TopicNotFoundError when the topic does not exist, and
-    IngestionError naming the address when no broker answers."""
+    KafkaUnreachableError naming the address when no broker answers."""
     servers = settings.get("bootstrap.servers")
     admin, meta = _metadata(settings, topic, timeout)
     found = meta.topics.get(topic)
@@ -141,7 +141,7 @@ def list_topics(settings: Mapping[str, Any], timeout: float, *, names: Iterable[
 
 def _metadata(settings: Mapping[str, Any], topic: str | None, timeout: float) -> tuple[Any, Any]:
     """(admin client, cluster metadata) of one topic or (None) of all, within `timeout` seconds; a refusal of the
-    login or the handshake is a KafkaAccessError, no answer an IngestionError naming the address."""
+    login or the handshake is a KafkaAccessError, no answer a KafkaUnreachableError naming the address."""
     from confluent_kafka import KafkaException
 
     servers = settings.get("bootstrap.servers")
@@ -161,8 +161,8 @@ def _metadata(settings: Mapping[str, Any], topic: str | None, timeout: float) ->
             if time.monotonic() >= deadline:
                 error = exc.args[0] if exc.args else exc
                 reason = error.str() if hasattr(error, "str") else str(error)
-                raise IngestionError(f"no Kafka broker answered at {servers} within {timeout:.0f}s ({reason}); check "
-                                     "kafka.bootstrap.servers and that the brokers run") from None
+                raise KafkaUnreachableError(f"no Kafka broker answered at {servers} within {timeout:.0f}s ({reason}); "
+                                            "check kafka.bootstrap.servers and that the brokers run") from None
 
 
 def _closest_topics(admin: Any, topic: str) -> tuple[str, ...]:

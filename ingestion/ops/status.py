@@ -1,7 +1,9 @@
 """Where a pipeline stands, per partition: Kafka's end offset against the offsets the table records.
 
 Everything comes from the table and from Kafka, not from the checkpoint or a running process, so `ingest
-status` answers the same whether the pipeline runs or not.
+status` answers the same whether the pipeline runs or not. When no broker answers (an outage, when status is
+wanted most), `offline_status` gives the table's side alone: what each partition's rows and quarantine hold, with
+Kafka's end offsets and the lag unknown.
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ from ingestion.stream.handover import GroupStart
 class PartitionStatus:
     topic: str
     partition: int
-    latest_offset: int  # Kafka's end offset: the offset the next record will get
+    latest_offset: int | None  # Kafka's end offset: the offset the next record will get (None: no broker answered)
     ingested_up_to: int  # the next offset the table expects (last recorded + 1), 0 when none
-    lag_records: int
+    lag_records: int | None  # None: no broker answered
     lag_seconds: float | None  # age of the oldest record not yet ingested; 0 when caught up
     quarantined: int
 
@@ -41,7 +43,7 @@ class PipelineStatus:
     table_version: int | None
     last_batch_id: int | None
     last_batch_at: str | None
-    lag_records: int
+    lag_records: int | None  # None: no broker answered (`kafka_error`)
     partitions: list[PartitionStatus]
     files: int | None = None  # bronze's data files now
     average_file_bytes: int | None = None
@@ -53,6 +55,7 @@ class PipelineStatus:
     group_start: GroupStart | None = None
     silver: SilverStatus | None = None
     routes: list[RouteTableStatus] = field(default_factory=list)  # a routed pipeline's tables, one per route
+    kafka_error: str | None = None  # why Kafka's side is missing (`offline_status`): no broker answered
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -137,22 +140,52 @@ def pipeline_status(source: Source, target: PipelineConfig | PipelineContext,
     for topic in topics:
         partitions.extend(_topic_status(reader, config, settings, topic, marks[topic], recorded.get(topic, {}),
                                         now))
+    return _with_tables(reader, config, records, partitions, topics, now, gone=gone, group_start=group_start)
+
+
+def offline_status(source: Source, config: PipelineConfig, kafka_error: str,
+                   now: dt.datetime | None = None) -> PipelineStatus:
+    """Where the pipeline stands from its tables alone, when no broker answered (`kafka_error` says so): per
+    partition the ledger records or quarantine holds, the next offset the table expects and the records
+    quarantined; Kafka's end offsets and the lag unknown (None)."""
+    reader = as_reader(source)
+    now = now or dt.datetime.now(dt.UTC)
+    ledgers = [reader.history(path) for path in routed.ledger_paths(config)]
+    recorded = routed.held_offsets(ledgers)
+    topics = sorted(set(recorded) | set(config.topics))  # a pattern's: those the table has read
+    partitions: list[PartitionStatus] = []
+    for topic in topics:
+        held = recorded.get(topic, {})
+        quarantined = reader.quarantined_per_partition(config.quarantine_path, topic)
+        partitions.extend(PartitionStatus(topic, p, None, held.get(str(p), 0), None, None, quarantined.get(p, 0))
+                          for p in sorted({int(p) for p in held} | set(quarantined)))
+    return _with_tables(reader, config, [r for table in ledgers for r in table], partitions, topics, now,
+                        kafka_error=kafka_error)
+
+
+def _with_tables(reader: TableReader, config: PipelineConfig, records: list[ledger.BatchRecord],
+                 partitions: list[PartitionStatus], topics: list[str], now: dt.datetime, *,
+                 gone: list[str] | None = None, group_start: GroupStart | None = None,
+                 kafka_error: str | None = None) -> PipelineStatus:
+    """The status of these partitions with what the tables say: the last batch, files, maintenance, silver and
+    the route tables."""
     stream = [r for r in records if r.kind == BatchKind.STREAM]
     stream.sort(key=lambda r: r.committed_at or dt.datetime.min)  # several tables' ledgers: the newest of any
     last = stream[-1] if stream else None
     maintained = [r for r in records if r.kind in ledger.MAINTENANCE]
     layout = reader.layout(config.table_path)
+    lags = [p.lag_records for p in partitions]
     return PipelineStatus(
         config.name, config.subscription, config.table_path,
         reader.version(config.table_path),
         last.batch_id if last else None,
         last.committed_at.isoformat() if last and last.committed_at else None,
-        sum(p.lag_records for p in partitions), partitions,
+        None if kafka_error is not None else sum(lag or 0 for lag in lags), partitions,
         layout.files if layout else None, layout.average_file_bytes if layout else None,
         _maintenance_text(maintained[-1]) if maintained else None,
         layout.oldest_restorable if layout else None,
-        topics, gone, group_start, silver_status(config, reader.version(config.table_path)),
-        route_statuses(reader, config, now),
+        topics, list(gone or []), group_start, silver_status(config, reader.version(config.table_path)),
+        route_statuses(reader, config, now), kafka_error,
     )
 
 
@@ -195,7 +228,8 @@ def render(status: PipelineStatus) -> str:
     last = ("no batch yet" if status.last_batch_id is None else
             ("last batch: the start batch" if status.last_batch_id == ledger.START_BATCH_ID else
              f"last batch {status.last_batch_id}") + (f" at {status.last_batch_at}" if status.last_batch_at else ""))
-    lines = [f"{status.pipeline}: {what}, {version}, {last}, lag {status.lag_records} records",
+    lag = "lag unknown (no answer from Kafka)" if status.lag_records is None else f"lag {status.lag_records} records"
+    lines = [f"{status.pipeline}: {what}, {version}, {last}, {lag}",
              (f"  {status.files} files, average {(status.average_file_bytes or 0) / 1024:.1f} KiB"
               if status.files is not None else "  no data files yet") +
              f"; last maintenance: {status.last_maintenance or 'never'}; " +
@@ -214,6 +248,8 @@ def render(status: PipelineStatus) -> str:
     for p in status.partitions:
         seconds = "-" if p.lag_seconds is None else f"{p.lag_seconds:.1f}"
         name = f"{p.topic}/{p.partition}" if several else str(p.partition)
-        lines.append(f"  {name:>{width}} {p.latest_offset:>10} {p.ingested_up_to:>10} {p.lag_records:>8} "
+        latest = "-" if p.latest_offset is None else str(p.latest_offset)
+        lag_records = "-" if p.lag_records is None else str(p.lag_records)
+        lines.append(f"  {name:>{width}} {latest:>10} {p.ingested_up_to:>10} {lag_records:>8} "
                      f"{seconds:>8} {p.quarantined:>11}")
     return "\n".join(lines)

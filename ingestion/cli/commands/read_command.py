@@ -7,6 +7,7 @@ import argparse
 import functools
 import json
 import logging
+import sys
 from dataclasses import asdict
 from typing import Any
 
@@ -20,18 +21,37 @@ QUARANTINED_CHANGES = 3
 
 
 def show_status(args: argparse.Namespace) -> int:
+    """Each pipeline's status; where no broker answers, the tables' side alone (lag unknown), a line on stderr
+    naming the pipelines and the address, and exit 1. Brokers that did not answer are not asked again for the
+    next pipeline (each wait is `source.brokerTimeout`)."""
     from dataclasses import asdict
 
+    from ingestion import kafka
+    from ingestion.errors import KafkaUnreachableError
     from ingestion.ops import status
     from ingestion.stream import context
 
     configs = [load(args.pipeline)] if args.pipeline else all_valid()
-    found = [read_only(args, functools.partial(_status_of, ctx=context.resolve(c)), c) for c in configs]
+    unreachable: dict[str, str] = {}  # bootstrap.servers -> why no broker answered there
+    found = []
+    for config in configs:
+        servers = str(kafka.resolve_settings(config).client.get("bootstrap.servers"))
+        try:
+            if servers in unreachable:
+                raise KafkaUnreachableError(unreachable[servers])
+            answer = functools.partial(_status_of, ctx=context.resolve(config))
+        except KafkaUnreachableError as exc:
+            unreachable[servers] = str(exc)
+            answer = functools.partial(status.offline_status, config=config, kafka_error=str(exc))
+        found.append(read_only(args, answer, config))
     if args.json:
         print(json.dumps([asdict(s) for s in found], indent=2))
     else:
         print("\n\n".join(status.render(s) for s in found))
-    return 0
+    for reason in unreachable.values():
+        names = ", ".join(s.pipeline for s in found if s.kafka_error == reason)
+        print(f"error: {names}: lag unknown, the tables' side only: {reason}", file=sys.stderr)
+    return 1 if unreachable else 0
 
 
 def _status_of(reader: Any, *, ctx: Any) -> Any:
