@@ -41,6 +41,14 @@ def load(name: str | Path) -> PipelineConfig:
     return remember_secrets(load_pipeline(name))
 
 
+def load_to_write(name: str | Path) -> PipelineConfig:
+    """`load`, for a command that makes or writes tables (run, onboard): refused, as `--all` refuses both files,
+    when another file of conf/pipelines/ has its name, table, checkpoint or catalog table."""
+    from ingestion.config import check_siblings
+
+    return check_siblings(load(name))
+
+
 def remember_secrets(config: PipelineConfig) -> PipelineConfig:
     from ingestion import security
 

@@ -20,6 +20,7 @@ from ingestion.config.checks import check_retention
 from ingestion.config.loader import (
     DEFAULTS_FILE,
     DEPRECATED_KEYS,
+    check_siblings,
     inherited,
     list_pipelines,
     load_all,
@@ -60,6 +61,7 @@ __all__ = [
     "TopicOptions",
     "ValueFormat",
     "check_retention",
+    "check_siblings",
     "duration_seconds",
     "inherited",
     "list_pipelines",

@@ -9,7 +9,7 @@ import dataclasses
 import logging
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -171,18 +171,48 @@ def load_all(paths: list[Path] | None = None) -> tuple[list[PipelineConfig], lis
         except ConfigError as exc:
             errors.append(exc)
     clashing: set[Path] = set()
-    for what, key in (("name", lambda c: c.name), ("table", lambda c: c.table_path),
-                      ("checkpoint", lambda c: c.checkpoint_path), ("catalog table", lambda c: c.sink.catalog_table)):
+    for what, key in _OWN:
         seen: dict[str, PipelineConfig] = {}
         for config in configs:
-            if not key(config):
+            if not (value := key(config)):
                 continue
-            other = seen.setdefault(key(config), config)
+            other = seen.setdefault(value, config)
             if other is not config:
-                errors.append(ConfigError(f"{config.file}: pipeline {config.name!r} has the same {what} "
-                                          f"{key(config)!r} as {other.file}; each pipeline needs its own"))
+                errors.append(_clash(config, other, what))
                 clashing |= {config.file, other.file}
     return [c for c in configs if c.file not in clashing], errors
+
+
+# What each pipeline needs of its own: what two pipelines sharing it would overwrite of each other.
+_OWN: tuple[tuple[str, Callable[[PipelineConfig], str | None]], ...] = (
+    ("name", lambda c: c.name), ("table", lambda c: c.table_path), ("checkpoint", lambda c: c.checkpoint_path),
+    ("catalog table", lambda c: c.sink.catalog_table))
+
+
+def _clash(config: PipelineConfig, other: PipelineConfig, what: str) -> ConfigError:
+    _, key = next(own for own in _OWN if own[0] == what)
+    return ConfigError(f"{config.file}: pipeline {config.name!r} has the same {what} {key(config)!r} as "
+                       f"{other.file}; each pipeline needs its own")
+
+
+def check_siblings(config: PipelineConfig) -> PipelineConfig:
+    """`config`, when no other file of conf/pipelines/ (where it is one of them) has its name, table, checkpoint
+    or catalog table, as `load_all` refuses for `--all`; else a ConfigError naming both files (a copied file whose
+    `sink.catalogTable` was left as it was, say). A sibling that does not load is not compared."""
+    folder = (conf_dir() / "pipelines").resolve()
+    if config.file.resolve().parent != folder:
+        return config
+    for path in list_pipelines():
+        if path.resolve() == config.file.resolve():
+            continue
+        try:
+            other = load_pipeline(path)
+        except ConfigError:
+            continue
+        for what, key in _OWN:
+            if key(config) and key(config) == key(other):
+                raise _clash(config, other, what)
+    return config
 
 
 # Keys renamed to camelCase: (section, old spelling) -> new spelling; the old one is read with a warning.

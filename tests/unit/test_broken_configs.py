@@ -132,6 +132,33 @@ def test_run_all_sees_every_bad_file_and_pipelines_that_share_a_name(tmp_path: P
                for m in messages)
 
 
+def test_a_copied_file_that_keeps_its_siblings_catalog_table_is_refused_before_a_run_or_onboard(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`run --all` and `onboard --all` refuse two files that share a name, table, checkpoint or catalog table; a
+    single pipeline's run or onboard (its dry run too, which asks no catalog) refuses it as well."""
+    from ingestion.cli import main
+    from ingestion.config import check_siblings
+
+    folder = tmp_path / "conf" / "pipelines"
+    folder.mkdir(parents=True)
+    monkeypatch.setenv("INGEST_CONF_DIR", str(tmp_path / "conf"))
+    (folder / "orders.yaml").write_text(GOOD + "sink:\n  catalogTable: bronze.orders\n")
+    copy = GOOD.replace("name: orders", "name: payments").replace("topic: orders", "topic: payments")
+    (folder / "payments.yaml").write_text(copy + "sink:\n  catalogTable: bronze.orders\n")
+    (folder / "broken.yaml").write_text(GOOD + "bad: 1\n")  # its own error; not compared
+    refusal = (f"error: {folder / 'payments.yaml'}: pipeline 'payments' has the same catalog table 'bronze.orders' "
+               f"as {folder / 'orders.yaml'}; each pipeline needs its own")
+    for command in (["onboard", "payments", "--dry-run"], ["run", "payments", "--available-now"]):
+        capsys.readouterr()
+        assert main(command) == 1
+        assert capsys.readouterr().err.strip() == refusal
+    (folder / "payments.yaml").write_text(copy + "sink:\n  catalogTable: bronze.payments\n")
+    assert check_siblings(load_pipeline("payments")).sink.catalog_table == "bronze.payments"
+    elsewhere = tmp_path / "orders.yaml"  # a file outside conf/pipelines/ stands alone, as `ingest run <path>`
+    elsewhere.write_text(GOOD + "sink:\n  catalogTable: bronze.orders\n")
+    assert check_siblings(load_pipeline(elsewhere)).name == "orders"
+
+
 def test_a_pipeline_name_not_found_names_those_there_are_or_what_writes_one(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from ingestion.config import load_pipeline

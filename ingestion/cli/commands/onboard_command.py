@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from ingestion.cli.common import all_valid, load, spark_session
+from ingestion.cli.common import all_valid, load_to_write, spark_session
 from ingestion.errors import UsageError
 
 if TYPE_CHECKING:
@@ -18,7 +18,7 @@ def onboard_pipelines(args: argparse.Namespace) -> int:
 
     if args.all == bool(args.pipeline):
         raise UsageError("name one pipeline, or pass --all")
-    configs = all_valid() if args.all else [load(args.pipeline)]
+    configs = all_valid() if args.all else [load_to_write(args.pipeline)]
     contexts = []
     for config in configs:  # Kafka and the registry first: a refusal is told in seconds, before a JVM boots
         contexts.append(check_kafka(config, create_topic=args.create_topic))

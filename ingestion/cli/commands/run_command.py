@@ -6,7 +6,7 @@ import argparse
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ingestion.cli.common import all_valid, load
+from ingestion.cli.common import all_valid, load_to_write
 from ingestion.errors import IngestionError, UsageError
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("name one pipeline, or pass --all")
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         raise IngestionError(f"--metrics-port must be a TCP port (0: off), got {args.metrics_port}")
-    configs = all_valid() if args.all else [load(args.pipeline)]
+    configs = all_valid() if args.all else [load_to_write(args.pipeline)]
     exporter = prometheus.exporter_for(configs, port=args.metrics_port, available_now=args.available_now)
     try:
         code = _run_pipelines(args, configs, exporter)
