@@ -17,6 +17,8 @@ DESCRIPTION = """Land Kafka topics (Avro, Protobuf, JSON) in bronze Delta tables
 Pipelines are YAML files in conf/pipelines/ (name them by file stem or path). Local state (the dev broker,
 tables, checkpoints, the MLflow store, the JVM jars) lives in .ingest/ or $INGEST_HOME."""
 
+PIPELINE_HELP = "pipeline name (conf/pipelines/<name>.yaml) or path to a YAML file"
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ingest", description=DESCRIPTION,
@@ -102,8 +104,7 @@ def _add_kafka(commands: Commands) -> None:
 
 def _add_run(commands: Commands) -> None:
     run = commands.add_parser("run", help="run a pipeline (streams until stopped, or --available-now)")
-    run.add_argument("pipeline", nargs="?",
-                     help="pipeline name (conf/pipelines/<name>.yaml) or path to a YAML file")
+    run.add_argument("pipeline", nargs="?", help=PIPELINE_HELP)
     run.add_argument("--all", action="store_true",
                      help="run every pipeline in conf/pipelines/ in one Spark application, a query each")
     run.add_argument("--available-now", action="store_true",
@@ -116,7 +117,7 @@ def _add_run(commands: Commands) -> None:
 
 def _add_history(commands: Commands) -> None:
     history = commands.add_parser("history", help="table versions with the Kafka offsets each one holds")
-    history.add_argument("pipeline")
+    history.add_argument("pipeline", help=PIPELINE_HELP)
     history.add_argument("--json", action="store_true", help="one JSON document for scripts")
     _reader_option(history)
     history.set_defaults(func=_lazy("read_command", "show_history"))
@@ -125,7 +126,7 @@ def _add_history(commands: Commands) -> None:
 def _add_onboard(commands: Commands) -> None:
     onboard = commands.add_parser("onboard", help="validate a pipeline config, check (or create) its topic, "
                                   "resolve its schema, print the bronze schema and create its tables; idempotent")
-    onboard.add_argument("pipeline", nargs="?", help="pipeline name or path to its YAML file")
+    onboard.add_argument("pipeline", nargs="?", help=PIPELINE_HELP)
     onboard.add_argument("--all", action="store_true", help="every pipeline in conf/pipelines/ (every bad file is "
                          "reported, one line each, and then none is onboarded)")
     onboard.add_argument("--dry-run", action="store_true", help="check and print, change nothing")
@@ -139,7 +140,7 @@ def _add_onboard(commands: Commands) -> None:
 def _add_status(commands: Commands) -> None:
     status = commands.add_parser("status", help="per partition: Kafka's end offset, the table's, lag in records "
                                  "and seconds, quarantined records; all pipelines when none is named")
-    status.add_argument("pipeline", nargs="?")
+    status.add_argument("pipeline", nargs="?", help=PIPELINE_HELP)
     status.add_argument("--json", action="store_true", help="one JSON document for scripts")
     _reader_option(status)
     status.set_defaults(func=_lazy("read_command", "show_status"))
@@ -147,7 +148,7 @@ def _add_status(commands: Commands) -> None:
 
 def _add_report(commands: Commands) -> None:
     report = commands.add_parser("report", help="plot lag and throughput per batch from the MLflow run to a PNG")
-    report.add_argument("pipeline")
+    report.add_argument("pipeline", help=PIPELINE_HELP)
     report.add_argument("--run", help="MLflow run id (default: the pipeline's newest run)")
     report.add_argument("--output", help="PNG path (default: .ingest/reports/<pipeline>.png)")
     report.set_defaults(func=_lazy("read_command", "write_report"))
@@ -199,14 +200,15 @@ def _add_sql_server(commands: Commands) -> None:
 def _add_metastore(commands: Commands) -> None:
     meta = commands.add_parser("metastore", help="the local persistent catalog's Derby server (127.0.0.1); it "
                                "starts by itself when a session needs it")
-    meta.add_argument("action", choices=("start", "stop", "status"))
+    meta.add_argument("action", choices=("start", "stop", "status"),
+                      help="start the server (a session that needs it starts it too), stop it by its pid, or show it")
     meta.set_defaults(func=_lazy("server_command", "manage_metastore"))
 
 
 def _add_replay(commands: Commands) -> None:
     replay = commands.add_parser("replay", help="read a Kafka range again and write only the records neither "
                                  "bronze nor quarantine holds (fills gaps; a no-op over ingested ranges)")
-    replay.add_argument("pipeline")
+    replay.add_argument("pipeline", help=PIPELINE_HELP)
     replay.add_argument("--from", dest="start", required=True,
                         help="earliest | partition:offset pairs like 0:100,1:250 | Spark's JSON form "
                         "'{\"orders\": {\"0\": 100}}' (replays the topics it names) | ISO time | epoch millis")
@@ -220,17 +222,18 @@ def _add_replay(commands: Commands) -> None:
 def _add_rewind(commands: Commands) -> None:
     rewind = commands.add_parser("rewind", help="restore bronze and quarantine to an earlier version; the next "
                                  "`ingest run` resumes from that version's offsets with a new checkpoint")
-    rewind.add_argument("pipeline")
+    rewind.add_argument("pipeline", help=PIPELINE_HELP)
     target = rewind.add_mutually_exclusive_group(required=True)
-    target.add_argument("--to-version", type=int)
-    target.add_argument("--to-timestamp", help="ISO time; the newest version committed at or before it")
+    target.add_argument("--to-version", type=int, metavar="N",
+                        help="the table version to restore (ingest history lists them)")
+    target.add_argument("--to-timestamp", metavar="TIME", help="ISO time; the newest version committed at or before it")
     rewind.set_defaults(func=_lazy("replay_command", "rewind_tables"))
 
 
 def _add_maintain(commands: Commands) -> None:
     maintain = commands.add_parser("maintain", help="compact (OPTIMIZE), VACUUM and checkpoint a pipeline's tables; "
                                    "neither --optimize nor --vacuum: both")
-    maintain.add_argument("pipeline", nargs="?", help="pipeline name or path to its YAML file")
+    maintain.add_argument("pipeline", nargs="?", help=PIPELINE_HELP)
     maintain.add_argument("--all", action="store_true", help="every pipeline in conf/pipelines/")
     maintain.add_argument("--optimize", action="store_true", help="bin-pack small files (maintenance.targetFileSize, "
                           "maintenance.zOrderBy)")
@@ -246,7 +249,7 @@ def _add_verify(commands: Commands) -> None:
                                  "which gaps Kafka explains; silver (if any) against bronze's fold, key by key; "
                                  "exit 1 on a real violation, 3 when silver misses change records that sit in "
                                  "quarantine")
-    verify.add_argument("pipeline")
+    verify.add_argument("pipeline", help=PIPELINE_HELP)
     verify.add_argument("--json", action="store_true", help="one JSON document for scripts")
     _reader_option(verify)
     verify.set_defaults(func=_lazy("read_command", "verify_pipeline"))
@@ -258,18 +261,18 @@ def _add_silver(commands: Commands) -> None:
     s_cmds = silver.add_subparsers(dest="action", required=True, metavar="ACTION")
     s_run = s_cmds.add_parser("run", help="merge every bronze version silver does not hold yet, then exit (ingest "
                               "run does this itself; this runs silver alone)")
-    s_run.add_argument("pipeline")
+    s_run.add_argument("pipeline", help=PIPELINE_HELP)
     _route_option(s_run)
     s_run.set_defaults(func=_lazy("silver_command", "silver_run"))
     s_rebuild = s_cmds.add_parser("rebuild", help="recompute silver from bronze's rows (whole), or put back its "
                                   "state at a bronze version and merge what bronze committed after it")
-    s_rebuild.add_argument("pipeline")
+    s_rebuild.add_argument("pipeline", help=PIPELINE_HELP)
     s_rebuild.add_argument("--from-version", type=int, metavar="N", help="start from silver's state at bronze "
                            "version N (its newest commit at or before N) instead of from nothing")
     _route_option(s_rebuild)
     s_rebuild.set_defaults(func=_lazy("silver_command", "silver_rebuild"))
     s_status = s_cmds.add_parser("status", help="silver's bronze version, lag, rows and its last steps")
-    s_status.add_argument("pipeline")
+    s_status.add_argument("pipeline", help=PIPELINE_HELP)
     s_status.add_argument("--json", action="store_true", help="one JSON document for scripts")
     s_status.set_defaults(func=_lazy("silver_command", "silver_status"))
 
@@ -283,18 +286,18 @@ def _add_quarantine(commands: Commands) -> None:
     quarantine = commands.add_parser("quarantine", help="records that could not be decoded: list, show, re-decode")
     q_cmds = quarantine.add_subparsers(dest="action", required=True, metavar="ACTION")
     q_list = q_cmds.add_parser("list", help="counts per error class and partition")
-    q_list.add_argument("pipeline")
+    q_list.add_argument("pipeline", help=PIPELINE_HELP)
     _reader_option(q_list)
     q_list.set_defaults(func=_lazy("quarantine_command", "quarantine_list"))
     q_show = q_cmds.add_parser("show", help="the quarantined records themselves")
-    q_show.add_argument("pipeline")
+    q_show.add_argument("pipeline", help=PIPELINE_HELP)
     q_show.add_argument("--limit", type=int, default=20, help="at most this many records (default 20)")
     q_show.add_argument("--error-class", help="only records that failed with this error class")
     _reader_option(q_show)
     q_show.set_defaults(func=_lazy("quarantine_command", "quarantine_show"))
     q_redo = q_cmds.add_parser("reprocess", help="re-decode with the current schemas; what decodes moves to "
                                "bronze exactly once, what still fails stays with its new error")
-    q_redo.add_argument("pipeline")
+    q_redo.add_argument("pipeline", help=PIPELINE_HELP)
     q_redo.set_defaults(func=_lazy("quarantine_command", "quarantine_reprocess"))
 
 
@@ -313,7 +316,7 @@ def _add_shadow(commands: Commands) -> None:
     s_cmds = shadow.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     def named(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("pipeline", help="pipeline name or path to its YAML file")
+        parser.add_argument("pipeline", help=PIPELINE_HELP)
         parser.add_argument("--name", default="shadow", help="the shadow's name (default: shadow); its tables are "
                             "<table>__<name> and <quarantine>__<name>")
 
@@ -331,7 +334,7 @@ def _add_shadow(commands: Commands) -> None:
     start.set_defaults(func=_lazy("shadow_command", "shadow_start"))
     status = s_cmds.add_parser("status", help="the pipeline's shadows: versions, offsets, rows, quarantined "
                                "records, state (no JVM)")
-    status.add_argument("pipeline", help="pipeline name or path to its YAML file")
+    status.add_argument("pipeline", help=PIPELINE_HELP)
     status.add_argument("--json", action="store_true", help="one JSON document for scripts")
     status.set_defaults(func=_lazy("shadow_command", "shadow_status"))
     diff = s_cmds.add_parser("diff", help="compare the shadow with the live table over the same offsets, record by "

@@ -40,6 +40,8 @@ def test_every_command_explains_itself_in_its_help_and_takes_verbose_before_or_a
     for line, command in _commands(parser).items():
         assert "-v" in command._option_string_actions, line
         assert command.description, f"{line} --help says nothing above its options"
+        unexplained = [a.dest for a in command._actions if not a.help and not isinstance(a, argparse._HelpAction)]
+        assert not unexplained, f"{line} --help lists {unexplained} without a word"
     assert parser.parse_args(["verify", "orders", "-v"]).verbose
     assert parser.parse_args(["quarantine", "show", "orders", "--verbose"]).verbose
     assert parser.parse_args(["kafka", "start", "-v"]).verbose
