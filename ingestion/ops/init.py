@@ -19,7 +19,7 @@ from pathlib import Path
 from ingestion import kafka
 from ingestion.config import PipelineConfig, inherited, route_name
 from ingestion.decode import wire
-from ingestion.errors import ConfigError, IngestionError
+from ingestion.errors import ConfigError, IngestionError, TopicNotFoundError
 from ingestion.paths import conf_dir, schemas_dir
 from ingestion.schema import connect_types, json_infer, json_schemas, json_values, protobuf_schemas
 from ingestion.schema.registry import source_for
@@ -50,7 +50,12 @@ def draft(topic: str, name: str | None = None) -> Draft:
     path = conf_dir() / "pipelines" / f"{name}.yaml"
     config = inherited({"name": name, "topic": topic}, path)
     settings = kafka.resolve_settings(config)
-    partitions = kafka.partitions(settings.client, topic, settings.timeout)  # a missing one's error names the closest
+    try:  # a missing topic's error names the closest; init writes files for topics that exist
+        partitions = kafka.partitions(settings.client, topic, settings.timeout)
+    except TopicNotFoundError as exc:
+        raise exc.with_hint("init writes a pipeline for a topic that exists: create the topic first, or write "
+                            f"{path} yourself and run `ingest onboard {name} "
+                            "--create-topic`") from None
     source = source_for(config)
     subjects = source.subjects()
     value_subject = config.value.subject

@@ -75,6 +75,8 @@ def test_init_writes_short_files_that_onboard_and_run_take_unchanged(kafka_serve
 
     done = ingest("init", topics[0] + "x")  # a typo: the closest topic is named
     assert done.returncode == 1 and f"closest: {topics[0]}" in done.stderr, done.stderr
+    assert done.stderr.rstrip().endswith(f"or write {conf / 'pipelines' / topics[0]}x.yaml yourself and run "
+                                         f"`ingest onboard {topics[0]}x --create-topic`"), done.stderr
     assert not (conf / "pipelines" / f"{topics[0]}x.yaml").exists()
 
     done = ingest("init", keyed, "--dry-run")  # a <topic>-key subject makes the key Avro
