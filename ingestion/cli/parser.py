@@ -160,7 +160,7 @@ def _add_sql(commands: Commands) -> None:
         "<name>, <name>_quarantine, <name>_silver); a SELECT / WITH query (VERSION AS OF n included) is answered by "
         "DuckDB without a JVM, in about a second; Spark SQL answers only what DuckDB cannot (TIMESTAMP AS OF, other "
         "statements, what DuckDB refuses), after a line saying why; an unknown table is one line naming the known")
-    sql.add_argument("query", nargs="+", action=_Joined,
+    sql.add_argument("query", nargs="+", action=_Joined, metavar="QUERY",
                      help="the query, best in quotes (unquoted words are joined with spaces; the shell expands * and "
                           "parentheses first)")
     sql.add_argument("--engine", choices=("auto", "duckdb", "spark"), default="auto",

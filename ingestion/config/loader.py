@@ -9,7 +9,7 @@ import dataclasses
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -162,7 +162,8 @@ def list_pipelines() -> list[Path]:
 
 def load_all(paths: list[Path] | None = None) -> tuple[list[PipelineConfig], list[ConfigError]]:
     """Every pipeline file (default: conf/pipelines/*.yaml): the valid configs, and one error per bad file. Two
-    files with the same pipeline name, table or checkpoint are both bad (each error names the other file)."""
+    files that share what each needs of its own (`_owned`: the name, a table's location or catalog name, the
+    checkpoint) are both bad: one error for the later file, naming the earlier."""
     configs: list[PipelineConfig] = []
     errors: list[ConfigError] = []
     for path in list_pipelines() if paths is None else paths:
@@ -171,47 +172,65 @@ def load_all(paths: list[Path] | None = None) -> tuple[list[PipelineConfig], lis
         except ConfigError as exc:
             errors.append(exc)
     clashing: set[Path] = set()
-    for what, key in _OWN:
-        seen: dict[str, PipelineConfig] = {}
-        for config in configs:
-            if not (value := key(config)):
-                continue
-            other = seen.setdefault(value, config)
-            if other is not config:
-                errors.append(_clash(config, other, what))
-                clashing |= {config.file, other.file}
+    owners: dict[tuple[str, str], tuple[PipelineConfig, str]] = {}
+    for config in configs:
+        owned = _owned(config)
+        found = next((_clash(config, what, value, *owners[thing]) for thing, (what, value) in owned.items()
+                      if thing in owners), None)
+        if found is not None:
+            errors.append(found)
+            clashing |= {config.file, *(owners[t][0].file for t in owned if t in owners)}
+        for thing, (what, _) in owned.items():
+            owners.setdefault(thing, (config, what))
     return [c for c in configs if c.file not in clashing], errors
 
 
-# What each pipeline needs of its own: what two pipelines sharing it would overwrite of each other.
-_OWN: tuple[tuple[str, Callable[[PipelineConfig], str | None]], ...] = (
-    ("name", lambda c: c.name), ("table", lambda c: c.table_path), ("checkpoint", lambda c: c.checkpoint_path),
-    ("catalog table", lambda c: c.sink.catalog_table))
+def _owned(config: PipelineConfig) -> dict[tuple[str, str], tuple[str, str]]:
+    """What a pipeline needs of its own, as (space, normalized value) -> (what it is to the pipeline, value): its
+    name, the locations of its tables (bronze, quarantine, silver) and checkpoint, and its tables' catalog names.
+    Two pipelines sharing one would write over each other's tables or progress."""
+    found: dict[tuple[str, str], tuple[str, str]] = {}
+    for space, what, value in (
+            ("name", "name", config.name),
+            ("location", "table", config.table_path), ("location", "quarantine table", config.quarantine_path),
+            ("location", "silver table", config.silver_path), ("location", "checkpoint", config.checkpoint_path),
+            ("catalog", "catalog table", (config.catalog_names or ("", ""))[0]),
+            ("catalog", "quarantine catalog table", (config.catalog_names or ("", ""))[1]),
+            ("catalog", "silver catalog table", config.silver.catalog_table if config.silver else "")):
+        if value:
+            found.setdefault((space, value.rstrip("/") if space == "location" else value), (what, value))
+    return found
 
 
-def _clash(config: PipelineConfig, other: PipelineConfig, what: str) -> ConfigError:
-    _, key = next(own for own in _OWN if own[0] == what)
-    return ConfigError(f"{config.file}: pipeline {config.name!r} has the same {what} {key(config)!r} as "
-                       f"{other.file}; each pipeline needs its own")
+def _clash(config: PipelineConfig, what: str, value: str, other: PipelineConfig, theirs: str) -> ConfigError:
+    same = (f"has the same {what} {value!r} as {other.file}" if what == theirs else
+            f"has {value!r} as its {what}, which is the {theirs} of {other.file}")
+    return ConfigError(f"{config.file}: pipeline {config.name!r} {same}; each pipeline needs its own")
 
 
 def check_siblings(config: PipelineConfig) -> PipelineConfig:
-    """`config`, when no other file of conf/pipelines/ (where it is one of them) has its name, table, checkpoint
-    or catalog table, as `load_all` refuses for `--all`; else a ConfigError naming both files (a copied file whose
-    `sink.catalogTable` was left as it was, say). A sibling that does not load is not compared."""
-    folder = (conf_dir() / "pipelines").resolve()
-    if config.file.resolve().parent != folder:
+    """`config`, when it shares nothing it needs of its own (`_owned`) with another file of conf/pipelines/ (where
+    it is one of them, a link there included), as `load_all` refuses for `--all`; else a ConfigError naming both
+    files (a copied file whose `sink.catalogTable` was left as it was, say). A sibling that does not load is not
+    compared, and its own warnings are not repeated."""
+    here = Path(os.path.abspath(config.file))
+    if here.parent != Path(os.path.abspath(conf_dir() / "pipelines")):
         return config
+    owned = _owned(config)
     for path in list_pipelines():
-        if path.resolve() == config.file.resolve():
+        if Path(os.path.abspath(path)) == here:
             continue
+        was, log.disabled = log.disabled, True
         try:
             other = load_pipeline(path)
         except ConfigError:
             continue
-        for what, key in _OWN:
-            if key(config) and key(config) == key(other):
-                raise _clash(config, other, what)
+        finally:
+            log.disabled = was
+        theirs = _owned(other)
+        for thing, (what, value) in owned.items():
+            if thing in theirs:
+                raise _clash(config, what, value, other, theirs[thing][0])
     return config
 
 

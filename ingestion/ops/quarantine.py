@@ -78,6 +78,7 @@ def render_groups(found: list[QuarantineGroup], path: str) -> str:
 
 SHOWN_BYTES = 16  # of a value or key, in hex
 SHOWN_TEXT = 120  # characters of a value or key that is UTF-8 text
+_LINE_BREAKS = {ord("\t"): None, ord("\n"): None, ord("\r"): None}  # text, shown escaped by json.dumps
 
 
 def shown_bytes(data: bytes | None) -> str:
@@ -86,12 +87,14 @@ def shown_bytes(data: bytes | None) -> str:
     `hexdump -C` shows them (printable ASCII, a dot for the rest)."""
     if data is None:
         return "null"
+    if not data:
+        return "0 bytes"
     hexed = data[:SHOWN_BYTES].hex(" ") + (" ..." if len(data) > SHOWN_BYTES else "")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         text = None
-    if text is not None and text.isprintable():
+    if text is not None and text.translate(_LINE_BREAKS).isprintable():  # pretty-printed JSON is text too
         cut = text[:SHOWN_TEXT] + ("..." if len(text) > SHOWN_TEXT else "")
         return f"{len(data)} bytes {hexed}  text {json.dumps(cut, ensure_ascii=False)}"
     ascii_ = "".join(chr(b) if 32 <= b < 127 else "." for b in data[:SHOWN_BYTES])

@@ -145,14 +145,14 @@ def pipeline_status(source: Source, target: PipelineConfig | PipelineContext,
 
 def offline_status(source: Source, config: PipelineConfig, kafka_error: str,
                    now: dt.datetime | None = None) -> PipelineStatus:
-    """Where the pipeline stands from its tables alone, when no broker answered (`kafka_error` says so): per
-    partition the ledger records or quarantine holds, the next offset the table expects and the records
-    quarantined; Kafka's end offsets and the lag unknown (None)."""
+    """Where the pipeline stands from its tables alone, when no broker answered (`kafka_error` says so): for each
+    partition the tables have seen (in the ledger or in quarantine), the next offset the table expects and the
+    records quarantined; Kafka's end offsets and the lag unknown (None)."""
     reader = as_reader(source)
     now = now or dt.datetime.now(dt.UTC)
     ledgers = [reader.history(path) for path in routed.ledger_paths(config)]
     recorded = routed.held_offsets(ledgers)
-    topics = sorted(set(recorded) | set(config.topics))  # a pattern's: those the table has read
+    topics = sorted({t for t in recorded if config.reads_topic(t)} | set(config.topics))  # as `ctx.audited` keeps
     partitions: list[PartitionStatus] = []
     for topic in topics:
         held = recorded.get(topic, {})

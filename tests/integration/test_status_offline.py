@@ -13,6 +13,8 @@ from confluent_kafka import Producer
 
 from ingestion.config import load_pipeline
 from ingestion.dev.samples import produce_orders
+from ingestion.errors import KafkaUnreachableError
+from ingestion.kafka import clients
 from ingestion.processes import free_port
 from ingestion.stream import launch
 from tests.conftest import pipeline_yaml
@@ -37,10 +39,21 @@ def test_status_without_a_broker_shows_the_tables_side_names_the_address_and_exi
     for name in ("orders", "payments"):
         pipeline_yaml(folder, topic=topic, servers=dead, name=name, extra="source:\n  brokerTimeout: 1 second\n")
     monkeypatch.setenv("INGEST_CONF_DIR", str(tmp_path / "conf"))
+    asked: list[str] = []  # the metadata requests that found no broker (each waits source.brokerTimeout)
+    metadata = clients._metadata
+
+    def counted(settings: Any, topic: str | None, timeout: float) -> Any:
+        try:
+            return metadata(settings, topic, timeout)
+        except KafkaUnreachableError:
+            asked.append(settings["bootstrap.servers"])
+            raise
+
+    monkeypatch.setattr(clients, "_metadata", counted)
 
     code, out, err = ingest_here(capsys, "status")
     assert code == 1, err
-    # asked once: one line for both pipelines
+    assert asked == [dead]  # waited for once, not once per pipeline
     assert err.splitlines() == [f"error: orders, payments: lag unknown, the tables' side only: no Kafka broker "
                                 f"answered at {dead} within 1s (Failed to get metadata: Local: Broker transport "
                                 "failure); check kafka.bootstrap.servers and that the brokers run"], err

@@ -126,10 +126,28 @@ def test_run_all_sees_every_bad_file_and_pipelines_that_share_a_name(tmp_path: P
     configs, errors = load_all(sorted(files.values()))
     assert [c.name for c in configs] == ["refunds"]
     messages = [str(e) for e in errors]
-    assert len(messages) == 4
+    assert len(messages) == 2  # one for each bad file but the first of a pair
     assert any(m.startswith(f"{files['c']}: unknown key 'bad'") for m in messages)
     assert any(m.startswith(f"{files['b']}: pipeline 'orders' has the same name 'orders' as {files['a']}")
                for m in messages)
+
+
+def test_a_catalog_name_or_location_one_pipeline_has_under_another_role_is_a_clash_too(tmp_path: Path) -> None:
+    first, second, third = (tmp_path / f"{n}.yaml" for n in ("a", "b", "c"))
+    first.write_text(GOOD + f"sink:\n  catalogTable: bronze.orders\n  table: {tmp_path / 'orders'}\n")
+    # its catalogTable is the first's quarantine catalog name (bronze.orders_quarantine)
+    second.write_text(GOOD.replace("name: orders", "name: refunds")
+                      + "sink:\n  catalogTable: bronze.orders_quarantine\n")
+    # its table is where the first keeps its quarantine (beside bronze: <sink.table>_quarantine)
+    third.write_text(GOOD.replace("name: orders", "name: returns")
+                     + f"sink:\n  table: {tmp_path / 'orders_quarantine'}/\n")
+    configs, errors = load_all([first, second, third])
+    assert configs == []
+    assert [str(e) for e in errors] == [
+        f"{second}: pipeline 'refunds' has 'bronze.orders_quarantine' as its catalog table, which is the quarantine "
+        f"catalog table of {first}; each pipeline needs its own",
+        f"{third}: pipeline 'returns' has '{tmp_path / 'orders_quarantine'}/' as its table, which is the quarantine "
+        f"table of {first}; each pipeline needs its own"]
 
 
 def test_a_copied_file_that_keeps_its_siblings_catalog_table_is_refused_before_a_run_or_onboard(
@@ -154,6 +172,13 @@ def test_a_copied_file_that_keeps_its_siblings_catalog_table_is_refused_before_a
         assert capsys.readouterr().err.strip() == refusal
     (folder / "payments.yaml").write_text(copy + "sink:\n  catalogTable: bronze.payments\n")
     assert check_siblings(load_pipeline("payments")).sink.catalog_table == "bronze.payments"
+    linked = tmp_path / "kept-elsewhere.yaml"  # a file of conf/pipelines/ that links elsewhere is one of them
+    linked.write_text(copy + "sink:\n  catalogTable: bronze.orders\n")
+    (folder / "payments.yaml").unlink()
+    (folder / "payments.yaml").symlink_to(linked)
+    with pytest.raises(ConfigError, match=r"has the same catalog table 'bronze\.orders' as"):
+        check_siblings(load_pipeline("payments"))
+    (folder / "payments.yaml").unlink()
     elsewhere = tmp_path / "orders.yaml"  # a file outside conf/pipelines/ stands alone, as `ingest run <path>`
     elsewhere.write_text(GOOD + "sink:\n  catalogTable: bronze.orders\n")
     assert check_siblings(load_pipeline(elsewhere)).name == "orders"

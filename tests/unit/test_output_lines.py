@@ -51,7 +51,8 @@ def test_show_prints_the_key_and_the_text_of_a_value_that_is_text() -> None:
     framed = QuarantinedRecord("orders", 1, 91, at, 1, "MalformedAvroError", "order_id: string length -52 is negative",
                                b"\x00\x00\x00\x00\x01garbage-and-more-bytes")
     long_json = QuarantinedRecord("clicks", 2, 5, at, None, "JsonDecodeError", "x", b'{"k": "' + b"v" * 200 + b'"}')
-    assert quarantine.render_records([text, framed, long_json]).splitlines() == [
+    pretty = QuarantinedRecord("clicks", 2, 6, at, None, "JsonDecodeError", "y", b'{\n\t"k": 1\r\n', key=b"")
+    assert quarantine.render_records([text, framed, long_json, pretty]).splitlines() == [
         "orders/0@112  2026-01-01 00:00:00  no schema id  WireFormatError: magic byte is 110, expected 0",
         '    key   2 bytes 6b 30  text "k0"',
         '    value 15 bytes 6e 6f 74 20 61 76 72 6f 20 61 74 20 61 6c 6c  text "not avro at all"',
@@ -59,7 +60,10 @@ def test_show_prints_the_key_and_the_text_of_a_value_that_is_text() -> None:
         "    value 27 bytes 00 00 00 00 01 67 61 72 62 61 67 65 2d 61 6e 64 ...  |.....garbage-and|",
         "clicks/2@5  2026-01-01 00:00:00  no schema id  JsonDecodeError: x",
         '    value 209 bytes 7b 22 6b 22 3a 20 22 76 76 76 76 76 76 76 76 76 ...  text "{\\"k\\": \\"'
-        + "v" * 113 + '..."']
+        + "v" * 113 + '..."',
+        "clicks/2@6  2026-01-01 00:00:00  no schema id  JsonDecodeError: y",
+        "    key   0 bytes",
+        '    value 11 bytes 7b 0a 09 22 6b 22 3a 20 31 0d 0a  text "{\\n\\t\\"k\\": 1\\r\\n"']
 
 
 def test_show_with_an_error_class_that_has_no_records_names_those_that_do(

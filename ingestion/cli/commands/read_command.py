@@ -26,8 +26,8 @@ def show_status(args: argparse.Namespace) -> int:
     next pipeline (each wait is `source.brokerTimeout`)."""
     from dataclasses import asdict
 
-    from ingestion import kafka
     from ingestion.errors import KafkaUnreachableError
+    from ingestion.kafka.settings import bootstrap_servers
     from ingestion.ops import status
     from ingestion.stream import context
 
@@ -35,7 +35,7 @@ def show_status(args: argparse.Namespace) -> int:
     unreachable: dict[str, str] = {}  # bootstrap.servers -> why no broker answered there
     found = []
     for config in configs:
-        servers = str(kafka.resolve_settings(config).client.get("bootstrap.servers"))
+        servers = bootstrap_servers(config)
         try:
             if servers in unreachable:
                 raise KafkaUnreachableError(unreachable[servers])
