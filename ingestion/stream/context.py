@@ -19,7 +19,7 @@ from ingestion import kafka, security, storage
 from ingestion.config import PipelineConfig
 from ingestion.decode.resolver import SchemaResolver
 from ingestion.delta.rs_tables import TableState
-from ingestion.errors import ConfigError
+from ingestion.errors import ConfigError, TopicNotFoundError
 from ingestion.kafka import KafkaSettings
 from ingestion.schema.registry import SchemaSource, source_for
 
@@ -83,7 +83,10 @@ def resolve(config: PipelineConfig, *, check: bool = False, missing_ok: bool = F
     security.remember(config.secret_values())
     check_former_quarantine(config)
     settings = kafka.resolve_settings(config)
-    found = kafka.pipeline_partitions(config, settings, missing_ok=missing_ok)
+    try:
+        found = kafka.pipeline_partitions(config, settings, missing_ok=missing_ok)
+    except TopicNotFoundError as exc:
+        raise exc.with_hint(f"create it, or run `ingest onboard {config.name} --create-topic`") from None
     context = PipelineContext(config, settings, found, source_for(config))
     if check:
         kafka.check_pipeline(config, settings, found, context.group)

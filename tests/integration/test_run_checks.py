@@ -12,6 +12,7 @@ import pytest
 
 from ingestion.dev.samples import produce_orders
 from tests.conftest import pipeline_yaml
+from tests.helpers import ingest_here
 
 pytestmark = pytest.mark.integration
 
@@ -47,3 +48,18 @@ def test_a_wrong_silver_section_stops_a_run_before_anything_exists(
     dry = subprocess.run([INGEST, "onboard", str(path), "--dry-run"], capture_output=True, text=True, env=env,
                          timeout=120, cwd=tmp_path)
     assert dry.returncode == 1 and dry.stderr.strip().splitlines() == lines, dry.stdout + dry.stderr
+
+
+def test_a_topic_that_does_not_exist_stops_a_run_before_anything_exists_naming_the_closest_and_the_cure(
+        kafka_servers, make_topic, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    topic = make_topic(partitions=1)
+    path = pipeline_yaml(tmp_path, topic=topic + "x", servers=kafka_servers, name="typo")
+    code, _, err = ingest_here(capsys, "run", str(path), "--available-now")
+    assert code == 1
+    assert err.strip().splitlines() == [
+        f"error: topic '{topic}x' does not exist on {kafka_servers} (Broker: Unknown topic or partition); closest: "
+        f"{topic}; create it, or run `ingest onboard typo --create-topic`"], err
+    assert not (tmp_path / "tables").exists() and not (tmp_path / "checkpoints").exists()
+    code, _, err = ingest_here(capsys, "onboard", str(path))  # onboard's own cure
+    assert code == 1 and err.strip().endswith("create it, or pass --create-topic (3 partitions, replication 1 from "
+                                              "topicSettings)"), err
