@@ -128,6 +128,7 @@ class Progress:
     stream: TextIO = field(default_factory=lambda: sys.stderr)
     done: int = 0
     started: float = field(default_factory=time.monotonic)
+    pipeline: str = ""  # named in the log line: `run --all` logs several pipelines' progress
 
     def advance(self, records: int) -> None:
         self.done += records
@@ -138,7 +139,9 @@ class Progress:
             self.stream.write(f"\r[{bar:<30}] {self.done:,}/{self.total:,} records ({share:.0%}) {rate:,.0f}/s ")
             self.stream.flush()
         else:
-            log.info("progress: %d of %d records (%.0f%%), %.0f records/s", self.done, self.total, share * 100, rate)
+            named = f"{self.pipeline} " if self.pipeline else ""
+            log.info("%sprogress: %d of %d records (%.0f%%), %.0f records/s", named, self.done, self.total,
+                     share * 100, rate)
 
     def close(self) -> None:
         if self.stream.isatty():

@@ -190,7 +190,7 @@ def _start(spark: SparkSession, ctx: PipelineContext, facts: Facts, prepared: Pr
              app_id, f", starting from the table's offsets {starting}" if starting else "")
     metrics = start_metrics(config, app_id, available_now, starting) if with_metrics else None
     try:
-        progress = Progress(facts.records_to_do()) if available_now else None
+        progress = Progress(facts.records_to_do(), pipeline=config.name) if available_now else None
         monitor = PipelineMonitor(config, ctx.kafka.client, metrics, progress, prometheus)
         batches: list[BatchResult] = []
         followers = tables.followers(spark, ctx, facts, metrics=metrics, pool=pool, prometheus=prometheus,

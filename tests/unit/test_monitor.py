@@ -79,11 +79,11 @@ def test_progress_draws_a_bar_on_a_terminal() -> None:
 
 def test_progress_logs_plain_lines_elsewhere(caplog: pytest.LogCaptureFixture) -> None:
     out = io.StringIO()
-    progress = Progress(total=0, stream=out)
+    progress = Progress(total=0, stream=out, pipeline="orders")
     with caplog.at_level(logging.INFO, logger="ingestion.stream.monitor"):
         progress.advance(10)
     assert out.getvalue() == ""
-    assert "progress: 10 of 0 records (100%)" in caplog.text
+    assert "orders progress: 10 of 0 records (100%)" in caplog.text  # run --all logs several pipelines'
 
 
 def test_phases_list_sparks_durations_longest_first_after_the_total() -> None:
