@@ -63,6 +63,14 @@ class RunOutcome:
     def __str__(self) -> str:
         return f"{self.status}: {self.reason}" if self.reason else str(self.status)
 
+    def said(self) -> str:
+        """How `run --all` tells it: a run ended by Ctrl-C or SIGTERM (MLflow's KILLED) was stopped on request."""
+        said = {RunStatus.FINISHED: "finished", RunStatus.FAILED: "failed",
+                RunStatus.KILLED: "stopped on request"}[self.status]
+        if self.status is RunStatus.FINISHED and self.reason:
+            return self.reason
+        return f"{said}: {self.reason}" if self.reason else said
+
 
 @dataclass
 class RunningPipeline:

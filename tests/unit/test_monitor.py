@@ -121,3 +121,12 @@ def test_a_batch_that_wrote_nothing_still_logs_lag_seconds_beside_lag_records() 
     assert behind["lag_seconds"] == 60.0
     unknown = batch_metrics(_progress(0), None, {"orders": {0: 7}}, now)
     assert "lag_seconds" not in unknown  # nothing held yet: no age to tell
+
+
+def test_run_all_tells_each_end_in_words_a_stop_on_request_not_as_killed() -> None:
+    from ingestion.stream.pipeline import RunOutcome, RunStatus
+
+    assert [RunOutcome(status, reason).said() for status, reason in (
+        (RunStatus.FINISHED, ""), (RunStatus.FINISHED, "caught up, nothing to do"), (RunStatus.KILLED, ""),
+        (RunStatus.FAILED, "topic 'x' does not exist"))] == [
+        "finished", "caught up, nothing to do", "stopped on request", "failed: topic 'x' does not exist"]

@@ -42,7 +42,7 @@ def _run_pipelines(args: argparse.Namespace, configs: list[PipelineConfig], expo
     if args.all:
         outcome = launch.run_all(None, configs, available_now=args.available_now, exporter=exporter)
         for name, ended in outcome.items():
-            print(f"{name}: {ended.reason if ended.status is pipeline.RunStatus.FINISHED and ended.reason else ended}")
+            print(f"{name}: {ended.said()}")
         return 1 if any(o.status is pipeline.RunStatus.FAILED for o in outcome.values()) else 0
     (config,) = configs
     ran = launch.run(None, config, available_now=args.available_now, exporter=exporter)
