@@ -172,17 +172,30 @@ def load_all(paths: list[Path] | None = None) -> tuple[list[PipelineConfig], lis
         except ConfigError as exc:
             errors.append(exc)
     clashing: set[Path] = set()
-    owners: dict[tuple[str, str], tuple[PipelineConfig, str]] = {}
+    owners: _Owners = {}
     for config in configs:
         owned = _owned(config)
-        found = next((_clash(config, what, value, *owners[thing]) for thing, (what, value) in owned.items()
-                      if thing in owners), None)
-        if found is not None:
+        if (found := _first_clash(config, owned, owners)) is not None:
             errors.append(found)
             clashing |= {config.file, *(owners[t][0].file for t in owned if t in owners)}
-        for thing, (what, _) in owned.items():
-            owners.setdefault(thing, (config, what))
+        _own(owners, config, owned)
     return [c for c in configs if c.file not in clashing], errors
+
+
+# (space, normalized value) -> the pipeline that has it, and what it is to that pipeline (`_owned`)
+_Owners = dict[tuple[str, str], tuple[PipelineConfig, str]]
+
+
+def _own(owners: _Owners, config: PipelineConfig, owned: dict[tuple[str, str], tuple[str, str]]) -> None:
+    for thing, (what, _) in owned.items():
+        owners.setdefault(thing, (config, what))
+
+
+def _first_clash(config: PipelineConfig, owned: dict[tuple[str, str], tuple[str, str]],
+                 owners: _Owners) -> ConfigError | None:
+    """The error for the first of `config`'s own things (`owned`) that another pipeline of `owners` has."""
+    return next((_clash(config, what, value, *owners[thing]) for thing, (what, value) in owned.items()
+                 if thing in owners), None)
 
 
 def _owned(config: PipelineConfig) -> dict[tuple[str, str], tuple[str, str]]:
@@ -216,7 +229,7 @@ def check_siblings(config: PipelineConfig) -> PipelineConfig:
     here = Path(os.path.abspath(config.file))
     if here.parent != Path(os.path.abspath(conf_dir() / "pipelines")):
         return config
-    owned = _owned(config)
+    owners: _Owners = {}
     for path in list_pipelines():
         if Path(os.path.abspath(path)) == here:
             continue
@@ -227,10 +240,9 @@ def check_siblings(config: PipelineConfig) -> PipelineConfig:
             continue
         finally:
             log.disabled = was
-        theirs = _owned(other)
-        for thing, (what, value) in owned.items():
-            if thing in theirs:
-                raise _clash(config, what, value, other, theirs[thing][0])
+        _own(owners, other, _owned(other))
+    if (found := _first_clash(config, _owned(config), owners)) is not None:
+        raise found
     return config
 
 

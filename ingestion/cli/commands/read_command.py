@@ -36,13 +36,14 @@ def show_status(args: argparse.Namespace) -> int:
     found = []
     for config in configs:
         servers = bootstrap_servers(config)
-        try:
-            if servers in unreachable:
-                raise KafkaUnreachableError(unreachable[servers])
-            answer = functools.partial(_status_of, ctx=context.resolve(config))
-        except KafkaUnreachableError as exc:
-            unreachable[servers] = str(exc)
-            answer = functools.partial(status.offline_status, config=config, kafka_error=str(exc))
+        answer = None
+        if servers not in unreachable:
+            try:
+                answer = functools.partial(_status_of, ctx=context.resolve(config))
+            except KafkaUnreachableError as exc:
+                unreachable[servers] = str(exc)
+        if answer is None:
+            answer = functools.partial(status.offline_status, config=config, kafka_error=unreachable[servers])
         found.append(read_only(args, answer, config))
     if args.json:
         print(json.dumps([asdict(s) for s in found], indent=2))
