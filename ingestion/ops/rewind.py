@@ -3,16 +3,19 @@
 Rewind restores bronze (and quarantine, to the state it had when that bronze version was committed) with
 Delta's RESTORE, marks the RESTORE commit as a `rewind` whose ranges are the coverage as of that version, and
 moves the checkpoint aside. The next `ingest run` then starts a new checkpoint with a new txnAppId from the
-table's offsets, so it re-reads exactly what the rewind undid.
+table's offsets, so it re-reads exactly what the rewind undid. It holds the pipeline's writer lock throughout: a
+running pipeline refuses it (naming the process), as it refuses a second run, rather than failing when its
+checkpoint moves away.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
@@ -21,10 +24,12 @@ from ingestion.config import PipelineConfig
 from ingestion.delta import ledger, routed, spark_tables, whole_batches
 from ingestion.delta.ledger import BatchKind, BatchRecord
 from ingestion.delta.reads import spark_layout
+from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.errors import ConfigError, IngestionError
 from ingestion.runtime import hadoop
 from ingestion.storage import local_folder
 from ingestion.stream import checkpoint
+from ingestion.stream.lock import WriterLock
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +51,31 @@ class RewindResult:
 
 def rewind(spark: SparkSession, config: PipelineConfig, *, to_version: int | None = None,
            to_timestamp: dt.datetime | None = None) -> RewindResult:
-    if config.routing is not None:
-        return _rewind_routed(spark, config, to_version, to_timestamp)
+    with _no_other_writer(spark, config):
+        if config.routing is not None:
+            return _rewind_routed(spark, config, to_version, to_timestamp)
+        return _rewind(spark, config, to_version, to_timestamp)
+
+
+@contextlib.contextmanager
+def _no_other_writer(spark: SparkSession, config: PipelineConfig) -> Iterator[None]:
+    """The pipeline's writer lock, held while the tables are restored and the checkpoint moves aside;
+    `PipelineRunning` (one line naming the process) while a run holds it. Without a checkpoint no run has started,
+    and none is made for the lock (it would be moved aside as an old checkpoint)."""
+    folder = local_folder(config.checkpoint_path)
+    if not (folder.is_dir() if folder is not None else hadoop.exists(spark, config.checkpoint_path)):
+        yield
+        return
+    lock = WriterLock(config.name, config.checkpoint_path, spark, config.spark)
+    lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _rewind(spark: SparkSession, config: PipelineConfig, to_version: int | None,
+            to_timestamp: dt.datetime | None) -> RewindResult:
     records = ledger.history(spark, config.table_path)
     history = spark_tables.history(spark, config.table_path).select("version", "timestamp").collect()
     times = {int(r["version"]): r["timestamp"] for r in history}
@@ -183,35 +211,60 @@ def undone_reprocesses(records: list[BatchRecord], version: int) -> list[BatchRe
 
 def _quarantine_version(spark: SparkSession, config: PipelineConfig, version: int,
                         times: dict[int, dt.datetime]) -> int | None:
-    """The quarantine version that goes with bronze `version`: the newest committed before bronze's next commit.
-    Compared by each commit's own clock (`commitInfo.timestamp`, milliseconds, stamped by the driver that made it),
-    not by the commit files' times: in object storage those have one-second steps, and a batch's quarantine commit
-    and the bronze commit before it often share the second (two write paths commit in milliseconds). Where delta-rs
-    cannot read the logs, by the commit files' times, as Spark's history gives them."""
+    """The quarantine version that goes with bronze `version` (`quarantine_version_for`). Compared by each commit's
+    own clock (`commitInfo.timestamp`, milliseconds, stamped by the driver that made it), not by the commit files'
+    times: in object storage those have one-second steps, and a batch's quarantine commit and the bronze commit
+    before it often share the second (two write paths commit in milliseconds). Where delta-rs cannot read the logs,
+    by the commit files' times, as Spark's history gives them."""
     options = config.storage_options() or None
     try:
-        until = whole_batches.commit_clock(config.table_path, options)[version]
+        bronze_ms = whole_batches.commit_clock(config.table_path, options)
         quarantine_ms = whole_batches.commit_clock(config.quarantine_path, options)
+        records = DeltaRsReader(options).history(config.quarantine_path)
     except Exception as exc:  # noqa: BLE001 - a log delta-rs cannot read: Spark's history, as before
         log.debug("%s: commit clocks not read with delta-rs (%s); by Spark's history", config.name, exc)
-        q_times = {int(r["version"]): r["timestamp"] for r in
-                   spark_tables.history(spark, config.quarantine_path).select("version", "timestamp")
-                   .collect()}
-        return _version_at(q_times, times[version], allow_none=True)
-    older = [v for v, ms in quarantine_ms.items() if ms <= until]
-    return max(older) if older else None
+        bronze_ms = {v: _millis(t) for v, t in times.items()}
+        quarantine_ms = {int(r["version"]): _millis(r["timestamp"]) for r in
+                         spark_tables.history(spark, config.quarantine_path).select("version", "timestamp").collect()}
+        records = ledger.history(spark, config.quarantine_path)
+    kinds = {r.version: r.kind for r in records if r.version is not None}
+    return quarantine_version_for(version, bronze_ms, quarantine_ms, kinds)
 
 
-def _version_at(times: dict[int, dt.datetime], when: dt.datetime | None, allow_none: bool = False) -> int | None:
+def quarantine_version_for(version: int, bronze_ms: Mapping[int, int], quarantine_ms: Mapping[int, int],
+                           kinds: Mapping[int, BatchKind]) -> int | None:
+    """The newest quarantine version whose commits all belong at or before bronze `version` (None: none does). A
+    batch commits quarantine first, then bronze, so its quarantine commit belongs with the bronze version committed
+    after it: it goes with `version` when made no later than that version. A quarantine reprocess commits bronze
+    first (a record leaves quarantine once bronze holds it), so its quarantine commit belongs with the bronze
+    version made before it: it goes with `version` when that one is `version` or older."""
+    until = bronze_ms[version]
+    chosen = None
+    for q, millis in sorted(quarantine_ms.items()):
+        if kinds.get(q) == BatchKind.REDECODE:
+            belongs = max((v for v, ms in bronze_ms.items() if ms <= millis), default=-1) <= version
+        else:
+            belongs = millis <= until
+        if not belongs:
+            break
+        chosen = q
+    return chosen
+
+
+def _millis(when: dt.datetime) -> int:
+    return int((when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp() * 1000)
+
+
+def _version_at(times: dict[int, dt.datetime], when: dt.datetime | None) -> int:
     """The newest version committed at or before `when`."""
     if when is None:
         raise IngestionError("rewind needs --to-version or --to-timestamp")
     naive = when.replace(tzinfo=None) if when.tzinfo is None else when.astimezone(dt.UTC).replace(tzinfo=None)
     older = [v for v, t in times.items() if t.replace(tzinfo=None) <= naive]
-    if not older and not allow_none:
+    if not older:
         raise IngestionError(f"no table version at or before {when.isoformat()} (oldest is "
                              f"{min(times.values()).isoformat()})")
-    return max(older) if older else None
+    return max(older)
 
 
 def _move_checkpoint_aside(spark: SparkSession, location: str) -> str | None:

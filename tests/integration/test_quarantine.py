@@ -16,6 +16,7 @@ from ingestion.delta.rs_reads import DeltaRsReader
 from ingestion.dev.samples import avro_body, order
 from ingestion.kafka import clients as kafka_admin
 from ingestion.stream import pipeline
+from ingestion.stream.lock import PipelineRunning, WriterLock
 from tests.conftest import pipeline_yaml
 from tests.helpers import commits_without_txn, delta_txns, table_rows
 
@@ -234,6 +235,30 @@ def test_reprocess_into_an_additive_version_no_run_has_seen_evolves_bronze_and_a
     assert len(table_rows(config.quarantine_path)) == 0
     again = quarantine.redecode(spark, config)
     assert (again.examined, again.redecoded) == (0, 0)
+
+    # A later run, then a rewind to the reprocess's version: the reprocess committed bronze first and quarantine
+    # after it, so that quarantine commit goes with this version and each record is in bronze only (by time, the
+    # quarantine went back to before it and held the three again).
+    producer.produce(topic, key=b"k", value=encode(1, avro_body(orders_schema, order(6, random.Random(6)))),
+                     partition=0)
+    producer.flush(30)
+    pipeline.run(spark, config, available_now=True)
+    latest = ledger.table_version(spark, config.table_path)
+    assert latest is not None and latest > result.bronze_version
+    # While a writer holds the pipeline's lock (a run), the rewind is refused in one line and changes nothing.
+    held = WriterLock(config.name, config.checkpoint_path)
+    held.acquire()
+    try:
+        with pytest.raises(PipelineRunning) as refused:
+            rewind.rewind(spark, config, to_version=result.bronze_version)
+        assert "already running" in str(refused.value) and "\n" not in str(refused.value)
+    finally:
+        held.release()
+    assert ledger.table_version(spark, config.table_path) == latest
+    kept = rewind.rewind(spark, config, to_version=result.bronze_version)
+    assert kept.quarantine_version == result.quarantine_version
+    assert table_rows(config.quarantine_path) == []
+    assert sorted(r["_kafka_offset"] for r in table_rows(config.table_path)) == [0, 1, 2, 3, 4, 5]
 
     undone = rewind.rewind(spark, config, to_version=before)
     assert (undone.undone_reprocesses, undone.requarantined) == ((result.bronze_version,), 3)

@@ -28,9 +28,11 @@ def rewind_tables(args: argparse.Namespace) -> int:
     import datetime as dt
 
     from ingestion.ops import rewind
+    from ingestion.stream.lock import WriterLock
 
     config = load(args.pipeline)
     rewind.check_target(config, args.to_version)  # a routed pipeline's --to-version: before a JVM
+    WriterLock(config.name, config.checkpoint_path, settings=config.spark).probe()  # a running pipeline: likewise
     spark = spark_session(f"ingest-{config.name}", [config])
     when = dt.datetime.fromisoformat(args.to_timestamp) if args.to_timestamp else None
     r = rewind.rewind(spark, config, to_version=args.to_version, to_timestamp=when)

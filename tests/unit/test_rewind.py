@@ -1,0 +1,34 @@
+"""Which quarantine version goes with a bronze version when a rewind restores both (ops/rewind.py)."""
+
+from __future__ import annotations
+
+from ingestion.delta.ledger import BatchKind
+from ingestion.ops.rewind import quarantine_version_for
+
+STREAM, REDECODE = BatchKind.STREAM, BatchKind.REDECODE
+
+
+def test_a_batch_quarantine_commit_goes_with_the_bronze_commit_after_it() -> None:
+    # batch 0: quarantine v0 at 100, bronze v1 at 110; batch 1: quarantine v1 at 200, bronze v2 at 210
+    bronze = {0: 50, 1: 110, 2: 210}
+    quarantine = {0: 100, 1: 200}
+    kinds = {0: STREAM, 1: STREAM}
+    assert [quarantine_version_for(v, bronze, quarantine, kinds) for v in (0, 1, 2)] == [None, 0, 1]
+
+
+def test_a_reprocess_quarantine_commit_goes_with_the_bronze_commit_before_it() -> None:
+    # a batch (quarantine v0, bronze v1), a reprocess (bronze v2 at 300, quarantine v1 at 302), a batch that
+    # quarantined nothing (bronze v3 at 400)
+    bronze = {0: 50, 1: 110, 2: 300, 3: 400}
+    quarantine = {0: 100, 1: 302}
+    kinds = {0: STREAM, 1: REDECODE}
+    assert [quarantine_version_for(v, bronze, quarantine, kinds) for v in (1, 2, 3)] == [0, 1, 1]
+
+
+def test_a_reprocess_rerun_after_later_batches_is_not_taken_back_past_them() -> None:
+    # the reprocess killed after its bronze commit (v2); a batch (quarantine v1 at 350, bronze v3 at 360); the
+    # rerun's quarantine commit (v2 at 500): back at v2, the newest quarantine whose commits all belong is v0
+    bronze = {0: 50, 1: 110, 2: 300, 3: 360}
+    quarantine = {0: 100, 1: 350, 2: 500}
+    kinds = {0: STREAM, 1: STREAM, 2: REDECODE}
+    assert [quarantine_version_for(v, bronze, quarantine, kinds) for v in (2, 3)] == [0, 2]
