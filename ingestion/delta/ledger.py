@@ -181,6 +181,17 @@ def _after_baseline(records: list[BatchRecord]) -> tuple[dict[tuple[str, int], P
     return start, [r for r in ordered if r.kind not in MAINTENANCE and (r.version or 0) > as_of]
 
 
+def in_effect(records: Iterable[BatchRecord]) -> list[BatchRecord]:
+    """The records whose commits no later rewind undid (a rewind's record has the version it restored as its batch
+    id), the rewinds' own included, in version order."""
+    kept: list[BatchRecord] = []
+    for r in sorted(records, key=lambda r: r.version if r.version is not None else -1):
+        if r.kind == BatchKind.REWIND:
+            kept = [x for x in kept if (x.version or 0) <= r.batch_id]
+        kept.append(r)
+    return kept
+
+
 def coverage(records: list[BatchRecord]) -> tuple[PartitionRange, ...]:
     """Per partition, the span of offsets the records cover (first, last, total count), honouring rewinds and
     starting from the newest maintenance baseline (see `_after_baseline`)."""

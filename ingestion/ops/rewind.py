@@ -200,13 +200,8 @@ def _render_routed(r: RewindResult, pipeline: str) -> str:
 
 def undone_reprocesses(records: list[BatchRecord], version: int) -> list[BatchRecord]:
     """The reprocess commits still in effect (not undone by an earlier rewind) that a restore to `version` undoes."""
-    live: list[BatchRecord] = []
-    for r in sorted(records, key=lambda r: r.version if r.version is not None else -1):
-        if r.kind == BatchKind.REWIND:  # its batch id is the version it restored
-            live = [x for x in live if (x.version or 0) <= r.batch_id]
-        elif r.kind == BatchKind.REDECODE and r.rows:
-            live.append(r)
-    return [r for r in live if (r.version or 0) > version]
+    return [r for r in ledger.in_effect(records)
+            if r.kind == BatchKind.REDECODE and r.rows and (r.version or 0) > version]
 
 
 def _quarantine_version(spark: SparkSession, config: PipelineConfig, version: int,

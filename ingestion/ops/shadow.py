@@ -43,7 +43,7 @@ from ingestion.delta import ledger, reads, routed, rs_reads, rs_tables, shadow_t
 from ingestion.delta.ledger import BatchKind, BatchRecord
 from ingestion.errors import ConfigError
 from ingestion.ops import replay
-from ingestion.ops.shadow_promote import Promoted, promote, switch_config
+from ingestion.ops.shadow_promote import Promoted, check_still_current, promote, promote_undone, switch_config
 from ingestion.ops.shadow_state import (
     DEFAULT_NAME,
     PROMOTED,
@@ -53,6 +53,7 @@ from ingestion.ops.shadow_state import (
     Shadow,
     ShadowError,
     Span,
+    digest,
     get,
     load_shadows,
     save_shadow,
@@ -62,7 +63,8 @@ from ingestion.stream import context, setup
 from ingestion.stream.batch import decode_range
 from ingestion.stream.source import kafka_options
 
-__all__ = ["DEFAULT_NAME", "Promoted", "Shadow", "ShadowError", "Span", "check_kafka_holds", "drop", "get",
+__all__ = ["DEFAULT_NAME", "READY", "Promoted", "Shadow", "ShadowError", "Span", "check_kafka_holds",
+           "check_still_current", "drop", "get",
            "live_ledgers", "load_shadows", "plan_start", "promote", "render_status", "routed_spans", "save_shadow",
            "shadow_config", "shadow_paths", "spans_of", "start", "state_location", "status", "switch_config",
            "version_range"]
@@ -126,7 +128,8 @@ def spans_of(records: Sequence[BatchRecord], low: int, high: int) -> tuple[Span,
     if not data:
         raise ShadowError(f"versions {low}-{high} hold no Kafka offsets (maintenance or table creation only)")
     found = _union(data)
-    outside = [r for r in records if r.version is not None and not low <= r.version <= high and r.kind in DATA_KINDS]
+    outside = [r for r in ledger.in_effect(records)  # a rewind's undone versions hold nothing any more
+               if r.version is not None and not low <= r.version <= high and r.kind in DATA_KINDS]
     for record in outside:
         for r in record.ranges:
             span = found.get((r.topic, r.partition))
@@ -326,7 +329,7 @@ def plan_start(config: PipelineConfig, other: PipelineConfig, *, start: str, end
         if not any(ledgers.values()):
             raise ShadowError(f"{config.name}: its tables ({', '.join(sorted(ledgers)) or 'none yet'}) record no "
                               "offsets yet: nothing to re-ingest")
-        low, high = -1, -1
+        low, high, live_version = -1, -1, None
         spans = routed_spans(ledgers, start, end, str(config.file))
         times = (start, end or "")
     else:
@@ -335,6 +338,7 @@ def plan_start(config: PipelineConfig, other: PipelineConfig, *, start: str, end
             raise ShadowError(f"{config.name}: no table at {config.table_path}")
         low, high = version_range(records, start, end)
         spans = spans_of(records, low, high)
+        live_version = max(r.version for r in records if r.version is not None)
     existing = load_shadows(config).get(name)
     if existing is not None:
         if existing.state in (PROMOTING, PROMOTED):
@@ -353,7 +357,9 @@ def plan_start(config: PipelineConfig, other: PipelineConfig, *, start: str, end
     shadow = existing if existing is not None else Shadow(
         name=name, config_file=str(Path(other.file).resolve()), table="" if times else target.table_path,
         quarantine=target.quarantine_path, versions=(low, high), spans=spans, state=STARTING,
-        created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), times=times)
+        created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), times=times,
+        live_version=live_version,
+        config_digest=digest(other.file))
     return Plan(shadow, target, resumed=existing is not None)
 
 
@@ -486,7 +492,7 @@ def render_status(config: PipelineConfig, found: list[dict[str, Any]]) -> str:
 def drop(config: PipelineConfig, name: str) -> Shadow:
     """Remove a shadow that was not promoted: its two tables and its entry in the state file."""
     shadow = get(config, name)
-    if shadow.state in (PROMOTING, PROMOTED):
+    if shadow.state in (PROMOTING, PROMOTED) and not promote_undone(config, shadow):
         each = ", ".join(f"{t} {v - 1}" for t, v in sorted(shadow.promoted_versions.items()))
         before = (f"version {(shadow.promoted_version or 1) - 1}" if not shadow.routed else
                   f"each table's version before it: {each}")

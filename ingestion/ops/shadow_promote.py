@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from ingestion import faults
 from ingestion.config import PipelineConfig
-from ingestion.delta import commit, ledger, reads, routed, shadow_tables
+from ingestion.delta import commit, ledger, reads, routed, rs_reads, shadow_tables
 from ingestion.delta.ledger import PROMOTE_BATCH_ID, BatchKind, BatchRecord, PartitionRange
 from ingestion.ops.shadow_state import (
     PROMOTED,
@@ -28,6 +28,7 @@ from ingestion.ops.shadow_state import (
     STARTING,
     Shadow,
     ShadowError,
+    digest,
     get,
     promote_app_id,
     save_shadow,
@@ -63,6 +64,8 @@ def promote(spark: SparkSession, config: PipelineConfig, name: str) -> Promoted:
                           f"{shadow.promoted_version})")
     if shadow.state == STARTING:
         raise ShadowError(f"shadow {name!r} of {config.name} is not complete: rerun `ingest shadow start` first")
+    if shadow.promote_txn is None:  # a promote's rerun finds its own first commits
+        check_still_current(config, shadow)
     if shadow.routed:
         return _promote_routed(spark, config, shadow)
     lock = WriterLock(config.name, config.checkpoint_path, spark, config.spark)
@@ -112,6 +115,40 @@ def promote(spark: SparkSession, config: PipelineConfig, name: str) -> Promoted:
              config.name, name, bronze_version, quarantine_version, config.file, shadow.config_file, backup)
     silver_version = follow_promote(spark, Path(config.file))
     return Promoted(shadow, bronze_version, quarantine_version, str(config.file), str(backup), silver=silver_version)
+
+
+def check_still_current(config: PipelineConfig, shadow: Shadow) -> None:
+    """Refuse a shadow that no longer stands for what it would replace, before a JVM: its config file's text changed
+    since it was made (its rows were decoded under the old one, and the promote would switch the pipeline to the
+    new), or the live table changed its rows after (a rewind; a promote, replay or reprocess of its offsets): the
+    promote would put back rows made from the live table as it was."""
+    again = (f"drop it and start it again (`ingest shadow drop {config.name} --name {shadow.name}`, then `ingest "
+             "shadow start`)")
+    if shadow.config_digest and digest(shadow.config_file) != shadow.config_digest:
+        raise ShadowError(f"{shadow.config_file} changed (or is gone) since shadow {shadow.name!r} was made from it: "
+                          f"its rows were decoded under the old text; {again}")
+    if shadow.live_version is None:
+        return
+    spans = {(s.topic, s.partition): s for s in shadow.spans}
+    for r in rs_reads.history(config.table_path, config.storage_options() or None) or []:
+        if r.version is None or r.version <= shadow.live_version or r.kind in ledger.MAINTENANCE:
+            continue
+        if r.kind == BatchKind.REWIND or any(
+                (s := spans.get((x.topic, x.partition))) is not None and x.first <= s.last and x.last >= s.first
+                for x in r.ranges):
+            raise ShadowError(f"live version {r.version} ({r.kind}) changed {config.name}'s rows after shadow "
+                              f"{shadow.name!r} was made from {shadow.covers}: promoting it would put back rows made "
+                              f"from the table as it was; {again}")
+
+
+def promote_undone(config: PipelineConfig, shadow: Shadow) -> bool:
+    """Whether a rewind after the shadow's promote went back to before it: its rows are not the live table's any
+    more, and the shadow may be dropped."""
+    if shadow.state != PROMOTED or shadow.promoted_version is None or shadow.routed:
+        return False
+    promoted = shadow.promoted_version
+    return any(r.kind == BatchKind.REWIND and (r.version or 0) > promoted and r.batch_id < promoted
+               for r in rs_reads.history(config.table_path, config.storage_options() or None) or [])
 
 
 def _promote_routed(spark: SparkSession, config: PipelineConfig, shadow: Shadow) -> Promoted:

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ingestion import state_files
@@ -62,6 +64,10 @@ class Shadow:
     times: tuple[str, str] | None = None
     routes: dict[str, str] = field(default_factory=dict)
     promoted_versions: dict[str, int] = field(default_factory=dict)
+    # What the shadow was made from, for a promote to refuse a stale one: the live table's newest version when it
+    # was planned (a routed pipeline's: None), and the other config's text then (sha256; "": not recorded)
+    live_version: int | None = None
+    config_digest: str = ""
 
     @property
     def routed(self) -> bool:
@@ -142,3 +148,11 @@ def get(config: PipelineConfig, name: str) -> Shadow:
         known = ", ".join(sorted(shadows)) or "none"
         raise ShadowError(f"{config.name} has no shadow {name!r} (shadows: {known}); `ingest shadow start` makes one")
     return shadows[name]
+
+
+def digest(file: str | Path) -> str:
+    """A config file's text as the shadow records it (sha256); "" when the file is gone."""
+    try:
+        return hashlib.sha256(Path(file).read_bytes()).hexdigest()
+    except OSError:
+        return ""

@@ -17,7 +17,7 @@ from ingestion.config import load_pipeline
 from ingestion.delta import ledger
 from ingestion.delta.ledger import BatchKind
 from ingestion.delta.rs_reads import DeltaRsReader
-from ingestion.ops import shadow, shadow_diff, verify
+from ingestion.ops import rewind, shadow, shadow_diff, verify
 from ingestion.stream import pipeline
 from ingestion.stream.lock import PipelineRunning, WriterLock
 from tests.conftest import pipeline_yaml
@@ -118,6 +118,9 @@ def test_shadow_diff_promote(spark: Any, kafka_servers: str, make_topic: Any, tm
     listed = shadow.status(config)
     assert [(s["name"], s["state"], s["rows"], s["quarantined"]) for s in listed] == [("shadow", "ready", 80, 0)]
 
+    # A second shadow of the same range, made before the first is promoted: stale once it is.
+    stale = shadow.start(spark, config, shadow.plan_start(config, load_pipeline(other_file), start=str(low),
+                                                          end=str(high), name="stale"))
     old = _rows(spark, config.table_path)
     old_failed = _rows(spark, config.quarantine_path)
     promoted = shadow.promote(spark, config, "shadow")
@@ -165,6 +168,17 @@ def test_shadow_diff_promote(spark: Any, kafka_servers: str, make_topic: Any, tm
         shadow.drop(config, "shadow")
     with pytest.raises(shadow.ShadowError, match="promoted already"):
         shadow.promote(spark, config, "shadow")
+    # The stale shadow would put back rows made from the table before the promote: refused, nothing changed.
+    version = ledger.table_version(spark, config.table_path)
+    with pytest.raises(shadow.ShadowError, match=rf"live version {promoted.bronze_version} \(promote\) changed"):
+        shadow.promote(spark, config, "stale")
+    assert ledger.table_version(spark, config.table_path) == version and shadow.get(config, "stale").state == "ready"
+    shadow.drop(config, "stale")
+    assert not Path(stale.table).exists()
+    # A rewind to before the promote undoes it: the promoted shadow may be dropped then.
+    rewind.rewind(spark, config, to_version=promoted.bronze_version - 1)
+    shadow.drop(config, "shadow")
+    assert shadow.status(config) == [] and not Path(promoted.shadow.table).exists()
 
 
 def test_shadow_drop(spark: Any, kafka_servers: str, make_topic: Any, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import io
 from pathlib import Path
@@ -16,6 +17,7 @@ from ingestion.delta.ledger import BatchKind, BatchRecord, PartitionRange
 from ingestion.errors import ConfigError
 from ingestion.ops import shadow, shadow_diff
 from ingestion.ops.shadow import ShadowError, Span
+from ingestion.ops.shadow_state import digest
 
 T0 = dt.datetime(2026, 1, 1, 10, 0, 0)
 
@@ -53,6 +55,10 @@ def test_spans_are_the_offsets_the_versions_hold() -> None:
     filled = [*RECORDS, _record(5, [(0, 12, 12)], BatchKind.REPLAY)]
     with pytest.raises(ShadowError, match=r"version 5 .replay. holds offsets 12-12 of t/0"):
         shadow.spans_of(filled, 2, 3)
+    # Versions 3 and 4 undone by a rewind to 2 (version 5), their offsets read again at 6: they hold nothing now.
+    redone = [*RECORDS, dataclasses.replace(_record(5, [(0, 0, 19), (1, 0, 4)], BatchKind.REWIND), batch_id=2),
+              _record(6, [(0, 20, 39), (1, 5, 9)])]
+    assert shadow.spans_of(redone, 6, 6) == (Span("t", 0, 20, 39), Span("t", 1, 5, 9))
 
 
 def test_a_range_kafka_no_longer_holds_is_refused_naming_the_first_missing_offset() -> None:
@@ -105,6 +111,12 @@ def test_the_other_config_must_be_the_same_pipeline_and_the_state_file_keeps_sha
     assert shadow.load_shadows(live) == {}
     with pytest.raises(ShadowError, match="has no shadow 'x'"):
         shadow.get(live, "x")
+    # A promote refuses a shadow whose config file changed since it was made (before any table is read).
+    made = dataclasses.replace(made, config_digest=digest(other.file))
+    shadow.check_still_current(live, made)
+    Path(other.file).write_text(Path(other.file).read_text() + "# edited\n")
+    with pytest.raises(ShadowError, match=r"other/orders.yaml changed \(or is gone\) since shadow 's' was made"):
+        shadow.check_still_current(live, made)
 
 
 def test_switching_the_config_keeps_the_old_file_once(tmp_path: Path) -> None:

@@ -47,7 +47,9 @@ def shadow_promote(args: argparse.Namespace) -> int:
     from ingestion.ops import shadow
 
     config = load(args.pipeline)
-    shadow.get(config, args.name)  # an unknown shadow: before a JVM
+    found = shadow.get(config, args.name)  # an unknown shadow, a stale one: before a JVM
+    if found.state == shadow.READY:
+        shadow.check_still_current(config, found)
     spark = spark_session(f"ingest-{config.name}-promote", [config])
     p = shadow.promote(spark, config, args.name)
     if p.shadow.routed:
