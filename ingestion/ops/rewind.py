@@ -102,14 +102,25 @@ def _rewind(spark: SparkSession, config: PipelineConfig, to_version: int | None,
             spark_tables.delete_all(spark, config.quarantine_path)
     moved = _move_checkpoint_aside(spark, config.checkpoint_path)
     resume = ledger.next_offsets(ledger.history(spark, config.table_path))
-    log.info("%s: rewound bronze to version %d and quarantine to %s; checkpoint moved to %s; the next run "
-             "resumes from %s", config.name, version, q_version, moved, resume)
-    if undone:
-        log.warning("%s: the rewind undid quarantine reprocess(es) at bronze version(s) %s: %d rows are back in "
-                    "quarantine; `ingest quarantine reprocess %s` moves them to bronze again", config.name,
-                    ", ".join(str(r.version) for r in undone), sum(r.rows for r in undone), config.name)
-    return RewindResult(version, q_version, resume, moved,
-                        tuple(r.version for r in undone if r.version is not None), sum(r.rows for r in undone))
+    log.debug("%s: rewound bronze to version %d and quarantine to %s; checkpoint moved to %s; the next run "
+              "resumes from %s", config.name, version, q_version, moved, resume)
+    return RewindResult(version, q_version, resume, moved, tuple(r.version for r in undone if r.version is not None),
+                        _back_in_quarantine(spark, config, undone))
+
+
+def _back_in_quarantine(spark: SparkSession, config: PipelineConfig, undone: list[BatchRecord]) -> int:
+    """Of the records the undone reprocesses had moved to bronze, those in quarantine after the restore (a rewind
+    to before they were quarantined leaves them to the next run, which reads them from Kafka again)."""
+    ranges = [r for record in undone for r in record.ranges]
+    if not ranges or not ledger.is_table(spark, config.quarantine_path):
+        return 0
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    wanted = reduce(lambda a, b: a | b, [(F.col("_kafka_topic") == r.topic) & (F.col("_kafka_partition") == r.partition)
+                                         & F.col("_kafka_offset").between(r.first, r.last) for r in ranges])
+    return spark.read.format("delta").load(config.quarantine_path).where(wanted).count()
 
 
 def check_target(config: PipelineConfig, to_version: int | None) -> None:
@@ -148,11 +159,11 @@ def _rewind_routed(spark: SparkSession, config: PipelineConfig, to_version: int 
     whole_batches.apply(spark, config, tables, targets)
     moved = _move_checkpoint_aside(spark, config.checkpoint_path)
     resume = routed.recorded_offsets(config) or {}
-    log.info("%s: rewound to %s: %s; checkpoint moved to %s; the next run resumes from %s", config.name,
-             when.isoformat(), ", ".join(f"{t} to version {v}" for t, v in sorted(targets.items())), moved, resume)
+    log.debug("%s: rewound to %s: %s; checkpoint moved to %s; the next run resumes from %s", config.name,
+              when.isoformat(), ", ".join(f"{t} to version {v}" for t, v in sorted(targets.items())), moved, resume)
     return RewindResult(None, targets.pop("quarantine", None), resume, moved,
                         tuple(r.version for r in reprocesses if r.version is not None),
-                        sum(r.rows for r in reprocesses), targets)
+                        _back_in_quarantine(spark, config, reprocesses), targets)
 
 
 def _finished(location: str, app_id: str, batch_id: int) -> bool:
@@ -177,9 +188,7 @@ def render(r: RewindResult, pipeline: str) -> str:
              f"{json.dumps(r.resume_from)}"]
     if r.undone_reprocesses:
         lines.append(f"the rewind undid the quarantine reprocess at bronze version(s) "
-                     f"{', '.join(map(str, r.undone_reprocesses))}: {r.requarantined} rows are back in quarantine, "
-                     f"and the next run does not redo it; run `ingest quarantine reprocess {pipeline}` to move them "
-                     "to bronze again")
+                     f"{', '.join(map(str, r.undone_reprocesses))}: {_requarantined(r, pipeline, 'bronze')}")
     return "\n".join(lines)
 
 
@@ -193,9 +202,17 @@ def _render_routed(r: RewindResult, pipeline: str) -> str:
             else "no checkpoint to move aside")
     lines = [f"restored {', '.join(restored)}; {kept}; the next run resumes from {json.dumps(r.resume_from)}"]
     if r.undone_reprocesses:
-        lines.append(f"the rewind undid quarantine reprocess(es): {r.requarantined} rows are back in quarantine; run "
-                     f"`ingest quarantine reprocess {pipeline}` to move them to their route tables again")
+        lines.append(f"the rewind undid quarantine reprocess(es): "
+                     f"{_requarantined(r, pipeline, 'their route tables')}")
     return "\n".join(lines)
+
+
+def _requarantined(r: RewindResult, pipeline: str, to: str) -> str:
+    """What became of the records the undone reprocesses had moved, and the command that moves them again."""
+    if not r.requarantined:
+        return "the records they moved are after the version rewound to, and the next run reads them from Kafka again"
+    return (f"{r.requarantined} rows are back in quarantine, and the next run does not redo it; run `ingest "
+            f"quarantine reprocess {pipeline}` to move them to {to} again")
 
 
 def undone_reprocesses(records: list[BatchRecord], version: int) -> list[BatchRecord]:

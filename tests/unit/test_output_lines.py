@@ -104,6 +104,11 @@ def test_rewind_and_reprocess_lines_name_what_happened_without_none() -> None:
         'to move aside; the next run resumes from {"orders": {"0": 12}}',
         "the rewind undid the quarantine reprocess at bronze version(s) 9: 3 rows are back in quarantine, and the "
         "next run does not redo it; run `ingest quarantine reprocess orders` to move them to bronze again"]
+    # Rewound to before those records were quarantined: none is back there, the next run reads them again.
+    earlier = rewind.RewindResult(1, 0, {"orders": {"0": 5}}, None, (9,), 0)
+    assert rewind.render(earlier, "orders").splitlines()[1] == (
+        "the rewind undid the quarantine reprocess at bronze version(s) 9: the records they moved are after the "
+        "version rewound to, and the next run reads them from Kafka again")
     plain = rewind.RewindResult(3, 2, {}, "/c.rewound-x", (), 0)
     assert rewind.render(plain, "orders") == ("bronze restored to version 3, quarantine to version 2; old checkpoint "
                                               "kept at /c.rewound-x; the next run resumes from {}")
