@@ -249,14 +249,16 @@ def raise_refusal(error: Any, settings: Mapping[str, Any], topic: str) -> bool:
     return False
 
 
-def create_topic(settings: Mapping[str, Any], topic: str, partitions: int, replication: int = 1) -> bool:
-    """Create `topic`; False when it already exists."""
+def create_topic(settings: Mapping[str, Any], topic: str, partitions: int, replication: int = 1, *,
+                 validate_only: bool = False) -> bool:
+    """Create `topic` (`validate_only`: have the brokers check that they would, creating nothing); False when it
+    already exists."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
     admin = admin_client(settings)
     try:
-        admin.create_topics([NewTopic(topic, partitions, replication)])[topic].result(30)
+        admin.create_topics([NewTopic(topic, partitions, replication)], validate_only=validate_only)[topic].result(30)
         return True
     except KafkaException as exc:
         if exc.args and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
@@ -264,7 +266,10 @@ def create_topic(settings: Mapping[str, Any], topic: str, partitions: int, repli
         if exc.args and exc.args[0].code() in (access.TOPIC_AUTHORIZATION_FAILED,
                                                access.CLUSTER_AUTHORIZATION_FAILED):
             raise access.topic_denied(settings, topic, exc.args[0].name(), operation="CREATE") from None
-        raise IngestionError(f"cannot create topic {topic!r}: {exc}") from None
+        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        reason = f"{error.str()} ({error.name()})" if error is not None else str(exc)
+        raise IngestionError(f"cannot create topic {topic!r} with {partitions} partitions, replication "
+                             f"{replication}: {reason}") from None
 
 
 def watermarks(settings: Mapping[str, Any], topic: str) -> dict[int, tuple[int, int]]:

@@ -225,7 +225,9 @@ def _topics(ctx: PipelineContext, report: OnboardReport, *, dry_run: bool, creat
     for topic in config.topics:
         if topic in ctx.partitions:
             report.say("topic", topic, f"topic {topic!r}: exists with {len(ctx.partitions[topic])} partitions")
-        elif dry_run:
+        elif dry_run:  # the brokers check it (a replication above their count, a topic policy): nothing made
+            kafka.create_topic(ctx.kafka.client, topic, wanted.partitions, wanted.replication_factor,
+                               validate_only=True)
             report.say("topic", topic, f"topic {topic!r}: would be created with {how}", State.WOULD_CHANGE)
         else:
             kafka.create_topic(ctx.kafka.client, topic, wanted.partitions, wanted.replication_factor)

@@ -280,6 +280,14 @@ def test_onboard_dry_run_changes_nothing_then_creates_then_is_idempotent(
     with pytest.raises(IngestionError, match=f"topic '{topic}' does not exist .*--create-topic"):
         onboard(no_jvm, config)
 
+    # The dry run has the broker check the creation: a replication above the brokers' count is refused by it.
+    three = load_pipeline(pipeline_yaml(tmp_path / "three", topic=topic, servers=kafka_servers,
+                                        extra="topicSettings:\n  replicationFactor: 3\n"))
+    with pytest.raises(IngestionError, match=rf"cannot create topic '{topic}' with 3 partitions, replication 3: "
+                                             r".*INVALID_REPLICATION_FACTOR"):
+        onboard(no_jvm, three, dry_run=True, create_topic=True)
+    assert topic not in _topics(kafka_servers)
+
     dry = onboard(no_jvm, config, dry_run=True, create_topic=True, register_schemas=True)
     text = "\n".join(dry.lines)
     assert "would be created with 4 partitions, replication 1" in text
