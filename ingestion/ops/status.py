@@ -83,7 +83,7 @@ def route_statuses(reader: TableReader, config: PipelineConfig, now: dt.datetime
     """Each route table of a routed pipeline, from its ledger (delta-rs, no JVM), local or in object storage."""
     found = []
     for table, path in routed.route_tables(config).items():
-        records = reader.history(path)
+        records = ledger.in_effect(reader.history(path))  # a rewind's undone batches are not its last
         stream = [r for r in records if r.kind == BatchKind.STREAM]
         last = stream[-1] if stream else None
         at = last.committed_at.replace(tzinfo=dt.UTC) if last and last.committed_at else None
@@ -130,7 +130,7 @@ def pipeline_status(source: Source, target: PipelineConfig | PipelineContext,
     reader = as_reader(source)
     now = now or dt.datetime.now(dt.UTC)
     settings = ctx.kafka.client
-    ledgers = [reader.history(path) for path in routed.ledger_paths(config)]
+    ledgers = [ledger.in_effect(reader.history(path)) for path in routed.ledger_paths(config)]
     records = [r for table in ledgers for r in table]
     recorded = routed.held_offsets(ledgers)
     topics, gone = ctx.audited(recorded)
@@ -150,7 +150,7 @@ def offline_status(source: Source, config: PipelineConfig, kafka_error: str,
     records quarantined; Kafka's end offsets and the lag unknown (None)."""
     reader = as_reader(source)
     now = now or dt.datetime.now(dt.UTC)
-    ledgers = [reader.history(path) for path in routed.ledger_paths(config)]
+    ledgers = [ledger.in_effect(reader.history(path)) for path in routed.ledger_paths(config)]
     recorded = routed.held_offsets(ledgers)
     topics = sorted({t for t in recorded if config.reads_topic(t)} | set(config.topics))  # as `ctx.audited` keeps
     partitions: list[PartitionStatus] = []

@@ -62,6 +62,12 @@ def test_delta_rs_reads_the_same_ledger_as_spark_and_history_needs_no_jvm(
     assert by_delta_rs == by_spark
     assert [r.version for r in by_delta_rs] == [r.version for r in by_spark]
     assert [r.committed_at for r in by_delta_rs] == [r.committed_at for r in by_spark]
+    # The second run's batch, undone by the rewind, is not the last batch any more.
+    kept = by_spark[0]
+    assert kept.version is not None and kept.version <= 1 < (by_spark[1].version or 0)
+    rewound = status.offline_status(DeltaRsReader(), config, "not asked")
+    assert kept.committed_at is not None
+    assert (rewound.last_batch_id, rewound.last_batch_at) == (kept.batch_id, kept.committed_at.isoformat())
 
     done = ingest("history", str(path), "--json")
     assert done.returncode == 0, done.stderr[-3000:]

@@ -88,3 +88,17 @@ def test_next_offsets_empty() -> None:
 @pytest.mark.parametrize("text", ['{"ingest": "manual backfill"}', '{"ingest": {"note": "by hand"}}'])
 def test_from_user_metadata_foreign_ingest_key(text: str) -> None:
     assert BatchRecord.from_user_metadata(text) is None
+
+
+def test_in_effect_drops_what_a_later_rewind_undid_and_keeps_what_came_after_it() -> None:
+    from dataclasses import replace
+
+    from ingestion.delta.ledger import in_effect
+
+    def at(version: int, batch_id: int, kind: str = "stream") -> BatchRecord:
+        return replace(record(batch_id, PartitionRange("t", 0, batch_id, batch_id, 1), kind=kind), version=version)
+
+    # batches 0-3 at versions 1-4, a rewind to version 2 (its batch id), batch 2 again at 6, a rewind to 1 at 7
+    records = [at(1, 0), at(2, 1), at(3, 2), at(4, 3), at(5, 2, "rewind"), at(6, 2), at(7, 1, "rewind")]
+    assert [r.version for r in in_effect(records[:6])] == [1, 2, 5, 6]
+    assert [r.version for r in in_effect(reversed(records))] == [1, 7]
