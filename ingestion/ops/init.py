@@ -148,8 +148,9 @@ def _schemaless(topic: str, name: str, path: Path, partitions: int, values: list
             raise IngestionError(f"{missing}; its first {len(values)} records are in a schema registry's wire format "
                                  f"(schema ids {ids}): name that registry (value.registry.url, in "
                                  "conf/defaults.yaml for every pipeline) or put its schemas under schemas/")
-        seen = (f"its first {len(values)} records are not JSON objects" if values else "the topic holds no records "
-                "to tell its format from")
+        seen = ((f"{other} of its first {len(values)} records are not JSON objects" if documents else
+                 f"its first {len(values)} records are not JSON objects") if values else
+                "the topic holds no record with a value to tell its format from")
         raise IngestionError(f"{missing}; {seen}: write value.format and its schema by hand (docs/configuration.md)")
     envelopes = [d for d in documents if set(d) == {"schema", "payload"} and isinstance(d["schema"], dict)]
     skipped = f" ({other} not a JSON object: quarantined when read)" if other else ""

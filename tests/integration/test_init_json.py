@@ -117,9 +117,10 @@ def test_jsonconverter_envelopes_get_their_connect_schema_binary_keys_stay_bytes
         "wire format (schema ids 1, 3): name that registry (value.registry.url, in conf/defaults.yaml for every "
         "pipeline) or put its schemas under schemas/")
     text = make_topic(partitions=2)
-    _produce(kafka_servers, text, [b"hello", b"\x00\x00", b"world"])
+    _produce(kafka_servers, text, [b"hello", b"\x00\x00", b'{"id": 1}', b"world"])
     with pytest.raises(IngestionError) as refused:
         init.draft(text)
     assert str(refused.value) == (
-        f"topic {text!r}: no subject '{text}-value' in schemas/; its first 3 records are not JSON objects: write "
+        f"topic {text!r}: no subject '{text}-value' in schemas/; 3 of its first 4 records are not JSON objects: "
+        "write "
         "value.format and its schema by hand (docs/configuration.md)")
