@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ingestion import retention, security, storage
-from ingestion.config import coerce
+from ingestion.config import coerce, conditions
 from ingestion.config.model import PipelineConfig
 from ingestion.errors import ConfigError
 from ingestion.units import duration_seconds, size_bytes
@@ -274,6 +274,9 @@ def _check_silver(config: PipelineConfig) -> None:
     if silver.trigger and not duration_seconds(silver.trigger):
         raise ConfigError(f"{file}: key 'silver.trigger' must be a duration such as '10 seconds', got "
                           f"{silver.trigger!r}")
+    for key, condition in (("deleteWhen", silver.delete_when), ("truncateWhen", silver.truncate_when)):
+        if condition:
+            _check_condition(file, f"silver.{key}", condition)
     _check_silver_columns(config)
     taken = {config.table_path.rstrip("/"), config.quarantine_path.rstrip("/")}
     if (config.silver_path or "").rstrip("/") in taken:
@@ -396,8 +399,8 @@ _RULE_NAME = re.compile(r"[a-z0-9_]+")
 
 
 def _check_expectations(config: PipelineConfig) -> None:
-    """Each rule named `[a-z0-9_]+`, once per pipeline, with an expression; the expression itself is compiled
-    against bronze's columns before a run creates anything (`decode.expectations.compile_rules`)."""
+    """Each rule named `[a-z0-9_]+`, once per pipeline, with one row-level condition (`conditions`); its columns
+    and type are checked against bronze's before a run creates anything (`decode.expectations.compile_rules`)."""
     seen: set[str] = set()
     for i, rule in enumerate(config.expectations):
         where = f"{config.file}: key 'expectations[{i}]"
@@ -406,9 +409,15 @@ def _check_expectations(config: PipelineConfig) -> None:
         if rule.name in seen:
             raise ConfigError(f"{where}.name': each rule needs its own name, got {rule.name!r} twice")
         seen.add(rule.name)
-        if not rule.expect.strip():
-            raise ConfigError(f"{where}.expect' (rule {rule.name!r}) must be a SQL condition such as 'qty > 0', "
-                              f"got {rule.expect!r}")
+        _check_condition(config.file, f"expectations[{i}].expect", rule.expect, rule.name)
+
+
+def _check_condition(file: Path, key: str, text: str, rule: str = "") -> None:
+    """Refuse a SQL condition of the file that is not exactly one row-level condition (`conditions.problem`)."""
+    why = conditions.problem(text)
+    if why is not None:
+        raise ConfigError(f"{conditions.where(file, key, text, rule)}: must be one SQL condition on a row, such as "
+                          f"'qty > 0', but it {why}")
 
 
 # After the checks across sections (`_check_contradictions`), in this order.
