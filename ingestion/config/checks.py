@@ -82,6 +82,10 @@ def _check_contradictions(config: PipelineConfig, raw_source: set[str]) -> None:
     if config.value.registry and "url" not in config.value.registry:
         shown = config.redacted()["value"]["registry"]
         raise ConfigError(f"{config.file}: key 'value.registry' needs 'url', got {shown!r}")
+    if not all(_is_url(u.strip()) for u in config.value.registry.get("url", "http://x").split(",")):
+        raise ConfigError(f"{config.file}: key 'value.registry.url' must be the registry's http(s) URL, such as "
+                          f"http://localhost:8081 (several: comma-separated), got "
+                          f"{security.redact_url(config.value.registry['url'])!r}")
     for key, name in (("sink.catalogTable", config.sink.catalog_table),
                       ("sink.quarantineCatalogTable", config.sink.quarantine_catalog_table)):
         if name and not _CATALOG_NAME.fullmatch(name):
@@ -110,6 +114,17 @@ def _check_contradictions(config: PipelineConfig, raw_source: set[str]) -> None:
     problem = security.check(config.kafka)
     if problem:
         raise ConfigError(f"{config.file}: {problem}")
+
+
+def _is_url(text: str) -> bool:
+    """Whether `text` is an http(s) URL with a host (and a numeric port, if any); `mock://` for tests."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text)
+        return parts.scheme in ("http", "https", "mock") and bool(parts.hostname) and (parts.port or 0) >= 0
+    except ValueError:  # a port that is not a number
+        return False
 
 
 def _check_subjects(config: PipelineConfig) -> None:

@@ -48,6 +48,12 @@ BROKEN: dict[str, tuple[str, str]] = {
     "registry without url": (GOOD.replace("  subject: orders-value\n",
                                           "  subject: orders-value\n  registry:\n    basic.auth.user.info: a:b\n"),
                              "value.registry"),
+    "registry url not a url": (GOOD.replace("  subject: orders-value\n",
+                                            "  subject: orders-value\n  registry:\n    url: not a url\n"),
+                               "value.registry.url"),
+    "registry url with a port that is no number": (GOOD.replace(
+        "  subject: orders-value\n", "  subject: orders-value\n  registry: {url: 'http://localhost:port'}\n"),
+        "value.registry.url"),
     "name with a space": (GOOD.replace("name: orders", "name: my orders"), "name"),
     "missing name": (GOOD.replace("name: orders\n", ""), "name"),
     "typo in the kafka section": (GOOD.replace("kafka:\n", "kafka:\n  client.idd: ingest-orders\n"),
