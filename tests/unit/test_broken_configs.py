@@ -18,6 +18,12 @@ value:
   subject: orders-value
 """
 
+
+def _kafka(settings: str) -> str:
+    """The good file with more `kafka:` settings."""
+    return GOOD.replace("kafka:\n", "kafka:\n" + settings)
+
+
 # mistake -> (text appended to or replacing the good file, the key the message names)
 BROKEN: dict[str, tuple[str, str]] = {
     "unknown key": (GOOD + "sink:\n  tabel: /tmp/x\n", "sink.tabel"),
@@ -54,6 +60,18 @@ BROKEN: dict[str, tuple[str, str]] = {
     "registry url with a port that is no number": (GOOD.replace(
         "  subject: orders-value\n", "  subject: orders-value\n  registry: {url: 'http://localhost:port'}\n"),
         "value.registry.url"),
+    "SASL credentials without a protocol": (_kafka("  sasl.username: a\n  sasl.password: b\n"), "kafka.sasl.username"),
+    "SASL mechanism without a protocol": (_kafka("  sasl.mechanism: PLAIN\n"), "kafka.sasl.mechanism"),
+    "SASL protocol without a mechanism": (_kafka("  security.protocol: SASL_SSL\n  sasl.username: a\n"
+                                                 "  sasl.password: b\n"), "kafka.sasl.mechanism"),
+    "session timeout not a number": (_kafka("  session.timeout.ms: soon\n"), "kafka.session.timeout.ms"),
+    "negative fetch.max.bytes": (_kafka("  fetch.max.bytes: -5\n"), "kafka.fetch.max.bytes"),
+    "auto commit not a boolean": (_kafka("  enable.auto.commit: maybe\n"), "kafka.enable.auto.commit"),
+    "bootstrap port not a number": (GOOD.replace('"127.0.0.1:9092"', '"localhost:notaport"'),
+                                    "kafka.bootstrap.servers"),
+    "bootstrap server as a URL": (GOOD.replace('"127.0.0.1:9092"', '"http://127.0.0.1:9092"'),
+                                  "kafka.bootstrap.servers"),
+    "empty bootstrap servers": (GOOD.replace('"127.0.0.1:9092"', '""'), "kafka.bootstrap.servers"),
     "name with a space": (GOOD.replace("name: orders", "name: my orders"), "name"),
     "missing name": (GOOD.replace("name: orders\n", ""), "name"),
     "typo in the kafka section": (GOOD.replace("kafka:\n", "kafka:\n  client.idd: ingest-orders\n"),
