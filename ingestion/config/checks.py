@@ -253,6 +253,21 @@ def check_retention(config: PipelineConfig, properties: Mapping[str, str], where
         raise ConfigError(f"{where}: key {shown!r}: {reason}")
 
 
+def _check_locations(config: PipelineConfig) -> None:
+    """The pipeline's tables and checkpoint each in a folder of its own: none the same as another, or inside it
+    (`storage.location_key`: relative paths, `file:` URIs and `..` resolved), else one would hold the other's files."""
+    places = [(key, value, storage.location_key(value)) for key, value in (
+        ("sink.table", config.table_path), ("sink.quarantineTable", config.quarantine_path),
+        ("silver.table", config.silver_path), ("sink.checkpointLocation", config.checkpoint_path)) if value]
+    for i, (key, value, at) in enumerate(places):
+        for other, their_value, theirs in places[:i]:
+            how = storage.nesting(at, theirs)
+            if how is not None:
+                where = {"same": "the same folder as", "inside": "inside", "holds": "holding"}[how]
+                raise ConfigError(f"{config.file}: key {key!r} is {value!r}, {where} {other} ({their_value!r}): "
+                                  f"each table and the checkpoint need a folder of their own")
+
+
 def _check_prometheus(config: PipelineConfig) -> None:
     options = config.metrics.prometheus
     if not 0 <= options.port <= 65535:
@@ -293,10 +308,6 @@ def _check_silver(config: PipelineConfig) -> None:
         if condition:
             _check_condition(file, f"silver.{key}", condition)
     _check_silver_columns(config)
-    taken = {config.table_path.rstrip("/"), config.quarantine_path.rstrip("/")}
-    if (config.silver_path or "").rstrip("/") in taken:
-        raise ConfigError(f"{file}: key 'silver.table' must differ from bronze's and quarantine's tables, got "
-                          f"{silver.table!r}")
 
 
 _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -436,5 +447,5 @@ def _check_condition(file: Path, key: str, text: str, rule: str = "") -> None:
 
 
 # After the checks across sections (`_check_contradictions`), in this order.
-CHECKS: tuple[Check, ...] = (_check_values, _check_maintenance, _check_prometheus, _check_silver,
+CHECKS: tuple[Check, ...] = (_check_values, _check_locations, _check_maintenance, _check_prometheus, _check_silver,
                              _check_expectations, _check_routing)

@@ -72,6 +72,16 @@ BROKEN: dict[str, tuple[str, str]] = {
     "bootstrap server as a URL": (GOOD.replace('"127.0.0.1:9092"', '"http://127.0.0.1:9092"'),
                                   "kafka.bootstrap.servers"),
     "empty bootstrap servers": (GOOD.replace('"127.0.0.1:9092"', '""'), "kafka.bootstrap.servers"),
+    "table and quarantine in one folder": (GOOD + "sink: {table: /tmp/q, quarantineTable: /tmp/q}\n",
+                                           "sink.quarantineTable"),
+    "quarantine as the table's file URI": (GOOD + "sink: {table: /tmp/q, quarantineTable: 'file:///tmp/x/../q/'}\n",
+                                           "sink.quarantineTable"),
+    "checkpoint inside the table": (GOOD + "sink: {table: /tmp/q, checkpointLocation: /tmp/q/_checkpoint}\n",
+                                    "sink.checkpointLocation"),
+    "silver table holding bronze": (GOOD + "sink: {table: /tmp/lake/q}\nsilver: {key: id, table: /tmp/lake}\n",
+                                    "silver.table"),
+    "object-store table and quarantine alike": (GOOD + "sink: {table: 's3a://b/t', quarantineTable: 's3a://b/t/'}\n",
+                                                "sink.quarantineTable"),
     "name with a space": (GOOD.replace("name: orders", "name: my orders"), "name"),
     "missing name": (GOOD.replace("name: orders\n", ""), "name"),
     "typo in the kafka section": (GOOD.replace("kafka:\n", "kafka:\n  client.idd: ingest-orders\n"),
@@ -193,6 +203,32 @@ def test_a_catalog_name_or_location_one_pipeline_has_under_another_role_is_a_cla
         f"catalog table of {first}; each pipeline needs its own",
         f"{third}: pipeline 'returns' has '{tmp_path / 'orders_quarantine'}/' as its table, which is the quarantine "
         f"table of {first}; each pipeline needs its own"]
+
+
+def test_locations_are_compared_as_the_folders_they_are_and_one_inside_another_clashes_too(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative path (as the product opens it: from the working directory), a `file:` URI and a path through
+    `..` are one folder; a table in another's folder, or a checkpoint in a table, would mix their files."""
+    monkeypatch.chdir(tmp_path)
+    base = tmp_path / ".ingest" / "tables" / "base"
+    files = [tmp_path / f"{n}.yaml" for n in ("a", "b", "c", "d", "e")]
+    for i, (file, sink) in enumerate(zip(files, [
+            "table: .ingest/tables/base", f"table: 'file://{base}'", f"table: {base.parent / 'x' / '..' / 'base'}",
+            f"table: {base / 'inner'}", f"checkpointLocation: {base}/_checkpoint"], strict=True)):
+        file.write_text(GOOD.replace("name: orders", f"name: p{i}") + f"sink:\n  {sink}\n")
+    configs, errors = load_all(files)
+    assert configs == []
+    assert [str(e) for e in errors] == [
+        f"{files[1]}: pipeline 'p1' has the same table 'file://{base}' as {files[0]}; each pipeline needs its own",
+        f"{files[2]}: pipeline 'p2' has the same table '{base.parent / 'x' / '..' / 'base'}' as {files[0]}; each "
+        "pipeline needs its own",
+        f"{files[3]}: pipeline 'p3' has '{base / 'inner'}' as its table, which is inside the table of {files[0]}; "
+        "each pipeline needs its own",
+        f"{files[4]}: pipeline 'p4' has '{base}/_checkpoint' as its checkpoint, which is inside the table of "
+        f"{files[0]}; each pipeline needs its own"]
+    apart = tmp_path / "f.yaml"  # a sibling folder whose name starts with the other's is apart
+    apart.write_text(GOOD.replace("name: orders", "name: p5") + f"sink:\n  table: {base}2\n")
+    assert [c.name for c in load_all([files[0], apart])[0]] == ["p0", "p5"]
 
 
 def test_a_copied_file_that_keeps_its_siblings_catalog_table_is_refused_before_a_run_or_onboard(
