@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import logging
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -76,6 +77,10 @@ LIBRDKAFKA_ONLY = frozenset({
 })
 LIBRDKAFKA_ONLY_PREFIXES = ("sasl.oauthbearer.assertion.", "sasl.oauthbearer.client.credentials.")
 
+_HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}")  # host:port, [IPv6]:port
+_QUIET = logging.getLogger("ingestion.security.librdkafka")  # librdkafka's warnings while probing settings
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False
 _FILE_KEYS = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.keystore.location",
               "ssl.truststore.location")
 _JAAS_OPTION = re.compile(r'(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|(\S+?))(?=\s|;|$)')
@@ -240,11 +245,20 @@ def check(settings: Mapping[str, str]) -> str | None:
     chosen = mechanism(settings)
     if chosen is not None and chosen not in MECHANISMS:
         return f"key 'kafka.sasl.mechanism' must be one of {list(MECHANISMS)}, got {chosen!r}"
-    credentials = [k for k in ("sasl.username", "sasl.password", "sasl.jaas.config") if k in settings]
-    if credentials and "security.protocol" in settings and not given.startswith("SASL_"):
-        return (f"key 'kafka.{credentials[0]}' is set, but kafka.security.protocol is {given}, which does not use "
-                "SASL; set it to SASL_SSL or SASL_PLAINTEXT")
+    servers = settings.get("bootstrap.servers")
+    if servers is not None and not all(_HOST_PORT.fullmatch(s.strip()) for s in servers.split(",")):
+        return (f"key 'kafka.bootstrap.servers' must be host:port pairs (a numeric port, no scheme) separated by "
+                f"commas, such as broker1:9092,broker2:9092, got {servers!r}")
+    credentials = [k for k in ("sasl.username", "sasl.password", "sasl.jaas.config", "sasl.mechanism",
+                               "sasl.mechanisms") if k in settings]
+    if credentials and not given.startswith("SASL_"):  # the default, PLAINTEXT, too: they would be ignored
+        unset = "" if "security.protocol" in settings else " (unset: the default)"
+        return (f"key 'kafka.{credentials[0]}' is set, but kafka.security.protocol is {given}{unset}, which does not "
+                "use SASL; set it to SASL_SSL or SASL_PLAINTEXT")
     if given.startswith("SASL_"):
+        if chosen is None:  # librdkafka and the Java client would try Kerberos (GSSAPI) and fail at connect time
+            return (f"key 'kafka.sasl.mechanism' is needed with kafka.security.protocol {given}: set it to one of "
+                    f"{[m for m in MECHANISMS if m != 'GSSAPI']} (or GSSAPI for Kerberos)")
         if ("sasl.username" in settings) != ("sasl.password" in settings):
             missing = "sasl.password" if "sasl.username" in settings else "sasl.username"
             return f"key 'kafka.{missing}' is missing: kafka.sasl.username and kafka.sasl.password go together"
@@ -259,6 +273,27 @@ def check(settings: Mapping[str, str]) -> str | None:
         path = settings.get(key)
         if path and path != "probe" and not os.path.exists(path):
             return f"key 'kafka.{key}' names {path!r}, which does not exist"
+    return _librdkafka_refusal(settings)
+
+
+def _librdkafka_refusal(settings: Mapping[str, str]) -> str | None:
+    """What librdkafka refuses among the client's settings (a value that is no number, out of range, not a
+    boolean), as a message naming the key; None when it takes them. A consumer is made and closed with no broker to
+    reach (about 2 ms); the security settings, checked above and read from files, are left out."""
+    from confluent_kafka import Consumer, KafkaException
+
+    probe = {k: v for k, v in librdkafka_settings(settings).items()
+             if not k.startswith(("ssl.", "sasl.", "security.")) and k != "bootstrap.servers"}
+    try:
+        Consumer({"group.id": "ingest-check", **probe}, logger=_QUIET).close()
+    except (KafkaException, ValueError, TypeError) as exc:
+        error = exc.args[0] if exc.args else exc
+        reason = " ".join((error.str() if hasattr(error, "str") else str(error)).split())
+        named = next((n for n in re.findall(r'"([^"]+)"', reason) if n in settings), None)
+        if named is None:
+            return f"key 'kafka' holds a setting librdkafka refuses: {reason}"
+        value = "'***'" if is_secret(named) else repr(settings[named])
+        return f"key 'kafka.{named}' is refused by librdkafka ({reason}), got {value}"
     return None
 
 

@@ -39,6 +39,24 @@ def local_folder(location: str) -> Path | None:
     return None if "://" in location else Path(location)
 
 
+def location_key(location: str) -> str:
+    """A location as the same folder is always written: a local one (a path relative to the working directory, as
+    the product opens it, or a `file:` URI) absolute, with `..` and links resolved; an object-store URI without a
+    trailing slash."""
+    folder = local_folder(location)
+    return location.rstrip("/") if folder is None else os.path.realpath(folder)
+
+
+def nesting(one: str, other: str) -> str | None:
+    """How two locations (`location_key`s) overlap: `same`, `inside` (one is in a folder of other) or `holds`
+    (the reverse); None when they are apart."""
+    if one == other:
+        return "same"
+    if one.startswith(other.rstrip("/") + "/"):
+        return "inside"
+    return "holds" if other.startswith(one.rstrip("/") + "/") else None
+
+
 def _bucket(location: str) -> str:
     return urlparse(location).netloc.split("@")[-1]
 

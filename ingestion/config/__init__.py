@@ -6,6 +6,7 @@ replaced from the environment, so secrets stay out of files; `redacted()` hides 
     model.py       the config types (frozen dataclasses, the YAML key of each field) and what follows from them
     coerce.py      YAML values to those types: wrong types, unknown and missing keys refused
     checks.py      what types cannot show: contradictions, values Spark or Kafka would refuse later (CHECKS)
+    conditions.py  a SQL condition of the file is exactly one row-level condition (DuckDB's parse tree)
     loader.py      files, defaults files, ${VAR} interpolation, deprecated keys; load_pipeline, load_all
 
 Inside the package imports go loader -> checks -> (coerce | model); outside it, only to `security` and the modules

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ingestion import retention, security, storage
-from ingestion.config import coerce
+from ingestion.config import coerce, conditions
 from ingestion.config.model import PipelineConfig
 from ingestion.errors import ConfigError
 from ingestion.units import duration_seconds, size_bytes
@@ -82,6 +82,10 @@ def _check_contradictions(config: PipelineConfig, raw_source: set[str]) -> None:
     if config.value.registry and "url" not in config.value.registry:
         shown = config.redacted()["value"]["registry"]
         raise ConfigError(f"{config.file}: key 'value.registry' needs 'url', got {shown!r}")
+    if not all(_is_url(u.strip()) for u in config.value.registry.get("url", "http://x").split(",")):
+        raise ConfigError(f"{config.file}: key 'value.registry.url' must be the registry's http(s) URL, such as "
+                          f"http://localhost:8081 (several: comma-separated), got "
+                          f"{security.redact_url(config.value.registry['url'])!r}")
     for key, name in (("sink.catalogTable", config.sink.catalog_table),
                       ("sink.quarantineCatalogTable", config.sink.quarantine_catalog_table)):
         if name and not _CATALOG_NAME.fullmatch(name):
@@ -110,6 +114,17 @@ def _check_contradictions(config: PipelineConfig, raw_source: set[str]) -> None:
     problem = security.check(config.kafka)
     if problem:
         raise ConfigError(f"{config.file}: {problem}")
+
+
+def _is_url(text: str) -> bool:
+    """Whether `text` is an http(s) URL with a host (and a numeric port, if any); `mock://` for tests."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text)
+        return parts.scheme in ("http", "https", "mock") and bool(parts.hostname) and (parts.port or 0) >= 0
+    except ValueError:  # a port that is not a number
+        return False
 
 
 def _check_subjects(config: PipelineConfig) -> None:
@@ -238,6 +253,21 @@ def check_retention(config: PipelineConfig, properties: Mapping[str, str], where
         raise ConfigError(f"{where}: key {shown!r}: {reason}")
 
 
+def _check_locations(config: PipelineConfig) -> None:
+    """The pipeline's tables and checkpoint each in a folder of its own: none the same as another, or inside it
+    (`storage.location_key`: relative paths, `file:` URIs and `..` resolved), else one would hold the other's files."""
+    places = [(key, value, storage.location_key(value)) for key, value in (
+        ("sink.table", config.table_path), ("sink.quarantineTable", config.quarantine_path),
+        ("silver.table", config.silver_path), ("sink.checkpointLocation", config.checkpoint_path)) if value]
+    for i, (key, value, at) in enumerate(places):
+        for other, their_value, theirs in places[:i]:
+            how = storage.nesting(at, theirs)
+            if how is not None:
+                where = {"same": "the same folder as", "inside": "inside", "holds": "holding"}[how]
+                raise ConfigError(f"{config.file}: key {key!r} is {value!r}, {where} {other} ({their_value!r}): "
+                                  f"each table and the checkpoint need a folder of their own")
+
+
 def _check_prometheus(config: PipelineConfig) -> None:
     options = config.metrics.prometheus
     if not 0 <= options.port <= 65535:
@@ -274,11 +304,10 @@ def _check_silver(config: PipelineConfig) -> None:
     if silver.trigger and not duration_seconds(silver.trigger):
         raise ConfigError(f"{file}: key 'silver.trigger' must be a duration such as '10 seconds', got "
                           f"{silver.trigger!r}")
+    for key, condition in (("deleteWhen", silver.delete_when), ("truncateWhen", silver.truncate_when)):
+        if condition:
+            _check_condition(file, f"silver.{key}", condition)
     _check_silver_columns(config)
-    taken = {config.table_path.rstrip("/"), config.quarantine_path.rstrip("/")}
-    if (config.silver_path or "").rstrip("/") in taken:
-        raise ConfigError(f"{file}: key 'silver.table' must differ from bronze's and quarantine's tables, got "
-                          f"{silver.table!r}")
 
 
 _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -396,8 +425,8 @@ _RULE_NAME = re.compile(r"[a-z0-9_]+")
 
 
 def _check_expectations(config: PipelineConfig) -> None:
-    """Each rule named `[a-z0-9_]+`, once per pipeline, with an expression; the expression itself is compiled
-    against bronze's columns before a run creates anything (`decode.expectations.compile_rules`)."""
+    """Each rule named `[a-z0-9_]+`, once per pipeline, with one row-level condition (`conditions`); its columns
+    and type are checked against bronze's before a run creates anything (`decode.expectations.compile_rules`)."""
     seen: set[str] = set()
     for i, rule in enumerate(config.expectations):
         where = f"{config.file}: key 'expectations[{i}]"
@@ -406,11 +435,17 @@ def _check_expectations(config: PipelineConfig) -> None:
         if rule.name in seen:
             raise ConfigError(f"{where}.name': each rule needs its own name, got {rule.name!r} twice")
         seen.add(rule.name)
-        if not rule.expect.strip():
-            raise ConfigError(f"{where}.expect' (rule {rule.name!r}) must be a SQL condition such as 'qty > 0', "
-                              f"got {rule.expect!r}")
+        _check_condition(config.file, f"expectations[{i}].expect", rule.expect, rule.name)
+
+
+def _check_condition(file: Path, key: str, text: str, rule: str = "") -> None:
+    """Refuse a SQL condition of the file that is not exactly one row-level condition (`conditions.problem`)."""
+    why = conditions.problem(text)
+    if why is not None:
+        raise ConfigError(f"{conditions.where(file, key, text, rule)}: must be one SQL condition on a row, such as "
+                          f"'qty > 0', but it {why}")
 
 
 # After the checks across sections (`_check_contradictions`), in this order.
-CHECKS: tuple[Check, ...] = (_check_values, _check_maintenance, _check_prometheus, _check_silver,
+CHECKS: tuple[Check, ...] = (_check_values, _check_locations, _check_maintenance, _check_prometheus, _check_silver,
                              _check_expectations, _check_routing)

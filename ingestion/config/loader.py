@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from ingestion import storage
 from ingestion.config import checks, coerce
 from ingestion.config.model import PipelineConfig
 from ingestion.errors import ConfigError
@@ -175,34 +176,42 @@ def load_all(paths: list[Path] | None = None) -> tuple[list[PipelineConfig], lis
     owners: _Owners = {}
     for config in configs:
         owned = _owned(config)
-        if (found := _first_clash(config, owned, owners)) is not None:
-            errors.append(found)
-            clashing |= {config.file, *(owners[t][0].file for t in owned if t in owners)}
+        found = list(_clashes(owned, owners))
+        if found:
+            errors.append(_clash(config, owned, owners, found[0]))
+            clashing |= {config.file, *(owners[theirs][0].file for _, theirs, _ in found)}
         _own(owners, config, owned)
     return [c for c in configs if c.file not in clashing], errors
 
 
 # (space, normalized value) -> the pipeline that has it, and what it is to that pipeline (`_owned`)
 _Owners = dict[tuple[str, str], tuple[PipelineConfig, str]]
+_Owned = dict[tuple[str, str], tuple[str, str]]
+_Clash = tuple[tuple[str, str], tuple[str, str], str]  # (own thing, another's thing, `storage.nesting`)
 
 
-def _own(owners: _Owners, config: PipelineConfig, owned: dict[tuple[str, str], tuple[str, str]]) -> None:
+def _own(owners: _Owners, config: PipelineConfig, owned: _Owned) -> None:
     for thing, (what, _) in owned.items():
         owners.setdefault(thing, (config, what))
 
 
-def _first_clash(config: PipelineConfig, owned: dict[tuple[str, str], tuple[str, str]],
-                 owners: _Owners) -> ConfigError | None:
-    """The error for the first of `config`'s own things (`owned`) that another pipeline of `owners` has."""
-    return next((_clash(config, what, value, *owners[thing]) for thing, (what, value) in owned.items()
-                 if thing in owners), None)
+def _clashes(owned: _Owned, owners: Mapping[tuple[str, str], object]) -> Iterator[_Clash]:
+    """Each of `owned` that one of `owners` has too: the same name, or a location equal to, inside or holding
+    another's (a table in a table's folder, a checkpoint in a table: one would hold the other's files)."""
+    for thing in owned:
+        for theirs in owners:
+            if thing == theirs:
+                yield thing, theirs, "same"
+            elif thing[0] == theirs[0] == "location" and (how := storage.nesting(thing[1], theirs[1])):
+                yield thing, theirs, how
 
 
-def _owned(config: PipelineConfig) -> dict[tuple[str, str], tuple[str, str]]:
+def _owned(config: PipelineConfig) -> _Owned:
     """What a pipeline needs of its own, as (space, normalized value) -> (what it is to the pipeline, value): its
-    name, the locations of its tables (bronze, quarantine, silver) and checkpoint, and its tables' catalog names.
-    Two pipelines sharing one would write over each other's tables or progress."""
-    found: dict[tuple[str, str], tuple[str, str]] = {}
+    name, the locations of its tables (bronze, quarantine, silver) and checkpoint (`storage.location_key`), and its
+    tables' catalog names. Two pipelines sharing one would write over each other's tables or progress; a pipeline
+    whose own locations overlap is refused at load (`checks`)."""
+    found: _Owned = {}
     for space, what, value in (
             ("name", "name", config.name),
             ("location", "table", config.table_path), ("location", "quarantine table", config.quarantine_path),
@@ -211,13 +220,16 @@ def _owned(config: PipelineConfig) -> dict[tuple[str, str], tuple[str, str]]:
             ("catalog", "quarantine catalog table", (config.catalog_names or ("", ""))[1]),
             ("catalog", "silver catalog table", config.silver.catalog_table if config.silver else "")):
         if value:
-            found.setdefault((space, value.rstrip("/") if space == "location" else value), (what, value))
+            found.setdefault((space, storage.location_key(value) if space == "location" else value), (what, value))
     return found
 
 
-def _clash(config: PipelineConfig, what: str, value: str, other: PipelineConfig, theirs: str) -> ConfigError:
-    same = (f"has the same {what} {value!r} as {other.file}" if what == theirs else
-            f"has {value!r} as its {what}, which is the {theirs} of {other.file}")
+def _clash(config: PipelineConfig, owned: _Owned, owners: _Owners, clash: _Clash) -> ConfigError:
+    thing, theirs, how = clash
+    (what, value), (other, their_what) = owned[thing], owners[theirs]
+    where = {"same": "which is", "inside": "which is inside", "holds": "which holds"}[how]
+    same = (f"has the same {what} {value!r} as {other.file}" if what == their_what and how == "same" else
+            f"has {value!r} as its {what}, {where} the {their_what} of {other.file}")
     return ConfigError(f"{config.file}: pipeline {config.name!r} {same}; each pipeline needs its own")
 
 
@@ -241,8 +253,9 @@ def check_siblings(config: PipelineConfig) -> PipelineConfig:
         finally:
             log.disabled = was
         _own(owners, other, _owned(other))
-    if (found := _first_clash(config, _owned(config), owners)) is not None:
-        raise found
+    owned = _owned(config)
+    if (found := next(_clashes(owned, owners), None)) is not None:
+        raise _clash(config, owned, owners, found)
     return config
 
 

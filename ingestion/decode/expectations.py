@@ -23,13 +23,13 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ingestion.columns import METADATA_COLUMNS
-from ingestion.config import PipelineConfig
+from ingestion.config import PipelineConfig, conditions
 from ingestion.errors import ConfigError, ExpectationError
 from ingestion.runtime.arrow_types import to_arrow_schema
 
 EXPECTATION_FAILED = "ExpectationFailed"  # the quarantine's `_error_class` of a row a `quarantine` rule refused
-__all__ = ["EXPECTATION_FAILED", "Counts", "ExpectationError", "Rule", "Rules", "compile_rules", "evaluate",
-           "flag_rows"]
+__all__ = ["EXPECTATION_FAILED", "Counts", "ExpectationError", "Rule", "Rules", "check_conditions", "compile_rules",
+           "evaluate", "flag_rows"]
 BLOCKING = ("quarantine", "fail")  # the actions that keep a row out of bronze
 _MACROS = ("CREATE MACRO regexp_like(s, p) AS regexp_matches(s, p)",
            "CREATE MACRO rlike(s, p) AS regexp_matches(s, p)",
@@ -76,26 +76,43 @@ NO_RULES = Rules()
 
 
 def compile_rules(config: PipelineConfig, bronze_schema: T.StructType) -> Rules:
-    """The pipeline's rules, each checked by DuckDB against bronze's columns (an empty table of them): a ConfigError
+    """The pipeline's rules, each checked by DuckDB against bronze's columns (`check_conditions`): a ConfigError
     names the file, the rule and the reason when an expression does not parse, names a column bronze does not
     have, or is not a boolean."""
     if not config.expectations:
         return NO_RULES
-    empty = to_arrow_schema(bronze_schema).empty_table()
+    check_conditions([(conditions.where(config.file, f"expectations[{i}].expect", rule.expect, rule.name),
+                       rule.expect) for i, rule in enumerate(config.expectations)], bronze_schema)
     names = [f.name for f in bronze_schema.fields]
-    compiled = []
+    return Rules(tuple(Rule(rule.name, rule.expect, rule.on_violation, _named_columns(rule.expect, names))
+                       for rule in config.expectations))
+
+
+def check_conditions(found: Iterable[tuple[str, str]], bronze_schema: T.StructType, *,
+                     spark_functions: bool = False) -> None:
+    """Each (where, SQL condition) of `found` is one row-level condition (`config.conditions`) that DuckDB binds to
+    a boolean over bronze's columns (an empty table of them), else a ConfigError `<where>: <reason>`.
+    `spark_functions`: a function DuckDB does not know is left for Spark to check (silver's conditions, which Spark
+    evaluates where DuckDB cannot)."""
+    import duckdb
+
+    empty = to_arrow_schema(bronze_schema).empty_table()
     with _connection() as con:
         con.register("bronze", empty)
-        for i, rule in enumerate(config.expectations):
-            where = f"{config.file}: key 'expectations[{i}].expect' (rule {rule.name!r}, {rule.expect!r})"
+        for where, text in found:
+            why = conditions.problem(text)
+            if why is not None:
+                raise ConfigError(f"{where}: must be one SQL condition on a row, but it {why}")
             try:
-                kind = con.execute(f"DESCRIBE SELECT ({rule.expect}) AS v FROM bronze").fetchall()[0][1]
+                kind = con.execute(f"DESCRIBE SELECT ({text}) AS v FROM bronze").fetchall()[0][1]
+            except duckdb.CatalogException as exc:
+                if spark_functions:
+                    continue
+                raise ConfigError(f"{where}: {_reason(exc)}") from None
             except Exception as exc:  # noqa: BLE001 - DuckDB's parser, binder and catalog errors alike
                 raise ConfigError(f"{where}: {_reason(exc)}") from None
             if kind != "BOOLEAN":
                 raise ConfigError(f"{where}: is not a condition (true or false) but of type {kind}")
-            compiled.append(Rule(rule.name, rule.expect, rule.on_violation, _named_columns(rule.expect, names)))
-    return Rules(tuple(compiled))
 
 
 def check_in_spark(spark: SparkSession, rules: Rules, bronze_schema: T.StructType, file: object) -> None:

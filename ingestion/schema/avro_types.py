@@ -124,7 +124,13 @@ def _to_spark(schema: AvroSchema, names: _Names, namespace: str | None) -> T.Dat
         names.defined[full] = schema
         names.open.append(full)
         ns = full.rsplit(".", 1)[0] if "." in full else None
-        fields = [T.StructField(f["name"], _field_type(f, names, ns), True) for f in schema["fields"]]
+        given = schema.get("fields")
+        if not isinstance(given, list):
+            raise SchemaError(f"record {full!r} needs 'fields', a list of its fields, got {given!r}")
+        twice = next((n for i, n in enumerate(f["name"] for f in given) if n in [g["name"] for g in given[:i]]), None)
+        if twice is not None:
+            raise SchemaError(f"record {full!r} has the field {twice!r} twice")
+        fields = [T.StructField(f["name"], _field_type(f, names, ns), True) for f in given]
         names.open.pop()
         return T.StructType(fields)
     if kind in ("enum", "fixed"):

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ingestion.errors import SchemaError, SubjectNotFoundError
+from ingestion.errors import SchemaError, SubjectNotFoundError, one_line
 from ingestion.schema import avro_types
 from ingestion.schema.avro_types import AvroSchema
 
@@ -67,12 +67,7 @@ def load_subject(folder: Path, subject: str, suffix: str = ".avsc") -> Subject:
 
             versions[int(file.stem)] = json_schemas.read_file(file)
             continue
-        try:
-            parsed = json.loads(file.read_text())
-        except json.JSONDecodeError as exc:
-            raise SchemaError(f"{file}: not valid JSON: {exc}") from None
-        _check_types(file, parsed)
-        versions[int(file.stem)] = canonical_json(parsed)
+        versions[int(file.stem)] = read_avsc(file)
     _check_imports(directory, versions)
     _check_global_ids(folder, subject, versions)
     return Subject(subject, dict(sorted(versions.items())))
@@ -104,12 +99,26 @@ def read_proto(file: Path, folder: Path) -> str:
         raise SchemaError(f"{file}: {exc}") from None
 
 
-def _check_types(file: Path, schema: AvroSchema) -> None:
-    """Every type of the schema is one Spark can hold: a SchemaError naming the file and the field otherwise."""
+def read_avsc(file: Path) -> str:
+    """The canonical JSON of an `.avsc` file: a valid Avro schema (fastavro's parser: names, types, defaults)
+    whose every type Spark can hold; else one SchemaError naming the file and the reason."""
+    try:
+        schema = json.loads(file.read_text())
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{file}: not valid JSON: {exc}") from None
+    import fastavro
+
+    try:
+        fastavro.parse_schema(schema, _write_hint=False)
+    except fastavro.schema.UnknownType:
+        pass  # the walk below names the field whose type is unknown
+    except Exception as exc:  # noqa: BLE001 - fastavro's SchemaParseException, and its TypeErrors on odd JSON
+        raise SchemaError(f"{file}: not a valid Avro schema: {one_line(exc)}") from None
     try:
         avro_types.spark_type(schema)
     except SchemaError as exc:
         raise SchemaError(f"{file}: {exc}") from None
+    return canonical_json(schema)
 
 
 def _check_global_ids(folder: Path, subject: str, versions: dict[int, str]) -> None:
@@ -126,11 +135,7 @@ def _check_global_ids(folder: Path, subject: str, versions: dict[int, str]) -> N
                 continue
             if not twin.is_file():
                 continue
-            try:
-                twin_text = canonical_json(json.loads(twin.read_text()))
-            except json.JSONDecodeError as exc:
-                raise SchemaError(f"{twin}: not valid JSON: {exc}") from None
-            if twin_text != text:
+            if read_avsc(twin) != text:
                 raise SchemaError(f"schema id {schema_id} means two different schemas: "
                                   f"{folder / subject / twin.name} and {twin}")
 

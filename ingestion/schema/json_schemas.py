@@ -59,12 +59,26 @@ def read_file(file: Path, *, connect: bool = False) -> str:
             parsed = parsed["schema"]
         text = connect_types.document(parsed)
     else:
-        text = document(parsed, _sibling_refs(file, parsed))
+        refs = _sibling_refs(file, parsed)
+        for name, each in {file.name: parsed, **refs}.items():
+            _check_document(file.parent / name, each)
+        text = document(parsed, refs)
     try:
         return checked(text, str(file))
     except SchemaError as exc:
         message = str(exc)
         raise type(exc)(message if message.startswith(str(file)) else f"{file}: {message}") from None
+
+
+def _check_document(file: Path, schema: Any) -> None:
+    """A JSON Schema file that its own metaschema accepts (the draft its `$schema` names, else the newest): one
+    SchemaError naming the file, the place in it and the reason otherwise (`"properties": "x"`, say)."""
+    from jsonschema import exceptions, validators
+
+    try:
+        validators.validator_for(schema).check_schema(schema)
+    except exceptions.SchemaError as exc:
+        raise SchemaError(f"{file}: not a valid JSON Schema: {exc.message} (at {exc.json_path})") from None
 
 
 def _sibling_refs(file: Path, schema: Any) -> dict[str, Any]:

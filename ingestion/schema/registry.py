@@ -23,7 +23,7 @@ from ingestion.config import PipelineConfig
 from ingestion.errors import SchemaError, SubjectNotFoundError, one_line
 from ingestion.paths import schemas_dir
 from ingestion.schema import json_schemas, protobuf_schemas
-from ingestion.schema.files import canonical_json, load_subject, read_proto, suffix_of
+from ingestion.schema.files import canonical_json, load_subject, read_avsc, read_proto, suffix_of
 from ingestion.security import redact_url
 
 _CLIENTS: dict[str, Any] = {}
@@ -109,7 +109,7 @@ class FolderSource:
 
     def by_id(self, schema_id: int) -> str | None:
         for file in schemas_dir().glob(f"*/{schema_id}.avsc"):
-            return canonical_json(json.loads(file.read_text()))
+            return read_avsc(file)
         for file in schemas_dir().glob(f"*/{schema_id}.proto"):
             return read_proto(file, schemas_dir())
         for file in schemas_dir().glob(f"*/{schema_id}.json"):

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pyspark.sql import types as T
 
 from ingestion.columns import METADATA_COLUMNS
-from ingestion.config import PipelineConfig
+from ingestion.config import PipelineConfig, conditions
+from ingestion.decode.expectations import check_conditions
 from ingestion.errors import ConfigError
 from ingestion.silver import order
 
@@ -162,6 +163,10 @@ class SilverSpec:
             if unknown:
                 raise ConfigError(f"{self.file}: key 'silver.{key}' names {unknown[0]!r}, which is not a field of "
                                   f"the row (fields: {fields})")
+        # `deleteWhen` and `truncateWhen` read the bronze row (`changes`, `fold_sql`): its columns, its types.
+        check_conditions([(conditions.where(self.file, f"silver.{key}", text), text) for key, text in
+                          (("deleteWhen", self.delete_when), ("truncateWhen", self.truncate_when)) if text],
+                         bronze, spark_functions=True)
         clash = sorted(set(row.fieldNames()) & {*DEBEZIUM_COLUMNS, SEQUENCE, *KAFKA_COLUMNS, *HISTORY_COLUMNS})
         if clash:
             raise ConfigError(f"{self.file}: the rows' fields {clash} clash with silver's own columns")

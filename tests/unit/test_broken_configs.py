@@ -18,6 +18,12 @@ value:
   subject: orders-value
 """
 
+
+def _kafka(settings: str) -> str:
+    """The good file with more `kafka:` settings."""
+    return GOOD.replace("kafka:\n", "kafka:\n" + settings)
+
+
 # mistake -> (text appended to or replacing the good file, the key the message names)
 BROKEN: dict[str, tuple[str, str]] = {
     "unknown key": (GOOD + "sink:\n  tabel: /tmp/x\n", "sink.tabel"),
@@ -48,10 +54,59 @@ BROKEN: dict[str, tuple[str, str]] = {
     "registry without url": (GOOD.replace("  subject: orders-value\n",
                                           "  subject: orders-value\n  registry:\n    basic.auth.user.info: a:b\n"),
                              "value.registry"),
+    "registry url not a url": (GOOD.replace("  subject: orders-value\n",
+                                            "  subject: orders-value\n  registry:\n    url: not a url\n"),
+                               "value.registry.url"),
+    "registry url with a port that is no number": (GOOD.replace(
+        "  subject: orders-value\n", "  subject: orders-value\n  registry: {url: 'http://localhost:port'}\n"),
+        "value.registry.url"),
+    "SASL credentials without a protocol": (_kafka("  sasl.username: a\n  sasl.password: b\n"), "kafka.sasl.username"),
+    "SASL mechanism without a protocol": (_kafka("  sasl.mechanism: PLAIN\n"), "kafka.sasl.mechanism"),
+    "SASL protocol without a mechanism": (_kafka("  security.protocol: SASL_SSL\n  sasl.username: a\n"
+                                                 "  sasl.password: b\n"), "kafka.sasl.mechanism"),
+    "session timeout not a number": (_kafka("  session.timeout.ms: soon\n"), "kafka.session.timeout.ms"),
+    "negative fetch.max.bytes": (_kafka("  fetch.max.bytes: -5\n"), "kafka.fetch.max.bytes"),
+    "auto commit not a boolean": (_kafka("  enable.auto.commit: maybe\n"), "kafka.enable.auto.commit"),
+    "bootstrap port not a number": (GOOD.replace('"127.0.0.1:9092"', '"localhost:notaport"'),
+                                    "kafka.bootstrap.servers"),
+    "bootstrap server as a URL": (GOOD.replace('"127.0.0.1:9092"', '"http://127.0.0.1:9092"'),
+                                  "kafka.bootstrap.servers"),
+    "empty bootstrap servers": (GOOD.replace('"127.0.0.1:9092"', '""'), "kafka.bootstrap.servers"),
+    "table and quarantine in one folder": (GOOD + "sink: {table: /tmp/q, quarantineTable: /tmp/q}\n",
+                                           "sink.quarantineTable"),
+    "quarantine as the table's file URI": (GOOD + "sink: {table: /tmp/q, quarantineTable: 'file:///tmp/x/../q/'}\n",
+                                           "sink.quarantineTable"),
+    "checkpoint inside the table": (GOOD + "sink: {table: /tmp/q, checkpointLocation: /tmp/q/_checkpoint}\n",
+                                    "sink.checkpointLocation"),
+    "silver table holding bronze": (GOOD + "sink: {table: /tmp/lake/q}\nsilver: {key: id, table: /tmp/lake}\n",
+                                    "silver.table"),
+    "object-store table and quarantine alike": (GOOD + "sink: {table: 's3a://b/t', quarantineTable: 's3a://b/t/'}\n",
+                                                "sink.quarantineTable"),
     "name with a space": (GOOD.replace("name: orders", "name: my orders"), "name"),
     "missing name": (GOOD.replace("name: orders\n", ""), "name"),
     "typo in the kafka section": (GOOD.replace("kafka:\n", "kafka:\n  client.idd: ingest-orders\n"),
                                   "kafka.client.idd"),
+    "rule that closes its own parenthesis": (GOOD + 'expectations: [{name: a, expect: "amount < 0) OR (1=1", '
+                                            'onViolation: fail}]\n', "expectations[0].expect"),
+    "rule of two statements": (GOOD + "expectations: [{name: a, expect: \"amount > 0; DROP TABLE t\"}]\n",
+                               "expectations[0].expect"),
+    "rule over all rows (an aggregate)": (GOOD + "expectations: [{name: a, expect: 'count(*) > 100'}]\n",
+                                          "expectations[0].expect"),
+    "rule with a window function": (GOOD + "expectations: [{name: a, expect: 'sum(amount) OVER () > 1'}]\n",
+                                    "expectations[0].expect"),
+    "rule that goes on past its condition": (GOOD + "expectations: [{name: a, expect: 'amount > 0 LIMIT 1'}]\n",
+                                             "expectations[0].expect"),
+    "rule ending in a comment": (GOOD + "expectations: [{name: a, expect: 'amount > 0 -- positive'}]\n",
+                                 "expectations[0].expect"),
+    "deleteWhen cut short": (GOOD + "silver: {key: id, deleteWhen: 'status = '}\n", "silver.deleteWhen"),
+    "deleteWhen ending in an operator": (GOOD + "silver: {key: id, deleteWhen: 'amount +'}\n", "silver.deleteWhen"),
+    "deleteWhen of two statements": (GOOD + "silver: {key: id, deleteWhen: \"status = 'X'; DROP TABLE t\"}\n",
+                                     "silver.deleteWhen"),
+    "truncateWhen with a subquery": (GOOD + "silver: {key: id, truncateWhen: 'op IN (SELECT 1)'}\n",
+                                     "silver.truncateWhen"),
+    "routed silver's deleteWhen": (GOOD.replace("topic: orders", "topics: [a, b]") + "routing:\n  by: topic\n"
+                                   "  silver:\n    a: {key: id, deleteWhen: 'x = 1) OR (1 = 1'}\n",
+                                   "routing.silver.a.deleteWhen"),
     "unset environment variable": (GOOD.replace('"127.0.0.1:9092"', '"${NO_SUCH_VARIABLE_HERE}"'),
                                    "kafka.bootstrap.servers"),
 }
@@ -148,6 +203,32 @@ def test_a_catalog_name_or_location_one_pipeline_has_under_another_role_is_a_cla
         f"catalog table of {first}; each pipeline needs its own",
         f"{third}: pipeline 'returns' has '{tmp_path / 'orders_quarantine'}/' as its table, which is the quarantine "
         f"table of {first}; each pipeline needs its own"]
+
+
+def test_locations_are_compared_as_the_folders_they_are_and_one_inside_another_clashes_too(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative path (as the product opens it: from the working directory), a `file:` URI and a path through
+    `..` are one folder; a table in another's folder, or a checkpoint in a table, would mix their files."""
+    monkeypatch.chdir(tmp_path)
+    base = tmp_path / ".ingest" / "tables" / "base"
+    files = [tmp_path / f"{n}.yaml" for n in ("a", "b", "c", "d", "e")]
+    for i, (file, sink) in enumerate(zip(files, [
+            "table: .ingest/tables/base", f"table: 'file://{base}'", f"table: {base.parent / 'x' / '..' / 'base'}",
+            f"table: {base / 'inner'}", f"checkpointLocation: {base}/_checkpoint"], strict=True)):
+        file.write_text(GOOD.replace("name: orders", f"name: p{i}") + f"sink:\n  {sink}\n")
+    configs, errors = load_all(files)
+    assert configs == []
+    assert [str(e) for e in errors] == [
+        f"{files[1]}: pipeline 'p1' has the same table 'file://{base}' as {files[0]}; each pipeline needs its own",
+        f"{files[2]}: pipeline 'p2' has the same table '{base.parent / 'x' / '..' / 'base'}' as {files[0]}; each "
+        "pipeline needs its own",
+        f"{files[3]}: pipeline 'p3' has '{base / 'inner'}' as its table, which is inside the table of {files[0]}; "
+        "each pipeline needs its own",
+        f"{files[4]}: pipeline 'p4' has '{base}/_checkpoint' as its checkpoint, which is inside the table of "
+        f"{files[0]}; each pipeline needs its own"]
+    apart = tmp_path / "f.yaml"  # a sibling folder whose name starts with the other's is apart
+    apart.write_text(GOOD.replace("name: orders", "name: p5") + f"sink:\n  table: {base}2\n")
+    assert [c.name for c in load_all([files[0], apart])[0]] == ["p0", "p5"]
 
 
 def test_a_copied_file_that_keeps_its_siblings_catalog_table_is_refused_before_a_run_or_onboard(

@@ -222,11 +222,11 @@ def test_env_interpolation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("INGEST_TEST_TOPIC", "orders-eu")
     monkeypatch.setenv("INGEST_TEST_PASSWORD", "s3cr3t")
     path = write(tmp_path, "name: demo\ntopic: ${INGEST_TEST_TOPIC}\nvalue:\n  subject: ${INGEST_TEST_TOPIC}-value\n"
-                           "kafka:\n  sasl.password: ${INGEST_TEST_PASSWORD}\n")
+                           "kafka:\n  ssl.key.password: ${INGEST_TEST_PASSWORD}\n")
     config = load_pipeline(path)
     assert config.topic == "orders-eu"
     assert config.value.subject == "orders-eu-value"
-    assert config.kafka == {"sasl.password": "s3cr3t"}
+    assert config.kafka == {"ssl.key.password": "s3cr3t"}
 
 
 def test_env_default_used_when_unset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -272,11 +272,11 @@ def test_kafka_prefix_rejected(tmp_path: Path) -> None:
 
 def test_redacted_hides_secrets_keeps_the_rest(tmp_path: Path) -> None:
     path = write(tmp_path, MINIMAL + "kafka:\n  client.id: me\n  sasl.password: hunter2\n  ssl.key.password: pw\n"
-                                     "  sasl.username: alice\n"
+                                     "  sasl.username: alice\n  security.protocol: SASL_SSL\n  sasl.mechanism: PLAIN\n"
                                      "spark:\n  spark.hadoop.fs.s3a.secret.key: abc\n  spark.app.name: x\n")
     out = load_pipeline(path).redacted()
     assert out["kafka"] == {"client.id": "me", "sasl.password": "***", "ssl.key.password": "***",
-                            "sasl.username": "alice"}
+                            "sasl.username": "alice", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}
     assert out["spark"] == {"spark.hadoop.fs.s3a.secret.key": "***", "spark.app.name": "x"}
     assert out["file"] == str(path)
     assert out["name"] == "demo"
@@ -287,10 +287,10 @@ def test_redacted_hides_secrets_keeps_the_rest(tmp_path: Path) -> None:
 
 
 def test_redacted_does_not_change_the_config(tmp_path: Path) -> None:
-    path = write(tmp_path, MINIMAL + "kafka:\n  sasl.password: hunter2\n")
+    path = write(tmp_path, MINIMAL + "kafka:\n  ssl.key.password: hunter2\n")
     config = load_pipeline(path)
     config.redacted()
-    assert config.kafka == {"sasl.password": "hunter2"}
+    assert config.kafka == {"ssl.key.password": "hunter2"}
 
 
 # --- contradictions ---------------------------------------------------------------------------------------------
@@ -476,7 +476,8 @@ def test_expectations_are_read_with_warn_by_default(tmp_path: Path) -> None:
      "'_', got 'Bad-Name'"),
     ("  - name: a\n    expect: x > 0\n  - name: a\n    expect: y > 0\n",
      "key 'expectations[1].name': each rule needs its own name, got 'a' twice"),
-    ("  - name: a\n    expect: '  '\n", "key 'expectations[0].expect' (rule 'a') must be a SQL condition"),
+    ("  - name: a\n    expect: '  '\n",
+     "key 'expectations[0].expect' (rule 'a', '  '): must be one SQL condition on a row"),
     ("  - name: a\n    expect: x > 0\n    onViolation: drop\n",
      "key 'expectations[0].onViolation' must be one of ['warn', 'quarantine', 'fail'], got 'drop'"),
     ("  - name: a\n", "missing required key 'expectations[0].expect'"),

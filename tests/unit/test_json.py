@@ -17,6 +17,7 @@ import pytest
 
 from ingestion.decode.spec import DecodeSpec
 from ingestion.decode.wire import encode
+from ingestion.errors import SchemaError
 from ingestion.schema import connect_types, json_schemas, json_types
 from ingestion.schema.json_types import InvalidJsonError, UnsupportedSchemaError
 
@@ -198,6 +199,21 @@ def test_constructs_a_column_cannot_hold_are_refused_in_one_line_naming_the_file
         json_schemas.read_file(file)
     message = str(failure.value)
     assert message.startswith(f"{file}: ") and construct in message and "\n" not in message, message
+
+
+@pytest.mark.parametrize(("schema", "reason"), [
+    ({"type": "object", "properties": "x"}, "not a valid JSON Schema: 'x' is not of type 'object' (at $.properties)"),
+    ({"type": "object", "properties": {"a": {"type": "text"}}}, "not a valid JSON Schema: 'text' is not valid"),
+    ({"type": "object", "required": "a"}, "not a valid JSON Schema: 'a' is not of type 'array' (at $.required)"),
+])
+def test_a_schema_file_its_metaschema_refuses_is_one_line_naming_the_file(schema: Any, reason: str,
+                                                                          tmp_path: Path) -> None:
+    file = tmp_path / "t.json"
+    file.write_text(json.dumps(schema))
+    with pytest.raises(SchemaError) as failure:
+        json_schemas.read_file(file)
+    message = str(failure.value)
+    assert message.startswith(f"{file}: {reason}") and "\n" not in message, message
 
 
 def test_additional_properties_policy_and_free_form_values() -> None:

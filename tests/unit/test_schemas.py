@@ -148,3 +148,27 @@ def test_a_missing_schema_file_names_the_pipeline_file_the_key_and_the_path(tmp_
     message = str(refused.value)
     assert message.startswith(f"{pipeline}: key 'value.schemaFile' ('events/event.json'): ")
     assert str(tmp_path / "schemas" / "events" / "event.json") in message and "\n" not in message
+
+
+@pytest.mark.parametrize(("content", "reason"), [
+    ({"type": "record", "name": "R", "fields": [{"name": "a"}]}, "not a valid Avro schema: Record field 'a' is "
+     "missing 'type'"),
+    ({"type": "record", "fields": [{"name": "a", "type": "int"}]}, "not a valid Avro schema: \"name\" is a required"),
+    ({"type": "record", "name": "R"}, "record 'R' needs 'fields', a list of its fields, got None"),
+    ({"type": "record", "name": "R", "fields": {"a": "int"}}, "not a valid Avro schema: Record field must be a dict"),
+    ([1, 2], "not a valid Avro schema: "),
+    ({"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}, {"name": "a", "type": "long"}]},
+     "record 'R' has the field 'a' twice"),
+    ({"type": "record", "name": "R", "fields": [{"name": "d", "type": {
+        "type": "bytes", "logicalType": "decimal", "precision": 2, "scale": 5}}]},
+     "not a valid Avro schema: decimal scale must be less than or equal to the precision of 2"),
+    ({"type": "record", "name": "R", "fields": [{"name": "a", "type": "int", "default": "x"}]},
+     "not a valid Avro schema: Default value <x> must match schema type: int"),
+])
+def test_a_broken_avro_schema_file_is_one_line_naming_the_file_and_the_reason(
+        tmp_path: Path, content: Any, reason: str) -> None:
+    file = put(tmp_path, "orders-value", "1.avsc", content)
+    with pytest.raises(SchemaError) as caught:
+        load_subject(tmp_path, "orders-value")
+    message = str(caught.value)
+    assert message.startswith(f"{file}: {reason}") and "\n" not in message, message

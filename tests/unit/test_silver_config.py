@@ -45,7 +45,8 @@ def test_defaults_and_where_silver_lives(tmp_path: Path) -> None:
     ("  key: [id]\n  sequenceBy: 'a b'\n", "key 'silver.sequenceBy' is 'kafka' or a field"),
     ("  key: [id]\n  catalogTable: a.b.c\n", "key 'silver.catalogTable' must be a table name"),
     ("  key: [id]\n  trigger: soon\n", "key 'silver.trigger' must be a duration"),
-    ("  key: [id]\n  table: /lake/bronze/orders\n", "key 'silver.table' must differ from bronze's"),
+    ("  key: [id]\n  table: /lake/bronze/orders\n",
+     "key 'silver.table' is '/lake/bronze/orders', the same folder as sink.table"),
     ("  key: [id]\n  keys: [id]\n", "unknown key 'silver.keys'"),
     ("  key: [id]\n  columns: [id, a]\n  exceptColumns: [b]\n",
      "keys 'silver.columns' and 'silver.exceptColumns' exclude each other"),
@@ -71,3 +72,28 @@ def test_the_silver_ledger_record_round_trips_and_ignores_other_metadata() -> No
     assert SilverRecord.from_user_metadata(record.to_user_metadata()) == record
     assert SilverRecord.from_user_metadata('{"ingest": {"pipeline": "orders"}}') is None
     assert SilverRecord.from_user_metadata("not json") is None and SilverRecord.from_user_metadata(None) is None
+
+
+@pytest.mark.parametrize(("condition", "reason"), [
+    ("nosuch = 1", 'column "nosuch" not found'),
+    ("amount", "is not a condition (true or false) but of type BIGINT"),
+    ("lower(status)", "is not a condition (true or false) but of type VARCHAR"),
+])
+def test_delete_and_truncate_conditions_are_checked_against_the_bronze_row_before_a_run(
+        tmp_path: Path, condition: str, reason: str) -> None:
+    """`deleteWhen` and `truncateWhen` read the bronze row: a column it lacks or a value that is no condition is
+    refused where `onboard --dry-run` checks silver (`SilverSpec.check`), before bronze commits anything."""
+    from pyspark.sql import types as T
+
+    bronze = T.StructType([T.StructField("id", T.LongType()), T.StructField("amount", T.LongType()),
+                           T.StructField("status", T.StringType()), T.StructField("_kafka_offset", T.LongType())])
+    for key in ("deleteWhen", "truncateWhen"):
+        spec = SilverSpec.of(_load(tmp_path, f"  key: id\n  {key}: \"{condition}\"\n"))
+        with pytest.raises(ConfigError) as refused:
+            spec.check(bronze)
+        message = str(refused.value)
+        assert message.startswith(f"{tmp_path / 'orders.yaml'}: key 'silver.{key}' ({condition!r}): "), message
+        assert reason.lower() in message.lower() and "\n" not in message, message
+    fine = SilverSpec.of(_load(tmp_path, "  key: id\n  deleteWhen: \"status = 'X' AND amount > 0\"\n"
+                                          "  truncateWhen: spark_only_function(status)\n"))
+    fine.check(bronze)  # a function DuckDB lacks is Spark's to check, as the fold falls back to Spark for it
