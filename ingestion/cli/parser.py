@@ -8,6 +8,8 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from ingestion.units import TIME_FORMS, parse_time, version_or_time
+
 if TYPE_CHECKING:
     Commands: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -77,6 +79,26 @@ def _lazy(module: str, name: str) -> Callable[[argparse.Namespace], int]:
 
     command.__module__, command.__name__, command.__qualname__ = path, name, name
     return command
+
+
+def _checked(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """`parse` as an argparse type: its ValueError's message (naming the value and what is allowed) becomes
+    argparse's error after the option's name, exit 2, before anything starts."""
+
+    def checked(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    checked.__name__ = parse.__name__
+    return checked
+
+
+def _version_or_time(text: str) -> str:
+    """A table version or a time, checked (`units.version_or_time`); the command reads the text itself."""
+    version_or_time(text)
+    return text
 
 
 def _reader_option(command: argparse.ArgumentParser) -> None:
@@ -226,7 +248,8 @@ def _add_rewind(commands: Commands) -> None:
     target = rewind.add_mutually_exclusive_group(required=True)
     target.add_argument("--to-version", type=int, metavar="N",
                         help="the table version to restore (ingest history lists them)")
-    target.add_argument("--to-timestamp", metavar="TIME", help="ISO time; the newest version committed at or before it")
+    target.add_argument("--to-timestamp", metavar="TIME", type=_checked(parse_time),
+                        help=f"the newest version committed at or before this time: {TIME_FORMS}")
     rewind.set_defaults(func=_lazy("replay_command", "rewind_tables"))
 
 
@@ -326,11 +349,12 @@ def _add_shadow(commands: Commands) -> None:
     named(start)
     start.add_argument("--config", required=True, metavar="FILE", help="the other config: the same pipeline "
                        "(name, topic, tables) with another schema file, version pin, decoder option or expectations")
-    start.add_argument("--from", dest="start", required=True, metavar="VERSION|TIME",
-                       help="the first live table version, or an ISO time (the first version committed at or "
-                       "after it; a routed pipeline: a time only, the batches committed from it)")
-    start.add_argument("--to", dest="end", metavar="VERSION|TIME", help="the last live table version, or an ISO "
-                       "time (the last version committed at or before it); default: the newest")
+    start.add_argument("--from", dest="start", required=True, metavar="VERSION|TIME", type=_checked(_version_or_time),
+                       help="the first live table version, or a time (the first version committed at or after it; "
+                       f"a routed pipeline: a time only, the batches committed from it): {TIME_FORMS}")
+    start.add_argument("--to", dest="end", metavar="VERSION|TIME", type=_checked(_version_or_time),
+                       help="the last live table version, or a time (the last version committed at or before it); "
+                       "default: the newest")
     start.set_defaults(func=_lazy("shadow_command", "shadow_start"))
     status = s_cmds.add_parser("status", help="the pipeline's shadows: versions, offsets, rows, quarantined "
                                "records, state (no JVM)")

@@ -25,14 +25,11 @@ def replay_range(args: argparse.Namespace) -> int:
 
 
 def rewind_tables(args: argparse.Namespace) -> int:
-    import datetime as dt
-
     from ingestion.ops import rewind
 
     config = load(args.pipeline)
     rewind.check_target(config, args.to_version)  # a routed pipeline's --to-version: before a JVM
     spark = spark_session(f"ingest-{config.name}", [config])
-    when = dt.datetime.fromisoformat(args.to_timestamp) if args.to_timestamp else None
-    r = rewind.rewind(spark, config, to_version=args.to_version, to_timestamp=when)
+    r = rewind.rewind(spark, config, to_version=args.to_version, to_timestamp=args.to_timestamp)
     print(rewind.render(r, args.pipeline))
     return 0
