@@ -8,6 +8,8 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from ingestion import positions
+from ingestion.errors import UsageError
 from ingestion.units import TIME_FORMS, parse_time, version_or_time
 
 if TYPE_CHECKING:
@@ -82,13 +84,13 @@ def _lazy(module: str, name: str) -> Callable[[argparse.Namespace], int]:
 
 
 def _checked(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    """`parse` as an argparse type: its ValueError's message (naming the value and what is allowed) becomes
-    argparse's error after the option's name, exit 2, before anything starts."""
+    """`parse` as an argparse type: its ValueError's or UsageError's message (naming the value and what is
+    allowed) becomes argparse's error after the option's name, exit 2, before anything starts."""
 
     def checked(text: str) -> Any:
         try:
             return parse(text)
-        except ValueError as exc:
+        except (ValueError, UsageError) as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     checked.__name__ = parse.__name__
@@ -231,11 +233,13 @@ def _add_replay(commands: Commands) -> None:
     replay = commands.add_parser("replay", help="read a Kafka range again and write only the records neither "
                                  "bronze nor quarantine holds (fills gaps; a no-op over ingested ranges)")
     replay.add_argument("pipeline", help=PIPELINE_HELP)
-    replay.add_argument("--from", dest="start", required=True,
+    replay.add_argument("--from", dest="start", required=True, type=_checked(positions.starting),
                         help="earliest | partition:offset pairs like 0:100,1:250 | Spark's JSON form "
-                        "'{\"orders\": {\"0\": 100}}' (replays the topics it names) | ISO time | epoch millis")
-    replay.add_argument("--to", dest="end", default="latest",
-                        help="same forms; offsets are exclusive ends as in Spark's endingOffsets (default latest)")
+                        "'{\"orders\": {\"0\": 100}}' (replays the topics it names) | an ISO-8601 time (UTC unless "
+                        "it names a zone) | epoch milliseconds")
+    replay.add_argument("--to", dest="end", default="latest", type=_checked(positions.ending),
+                        help="latest (default) or the same forms; offsets are exclusive ends as in Spark's "
+                        "endingOffsets")
     replay.add_argument("--topic", help="replay this topic only, of a pipeline that reads several (needed for "
                         "partition:offset positions there)")
     replay.set_defaults(func=_lazy("replay_command", "replay_range"))

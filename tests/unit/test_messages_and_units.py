@@ -38,7 +38,9 @@ def test_a_trigger_in_any_spelling_reaches_spark_in_one_form() -> None:
 
 
 TEN = dt.datetime(2026, 12, 8, 10, 0, tzinfo=dt.UTC)
-TIME_OPTIONS = (["rewind", "orders", "--to-timestamp"], ["shadow", "start", "orders", "--config", "f.yaml", "--from"],
+TIME_OPTIONS = (["rewind", "orders", "--to-timestamp"], ["replay", "orders", "--from"],
+                ["replay", "orders", "--from", "earliest", "--to"], ["shadow", "start", "orders", "--config", "f.yaml",
+                                                                     "--from"],
                 ["shadow", "start", "orders", "--config", "f.yaml", "--from", "1", "--to"])
 
 
@@ -52,6 +54,7 @@ def test_one_time_parser_for_every_command_that_takes_a_time(text: str, utc: dt.
     assert parse_time(text) == utc and version_or_time(text) == utc
     parser = build_parser()
     assert parser.parse_args(["rewind", "orders", "--to-timestamp", text]).to_timestamp == utc
+    assert parser.parse_args(["replay", "orders", "--from", text]).start.millis == utc.timestamp() * 1000
     assert parser.parse_args(["shadow", "start", "orders", "--config", "f", "--from", text]).start == text
     assert version_or_time("12") == 12  # shadow's --from: a number below 10**12 is a table version
 

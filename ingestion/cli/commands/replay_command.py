@@ -9,14 +9,16 @@ from ingestion.cli.common import load, spark_session
 
 
 def replay_range(args: argparse.Namespace) -> int:
+    from ingestion import positions
     from ingestion.ops import replay
     from ingestion.stream import context
 
+    start, end = positions.replay_range(args.start, args.end)  # each read by argparse; together: before Kafka
     config = load(args.pipeline)
     ctx = context.resolve(config)
-    replay.check_positions(ctx, args.topic, args.start, args.end)  # a wrong topic or position: before a JVM
+    replay.check_positions(ctx, args.topic, start, end)  # a wrong topic or position: before a JVM
     spark = spark_session(f"ingest-{config.name}", [config])
-    r = replay.replay(spark, ctx, start=args.start, end=args.end, topic=args.topic)
+    r = replay.replay(spark, ctx, start=start, end=end, topic=args.topic)
     where = (f"bronze version {r.bronze_version}" if config.routing is None else
              "route tables: " + (", ".join(f"{t} {n}" for t, n in r.tables.items()) or "none written"))
     print(f"{r.read} records read, {r.already_present} already present, {r.written} written to "
