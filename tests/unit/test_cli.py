@@ -98,3 +98,36 @@ def test_the_console_script_is_the_entry_with_its_exit() -> None:
 
     project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     assert project["project"]["scripts"]["ingest"] == "ingestion.cli:entry"
+
+
+def test_output_closed_by_its_reader_ends_any_command_quietly_with_sigpipes_code() -> None:
+    """`ingest history --json | head`: the command's output cut by its reader is no failure to report; exit 141 (as
+    git and jq, ended by SIGPIPE), nothing on stderr. A broken pipe that is not standard output stays an error."""
+    command = ("import sys\n"
+               "from ingestion import cli\n"
+               "parse = cli.build_parser\n"
+               "def build():\n"
+               "    parser = parse()\n"
+               "    read = parser.parse_args\n"
+               "    def parse_args(argv):\n"
+               "        args = read(argv)\n"
+               "        args.func = {func}\n"
+               "        return args\n"
+               "    parser.parse_args = parse_args\n"
+               "    return parser\n"
+               "cli.build_parser = build\n"
+               "cli.exit_now(cli.main(sys.argv[1:]))\n")
+    printing = "lambda args: any(print(f'version {i}') for i in range(200_000))"
+    for verbose in ([], ["-v"]):
+        with subprocess.Popen([sys.executable, "-c", command.format(func=printing), "history", "orders", *verbose],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as cut:
+            assert cut.stdout is not None and cut.stderr is not None
+            assert cut.stdout.readline() == "version 0\n"
+            cut.stdout.close()
+            assert cut.wait(30) == 141
+            assert cut.stderr.read() == ""
+    other = "lambda args: (_ for _ in ()).throw(BrokenPipeError(32, 'Broken pipe'))"
+    done = subprocess.run([sys.executable, "-c", command.format(func=other), "history", "orders"],
+                          capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stderr) == (1, "error: BrokenPipeError: [Errno 32] Broken pipe (run with -v for the "
+                                                 "trace)\n")
