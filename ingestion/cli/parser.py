@@ -97,6 +97,20 @@ def _checked(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return checked
 
 
+def _at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of `minimum` or more (a count: 1, a table version: 0)."""
+
+    def whole_number(text: str) -> int:
+        if not text.strip().isdigit() or int(text) < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of {minimum} or more")
+        return int(text)
+
+    return whole_number
+
+
+COUNT, VERSION = _at_least(1), _at_least(0)
+
+
 def _version_or_time(text: str) -> str:
     """A table version or a time, checked (`units.version_or_time`); the command reads the text itself."""
     version_or_time(text)
@@ -192,7 +206,7 @@ def _add_sql(commands: Commands) -> None:
                           "semantics for every query; duckdb: fail rather than start a JVM")
     sql.add_argument("--output", help="write the result to a .parquet file (nested types intact) or a .csv file "
                                       "(nested values as JSON text) instead of printing it")
-    sql.add_argument("--limit", type=int, default=100, help="rows to print (default 100)")
+    sql.add_argument("--limit", type=COUNT, default=100, help="rows to print (default 100)")
     sql.set_defaults(func=_lazy("sql_command", "sql"))
 
 
@@ -250,7 +264,7 @@ def _add_rewind(commands: Commands) -> None:
                                  "`ingest run` resumes from that version's offsets with a new checkpoint")
     rewind.add_argument("pipeline", help=PIPELINE_HELP)
     target = rewind.add_mutually_exclusive_group(required=True)
-    target.add_argument("--to-version", type=int, metavar="N",
+    target.add_argument("--to-version", type=VERSION, metavar="N",
                         help="the table version to restore (ingest history lists them)")
     target.add_argument("--to-timestamp", metavar="TIME", type=_checked(parse_time),
                         help=f"the newest version committed at or before this time: {TIME_FORMS}")
@@ -294,7 +308,7 @@ def _add_silver(commands: Commands) -> None:
     s_rebuild = s_cmds.add_parser("rebuild", help="recompute silver from bronze's rows (whole), or put back its "
                                   "state at a bronze version and merge what bronze committed after it")
     s_rebuild.add_argument("pipeline", help=PIPELINE_HELP)
-    s_rebuild.add_argument("--from-version", type=int, metavar="N", help="start from silver's state at bronze "
+    s_rebuild.add_argument("--from-version", type=VERSION, metavar="N", help="start from silver's state at bronze "
                            "version N (its newest commit at or before N) instead of from nothing")
     _route_option(s_rebuild)
     s_rebuild.set_defaults(func=_lazy("silver_command", "silver_rebuild"))
@@ -318,7 +332,7 @@ def _add_quarantine(commands: Commands) -> None:
     q_list.set_defaults(func=_lazy("quarantine_command", "quarantine_list"))
     q_show = q_cmds.add_parser("show", help="the quarantined records themselves")
     q_show.add_argument("pipeline", help=PIPELINE_HELP)
-    q_show.add_argument("--limit", type=int, default=20, help="at most this many records (default 20)")
+    q_show.add_argument("--limit", type=COUNT, default=20, help="at most this many records (default 20)")
     q_show.add_argument("--error-class", help="only records that failed with this error class")
     _reader_option(q_show)
     q_show.set_defaults(func=_lazy("quarantine_command", "quarantine_show"))
@@ -386,7 +400,7 @@ def _add_demo(commands: Commands) -> None:
     demo = commands.add_parser("demo", help="broker + sample topic + sample records + one ingestion + summary; "
                                "works in any folder (without conf/pipelines/orders.yaml, the pipeline and schema "
                                "come with the package)")
-    demo.add_argument("--records", type=int, default=10_000, help="sample records to produce (default 10000)")
+    demo.add_argument("--records", type=COUNT, default=10_000, help="sample records to produce (default 10000)")
     demo.add_argument("--keep-servers", "--keep-broker", dest="keep_servers", action="store_true",
                       help="leave the servers it started (the broker, the catalog's Derby server) running afterwards; "
                       "by default it stops them and leaves running only what it found running")

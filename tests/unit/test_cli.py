@@ -9,6 +9,8 @@ import inspect
 import subprocess
 import sys
 
+import pytest
+
 
 def _commands(parser: argparse.ArgumentParser, path: str = "ingest") -> dict[str, argparse.ArgumentParser]:
     """Every runnable (sub)command by its command line, e.g. 'ingest quarantine show'."""
@@ -57,6 +59,31 @@ def test_an_unquoted_query_is_one_query() -> None:
         "SELECT status, count(*) FROM bronze.orders GROUP BY 1"
     args = parser.parse_args(["sql", "SELECT", "status,", "count(*)", "FROM", "bronze.orders", "--limit", "5"])
     assert (args.query, args.limit) == ("SELECT status, count(*) FROM bronze.orders", 5)
+
+
+@pytest.mark.parametrize(("argv", "dest", "least"), [
+    (["quarantine", "show", "orders", "--limit"], "limit", 1), (["sql", "SELECT 1", "--limit"], "limit", 1),
+    (["demo", "--records"], "records", 1), (["rewind", "orders", "--to-version"], "to_version", 0),
+    (["silver", "rebuild", "orders", "--from-version"], "from_version", 0)])
+def test_counts_and_versions_are_whole_numbers_the_command_line_checks(
+        argv: list[str], dest: str, least: int, capsys: pytest.CaptureFixture[str]) -> None:
+    from ingestion.cli.parser import build_parser
+
+    for wrong in (str(least - 1), "-5", "1.5", "ten"):
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args([*argv, wrong])
+        assert exited.value.code == 2
+        said = capsys.readouterr().err.strip().splitlines()[-1]
+        assert said.endswith(f"error: argument {argv[-1]}: {wrong!r} is not a whole number of {least} or more"), said
+    assert getattr(build_parser().parse_args([*argv, str(least)]), dest) == least
+
+
+def test_no_option_takes_any_integer_but_ports() -> None:
+    from ingestion.cli.parser import build_parser
+
+    plain = [f"{line} {action.option_strings}" for line, command in _commands(build_parser()).items()
+             for action in command._actions if action.type is int and "port" not in action.dest]
+    assert plain == []
 
 
 def test_the_help_imports_no_command_module_and_no_spark() -> None:
