@@ -62,7 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - every failure ends in one line; the trace only with -v
         if isinstance(exc, BrokenPipeError) and _stdout_closed():  # `... | head`: the reader has what it wanted
             return CLOSED_OUTPUT
-        return _failed(f"{type(exc).__name__}: {one_line(exc)} (run with -v for the trace)", exc, args.verbose)
+        hint = "" if args.verbose else " (run with -v for the trace)"  # with -v, the trace is just above
+        return _failed(f"{type(exc).__name__}: {one_line(exc)}{hint}", exc, args.verbose)
 
 
 def _stdout_closed() -> bool:

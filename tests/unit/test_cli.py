@@ -158,3 +158,23 @@ def test_output_closed_by_its_reader_ends_any_command_quietly_with_sigpipes_code
                           capture_output=True, text=True, check=False)
     assert (done.returncode, done.stderr) == (1, "error: BrokenPipeError: [Errno 32] Broken pipe (run with -v for the "
                                                  "trace)\n")
+
+
+def test_the_hint_to_run_with_v_is_given_only_without_v(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from ingestion import cli
+
+    build = cli.build_parser
+
+    def failing() -> argparse.ArgumentParser:
+        parser = build()
+        _commands(parser)["ingest history"].set_defaults(func=lambda args: {}["missing"])
+        return parser
+
+    monkeypatch.setattr(cli, "build_parser", failing)
+    assert cli.main(["history", "orders"]) == 1
+    assert capsys.readouterr().err == "error: KeyError: 'missing' (run with -v for the trace)\n"
+    for verbose in (["-v", "history", "orders"], ["history", "orders", "-v"]):
+        assert cli.main(verbose) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("Traceback") and err.endswith("\nerror: KeyError: 'missing'\n"), err
