@@ -160,6 +160,17 @@ def test_output_closed_by_its_reader_ends_any_command_quietly_with_sigpipes_code
                                                  "trace)\n")
 
 
+@pytest.mark.parametrize("command", ["run", "onboard", "maintain"])
+def test_a_pipeline_and_all_together_or_neither_is_a_usage_error_saying_which(
+        command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from ingestion.cli import main
+
+    assert main([command, "orders", "--all"]) == 2
+    assert capsys.readouterr().err == "error: name one pipeline (orders) or pass --all, not both\n"
+    assert main([command]) == 2
+    assert capsys.readouterr().err == "error: name one pipeline, or pass --all\n"
+
+
 def test_the_hint_to_run_with_v_is_given_only_without_v(monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     from ingestion import cli
