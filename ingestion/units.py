@@ -1,11 +1,13 @@
-"""Durations and sizes as config files write them, parsed in one place for every key.
+"""Durations, sizes and times as config files and commands write them, parsed in one place for every key.
 
 A duration is Spark's and Delta's interval text ('10 seconds', '500 milliseconds', 'interval 7 days', '1 week',
-'90s', '2.5 h'); a size is '128mb', '256 KB', '1g' or a number of bytes. Pure functions, no I/O.
+'90s', '2.5 h'); a size is '128mb', '256 KB', '1g' or a number of bytes; a time is ISO 8601 or epoch milliseconds
+(`parse_time`, for every command that takes one). Pure functions, no I/O.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 _DURATION = re.compile(r"(?:interval\s+)?(\d+(?:\.\d+)?)\s*"
@@ -49,3 +51,32 @@ def size_bytes(text: str) -> int | None:
     if found is None:
         return None
     return int(found[1]) * 1024 ** " kmgt".index(found[2].lower() or " ")
+
+
+TIME_FORMS = ("an ISO-8601 time (2026-12-08, 2026-12-08T10:00:00, 2026-12-08T10:00:00+01:00; UTC unless it names a "
+              "zone) or epoch milliseconds (1796724000000)")
+
+
+def parse_time(text: str) -> dt.datetime:
+    """The time `text` names, in UTC: ISO 8601 with or without a zone (none: UTC), or epoch milliseconds (digits
+    only: ISO's basic form would read them as a date). ValueError naming the value and `TIME_FORMS` otherwise."""
+    text = text.strip()
+    try:
+        if text.isdigit():
+            return dt.datetime.fromtimestamp(int(text) / 1000, dt.UTC)
+        when = dt.datetime.fromisoformat(text)
+    except (ValueError, OverflowError, OSError):
+        raise ValueError(f"cannot read {text!r} as a time: use {TIME_FORMS}") from None
+    return when.astimezone(dt.UTC) if when.tzinfo else when.replace(tzinfo=dt.UTC)
+
+
+def version_or_time(text: str) -> int | dt.datetime:
+    """A table version (a number below 10**12: no table has that many versions) or a time (`parse_time`; a number
+    of 13 digits or more is epoch milliseconds, from 2001 on). ValueError naming the value and the forms."""
+    if text.strip().isdigit() and int(text) < 10**12:
+        return int(text)
+    try:
+        return parse_time(text)
+    except ValueError:
+        raise ValueError(f"cannot read {text.strip()!r} as a table version or a time: use a version number or "
+                         f"{TIME_FORMS}") from None

@@ -1,6 +1,7 @@
 """The `ingest` command. Thin: parses arguments (`parser`), calls a command (`commands/`), prints. Exit 0 ok,
-1 failure, 2 usage, 3 (`verify` only) exact tables but a silver pipeline's change records in quarantine. Here:
-logging, every failure as one line on stderr with secret values masked, and the process's exit (`entry`)."""
+1 failure, 2 usage, 3 (`verify` only) exact tables but a silver pipeline's change records in quarantine, 141 its
+output closed by its reader (`| head`), quietly. Here: logging, every failure as one line on stderr with secret
+values masked, and the process's exit (`entry`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ from ingestion.cli.parser import build_parser
 from ingestion.errors import IngestionError, UsageError, one_line
 
 __all__ = ["entry", "main"]
+
+# A command whose standard output was closed by its reader ends quietly with the code of a process ended by SIGPIPE
+# (128 + 13), as git and jq do in `... | head`: a shell without `pipefail` ignores it, one with it sees the cut.
+CLOSED_OUTPUT = 141
 
 
 def entry() -> NoReturn:
@@ -55,7 +60,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # noqa: BLE001 - every failure ends in one line; the trace only with -v
-        return _failed(f"{type(exc).__name__}: {one_line(exc)} (run with -v for the trace)", exc, args.verbose)
+        if isinstance(exc, BrokenPipeError) and _stdout_closed():  # `... | head`: the reader has what it wanted
+            return CLOSED_OUTPUT
+        hint = "" if args.verbose else " (run with -v for the trace)"  # with -v, the trace is just above
+        return _failed(f"{type(exc).__name__}: {one_line(exc)}{hint}", exc, args.verbose)
+
+
+def _stdout_closed() -> bool:
+    """Whether the reader of standard output has gone (a pipe into `head`: its write end polls as an error); if so,
+    what is left to print goes to /dev/null, as Python's documentation advises
+    (docs.python.org/3/library/signal.html#note-on-sigpipe), so no later line or the exit's flush fails again."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poll = select.poll()
+        poll.register(fd, select.POLLOUT)
+        closed = any(events & select.POLLERR for _, events in poll.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), no descriptor (a captured stdout)
+        return False
+    if closed:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+    return closed
 
 
 def _logging(*, verbose: bool) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ingestion.errors import IngestionError
+from ingestion.errors import IngestionError, UsageError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -32,6 +32,16 @@ def all_valid() -> list[PipelineConfig]:
     if not configs:
         raise IngestionError(no_pipelines())
     return configs
+
+
+def one_or_all(args: argparse.Namespace, one: Callable[[str], PipelineConfig]) -> list[PipelineConfig]:
+    """The pipelines of a command that takes `<pipeline>` or `--all`: `one(name)` (`load`, `load_to_write`), or
+    every valid one (`all_valid`); a UsageError when neither or both are given."""
+    if args.all and args.pipeline:
+        raise UsageError(f"name one pipeline ({args.pipeline}) or pass --all, not both")
+    if not args.all and not args.pipeline:
+        raise UsageError("name one pipeline, or pass --all")
+    return all_valid() if args.all else [one(args.pipeline)]
 
 
 def load(name: str | Path) -> PipelineConfig:

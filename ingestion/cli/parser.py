@@ -8,6 +8,10 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from ingestion import positions
+from ingestion.errors import UsageError
+from ingestion.units import TIME_FORMS, parse_time, version_or_time
+
 if TYPE_CHECKING:
     Commands: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -77,6 +81,40 @@ def _lazy(module: str, name: str) -> Callable[[argparse.Namespace], int]:
 
     command.__module__, command.__name__, command.__qualname__ = path, name, name
     return command
+
+
+def _checked(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """`parse` as an argparse type: its ValueError's or UsageError's message (naming the value and what is
+    allowed) becomes argparse's error after the option's name, exit 2, before anything starts."""
+
+    def checked(text: str) -> Any:
+        try:
+            return parse(text)
+        except (ValueError, UsageError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    checked.__name__ = parse.__name__
+    return checked
+
+
+def _at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of `minimum` or more (a count: 1, a table version: 0)."""
+
+    def whole_number(text: str) -> int:
+        if not text.strip().isdigit() or int(text) < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of {minimum} or more")
+        return int(text)
+
+    return whole_number
+
+
+COUNT, VERSION = _at_least(1), _at_least(0)
+
+
+def _version_or_time(text: str) -> str:
+    """A table version or a time, checked (`units.version_or_time`); the command reads the text itself."""
+    version_or_time(text)
+    return text
 
 
 def _reader_option(command: argparse.ArgumentParser) -> None:
@@ -168,7 +206,7 @@ def _add_sql(commands: Commands) -> None:
                           "semantics for every query; duckdb: fail rather than start a JVM")
     sql.add_argument("--output", help="write the result to a .parquet file (nested types intact) or a .csv file "
                                       "(nested values as JSON text) instead of printing it")
-    sql.add_argument("--limit", type=int, default=100, help="rows to print (default 100)")
+    sql.add_argument("--limit", type=COUNT, default=100, help="rows to print (default 100)")
     sql.set_defaults(func=_lazy("sql_command", "sql"))
 
 
@@ -209,11 +247,13 @@ def _add_replay(commands: Commands) -> None:
     replay = commands.add_parser("replay", help="read a Kafka range again and write only the records neither "
                                  "bronze nor quarantine holds (fills gaps; a no-op over ingested ranges)")
     replay.add_argument("pipeline", help=PIPELINE_HELP)
-    replay.add_argument("--from", dest="start", required=True,
+    replay.add_argument("--from", dest="start", required=True, type=_checked(positions.starting),
                         help="earliest | partition:offset pairs like 0:100,1:250 | Spark's JSON form "
-                        "'{\"orders\": {\"0\": 100}}' (replays the topics it names) | ISO time | epoch millis")
-    replay.add_argument("--to", dest="end", default="latest",
-                        help="same forms; offsets are exclusive ends as in Spark's endingOffsets (default latest)")
+                        "'{\"orders\": {\"0\": 100}}' (replays the topics it names) | an ISO-8601 time (UTC unless "
+                        "it names a zone) | epoch milliseconds")
+    replay.add_argument("--to", dest="end", default="latest", type=_checked(positions.ending),
+                        help="latest (default) or the same forms; offsets are exclusive ends as in Spark's "
+                        "endingOffsets")
     replay.add_argument("--topic", help="replay this topic only, of a pipeline that reads several (needed for "
                         "partition:offset positions there)")
     replay.set_defaults(func=_lazy("replay_command", "replay_range"))
@@ -224,9 +264,10 @@ def _add_rewind(commands: Commands) -> None:
                                  "`ingest run` resumes from that version's offsets with a new checkpoint")
     rewind.add_argument("pipeline", help=PIPELINE_HELP)
     target = rewind.add_mutually_exclusive_group(required=True)
-    target.add_argument("--to-version", type=int, metavar="N",
+    target.add_argument("--to-version", type=VERSION, metavar="N",
                         help="the table version to restore (ingest history lists them)")
-    target.add_argument("--to-timestamp", metavar="TIME", help="ISO time; the newest version committed at or before it")
+    target.add_argument("--to-timestamp", metavar="TIME", type=_checked(parse_time),
+                        help=f"the newest version committed at or before this time: {TIME_FORMS}")
     rewind.set_defaults(func=_lazy("replay_command", "rewind_tables"))
 
 
@@ -267,7 +308,7 @@ def _add_silver(commands: Commands) -> None:
     s_rebuild = s_cmds.add_parser("rebuild", help="recompute silver from bronze's rows (whole), or put back its "
                                   "state at a bronze version and merge what bronze committed after it")
     s_rebuild.add_argument("pipeline", help=PIPELINE_HELP)
-    s_rebuild.add_argument("--from-version", type=int, metavar="N", help="start from silver's state at bronze "
+    s_rebuild.add_argument("--from-version", type=VERSION, metavar="N", help="start from silver's state at bronze "
                            "version N (its newest commit at or before N) instead of from nothing")
     _route_option(s_rebuild)
     s_rebuild.set_defaults(func=_lazy("silver_command", "silver_rebuild"))
@@ -291,7 +332,7 @@ def _add_quarantine(commands: Commands) -> None:
     q_list.set_defaults(func=_lazy("quarantine_command", "quarantine_list"))
     q_show = q_cmds.add_parser("show", help="the quarantined records themselves")
     q_show.add_argument("pipeline", help=PIPELINE_HELP)
-    q_show.add_argument("--limit", type=int, default=20, help="at most this many records (default 20)")
+    q_show.add_argument("--limit", type=COUNT, default=20, help="at most this many records (default 20)")
     q_show.add_argument("--error-class", help="only records that failed with this error class")
     _reader_option(q_show)
     q_show.set_defaults(func=_lazy("quarantine_command", "quarantine_show"))
@@ -326,11 +367,12 @@ def _add_shadow(commands: Commands) -> None:
     named(start)
     start.add_argument("--config", required=True, metavar="FILE", help="the other config: the same pipeline "
                        "(name, topic, tables) with another schema file, version pin, decoder option or expectations")
-    start.add_argument("--from", dest="start", required=True, metavar="VERSION|TIME",
-                       help="the first live table version, or an ISO time (the first version committed at or "
-                       "after it; a routed pipeline: a time only, the batches committed from it)")
-    start.add_argument("--to", dest="end", metavar="VERSION|TIME", help="the last live table version, or an ISO "
-                       "time (the last version committed at or before it); default: the newest")
+    start.add_argument("--from", dest="start", required=True, metavar="VERSION|TIME", type=_checked(_version_or_time),
+                       help="the first live table version, or a time (the first version committed at or after it; "
+                       f"a routed pipeline: a time only, the batches committed from it): {TIME_FORMS}")
+    start.add_argument("--to", dest="end", metavar="VERSION|TIME", type=_checked(_version_or_time),
+                       help="the last live table version, or a time (the last version committed at or before it); "
+                       "default: the newest")
     start.set_defaults(func=_lazy("shadow_command", "shadow_start"))
     status = s_cmds.add_parser("status", help="the pipeline's shadows: versions, offsets, rows, quarantined "
                                "records, state (no JVM)")
@@ -358,7 +400,7 @@ def _add_demo(commands: Commands) -> None:
     demo = commands.add_parser("demo", help="broker + sample topic + sample records + one ingestion + summary; "
                                "works in any folder (without conf/pipelines/orders.yaml, the pipeline and schema "
                                "come with the package)")
-    demo.add_argument("--records", type=int, default=10_000, help="sample records to produce (default 10000)")
+    demo.add_argument("--records", type=COUNT, default=10_000, help="sample records to produce (default 10000)")
     demo.add_argument("--keep-servers", "--keep-broker", dest="keep_servers", action="store_true",
                       help="leave the servers it started (the broker, the catalog's Derby server) running afterwards; "
                       "by default it stops them and leaves running only what it found running")

@@ -18,13 +18,14 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ingestion import kafka
+from ingestion import kafka, positions
 from ingestion.config import PipelineConfig
 from ingestion.decode import bronze, routes
 from ingestion.delta import commit, ledger, reads
 from ingestion.delta.ledger import REPLAY_BATCH_ID, BatchKind
 from ingestion.errors import IngestionError
 from ingestion.kafka import access
+from ingestion.positions import Position
 from ingestion.stream import context, setup, stages
 from ingestion.stream.batch import decode_range
 from ingestion.stream.context import PipelineContext
@@ -46,72 +47,41 @@ class ReplayResult:
     tables: Mapping[str, int] = field(default_factory=dict)  # a routed pipeline's: rows written per route table
 
 
-def _is_pairs(text: str) -> bool:
-    """Whether a position is `partition:offset` pairs (`0:10,1:20`), not a time such as 2026-01-01T10:00."""
-    return ":" in text and all(part.count(":") == 1 and part.split(":")[0].isdigit() for part in text.split(","))
-
-
-def _json_position(text: str) -> dict[str, dict[int, int]] | None:
-    """Spark's JSON form of a position, `{"orders": {"0": 100, "1": -2}}`, or None when `text` is not JSON."""
-    if not text.lstrip().startswith("{"):
-        return None
-    try:
-        data = json.loads(text)
-        return {str(t): {int(p): int(o) for p, o in parts.items()} for t, parts in data.items()}
-    except (ValueError, AttributeError, TypeError):
-        raise IngestionError(f"cannot read {text!r} as a position: Spark's JSON form is "
-                             '{"topic": {"0": 100, "1": -2}} (-2 earliest, -1 latest)') from None
-
-
-def parse_position(text: str, marks: dict[str, dict[int, tuple[int, int]]], *, ending: bool) -> tuple[str, str]:
-    """A position as a Kafka batch-source option: ('startingOffsets'|'endingOffsets', json) or
-    ('startingTimestamp'|'endingTimestamp', millis). Accepted: earliest, latest, `0:10,1:20` per partition (of the
-    one topic read), Spark's JSON form per topic and partition, an ISO 8601 time, or epoch milliseconds. Offsets
-    are clamped to what Kafka holds (`marks`: topic -> partition -> (log start, end)), so a range reaching past
-    either end reads what there is instead of failing; partitions not named are read whole (-2 earliest when
-    starting, -1 latest when ending), as Spark wants every partition it reads named."""
-    which = "ending" if ending else "starting"
-    if text in ("earliest", "latest"):
-        return f"{which}Offsets", text
-    given = _json_position(text)
-    if given is None and _is_pairs(text):
+def source_option(position: Position, marks: Mapping[str, Mapping[int, tuple[int, int]]]) -> tuple[str, str]:
+    """A position (`positions.starting`/`ending`: read and checked already) as a Kafka batch-source option:
+    ('startingOffsets'|'endingOffsets', json) or ('startingTimestamp'|'endingTimestamp', millis). Offsets are
+    clamped to what Kafka holds (`marks`: topic -> partition -> (log start, end)), so a range reaching past either
+    end reads what there is instead of failing; partitions not named are read whole (earliest when starting,
+    latest when ending), as Spark wants every partition it reads named."""
+    which = "ending" if position.ending else "starting"
+    if position.edge is not None:
+        return f"{which}Offsets", position.edge
+    if position.millis is not None:
+        return f"{which}Timestamp", str(position.millis)
+    given = dict(position.offsets or {})
+    if None in given:
         if len(marks) != 1:
             raise IngestionError(f"partition:offset positions name one topic's partitions, and {len(marks)} topics "
                                  f"are read ({', '.join(sorted(marks))}): name it with --topic, or use Spark's JSON "
                                  '{"topic": {"0": 100}}')
-        given = {next(iter(marks)): {int(p): int(o) for p, o in (part.split(":") for part in text.split(","))}}
-    if given is not None:
-        default = -1 if ending else -2
-        out: dict[str, dict[str, int]] = {}
-        for topic, parts in sorted(marks.items()):
-            named = given.get(topic, {})
-            unknown = set(named) - set(parts)
-            if unknown:
-                raise IngestionError(f"partitions {sorted(unknown)} are not partitions of {topic!r} ({sorted(parts)})")
-            wrong = {p: o for p, o in named.items() if o < 0 and o != default}
-            if wrong:
-                raise IngestionError(f"{which} position of {topic!r}: {wrong} (-2 is earliest, -1 latest; a range "
-                                     f"{'ends' if ending else 'starts'} at {default} or at an offset)")
-            out[topic] = {str(p): (min(max(named[p], parts[p][0]), parts[p][1]) if named.get(p, -3) >= 0
-                                   else named.get(p, default)) for p in sorted(parts)}
-        return f"{which}Offsets", json.dumps(out)
-    if text.isdigit():
-        return f"{which}Timestamp", text
-    try:
-        when = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise IngestionError(f"cannot read {text!r} as a position: use earliest, latest, partition:offset pairs "
-                             'like 0:100,1:250, JSON like {"orders": {"0": 100}}, an ISO time or epoch '
-                             "milliseconds") from None
-    when = when if when.tzinfo else when.replace(tzinfo=dt.UTC)
-    return f"{which}Timestamp", str(int(when.timestamp() * 1000))
+        given = {next(iter(marks)): given[None]}
+    default = positions.LATEST if position.ending else positions.EARLIEST
+    out: dict[str, dict[str, int]] = {}
+    for topic, parts in sorted(marks.items()):
+        named = given.get(topic, {})
+        unknown = set(named) - set(parts)
+        if unknown:
+            raise IngestionError(f"partitions {sorted(unknown)} are not partitions of {topic!r} ({sorted(parts)})")
+        out[topic] = {str(p): (min(max(named[p], parts[p][0]), parts[p][1]) if named.get(p, -3) >= 0
+                               else named.get(p, default)) for p in sorted(parts)}
+    return f"{which}Offsets", json.dumps(out)
 
 
-def replay_topics(ctx: PipelineContext, topic: str | None, positions: tuple[str, ...]) -> list[str]:
+def replay_topics(ctx: PipelineContext, topic: str | None, span: tuple[Position, ...]) -> list[str]:
     """What a replay reads: `topic` (--topic), else the topics its JSON positions name, else every topic the
     pipeline reads now. A topic the pipeline does not read is refused, naming what it reads."""
     config = ctx.config
-    named = sorted({t for text in positions for t in (_json_position(text) or {})} | ({topic} if topic else set()))
+    named = sorted({t for position in span for t in position.topics} | ({topic} if topic else set()))
     for name in named:
         if not config.reads_topic(name):
             raise IngestionError(f"pipeline {config.name!r} does not read topic {name!r}: it reads {config.reads}")
@@ -123,30 +93,33 @@ def replay_topics(ctx: PipelineContext, topic: str | None, positions: tuple[str,
     return topics
 
 
-def check_positions(ctx: PipelineContext, topic: str | None, start: str, end: str) -> list[str]:
-    """The topics a replay reads (`replay_topics`), with its positions checked as far as Kafka is not needed:
-    partition:offset pairs name one topic's partitions, JSON must be Spark's form. No JVM."""
-    topics = replay_topics(ctx, topic, (start, end))
-    for text in (start, end):
-        if _json_position(text) is None and _is_pairs(text) and len(topics) != 1:
-            parse_position(text, {t: {} for t in topics}, ending=False)  # raises, naming what to write instead
+def check_positions(ctx: PipelineContext, topic: str | None, start: str | Position,
+                    end: str | Position = "latest") -> list[str]:
+    """The topics a replay reads (`replay_topics`), with its positions checked as far as Kafka is not needed
+    (`positions.replay_range`; partition:offset pairs name one topic's partitions). No JVM."""
+    span = positions.replay_range(start, end)
+    topics = replay_topics(ctx, topic, span)
+    for position in span:
+        if None in (position.offsets or {}) and len(topics) != 1:
+            source_option(position, {t: {} for t in topics})  # raises, naming what to write instead
     return topics
 
 
-def replay(spark: SparkSession, target: PipelineConfig | PipelineContext, *, start: str, end: str = "latest",
-           topic: str | None = None) -> ReplayResult:
+def replay(spark: SparkSession, target: PipelineConfig | PipelineContext, *, start: str | Position,
+           end: str | Position = "latest", topic: str | None = None) -> ReplayResult:
     """Read the range again (of `topic` only, when given; else of every topic the pipeline reads now) and write
     what neither table holds. Kafka is asked first (login, the topics, a read), so a refusal is one
     KafkaAccessError before Spark reads; one that comes from Spark's client is named alike."""
     ctx = context.of(target)
     settings = ctx.kafka.client
-    topics = replay_topics(ctx, topic, (start, end))
+    span = positions.replay_range(start, end)
+    topics = check_positions(ctx, topic, *span)
     found = {name: ctx.partitions[name] if name in ctx.partitions else
              kafka.partitions(settings, name, ctx.kafka.timeout) for name in topics}
     for name, parts in found.items():
         kafka.check_access(settings, name, parts, ctx.kafka.timeout)
     try:
-        return _replay(spark, ctx, found, start=start, end=end)
+        return _replay(spark, ctx, found, *span)
     except Exception as exc:
         refused = None if isinstance(exc, IngestionError) else access.from_java(str(exc), settings, topics[0])
         if refused is not None:
@@ -154,8 +127,8 @@ def replay(spark: SparkSession, target: PipelineConfig | PipelineContext, *, sta
         raise
 
 
-def _replay(spark: SparkSession, ctx: PipelineContext, found: dict[str, list[int]], *,
-            start: str, end: str) -> ReplayResult:
+def _replay(spark: SparkSession, ctx: PipelineContext, found: dict[str, list[int]], start: Position,
+            end: Position) -> ReplayResult:
     config, topics = ctx.config, list(found)
     # The range is the replay's own: the pipeline's starting position (offsets, time) and pacing do not apply.
     dropped = ("startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp", "maxOffsetsPerTrigger",
@@ -163,7 +136,7 @@ def _replay(spark: SparkSession, ctx: PipelineContext, found: dict[str, list[int
     options = {k: v for k, v in kafka_options(ctx).items() if k not in dropped}
     options["subscribe"] = ",".join(topics)
     marks = kafka.watermarks_of(ctx.kafka.client, found)
-    options.update([parse_position(start, marks, ending=False), parse_position(end, marks, ending=True)])
+    options.update([source_option(start, marks), source_option(end, marks)])
     with_timestamp_strategy(options)  # a partition with nothing after the time contributes nothing
     reader = spark.read.format("kafka")
     for key, value in options.items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ingestion.config import PipelineConfig
 from ingestion.errors import IngestionError
@@ -35,8 +36,29 @@ def metric_series(config: PipelineConfig, run_id: str | None = None) -> tuple[st
             raise IngestionError(f"no MLflow run for pipeline {config.name!r} in experiment "
                                  f"{config.experiment!r} at {tracking_uri()}")
         run_id = runs[0].info.run_id
+    else:
+        _check_run(client, run_id, config)
     series = {key: sorted((m.step, m.value) for m in client.get_metric_history(run_id, key)) for key, _ in PANELS}
+    if not any(series.values()):
+        raise IngestionError(f"MLflow run {run_id!r} of pipeline {config.name!r} has no batch metrics "
+                             f"({', '.join(key for key, _ in PANELS)}): it ended before its first batch; name another "
+                             "run with --run")
     return run_id, series
+
+
+def _check_run(client: Any, run_id: str, config: PipelineConfig) -> None:
+    """Refuse, in one line, a run id MLflow does not know and a run of another pipeline (or of `ingest maintain`)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:
+        raise IngestionError(f"no MLflow run {run_id!r} at {tracking_uri()} (without --run, `ingest report "
+                             f"{config.name}` plots the pipeline's newest run)") from None
+    owner = run.data.tags.get("ingest.pipeline")
+    if owner != config.name:
+        raise IngestionError(f"MLflow run {run_id!r} is not a run of pipeline {config.name!r}: it is "
+                             + (f"{owner!r}'s" if owner else "no pipeline's") + "; name one of its runs with --run")
 
 
 def write_png(config: PipelineConfig, output: Path, run_id: str | None = None) -> Path:

@@ -47,6 +47,8 @@ class RewindResult:
     # A routed pipeline's: each route table's version restored to (-1: emptied, it was made after the time), of
     # the tables the rewind changed.
     tables: Mapping[str, int] = field(default_factory=dict)
+    # The target was the newest version already (a version, or a time after the newest commit): nothing changed.
+    unchanged: bool = False
 
 
 def rewind(spark: SparkSession, config: PipelineConfig, *, to_version: int | None = None,
@@ -82,6 +84,9 @@ def _rewind(spark: SparkSession, config: PipelineConfig, to_version: int | None,
     version = to_version if to_version is not None else _version_at(times, to_timestamp)
     if version not in times:
         raise IngestionError(f"{config.table_path} has no version {version} (versions {min(times)}-{max(times)})")
+    if version == max(times):  # a restore would commit nothing new, and the checkpoint must stay with its txnAppId
+        log.debug("%s: already at version %d: nothing to do", config.name, version)
+        return RewindResult(version, None, ledger.next_offsets(records), None, unchanged=True)
     layout = spark_layout(spark, config.table_path)
     oldest = layout.oldest_restorable if layout is not None else None
     if oldest is not None and version < oldest:
@@ -102,8 +107,8 @@ def _rewind(spark: SparkSession, config: PipelineConfig, to_version: int | None,
             spark_tables.delete_all(spark, config.quarantine_path)
     moved = _move_checkpoint_aside(spark, config.checkpoint_path)
     resume = ledger.next_offsets(ledger.history(spark, config.table_path))
-    log.debug("%s: rewound bronze to version %d and quarantine to %s; checkpoint moved to %s; the next run "
-              "resumes from %s", config.name, version, q_version, moved, resume)
+    log.debug("%s: rewound bronze to version %d and quarantine to %s; %s; the next run resumes from %s",
+              config.name, version, q_version, _checkpoint_said(moved), resume)
     return RewindResult(version, q_version, resume, moved, tuple(r.version for r in undone if r.version is not None),
                         _back_in_quarantine(spark, config, undone))
 
@@ -159,8 +164,8 @@ def _rewind_routed(spark: SparkSession, config: PipelineConfig, to_version: int 
     whole_batches.apply(spark, config, tables, targets)
     moved = _move_checkpoint_aside(spark, config.checkpoint_path)
     resume = routed.recorded_offsets(config) or {}
-    log.debug("%s: rewound to %s: %s; checkpoint moved to %s; the next run resumes from %s", config.name,
-              when.isoformat(), ", ".join(f"{t} to version {v}" for t, v in sorted(targets.items())), moved, resume)
+    log.debug("%s: rewound to %s: %s; %s; the next run resumes from %s", config.name, when.isoformat(),
+              ", ".join(f"{t} to version {v}" for t, v in sorted(targets.items())), _checkpoint_said(moved), resume)
     return RewindResult(None, targets.pop("quarantine", None), resume, moved,
                         tuple(r.version for r in reprocesses if r.version is not None),
                         _back_in_quarantine(spark, config, reprocesses), targets)
@@ -180,6 +185,8 @@ def render(r: RewindResult, pipeline: str) -> str:
     """What a rewind did, in lines, and the reprocesses it undid with the command that redoes them."""
     if r.bronze_version is None:
         return _render_routed(r, pipeline)
+    if r.unchanged:
+        return f"already at version {r.bronze_version}: nothing to do"
     quarantine = ("quarantine had no version then (emptied, if the table exists)" if r.quarantine_version is None
                   else f"quarantine to version {r.quarantine_version}")
     kept = (f"old checkpoint kept at {r.checkpoint_moved_to}" if r.checkpoint_moved_to is not None
@@ -277,6 +284,10 @@ def _version_at(times: dict[int, dt.datetime], when: dt.datetime | None) -> int:
         raise IngestionError(f"no table version at or before {when.isoformat()} (oldest is "
                              f"{min(times.values()).isoformat()})")
     return max(older)
+
+
+def _checkpoint_said(moved: str | None) -> str:
+    return f"checkpoint moved to {moved}" if moved is not None else "no checkpoint to move aside"
 
 
 def _move_checkpoint_aside(spark: SparkSession, location: str) -> str | None:

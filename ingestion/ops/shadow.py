@@ -62,6 +62,7 @@ from ingestion.ops.shadow_state import (
 from ingestion.stream import context, setup
 from ingestion.stream.batch import decode_range
 from ingestion.stream.source import kafka_options
+from ingestion.units import version_or_time
 
 __all__ = ["DEFAULT_NAME", "READY", "Promoted", "Shadow", "ShadowError", "Span", "check_kafka_holds",
            "check_still_current", "drop", "get",
@@ -75,35 +76,44 @@ DATA_KINDS = (BatchKind.STREAM, BatchKind.REPLAY)  # commits that consumed Kafka
 
 # --- what a shadow covers (pure) --------------------------------------------------------------------------------
 
-def _as_time(text: str) -> dt.datetime:
+def _at(text: str) -> int | dt.datetime:
+    """A version number, or a time (naive UTC, as the ledger's commit times) as every command reads one."""
     try:
-        when = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise ShadowError(f"cannot read {text!r} as a table version or an ISO time (2026-01-01T10:00:00)") from None
-    return when.astimezone(dt.UTC).replace(tzinfo=None) if when.tzinfo else when
+        at = version_or_time(text)
+    except ValueError as exc:
+        raise ShadowError(str(exc)) from None
+    return at if isinstance(at, int) else at.replace(tzinfo=None)
+
+
+def _as_time(text: str) -> dt.datetime:
+    at = _at(text)
+    if isinstance(at, int):
+        raise ShadowError(f"{text} is a version number, not a time")
+    return at
 
 
 def version_range(records: Sequence[BatchRecord], start: str, end: str | None) -> tuple[int, int]:
-    """The live versions `--from`/`--to` name: a version number, or an ISO time as `rewind` reads one (`--from` a
-    time: the oldest version committed at or after it; `--to` a time: the newest at or before it); `--to` left
-    out: the newest version. Only versions that record offsets count."""
+    """The live versions `--from`/`--to` name: a version number, or a time as every command reads one
+    (`units.version_or_time`; `--from` a time: the oldest version committed at or after it; `--to` a time: the
+    newest at or before it); `--to` left out: the newest version. Only versions that record offsets count."""
     times = {r.version: r.committed_at for r in records if r.version is not None}
     if not times:
         raise ShadowError("the live table records no offsets yet: nothing to re-ingest")
-    if start.isdigit():
-        low = int(start)
+    first, last = _at(start), (None if end is None else _at(end))
+    if isinstance(first, int):
+        low = first
     else:
-        when = _as_time(start)
+        when = first
         after = [v for v, t in times.items() if t is not None and t >= when]
         if not after:
             raise ShadowError(f"no table version committed at or after {start} (newest: {max(times)})")
         low = min(after)
-    if end is None:
+    if last is None:
         high = max(times)
-    elif end.isdigit():
-        high = int(end)
+    elif isinstance(last, int):
+        high = last
     else:
-        when = _as_time(end)
+        when = last
         before = [v for v, t in times.items() if t is not None and t <= when]
         if not before:
             raise ShadowError(f"no table version committed at or before {end} (oldest: {min(times)})")
@@ -191,10 +201,11 @@ def routed_spans(ledgers: Mapping[str, Sequence[BatchRecord]], start: str, end: 
 def times_only(tables: Sequence[str], start: str, end: str | None, file: str) -> None:
     """A routed pipeline's `--from`/`--to` are times: a version number is refused in one line naming the value."""
     for key, text in (("--from", start), ("--to", end)):
-        if text is not None and text.isdigit():
+        if text is not None and isinstance(_at(text), int):
             raise ShadowError(f"{file}: {key} {text}: a routed pipeline's tables ({', '.join(tables)}) each have "
                               "versions of their own, so a version names no range; give an ISO time "
-                              f"(2026-01-01T10:00:00) instead (`ingest history` shows each commit's time)")
+                              "(2026-01-01T10:00:00) or epoch milliseconds instead (`ingest history` shows each "
+                              "commit's time)")
 
 
 def _union(records: Sequence[BatchRecord]) -> dict[tuple[str, int], Span]:

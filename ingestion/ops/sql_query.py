@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from ingestion.config import PipelineConfig
 from ingestion.delta import rs_reads
-from ingestion.errors import IngestionError
+from ingestion.errors import IngestionError, one_line
 from ingestion.ops.names import pipeline_tables, unknown_table
 
 log = logging.getLogger(__name__)
@@ -223,15 +223,20 @@ def _identifier(name: str) -> str:
 
 def write(table: pa.Table, out: Path) -> None:
     """Parquet with the result's types as they are (arrays of records, maps); CSV with nested values as JSON text
-    and binary values as base64."""
-    if out.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        pq.write_table(table, out)
-    elif out.suffix == ".csv":
-        as_text(table).to_pandas().to_csv(out, index=False)
-    else:
+    and binary values as base64. Missing folders are made (as `report --output`'s); a path that cannot be written
+    is one IngestionError naming it."""
+    if out.suffix not in (".parquet", ".csv"):
         raise IngestionError(f"--output must end in .csv or .parquet, got {str(out)!r}")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            pq.write_table(table, out)
+        else:
+            as_text(table).to_pandas().to_csv(out, index=False)
+    except OSError as exc:
+        raise IngestionError(f"cannot write {str(out)!r}: {exc.strerror or one_line(exc)}") from None
 
 
 def render(table: pa.Table, width: int = 60) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,13 @@ def test_rewind_then_run_holds_exactly_what_a_clean_run_holds(spark, kafka_serve
     pipeline.run(spark, clean, available_now=True)
     config = load_pipeline(pipeline_yaml(tmp_path / "rewound", topic=topic, servers=kafka_servers, extra=batches))
     first = pipeline.run(spark, config, available_now=True)
-    assert ledger.table_version(spark, config.table_path) == len(first.batches) >= 3
+    newest = ledger.table_version(spark, config.table_path)
+    assert newest == len(first.batches) >= 3
+    for target in ({"to_version": newest}, {"to_timestamp": dt.datetime.now(dt.UTC) + dt.timedelta(days=1)}):
+        same = rewind.rewind(spark, config, **target)
+        assert rewind.render(same, config.name) == f"already at version {newest}: nothing to do"
+    assert ledger.table_version(spark, config.table_path) == newest  # no RESTORE commit
+    assert checkpoint.app_id(config.checkpoint_path, config.name) == first.app_id  # the checkpoint stays
 
     at_zero = ledger.history(spark, config.table_path)[0]  # the first batch's commit (version 0 is the CREATE)
     result = rewind.rewind(spark, config, to_version=at_zero.version)

@@ -9,6 +9,8 @@ import inspect
 import subprocess
 import sys
 
+import pytest
+
 
 def _commands(parser: argparse.ArgumentParser, path: str = "ingest") -> dict[str, argparse.ArgumentParser]:
     """Every runnable (sub)command by its command line, e.g. 'ingest quarantine show'."""
@@ -59,6 +61,31 @@ def test_an_unquoted_query_is_one_query() -> None:
     assert (args.query, args.limit) == ("SELECT status, count(*) FROM bronze.orders", 5)
 
 
+@pytest.mark.parametrize(("argv", "dest", "least"), [
+    (["quarantine", "show", "orders", "--limit"], "limit", 1), (["sql", "SELECT 1", "--limit"], "limit", 1),
+    (["demo", "--records"], "records", 1), (["rewind", "orders", "--to-version"], "to_version", 0),
+    (["silver", "rebuild", "orders", "--from-version"], "from_version", 0)])
+def test_counts_and_versions_are_whole_numbers_the_command_line_checks(
+        argv: list[str], dest: str, least: int, capsys: pytest.CaptureFixture[str]) -> None:
+    from ingestion.cli.parser import build_parser
+
+    for wrong in (str(least - 1), "-5", "1.5", "ten"):
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args([*argv, wrong])
+        assert exited.value.code == 2
+        said = capsys.readouterr().err.strip().splitlines()[-1]
+        assert said.endswith(f"error: argument {argv[-1]}: {wrong!r} is not a whole number of {least} or more"), said
+    assert getattr(build_parser().parse_args([*argv, str(least)]), dest) == least
+
+
+def test_no_option_takes_any_integer_but_ports() -> None:
+    from ingestion.cli.parser import build_parser
+
+    plain = [f"{line} {action.option_strings}" for line, command in _commands(build_parser()).items()
+             for action in command._actions if action.type is int and "port" not in action.dest]
+    assert plain == []
+
+
 def test_the_help_imports_no_command_module_and_no_spark() -> None:
     code = ("import contextlib, io, sys\n"
             "from ingestion.cli import main\n"
@@ -98,3 +125,67 @@ def test_the_console_script_is_the_entry_with_its_exit() -> None:
 
     project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     assert project["project"]["scripts"]["ingest"] == "ingestion.cli:entry"
+
+
+def test_output_closed_by_its_reader_ends_any_command_quietly_with_sigpipes_code() -> None:
+    """`ingest history --json | head`: the command's output cut by its reader is no failure to report; exit 141 (as
+    git and jq, ended by SIGPIPE), nothing on stderr. A broken pipe that is not standard output stays an error."""
+    command = ("import sys\n"
+               "from ingestion import cli\n"
+               "parse = cli.build_parser\n"
+               "def build():\n"
+               "    parser = parse()\n"
+               "    read = parser.parse_args\n"
+               "    def parse_args(argv):\n"
+               "        args = read(argv)\n"
+               "        args.func = {func}\n"
+               "        return args\n"
+               "    parser.parse_args = parse_args\n"
+               "    return parser\n"
+               "cli.build_parser = build\n"
+               "cli.exit_now(cli.main(sys.argv[1:]))\n")
+    printing = "lambda args: any(print(f'version {i}') for i in range(200_000))"
+    for verbose in ([], ["-v"]):
+        with subprocess.Popen([sys.executable, "-c", command.format(func=printing), "history", "orders", *verbose],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as cut:
+            assert cut.stdout is not None and cut.stderr is not None
+            assert cut.stdout.readline() == "version 0\n"
+            cut.stdout.close()
+            assert cut.wait(30) == 141
+            assert cut.stderr.read() == ""
+    other = "lambda args: (_ for _ in ()).throw(BrokenPipeError(32, 'Broken pipe'))"
+    done = subprocess.run([sys.executable, "-c", command.format(func=other), "history", "orders"],
+                          capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stderr) == (1, "error: BrokenPipeError: [Errno 32] Broken pipe (run with -v for the "
+                                                 "trace)\n")
+
+
+@pytest.mark.parametrize("command", ["run", "onboard", "maintain"])
+def test_a_pipeline_and_all_together_or_neither_is_a_usage_error_saying_which(
+        command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from ingestion.cli import main
+
+    assert main([command, "orders", "--all"]) == 2
+    assert capsys.readouterr().err == "error: name one pipeline (orders) or pass --all, not both\n"
+    assert main([command]) == 2
+    assert capsys.readouterr().err == "error: name one pipeline, or pass --all\n"
+
+
+def test_the_hint_to_run_with_v_is_given_only_without_v(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from ingestion import cli
+
+    build = cli.build_parser
+
+    def failing() -> argparse.ArgumentParser:
+        parser = build()
+        _commands(parser)["ingest history"].set_defaults(func=lambda args: {}["missing"])
+        return parser
+
+    monkeypatch.setattr(cli, "build_parser", failing)
+    assert cli.main(["history", "orders"]) == 1
+    assert capsys.readouterr().err == "error: KeyError: 'missing' (run with -v for the trace)\n"
+    for verbose in (["-v", "history", "orders"], ["history", "orders", "-v"]):
+        assert cli.main(verbose) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("Traceback") and err.endswith("\nerror: KeyError: 'missing'\n"), err

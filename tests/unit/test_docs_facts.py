@@ -144,7 +144,7 @@ def test_the_exit_codes_the_readme_states_are_the_commands() -> None:
     text = " ".join(_text(README).split())
     sentence = re.search(r"Exit codes: (.*?\.)(?: |$)", text)
     assert sentence is not None
-    assert _stated_codes(sentence.group(1)) == _exit_codes() == {0, 1, 2, 3, 130}
+    assert _stated_codes(sentence.group(1)) == _exit_codes() == {0, 1, 2, 3, 130, 141}
 
 
 def test_the_exit_codes_operations_md_states_are_the_commands() -> None:

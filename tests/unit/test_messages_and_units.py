@@ -1,8 +1,9 @@
-"""One parser for durations and sizes, one way to shorten an exception to a line, and renamed keys read with a
-warning."""
+"""One parser for durations, sizes and times (for every command that takes a time), one way to shorten an
+exception to a line, and renamed keys read with a warning."""
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import re
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 from ingestion.config import parse_pipeline
 from ingestion.errors import ConfigError, one_line
-from ingestion.units import duration_seconds, size_bytes, spark_interval
+from ingestion.units import duration_seconds, parse_time, size_bytes, spark_interval, version_or_time
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,6 +35,42 @@ def test_a_trigger_in_any_spelling_reaches_spark_in_one_form() -> None:
     assert spark_interval("1 week") == "604800000 milliseconds"
     assert spark_interval("90s") == "90000 milliseconds"
     assert spark_interval("500 milliseconds") == "500 milliseconds"
+
+
+TEN = dt.datetime(2026, 12, 8, 10, 0, tzinfo=dt.UTC)
+TIME_OPTIONS = (["rewind", "orders", "--to-timestamp"], ["replay", "orders", "--from"],
+                ["replay", "orders", "--from", "earliest", "--to"], ["shadow", "start", "orders", "--config", "f.yaml",
+                                                                     "--from"],
+                ["shadow", "start", "orders", "--config", "f.yaml", "--from", "1", "--to"])
+
+
+@pytest.mark.parametrize(("text", "utc"), [
+    ("2026-12-08T10:00:00", TEN), ("2026-12-08 10:00", TEN), ("2026-12-08T10:00:00Z", TEN),
+    ("2026-12-08T11:00:00+01:00", TEN), ("2026-12-08T10:00:00.000+00:00", TEN), ("1796724000000", TEN),
+    ("2026-12-08", TEN.replace(hour=0))])
+def test_one_time_parser_for_every_command_that_takes_a_time(text: str, utc: dt.datetime) -> None:
+    from ingestion.cli.parser import build_parser
+
+    assert parse_time(text) == utc and version_or_time(text) == utc
+    parser = build_parser()
+    assert parser.parse_args(["rewind", "orders", "--to-timestamp", text]).to_timestamp == utc
+    assert parser.parse_args(["replay", "orders", "--from", text]).start.millis == utc.timestamp() * 1000
+    assert parser.parse_args(["shadow", "start", "orders", "--config", "f", "--from", text]).start == text
+    assert version_or_time("12") == 12  # shadow's --from: a number below 10**12 is a table version
+
+
+@pytest.mark.parametrize("text", ["yesterday", "2026/12/08", "08-12-2026", "2026-13-01", "99999999999999999999"])
+def test_a_time_no_command_can_read_is_a_usage_error_naming_the_option_and_the_forms(
+        text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from ingestion.cli.parser import build_parser
+
+    for argv in TIME_OPTIONS:
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args([*argv, text])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert f"error: argument {argv[-1]}: cannot read {text!r} as " in err, err
+        assert "ISO-8601" in err and "epoch milliseconds" in err and "ValueError" not in err, err
 
 
 def _pipeline(sink: dict[str, object], tmp_path: Path) -> object:

@@ -168,3 +168,38 @@ def test_a_store_made_early_exists_before_the_runs_first_request(tracking: str) 
     assert store.call("open") is True
     run_id = store.call("start", experiment="ingest/early", run_name="early", params={}, artifacts=None)["run_id"]
     assert _reader(tracking).get_run(run_id).info.run_name == "early"
+
+
+def test_a_report_names_an_unknown_run_another_pipelines_run_and_a_run_without_batches(
+        tracking: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from ingestion.cli import main
+    from ingestion.config import load_pipeline
+    from ingestion.errors import IngestionError
+    from ingestion.ops import report
+
+    file = tmp_path / "orders.yaml"
+    file.write_text(f"name: orders\ntopic: orders\nkafka:\n  bootstrap.servers: 127.0.0.1:9\n"
+                    f"sink:\n  table: {tmp_path / 'orders'}\n")
+    config = load_pipeline(file)
+    client = MlflowClient(tracking)
+    experiment = client.create_experiment(config.experiment)
+    ran = client.create_run(experiment, tags={"ingest.pipeline": "orders"}).info.run_id
+    client.log_metric(ran, "lag_records", 5.0, step=0)
+    other = client.create_run(experiment, tags={"ingest.pipeline": "payments"}).info.run_id
+    client.log_metric(other, "lag_records", 5.0, step=0)
+    empty = client.create_run(experiment, tags={"ingest.pipeline": "orders"}).info.run_id  # the newest
+    png = tmp_path / "charts" / "y.png"
+    capsys.readouterr()  # the store's creation, logged by the test's own client
+
+    assert main(["report", str(file), "--run", "nosuchrun", "--output", str(png)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: no MLflow run 'nosuchrun' at ") and "\n" not in err, err
+    with pytest.raises(IngestionError, match=f"run '{other}' is not a run of pipeline 'orders': it is 'payments''s"):
+        report.write_png(config, png, other)
+    for run_id in (empty, None):  # named, or the newest
+        with pytest.raises(IngestionError, match=f"run '{empty}' of pipeline 'orders' has no batch metrics"):
+            report.write_png(config, png, run_id)
+    assert not png.exists()
+    assert report.write_png(config, png, ran) == png and png.stat().st_size > 0

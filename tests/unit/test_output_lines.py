@@ -112,6 +112,8 @@ def test_rewind_and_reprocess_lines_name_what_happened_without_none() -> None:
     plain = rewind.RewindResult(3, 2, {}, "/c.rewound-x", (), 0)
     assert rewind.render(plain, "orders") == ("bronze restored to version 3, quarantine to version 2; old checkpoint "
                                               "kept at /c.rewound-x; the next run resumes from {}")
+    same = rewind.RewindResult(7, None, {"orders": {"0": 12}}, None, unchanged=True)
+    assert rewind.render(same, "orders") == "already at version 7: nothing to do"
     nothing = quarantine.RedecodeResult(0, 0, 0, 0, 0, 4, None)
     assert quarantine.render_redecode(nothing) == ("0 examined: 0 re-decoded into bronze, 0 were already there, 0 "
                                                    "still failing (0 with a new error); bronze unchanged, no "

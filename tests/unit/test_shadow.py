@@ -37,6 +37,7 @@ def test_versions_by_number_or_time() -> None:
     assert shadow.version_range(RECORDS, "2", None) == (2, 4)
     assert shadow.version_range(RECORDS, "2026-01-01T10:01:30", "2026-01-01T10:03:30") == (2, 3)
     assert shadow.version_range(RECORDS, "2026-01-01T10:01:30+00:00", None) == (2, 4)
+    assert shadow.version_range(RECORDS, "1767261690000", "2026-01-01T11:03:30+01:00") == (2, 3)  # epoch ms
     with pytest.raises(ShadowError, match="after --to"):
         shadow.version_range(RECORDS, "4", "2")
     with pytest.raises(ShadowError, match="no table version committed at or after"):

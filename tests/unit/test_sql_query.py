@@ -115,3 +115,20 @@ def test_printed_rows_are_a_right_aligned_text_table() -> None:
     table = pa.table({"p": [0, 12], "note": ["a\nb", None], "items": [[1, 2], []]})
     assert render(table).splitlines() == [" p note  items", " 0  a b [1, 2]", "12 NULL     []"]
     assert render(pa.table({"s": ["x" * 70]}), width=10).splitlines()[1] == "xxxxxxx..."
+
+
+@pytest.mark.parametrize("name", ["x.csv", "x.parquet"])
+def test_output_makes_its_folders_and_a_path_that_cannot_be_written_is_named(tmp_path: Path, name: str) -> None:
+    from ingestion.ops.sql_query import write
+
+    table = pa.table({"id": [1, 2]})
+    out = tmp_path / "nodir" / "sub" / name
+    write(table, out)
+    assert out.stat().st_size > 0
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    (tmp_path / "folder" / name).mkdir(parents=True)
+    for path in (blocked / "sub" / name, tmp_path / "folder" / name):  # under a file; a folder itself
+        with pytest.raises(IngestionError, match=rf"^cannot write '{path}': \w") as info:
+            write(table, path)
+        assert "\n" not in str(info.value)

@@ -162,33 +162,37 @@ _MARKS = {"a": {0: (0, 50), 1: (10, 40)}, "b": {0: (0, 7)}}
 
 def test_replay_positions_per_topic_in_spark_json_or_pairs_of_one_topic() -> None:
     from ingestion.errors import IngestionError
-    from ingestion.ops.replay import parse_position
+    from ingestion.ops.replay import source_option
+    from ingestion.positions import ending, starting
 
-    key, value = parse_position('{"b": {"0": 3}}', _MARKS, ending=False)
+    key, value = source_option(starting('{"b": {"0": 3}}'), _MARKS)
     assert key == "startingOffsets" and json.loads(value) == {"a": {"0": -2, "1": -2}, "b": {"0": 3}}
-    key, value = parse_position('{"a": {"1": 99, "0": -1}}', _MARKS, ending=True)  # clamped to the end; -1 kept
+    key, value = source_option(ending('{"a": {"1": 99, "0": -1}}'), _MARKS)  # clamped to the end; -1 kept
     assert key == "endingOffsets" and json.loads(value) == {"a": {"0": -1, "1": 40}, "b": {"0": -1}}
     one = {"b": _MARKS["b"]}
-    assert json.loads(parse_position("0:5", one, ending=False)[1]) == {"b": {"0": 5}}
+    assert json.loads(source_option(starting("0:5"), one)[1]) == {"b": {"0": 5}}
     with pytest.raises(IngestionError, match="name it with --topic"):
-        parse_position("0:5", _MARKS, ending=False)
+        source_option(starting("0:5"), _MARKS)
     with pytest.raises(IngestionError, match=r"partitions \[3\] are not partitions of 'b'"):
-        parse_position('{"b": {"3": 1}}', _MARKS, ending=False)
-    assert parse_position("latest", _MARKS, ending=True) == ("endingOffsets", "latest")
+        source_option(starting('{"b": {"3": 1}}'), _MARKS)
+    assert source_option(ending("latest"), _MARKS) == ("endingOffsets", "latest")
+    assert source_option(starting("2026-01-01T00:00:00+01:00"), _MARKS) == ("startingTimestamp", "1767222000000")
 
 
 def test_replay_reads_the_topics_named_and_refuses_others(tmp_path: Path) -> None:
     from ingestion.errors import IngestionError
     from ingestion.ops.replay import replay_topics
+    from ingestion.positions import replay_range
 
     config = known(_load(tmp_path, "name: e\ntopics: [a, b]\n"))  # type: ignore[arg-type]
-    assert replay_topics(config, None, ("earliest", "latest")) == ["a", "b"]
-    assert replay_topics(config, "b", ("earliest", "latest")) == ["b"]
-    assert replay_topics(config, None, ('{"b": {"0": 1}}', "latest")) == ["b"]
+    whole = replay_range("earliest")
+    assert replay_topics(config, None, whole) == ["a", "b"]
+    assert replay_topics(config, "b", whole) == ["b"]
+    assert replay_topics(config, None, replay_range('{"b": {"0": 1}}')) == ["b"]
     with pytest.raises(IngestionError, match="does not read topic 'c': it reads topics 'a', 'b'"):
-        replay_topics(config, "c", ("earliest", "latest"))
+        replay_topics(config, "c", whole)
     with pytest.raises(IngestionError, match="name different topics"):
-        replay_topics(config, "a", ('{"b": {"0": 1}}', "latest"))
+        replay_topics(config, "a", replay_range('{"b": {"0": 1}}'))
 
 
 def test_replay_positions_are_checked_before_a_jvm_starts(tmp_path: Path) -> None:

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from ingestion.cli.common import all_valid, load, spark_session
-from ingestion.errors import UsageError
+from ingestion.cli.common import load, one_or_all, spark_session
 
 
 def maintain_tables(args: argparse.Namespace) -> int:
     from ingestion.ops.maintain import maintain
 
-    if args.all == bool(args.pipeline):
-        raise UsageError("name one pipeline, or pass --all")
-    configs = all_valid() if args.all else [load(args.pipeline)]
+    configs = one_or_all(args, load)
     both = not args.optimize and not args.vacuum
     spark = spark_session("ingest-maintain", configs)
     for config in configs:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from ingestion.cli.common import all_valid, load_to_write, spark_session
-from ingestion.errors import UsageError
+from ingestion.cli.common import load_to_write, one_or_all, spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -16,9 +15,7 @@ def onboard_pipelines(args: argparse.Namespace) -> int:
     from ingestion.ops.onboard import check_kafka, onboard
     from ingestion.schema.registry import check_registry
 
-    if args.all == bool(args.pipeline):
-        raise UsageError("name one pipeline, or pass --all")
-    configs = all_valid() if args.all else [load_to_write(args.pipeline)]
+    configs = one_or_all(args, load_to_write)
     contexts = []
     for config in configs:  # Kafka and the registry first: a refusal is told in seconds, before a JVM boots
         contexts.append(check_kafka(config, create_topic=args.create_topic))

@@ -9,14 +9,16 @@ from ingestion.cli.common import load, spark_session
 
 
 def replay_range(args: argparse.Namespace) -> int:
+    from ingestion import positions
     from ingestion.ops import replay
     from ingestion.stream import context
 
+    start, end = positions.replay_range(args.start, args.end)  # each read by argparse; together: before Kafka
     config = load(args.pipeline)
     ctx = context.resolve(config)
-    replay.check_positions(ctx, args.topic, args.start, args.end)  # a wrong topic or position: before a JVM
+    replay.check_positions(ctx, args.topic, start, end)  # a wrong topic or position: before a JVM
     spark = spark_session(f"ingest-{config.name}", [config])
-    r = replay.replay(spark, ctx, start=args.start, end=args.end, topic=args.topic)
+    r = replay.replay(spark, ctx, start=start, end=end, topic=args.topic)
     where = (f"bronze version {r.bronze_version}" if config.routing is None else
              "route tables: " + (", ".join(f"{t} {n}" for t, n in r.tables.items()) or "none written"))
     print(f"{r.read} records read, {r.already_present} already present, {r.written} written to "
@@ -25,8 +27,6 @@ def replay_range(args: argparse.Namespace) -> int:
 
 
 def rewind_tables(args: argparse.Namespace) -> int:
-    import datetime as dt
-
     from ingestion.ops import rewind
     from ingestion.stream.lock import WriterLock
 
@@ -34,7 +34,6 @@ def rewind_tables(args: argparse.Namespace) -> int:
     rewind.check_target(config, args.to_version)  # a routed pipeline's --to-version: before a JVM
     WriterLock(config.name, config.checkpoint_path, settings=config.spark).probe()  # a running pipeline: likewise
     spark = spark_session(f"ingest-{config.name}", [config])
-    when = dt.datetime.fromisoformat(args.to_timestamp) if args.to_timestamp else None
-    r = rewind.rewind(spark, config, to_version=args.to_version, to_timestamp=when)
+    r = rewind.rewind(spark, config, to_version=args.to_version, to_timestamp=args.to_timestamp)
     print(rewind.render(r, args.pipeline))
     return 0

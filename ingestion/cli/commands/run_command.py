@@ -6,8 +6,8 @@ import argparse
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ingestion.cli.common import all_valid, load_to_write
-from ingestion.errors import IngestionError, UsageError
+from ingestion.cli.common import load_to_write, one_or_all
+from ingestion.errors import IngestionError
 
 if TYPE_CHECKING:
     from ingestion.config import PipelineConfig
@@ -18,11 +18,9 @@ log = logging.getLogger("ingestion")
 def run(args: argparse.Namespace) -> int:
     from ingestion.stream import prometheus
 
-    if args.all == bool(args.pipeline):
-        raise UsageError("name one pipeline, or pass --all")
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         raise IngestionError(f"--metrics-port must be a TCP port (0: off), got {args.metrics_port}")
-    configs = all_valid() if args.all else [load_to_write(args.pipeline)]
+    configs = one_or_all(args, load_to_write)
     exporter = prometheus.exporter_for(configs, port=args.metrics_port, available_now=args.available_now)
     try:
         code = _run_pipelines(args, configs, exporter)
