@@ -58,12 +58,27 @@ def _read(path: Path) -> dict[str, Any]:
     try:
         data = _load_yaml(path.read_text(), path)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{path}: {_yaml_problem(exc)}") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot be read: {exc.strerror}") from None
+    if data is None:
+        raise ConfigError(f"{path}: is empty: expected a mapping of settings at the top level")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of settings at the top level, got {data!r}")
     return data
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML parser's error in one line: where (line and column, counted from 1), what, and what it was reading."""
+    if not isinstance(exc, yaml.MarkedYAMLError) or exc.problem_mark is None:
+        return "not valid YAML: " + " ".join(str(exc).split())
+    mark, problem = exc.problem_mark, str(exc.problem or "")
+    if "'\\t'" in problem:
+        problem += " (a tab: YAML indents with spaces)"
+    context, at = (f", {exc.context}" if exc.context else ""), exc.context_mark
+    if context and at is not None:
+        context += f" at line {at.line + 1}, column {at.column + 1}"
+    return f"line {mark.line + 1}, column {mark.column + 1}: not valid YAML: {problem}{context}"
 
 
 def _load_yaml(text: str, path: Path) -> Any:

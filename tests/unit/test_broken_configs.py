@@ -125,6 +125,26 @@ def test_each_broken_file_is_one_line_naming_the_file_and_the_key(mistake: str, 
     assert repr(key) in message or f"'{key}" in message or f" {key} " in message, message
 
 
+@pytest.mark.parametrize(("text", "said"), [
+    ('name: a\ntopic: "x\nkafka:\n', "line 4, column 1: not valid YAML: found unexpected end of stream, while "
+                                      "scanning a quoted scalar at line 2, column 8"),
+    ("name: a\n  topic: x\n", "line 2, column 8: not valid YAML: mapping values are not allowed here"),
+    ("name: a\ntopic: {x\n", "line 3, column 1: not valid YAML: expected ',' or '}', but got '<stream end>', while "
+                             "parsing a flow mapping at line 2, column 8"),
+    ("name: a\n\ttopic: x\n", "line 2, column 1: not valid YAML: found character '\\t' that cannot start any token "
+                             "(a tab: YAML indents with spaces), while scanning for the next token"),
+    ("name: a\n---\nname: b\n", "line 2, column 1: not valid YAML: but found another document, expected a single "
+                                "document in the stream at line 1, column 1"),
+], ids=["an unclosed quote", "an indented key", "an unclosed brace", "a tab", "two documents"])
+def test_a_yaml_syntax_error_is_one_line_naming_the_file_line_and_column(text: str, said: str,
+                                                                         tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_pipeline(path)
+    assert str(caught.value) == f"{path}: {said}"
+
+
 def test_a_typo_in_the_kafka_section_names_the_closest_setting_of_either_client(tmp_path: Path) -> None:
     path = tmp_path / "p.yaml"
     path.write_text(GOOD.replace('  bootstrap.servers: "127.0.0.1:9092"\n', '  bootstrap.servers: "127.0.0.1:9092"\n'

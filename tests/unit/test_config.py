@@ -116,7 +116,10 @@ def test_not_a_mapping_rejected(tmp_path: Path) -> None:
 def test_invalid_yaml_rejected(tmp_path: Path) -> None:
     path = write(tmp_path, "name: [unclosed\n")
     message = config_error(path)
-    assert message.startswith(f"{path}: not valid YAML: ")
+    assert message == (f"{path}: line 2, column 1: not valid YAML: expected ',' or ']', but got '<stream end>', "
+                       "while parsing a flow sequence at line 1, column 7")
+    assert config_error(write(tmp_path, "# nothing yet\n")) == (f"{path}: is empty: expected a mapping of settings "
+                                                                "at the top level")
 
 
 # --- unknown keys -----------------------------------------------------------------------------------------------
