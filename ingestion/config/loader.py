@@ -42,7 +42,11 @@ def load_pipeline(name_or_path: str | Path) -> PipelineConfig:
         known = ", ".join(sorted(p.stem for p in (conf_dir() / "pipelines").glob("*.yaml")))
         raise ConfigError(f"no pipeline config {str(name_or_path)!r}: {path} does not exist ("
                           + (f"known: {known})" if known else f"{no_pipelines()})"))
-    return parse_pipeline(_with_defaults(_read(path), path), path)
+    own = _read(path)
+    try:
+        return parse_pipeline(_with_defaults(dict(own), path), path)
+    except ConfigError as exc:
+        raise _blamed(exc, path, own) from None
 
 
 def inherited(data: dict[str, Any], path: Path) -> PipelineConfig:
@@ -127,19 +131,10 @@ def _with_defaults(data: dict[str, Any], path: Path, seen: tuple[Path, ...] = ()
     file in conf/pipelines/ without that key, conf/defaults.yaml when it exists (`extends: null` opts out).
     A defaults file is checked on its own first, so a bad key in it is reported with its file's name."""
     data = _renamed(data, path)
-    if "extends" in data:
-        parent_name = data.pop("extends")
-        if parent_name is None:
-            return data
-        if not isinstance(parent_name, str):
-            raise ConfigError(f"{path}: key 'extends' must be the path of a defaults file, got {parent_name!r}")
-        parent = (path.parent / parent_name).resolve()
-        if not parent.is_file():
-            raise ConfigError(f"{path}: key 'extends' names {parent_name!r}, but {parent} does not exist")
-    else:
-        parent = conf_dir() / DEFAULTS_FILE
-        if path.resolve().parent != (conf_dir() / "pipelines").resolve() or not parent.is_file():
-            return data
+    parent = _parent(data, path)
+    data.pop("extends", None)
+    if parent is None:
+        return data
     if parent in seen or parent == path.resolve():
         raise ConfigError(f"{path}: 'extends' goes round in a circle through {parent}")
     defaults = _with_defaults(_read(parent), parent, (*seen, path.resolve()))
@@ -149,6 +144,45 @@ def _with_defaults(data: dict[str, Any], path: Path, seen: tuple[Path, ...] = ()
                               f"(value {coerce.shown(key, defaults[key])})")
     coerce.build(PipelineConfig, _interpolate(defaults, parent, ""), parent, "", partial=True)
     return _merged(_without_start(defaults, data), data)
+
+
+def _parent(data: Mapping[str, Any], path: Path) -> Path | None:
+    """The defaults file the file at `path` holding `data` extends, None for none."""
+    if "extends" in data:
+        parent_name = data["extends"]
+        if parent_name is None:
+            return None
+        if not isinstance(parent_name, str):
+            raise ConfigError(f"{path}: key 'extends' must be the path of a defaults file, got {parent_name!r}")
+        parent = (path.parent / parent_name).resolve()
+        if not parent.is_file():
+            raise ConfigError(f"{path}: key 'extends' names {parent_name!r}, but {parent} does not exist")
+        return parent
+    parent = conf_dir() / DEFAULTS_FILE
+    if path.resolve().parent != (conf_dir() / "pipelines").resolve() or not parent.is_file():
+        return None
+    return parent
+
+
+_KEY = re.compile(r" key '([A-Za-z]+)(?:\[\d+\])?(?:\.([^']+))?'")  # the key an error names: `sink.trigger`
+
+
+def _blamed(exc: ConfigError, path: Path, own: Mapping[str, Any]) -> ConfigError:
+    """An error of the merged settings, naming the defaults file where the key it names comes from there (the
+    pipeline's file does not give it): the line to fix is in that file, not in the pipeline's."""
+    text = str(exc)
+    found = _KEY.search(text)
+    if not text.startswith(f"{path}: ") or found is None:
+        return exc
+    section, rest = found.group(1), found.group(2)
+    given = own.get(section)
+    if section in own and not (rest and isinstance(given, dict) and
+                               not any(rest == k or rest.startswith(f"{k}.") for k in given)):
+        return exc
+    parent = _parent(own, path)
+    if parent is None:
+        return exc
+    return ConfigError(f"{parent}: {text.removeprefix(f'{path}: ')} (inherited by {path})")
 
 
 # The three ways to say where a new pipeline starts are one setting: a file that gives any of them replaces the

@@ -412,6 +412,21 @@ def test_a_bad_key_in_the_defaults_is_reported_with_the_defaults_file(conf: Path
     with pytest.raises(ConfigError) as info:
         load_pipeline("a")
     assert str(info.value).startswith(f"{defaults}: key 'name' belongs in each pipeline's file")
+    # Checked with the pipeline's settings (a value, a key of the Kafka client, a rule): the defaults file is named
+    # where the key comes from it, the pipeline's where the pipeline gives it.
+    pipeline = conf / "pipelines" / "a.yaml"
+    for text, key in (("sink:\n  trigger: soon\n", "sink.trigger"), ("kafka:\n  client.idd: x\n", "kafka.client.idd"),
+                      ("expectations:\n  - {name: a, expect: 'count(*) > 1'}\n", "expectations[0].expect")):
+        write(conf, text, "defaults.yaml")
+        with pytest.raises(ConfigError) as info:
+            load_pipeline("a")
+        assert str(info.value).startswith(f"{defaults}: ") and f"key '{key}'" in str(info.value), info.value
+        assert str(info.value).endswith(f" (inherited by {pipeline})"), info.value
+    write(conf, "sink:\n  trigger: 5 seconds\n", "defaults.yaml")
+    write(conf / "pipelines", "name: a\ntopic: a\nsink:\n  trigger: soon\n", "a.yaml")
+    with pytest.raises(ConfigError) as info:
+        load_pipeline("a")
+    assert str(info.value).startswith(f"{pipeline}: key 'sink.trigger'"), info.value
 
 
 def test_extends_names_a_defaults_file_and_null_opts_out(conf: Path, tmp_path: Path) -> None:
