@@ -69,7 +69,7 @@ def load_subject(folder: Path, subject: str, suffix: str = ".avsc") -> Subject:
             continue
         versions[int(file.stem)] = read_avsc(file)
     _check_imports(directory, versions)
-    _check_global_ids(folder, subject, versions)
+    _check_global_ids(folder, subject, {int(f.stem): f for f in files}, versions)
     return Subject(subject, dict(sorted(versions.items())))
 
 
@@ -121,23 +121,21 @@ def read_avsc(file: Path) -> str:
     return canonical_json(schema)
 
 
-def _check_global_ids(folder: Path, subject: str, versions: dict[int, str]) -> None:
+def _check_global_ids(folder: Path, subject: str, own: dict[int, Path], versions: dict[int, str]) -> None:
+    """A schema id of the subject (its file `own[id]`, its text `versions[id]`) that another subject's `.avsc` or
+    `.proto` file gives a different schema: refused naming both files (a registry's ids are global)."""
     for other in folder.iterdir():
         if not other.is_dir() or other.name == subject:
             continue
         for schema_id, text in versions.items():
-            twin = other / f"{schema_id}.avsc"
-            if (other / f"{schema_id}.proto").is_file():
-                twin = other / f"{schema_id}.proto"
-                if read_proto(twin, folder) != text:
-                    raise SchemaError(f"schema id {schema_id} means two different schemas: "
-                                      f"{folder / subject / twin.name} and {twin}")
-                continue
-            if not twin.is_file():
-                continue
-            if read_avsc(twin) != text:
-                raise SchemaError(f"schema id {schema_id} means two different schemas: "
-                                  f"{folder / subject / twin.name} and {twin}")
+            twin = other / f"{schema_id}.proto"
+            if twin.is_file():
+                differs = read_proto(twin, folder) != text
+            else:
+                twin = other / f"{schema_id}.avsc"
+                differs = twin.is_file() and read_avsc(twin) != text
+            if differs:
+                raise SchemaError(f"schema id {schema_id} means two different schemas: {own[schema_id]} and {twin}")
 
 
 def canonical_json(schema: AvroSchema) -> str:

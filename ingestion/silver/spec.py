@@ -145,10 +145,17 @@ class SilverSpec:
                                   f"{missing} (a Debezium envelope has op, before, after, source, ts_ms)")
         row = self.row_type(bronze)
         for path in self.key:
-            where = bronze if path.split(".")[0] == KAFKA_KEY else row
-            if field_type(where, path) is None:
+            if path.split(".")[0] != KAFKA_KEY:
+                if field_type(row, path) is None:
+                    raise ConfigError(f"{self.file}: key 'silver.key' names {path!r}, which is not a field of the "
+                                      f"row (fields: {row.fieldNames()})")
+                continue
+            if field_type(bronze, path) is None:
+                key = field_type(bronze, KAFKA_KEY)
+                has = (f"its fields: {key.fieldNames()}" if isinstance(key, T.StructType) else
+                       f"it is {key.simpleString() if key is not None else 'absent'}: key.format gives it no fields")
                 raise ConfigError(f"{self.file}: key 'silver.key' names {path!r}, which is not a field of the "
-                                  f"{'Kafka key' if where is bronze else 'row'} (fields: {row.fieldNames()})")
+                                  f"Kafka key ({has})")
         if self.by_source:
             order.of(bronze, self.file)  # a clear error when the source record has no position silver knows
         if self.sequence_by and field_type(bronze, self.sequence_by) is None and (

@@ -85,6 +85,14 @@ def test_same_id_different_schema_under_two_subjects(tmp_path: Path) -> None:
                                    f"and {tmp_path / other / '5.avsc'}")
 
 
+def test_same_id_of_another_format_under_another_subject_names_each_file(tmp_path: Path) -> None:
+    own = put(tmp_path, "p-value", "7.proto", 'syntax = "proto3";\nmessage M { string id = 1; }\n')
+    twin = put(tmp_path, "a-value", "7.avsc", schema("x"))
+    with pytest.raises(SchemaError) as info:
+        load_subject(tmp_path, "p-value", ".proto")
+    assert str(info.value) == f"schema id 7 means two different schemas: {own} and {twin}"
+
+
 def test_same_id_same_schema_under_two_subjects_is_fine(tmp_path: Path) -> None:
     put(tmp_path, "a-value", "5.avsc", schema("x"))
     # Same schema, different formatting and key order.

@@ -97,3 +97,16 @@ def test_delete_and_truncate_conditions_are_checked_against_the_bronze_row_befor
     fine = SilverSpec.of(_load(tmp_path, "  key: id\n  deleteWhen: \"status = 'X' AND amount > 0\"\n"
                                           "  truncateWhen: spark_only_function(status)\n"))
     fine.check(bronze)  # a function DuckDB lacks is Spark's to check, as the fold falls back to Spark for it
+
+
+def test_a_key_field_the_kafka_key_lacks_names_the_keys_fields_or_its_type(tmp_path: Path) -> None:
+    from pyspark.sql import types as T
+
+    row = [T.StructField("id", T.LongType()), T.StructField("amount", T.LongType())]
+    for kafka_key, said in ((T.StructType([T.StructField("order_id", T.StringType())]), "its fields: ['order_id']"),
+                            (T.StringType(), "it is string: key.format gives it no fields")):
+        bronze = T.StructType([*row, T.StructField("_kafka_key", kafka_key)])
+        with pytest.raises(ConfigError) as refused:
+            SilverSpec.of(_load(tmp_path, "  key: [_kafka_key.id]\n")).check(bronze)
+        assert str(refused.value) == (f"{tmp_path / 'orders.yaml'}: key 'silver.key' names '_kafka_key.id', which "
+                                      f"is not a field of the Kafka key ({said})")
