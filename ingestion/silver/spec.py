@@ -151,9 +151,10 @@ class SilverSpec:
                                       f"row (fields: {row.fieldNames()})")
                 continue
             if field_type(bronze, path) is None:
-                key = field_type(bronze, KAFKA_KEY)
-                has = (f"its fields: {key.fieldNames()}" if isinstance(key, T.StructType) else
-                       f"it is {key.simpleString() if key is not None else 'absent'}: key.format gives it no fields")
+                kafka_key = field_type(bronze, KAFKA_KEY)
+                has = (f"its fields: {kafka_key.fieldNames()}" if isinstance(kafka_key, T.StructType) else
+                       f"it is {kafka_key.simpleString() if kafka_key is not None else 'absent'}: key.format gives "
+                       "it no fields")
                 raise ConfigError(f"{self.file}: key 'silver.key' names {path!r}, which is not a field of the "
                                   f"Kafka key ({has})")
         if self.by_source:
