@@ -166,7 +166,8 @@ def _protoc(main: str, texts: Mapping[str, str], compiled: Mapping[str, bytes],
         done = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=root,
                               env={**os.environ, "PYTHONWARNINGS": "ignore"})
         if done.returncode != 0:
-            lines = [line for line in done.stderr.splitlines() if line.strip()] or [f"exit {done.returncode}"]
+            lines = [line.replace(f"{root}/", "") for line in done.stderr.splitlines() if line.strip()] \
+                or [f"exit {done.returncode}"]  # file names as they were given, not in the compile's folder
             raise SchemaError(f"protoc refuses {main!r}: {'; '.join(lines[:3])}")
         return out.read_bytes()
 

@@ -65,8 +65,9 @@ def test_the_schemas_folder_takes_proto_files_with_imports_beside_them(tmp_path:
     order = protobuf_schemas.find_message(doc, shop.ORDER)
     assert protobuf_types.spark_schema(order).simpleString() == ORDER_COLUMNS
     (folder / "orders-value" / "8.proto").write_text("syntax = 'proto3'; message {")
-    with pytest.raises(SchemaError, match=r"8\.proto: protoc refuses '8\.proto'"):
+    with pytest.raises(SchemaError, match=r"8\.proto: protoc refuses '8\.proto'") as refused:
         source.versions("orders-value")
+    assert "ingest-protoc-" not in str(refused.value) and "8.proto:1:" in str(refused.value), refused.value
 
 
 def test_a_file_imported_beside_the_versions_is_not_a_version_and_a_stray_one_is_refused(
