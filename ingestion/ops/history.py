@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 from ingestion.config import PipelineConfig
 from ingestion.delta import routed
-from ingestion.delta.ledger import BatchRecord
+from ingestion.delta.ledger import BatchKind, BatchRecord
 from ingestion.ops.readers import Source, as_reader
 
 
@@ -44,10 +44,13 @@ def render(records: list[BatchRecord]) -> str:
     several = len({x.topic for r in records for x in r.ranges}) > 1
     for r in records:
         spans = ", ".join(f"{x.topic + '/' if several else ''}{x.partition}:{x.first}-{x.last}" for x in r.ranges)
+        batch = str(r.batch_id)
         if r.as_of is not None:
             spans = f"maintenance: no offsets of its own (ledger coverage as of version {r.as_of} recorded)"
+        elif r.kind == BatchKind.REWIND:  # its batch id is the version it restored; its ranges, what that one held
+            batch, spans = "-", f"back to version {r.batch_id}, which holds {spans or 'no offsets'}"
         when = r.committed_at.strftime("%Y-%m-%d %H:%M:%S") if r.committed_at else "-"
         schemas = ",".join(str(i) for i in r.schema_ids) or "-"
-        lines.append(f"{r.version:>7}  {when:19}  {r.kind:8} {r.batch_id:>5} {r.rows:>7} {r.quarantined:>5} "
+        lines.append(f"{r.version:>7}  {when:19}  {r.kind:8} {batch:>5} {r.rows:>7} {r.quarantined:>5} "
                      f"{schemas:>7}  {spans}")
     return "\n".join(lines)

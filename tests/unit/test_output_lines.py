@@ -118,3 +118,19 @@ def test_rewind_and_reprocess_lines_name_what_happened_without_none() -> None:
     assert quarantine.render_redecode(nothing) == ("0 examined: 0 re-decoded into bronze, 0 were already there, 0 "
                                                    "still failing (0 with a new error); bronze unchanged, no "
                                                    "quarantine table")
+
+
+def test_a_rewind_row_of_history_says_the_version_it_went_back_to_not_a_batch() -> None:
+    import datetime as dt
+
+    from ingestion.delta.ledger import BatchKind, BatchRecord, PartitionRange
+    from ingestion.ops import history
+
+    at = dt.datetime(2026, 12, 8, 3, 0, 0)
+    batch = BatchRecord("orders", "orders-1", 0, BatchKind.STREAM, 10, (1,), (PartitionRange("orders", 0, 0, 9, 10),),
+                        version=1, committed_at=at)
+    back = BatchRecord("orders", "rewind", 1, BatchKind.REWIND, 0, (), (PartitionRange("orders", 0, 0, 9, 10),),
+                       version=3, committed_at=at)
+    assert history.render([batch, back]).splitlines()[1:] == [
+        "      1  2026-12-08 03:00:00  stream       0      10     0       1  0:0-9",
+        "      3  2026-12-08 03:00:00  rewind       -       0     0       -  back to version 1, which holds 0:0-9"]
