@@ -35,9 +35,12 @@ def no_pipelines() -> str:
 
 def load_pipeline(name_or_path: str | Path) -> PipelineConfig:
     """Load `conf/pipelines/<name>.yaml`, or the YAML file at the given path."""
-    path = Path(name_or_path)
+    path = given = Path(name_or_path)
     if path.suffix not in (".yaml", ".yml"):
         path = conf_dir() / "pipelines" / f"{name_or_path}.yaml"
+        if not path.is_file() and given.is_file():
+            raise ConfigError(f"{given} is no pipeline file: give a .yaml file, or a pipeline's name (its file in "
+                              f"{conf_dir() / 'pipelines'})")
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in (conf_dir() / "pipelines").glob("*.yaml")))
         raise ConfigError(f"no pipeline config {str(name_or_path)!r}: {path} does not exist ("

@@ -84,6 +84,10 @@ def test_unknown_pipeline_name_lists_known(monkeypatch: pytest.MonkeyPatch) -> N
     assert "'nope'" in message
     assert str(CONF / "pipelines" / "nope.yaml") in message
     assert message.endswith("does not exist (known: orders)")
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(__file__)  # a file, but no pipeline's
+    assert str(info.value) == (f"{__file__} is no pipeline file: give a .yaml file, or a pipeline's name (its file "
+                               f"in {CONF / 'pipelines'})")
 
 
 def test_minimal_config_gets_defaults(tmp_path: Path) -> None:
