@@ -41,6 +41,8 @@ def load_pipeline(name_or_path: str | Path) -> PipelineConfig:
         if not path.is_file() and given.is_file():
             raise ConfigError(f"{given} is no pipeline file: give a .yaml file, or a pipeline's name (its file in "
                               f"{conf_dir() / 'pipelines'})")
+    if not path.is_file() and given.suffix not in (".yaml", ".yml"):
+        path = next(iter(_named(str(name_or_path))), path)  # a file whose `name:` is not its file's name
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in (conf_dir() / "pipelines").glob("*.yaml")))
         raise ConfigError(f"no pipeline config {str(name_or_path)!r}: {path} does not exist ("
@@ -50,6 +52,19 @@ def load_pipeline(name_or_path: str | Path) -> PipelineConfig:
         return parse_pipeline(_with_defaults(dict(own), path), path)
     except ConfigError as exc:
         raise _blamed(exc, path, own) from None
+
+
+def _named(name: str) -> list[Path]:
+    """The files of conf/pipelines/ whose `name:` is `name` (a file that does not load is passed over)."""
+    found = []
+    for file in sorted((conf_dir() / "pipelines").glob("*.yaml")):
+        try:
+            data = yaml.safe_load(file.read_text())
+        except (yaml.YAMLError, OSError):
+            continue
+        if isinstance(data, dict) and data.get("name") == name:
+            found.append(file)
+    return found if len(found) == 1 else []
 
 
 def inherited(data: dict[str, Any], path: Path) -> PipelineConfig:

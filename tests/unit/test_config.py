@@ -401,6 +401,15 @@ def test_a_file_s_start_replaces_the_start_its_defaults_give(conf: Path) -> None
         load_pipeline("t")  # both in one file is still a contradiction
 
 
+def test_a_pipeline_is_found_by_its_name_where_its_file_is_named_otherwise(conf: Path) -> None:
+    write(conf / "pipelines", "name: orders\ntopic: orders\n", "orders-v2.yaml")
+    assert load_pipeline("orders").file == conf / "pipelines" / "orders-v2.yaml"
+    assert load_pipeline("orders-v2").name == "orders"
+    write(conf / "pipelines", "name: orders\ntopic: other\n", "orders-v3.yaml")  # two: neither is chosen
+    with pytest.raises(ConfigError, match=r"no pipeline config 'orders'.*known: orders-v2, orders-v3"):
+        load_pipeline("orders")
+
+
 def test_a_bad_key_in_the_defaults_is_reported_with_the_defaults_file(conf: Path) -> None:
     defaults = write(conf, DEFAULTS.replace("maxOffsetsPerTrigger: 5000", "maxOffsetPerTrigger: 5000"),
                      "defaults.yaml")
