@@ -156,6 +156,9 @@ def _check_subjects(config: PipelineConfig) -> None:
                           f"{config.reads}")
 
 
+_COLLECTOR = re.compile(r"-XX:\+Use\w*GC\b")  # a JVM's choice of garbage collector
+
+
 def _check_values(config: PipelineConfig) -> None:
     """Values Spark or Kafka would refuse only once the pipeline runs, refused at load instead."""
     file, source = config.file, config.source
@@ -189,6 +192,11 @@ def _check_values(config: PipelineConfig) -> None:
         if key in config.spark and size_bytes(config.spark[key]) is None:
             raise ConfigError(f"{file}: key 'spark.{key}' must be a size such as 2g or 1536m, got "
                               f"{config.spark[key]!r}")
+    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+        collectors = sorted(set(_COLLECTOR.findall(config.spark.get(key, ""))))
+        if len(collectors) > 1:  # the JVM refuses to start with two ("multiple garbage collectors selected")
+            raise ConfigError(f"{file}: key 'spark.{key}' selects {len(collectors)} garbage collectors "
+                              f"({', '.join(collectors)}); a JVM starts with one, so keep one")
 
 
 def _check_offsets_json(config: PipelineConfig, key: str, text: str, *, low: int) -> None:

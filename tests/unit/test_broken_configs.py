@@ -51,6 +51,8 @@ BROKEN: dict[str, tuple[str, str]] = {
     "kafka. prefix on a client setting": (GOOD.replace("kafka:\n", "kafka:\n  kafka.acks: all\n"),
                                           "kafka.kafka.acks"),
     "driver memory without a unit size": (GOOD + "spark:\n  spark.driver.memory: lots\n", "spark.spark.driver.memory"),
+    "two garbage collectors": (GOOD + "spark:\n  spark.driver.extraJavaOptions: -XX:+UseG1GC -XX:+UseParallelGC\n",
+                               "spark.spark.driver.extraJavaOptions"),
     "registry without url": (GOOD.replace("  subject: orders-value\n",
                                           "  subject: orders-value\n  registry:\n    basic.auth.user.info: a:b\n"),
                              "value.registry"),
