@@ -179,7 +179,7 @@ def _with_tables(reader: TableReader, config: PipelineConfig, records: list[ledg
         config.name, config.subscription, config.table_path,
         reader.version(config.table_path),
         last.batch_id if last else None,
-        last.committed_at.isoformat() if last and last.committed_at else None,
+        last.committed_at.replace(tzinfo=dt.UTC).isoformat() if last and last.committed_at else None,  # UTC, said
         None if kafka_error is not None else sum(lag or 0 for lag in lags), partitions,
         layout.files if layout else None, layout.average_file_bytes if layout else None,
         _maintenance_text(maintained[-1]) if maintained else None,

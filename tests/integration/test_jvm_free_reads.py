@@ -67,7 +67,8 @@ def test_delta_rs_reads_the_same_ledger_as_spark_and_history_needs_no_jvm(
     assert kept.version is not None and kept.version <= 1 < (by_spark[1].version or 0)
     rewound = status.offline_status(DeltaRsReader(), config, "not asked")
     assert kept.committed_at is not None
-    assert (rewound.last_batch_id, rewound.last_batch_at) == (kept.batch_id, kept.committed_at.isoformat())
+    assert (rewound.last_batch_id, rewound.last_batch_at) == (kept.batch_id,
+                                                              kept.committed_at.replace(tzinfo=dt.UTC).isoformat())
 
     done = ingest("history", str(path), "--json")
     assert done.returncode == 0, done.stderr[-3000:]
