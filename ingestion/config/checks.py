@@ -299,6 +299,8 @@ def _check_silver(config: PipelineConfig) -> None:
     for name in silver.key:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", name):
             raise ConfigError(f"{file}: key 'silver.key' names fields (dotted for nested ones), got {name!r}")
+        if silver.key.count(name) > 1:
+            raise ConfigError(f"{file}: key 'silver.key' names {name!r} twice, got {list(silver.key)}")
     if silver.sequence_by not in ("", "kafka") and not re.fullmatch(
             r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", silver.sequence_by):
         raise ConfigError(f"{file}: key 'silver.sequenceBy' is 'kafka' or a field (dotted for nested ones), got "

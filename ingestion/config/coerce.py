@@ -74,7 +74,7 @@ def _coerce(hint: Any, value: Any, file: Path, key: str, *, partial: bool = Fals
         item = typing.cast(type, typing.get_args(hint)[1])
         return {str(k): _coerce(item, v, file, f"{key}.{k}", partial=partial) for k, v in value.items()}
     if origin is tuple:
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
             raise ConfigError(f"{file}: key {key!r} must be a list of names, got {shown(key, value)}")
         return tuple(value)
     if origin in (Mapping, dict):
@@ -96,6 +96,8 @@ def _coerce(hint: Any, value: Any, file: Path, key: str, *, partial: bool = Fals
     if hint is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise ConfigError(f"{file}: key {key!r} must be a string, got {shown(key, value)}")
+        if not str(value).strip():  # an unset ${VAR}, or a value left out by mistake: not the default
+            raise ConfigError(f"{file}: key {key!r} is empty: give it a value (an optional key may be left out)")
         return str(value)
     raise ConfigError(f"{file}: key {key!r} has an unsupported type {hint!r}")  # pragma: no cover
 
