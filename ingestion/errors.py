@@ -8,6 +8,22 @@ import re
 _JAVA_EXCEPTION = re.compile(r":?\s*(?:[a-z][\w$]*\.)+[A-Z][\w$]*(?:Exception|Error)\b")
 
 
+# Where Spark's line of a failed Python function (a foreachBatch's) ends, the Python traceback following it.
+_TRACEBACK = "Traceback (most recent call last):"
+_PYTHON_EXCEPTION = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b(?::.*)?")
+
+
+def _raised(lines: list[str]) -> str | None:
+    """The exception line that ends a Python traceback in a message (before Spark's `=== Streaming Query ===`)."""
+    found = None
+    for line in lines:
+        if line.startswith("==="):
+            break
+        if _PYTHON_EXCEPTION.fullmatch(line):
+            found = line
+    return found
+
+
 class IngestionError(Exception):
     """Base class of every error this package raises on purpose."""
 
@@ -32,6 +48,8 @@ def one_line(exc: BaseException) -> str:
         java = [line for line in lines if _JAVA_EXCEPTION.match(line)]
         if java and lines[0].startswith("An error occurred while calling"):  # py4j's wrapper says nothing
             return java[0].lstrip(": ")
+        if lines and lines[0].endswith(_TRACEBACK) and (raised := _raised(lines[1:])) is not None:
+            return f"{lines[0].removesuffix(_TRACEBACK).rstrip()} {raised}"  # Spark's line of a Python function's
         if lines:
             return lines[0]
         current = current.__cause__ or current.__context__

@@ -108,6 +108,14 @@ class _Silent(Exception):
     (_Silent(), "_Silent"),
     (Exception("An error occurred while calling o12.save.\n: java.lang.IllegalStateException: boom\n\tat x.y"),
      "java.lang.IllegalStateException: boom"),
+    (Exception("[STREAM_FAILED] Query [id = 1] terminated with exception: [FOREACH_BATCH_USER_FUNCTION_ERROR] An "
+               "error occurred in the user provided function in foreach batch sink. Reason: An exception was raised "
+               "by the Python Proxy. Return Message: Traceback (most recent call last):\n  File \"/x/batch.py\", "
+               "line 3, in call\n    raise ValueError('x')\nduckdb.duckdb.BinderException: Binder Error: "
+               "count(*) in a WHERE clause\n\n=== Streaming Query ===\nIdentifier: orders"),
+     "[STREAM_FAILED] Query [id = 1] terminated with exception: [FOREACH_BATCH_USER_FUNCTION_ERROR] An error "
+     "occurred in the user provided function in foreach batch sink. Reason: An exception was raised by the Python "
+     "Proxy. Return Message: duckdb.duckdb.BinderException: Binder Error: count(*) in a WHERE clause"),
 ])
 def test_any_exception_becomes_one_line(exc: BaseException, line: str) -> None:
     assert one_line(exc) == line
