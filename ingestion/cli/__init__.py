@@ -13,7 +13,7 @@ import threading
 from collections.abc import Sequence
 from typing import NoReturn
 
-from ingestion.cli.parser import build_parser
+from ingestion.cli.parser import build_parser, command_parser
 from ingestion.errors import IngestionError, UsageError, one_line
 
 __all__ = ["entry", "main"]
@@ -48,7 +48,10 @@ def exit_now(code: int) -> NoReturn:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said with the command's own usage (`ingest status [-h] ...`), not the top level's
+        command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     _logging(verbose=args.verbose)
     try:
         return int(args.func(args) or 0)

@@ -55,6 +55,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the (sub)command `args` were parsed for: the one whose usage a mistake in them shows."""
+    current = parser
+    while True:
+        subs = next((a for a in current._actions if isinstance(a, argparse._SubParsersAction)), None)
+        chosen = getattr(args, subs.dest, None) if subs is not None else None
+        if subs is None or chosen not in subs.choices:
+            return current
+        current = subs.choices[chosen]
+
+
 def _finish_subcommands(parser: argparse.ArgumentParser) -> None:
     """What every subcommand has: its line of the listing above it as the head of its own `--help` (unless it has
     a description of its own), and `-v` after the command as well as before it (`ingest run orders -v`, as users

@@ -135,12 +135,12 @@ def test_output_closed_by_its_reader_ends_any_command_quietly_with_sigpipes_code
                "parse = cli.build_parser\n"
                "def build():\n"
                "    parser = parse()\n"
-               "    read = parser.parse_args\n"
-               "    def parse_args(argv):\n"
-               "        args = read(argv)\n"
+               "    read = parser.parse_known_args\n"
+               "    def parse_known_args(argv):\n"
+               "        args, extra = read(argv)\n"
                "        args.func = {func}\n"
-               "        return args\n"
-               "    parser.parse_args = parse_args\n"
+               "        return args, extra\n"
+               "    parser.parse_known_args = parse_known_args\n"
                "    return parser\n"
                "cli.build_parser = build\n"
                "cli.exit_now(cli.main(sys.argv[1:]))\n")
@@ -189,3 +189,17 @@ def test_the_hint_to_run_with_v_is_given_only_without_v(monkeypatch: pytest.Monk
         assert cli.main(verbose) == 1
         err = capsys.readouterr().err
         assert err.startswith("Traceback") and err.endswith("\nerror: KeyError: 'missing'\n"), err
+
+
+@pytest.mark.parametrize(("argv", "usage"), [(["status", "orders", "extra"], "usage: ingest status "),
+                                             (["kafka", "status", "extra"], "usage: ingest kafka status ")])
+def test_an_argument_too_many_is_said_with_the_commands_own_usage(argv: list[str], usage: str,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from ingestion.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    said = capsys.readouterr().err.splitlines()
+    assert said[0].startswith(usage) and said[-1] == f"{usage.split(': ')[1].strip()}: error: unrecognized " \
+                                                      "arguments: extra", said
