@@ -19,7 +19,9 @@ from typing import Any
 _PROBE = "SELECT * FROM __ingest_row WHERE "
 # Spark's aggregates DuckDB has no function of that name for (DuckDB's own come from its catalog).
 _SPARK_AGGREGATES = frozenset({"collect_list", "collect_set", "percentile", "percentile_approx", "approx_percentile",
-                               "try_avg", "try_sum", "every", "some", "any", "count_min_sketch", "hll_sketch_agg"})
+                               "try_avg", "try_sum", "every", "some", "any", "count_min_sketch", "hll_sketch_agg",
+                               "first", "first_value", "last", "last_value", "std", "stddev", "histogram_numeric",
+                               "count_if", "max_by", "min_by", "bool_and", "bool_or", "regr_count"})
 
 
 def problem(text: str) -> str | None:
@@ -66,7 +68,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _parsed(text: str) -> dict[str, Any]:
-    con = _connection()
+    con = _connection().cursor()  # a cursor of its own per call: checks run on several threads at once
     row = con.execute("SELECT json_serialize_sql(?)", [_PROBE + text]).fetchone()
     parsed: dict[str, Any] = json.loads(row[0]) if row else {"error": True}
     if not parsed.get("error") and len(parsed.get("statements", ())) != 1:
@@ -84,7 +86,7 @@ def _connection() -> Any:
 @functools.cache
 def _bare() -> Any:
     """The probe's statement without a WHERE clause, as the parse tree of a condition must leave it."""
-    node = json.loads(_connection().execute("SELECT json_serialize_sql(?)", [_PROBE.removesuffix(" WHERE ")])
+    node = json.loads(_connection().cursor().execute("SELECT json_serialize_sql(?)", [_PROBE.removesuffix(" WHERE ")])
                       .fetchone()[0])["statements"][0]["node"]
     node.pop("where_clause", None)
     return _unlocated(node)
@@ -93,7 +95,7 @@ def _bare() -> Any:
 @functools.cache
 def _aggregates() -> frozenset[str]:
     """DuckDB's aggregate functions (but names that are also scalar functions) and Spark's it lacks."""
-    rows = _connection().execute(
+    rows = _connection().cursor().execute(
         "SELECT DISTINCT function_name FROM duckdb_functions() WHERE function_type = 'aggregate' EXCEPT "
         "SELECT function_name FROM duckdb_functions() WHERE function_type <> 'aggregate'").fetchall()
     return frozenset(str(r[0]).lower() for r in rows) | _SPARK_AGGREGATES

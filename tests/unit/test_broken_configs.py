@@ -320,3 +320,25 @@ def test_rejected_secrets_are_not_shown_in_the_error(text: str, tmp_path: Path) 
         load_pipeline(path)
     assert "hunter2-canary" not in str(caught.value)
     assert "***" in str(caught.value)
+
+
+def test_conditions_are_checked_on_several_threads_at_once() -> None:
+    """`run --all` checks pipelines on a pool of threads: one DuckDB connection used by several at once crashed the
+    process (a segmentation fault); each check has a cursor of its own."""
+    import threading
+
+    from ingestion.config.conditions import problem
+
+    texts = ["amount > 0", "amount < 0) OR (1=1", "count(*) > 1", "status IN ('a', 'b')"]
+    said: list[str | None] = []
+
+    def check() -> None:
+        for i in range(300):
+            said.append(problem(texts[i % len(texts)]))
+
+    threads = [threading.Thread(target=check) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(said) == 1800 and said.count(None) == 900
