@@ -316,7 +316,7 @@ def _check_silver(config: PipelineConfig) -> None:
                           f"{silver.trigger!r}")
     for key, condition in (("deleteWhen", silver.delete_when), ("truncateWhen", silver.truncate_when)):
         if condition:
-            _check_condition(file, f"silver.{key}", condition)
+            _check_condition(file, f"silver.{key}", condition, spark_dialect=True)
     _check_silver_columns(config)
 
 
@@ -448,9 +448,9 @@ def _check_expectations(config: PipelineConfig) -> None:
         _check_condition(config.file, f"expectations[{i}].expect", rule.expect, rule.name)
 
 
-def _check_condition(file: Path, key: str, text: str, rule: str = "") -> None:
+def _check_condition(file: Path, key: str, text: str, rule: str = "", *, spark_dialect: bool = False) -> None:
     """Refuse a SQL condition of the file that is not exactly one row-level condition (`conditions.problem`)."""
-    why = conditions.problem(text)
+    why = conditions.problem(text, spark_dialect=spark_dialect)
     if why is not None:
         raise ConfigError(f"{conditions.where(file, key, text, rule)}: must be one SQL condition on a row, such as "
                           f"'qty > 0', but it {why}")

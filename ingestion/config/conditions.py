@@ -24,8 +24,18 @@ _SPARK_AGGREGATES = frozenset({"collect_list", "collect_set", "percentile", "per
                                "count_if", "max_by", "min_by", "bool_and", "bool_or", "regr_count"})
 
 
-def problem(text: str) -> str | None:
-    """Why `text` is not one row-level SQL condition, in a few words, or None when it is one."""
+def problem(text: str, *, spark_dialect: bool = False) -> str | None:
+    """Why `text` is not one row-level SQL condition, in a few words, or None when it is one. `spark_dialect`: a
+    text DuckDB does not parse may be Spark's own SQL (`a RLIKE 'x'`, `exists(xs, x -> ...)`): None, and Spark,
+    which parses it alone (never inside a larger statement), decides; what DuckDB parses is checked all the same."""
+    found = _problem(text)
+    return None if spark_dialect and found is not None and found.startswith(_UNPARSED) else found
+
+
+_UNPARSED = "does not parse"
+
+
+def _problem(text: str) -> str | None:
     import duckdb
 
     if not text.strip():
@@ -33,14 +43,14 @@ def problem(text: str) -> str | None:
     try:
         tokens = duckdb.tokenize(text + " 0")
     except duckdb.Error as exc:
-        return f"does not parse ({_first_line(exc)})"
+        return f"{_UNPARSED} ({_first_line(exc)})"
     if any(text[at:at + 1] == ";" for at, _ in tokens):
         return "holds ';': give one condition, not statements"
     if tokens[-1][0] != len(text) + 1:  # a `--` comment or an open quote takes in what is written after it
         return "ends inside a comment or a quoted text, which would take in the SQL written after it"
     tree = _parsed(text)
     if tree.get("error"):
-        return f"does not parse ({tree.get('error_message') or 'no statement'})"
+        return f"{_UNPARSED} ({tree.get('error_message') or 'no statement'})"
     node = tree["statements"][0]["node"]
     where = node.pop("where_clause", None)
     if where is None or _unlocated(node) != _bare():

@@ -10,6 +10,7 @@ macros (`regexp_like`, `rlike`, `size`), so a rule is compiled by both engines b
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping
@@ -26,6 +27,8 @@ from ingestion.columns import METADATA_COLUMNS
 from ingestion.config import PipelineConfig, conditions
 from ingestion.errors import ConfigError, ExpectationError
 from ingestion.runtime.arrow_types import to_arrow_schema
+
+log = logging.getLogger(__name__)
 
 EXPECTATION_FAILED = "ExpectationFailed"  # the quarantine's `_error_class` of a row a `quarantine` rule refused
 __all__ = ["EXPECTATION_FAILED", "Counts", "ExpectationError", "Rule", "Rules", "check_conditions", "compile_rules",
@@ -89,27 +92,25 @@ def compile_rules(config: PipelineConfig, bronze_schema: T.StructType) -> Rules:
 
 
 def check_conditions(found: Iterable[tuple[str, str]], bronze_schema: T.StructType, *,
-                     spark_functions: bool = False) -> None:
+                     spark_dialect: bool = False) -> None:
     """Each (where, SQL condition) of `found` is one row-level condition (`config.conditions`) that DuckDB binds to
     a boolean over bronze's columns (an empty table of them), else a ConfigError `<where>: <reason>`.
-    `spark_functions`: a function DuckDB does not know is left for Spark to check (silver's conditions, which Spark
-    evaluates where DuckDB cannot)."""
-    import duckdb
-
+    `spark_dialect`: a condition DuckDB does not parse or bind is left for Spark to check (silver's conditions,
+    which Spark evaluates where DuckDB cannot: Spark's own syntax and functions, its double-quoted strings)."""
     empty = to_arrow_schema(bronze_schema).empty_table()
     with _connection() as con:
         con.register("bronze", empty)
         for where, text in found:
-            why = conditions.problem(text)
+            why = conditions.problem(text, spark_dialect=spark_dialect)
             if why is not None:
                 raise ConfigError(f"{where}: must be one SQL condition on a row, but it {why}")
             try:
                 kind = con.execute(f"DESCRIBE SELECT ({text}) AS v FROM bronze").fetchall()[0][1]
-            except duckdb.CatalogException as exc:
-                if spark_functions:
-                    continue
-                raise ConfigError(f"{where}: {_reason(exc)}") from None
             except Exception as exc:  # noqa: BLE001 - DuckDB's parser, binder and catalog errors alike
+                if spark_dialect:
+                    log.info("%s: not checked without Spark (DuckDB: %s); Spark checks it when it runs", where,
+                             _reason(exc))
+                    continue
                 raise ConfigError(f"{where}: {_reason(exc)}") from None
             if kind != "BOOLEAN":
                 raise ConfigError(f"{where}: is not a condition (true or false) but of type {kind}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pyspark.sql import types as T
 
+from ingestion.config import conditions
 from ingestion.silver import order
 from ingestion.silver.spec import DELETE, KAFKA_COLUMNS, KAFKA_KEY, SEQUENCE, SilverSpec, field_type
 
@@ -241,7 +242,11 @@ def changes_query(spec: SilverSpec, bronze: T.StructType) -> tuple[str, list[str
 
 def _condition(text: str) -> str:
     """`silver.deleteWhen`, written in Spark SQL, for DuckDB: `quoted` identifiers in double quotes. Where the
-    dialects part, DuckDB refuses to parse or bind it and Spark folds instead."""
+    dialects part, DuckDB refuses to parse or bind it and Spark folds instead: a text DuckDB does not read as one
+    condition by itself is not put in this query (`a) OR (b` would read as one here); Spark's parser, which takes
+    it alone, decides."""
+    if (why := conditions.problem(text)) is not None:
+        raise NotInDuckDB(f"the condition {text!r} {why} in DuckDB")
     out, quoted = [], False
     for part in text.split("'"):
         out.append(part if quoted else part.replace("`", '"'))

@@ -174,7 +174,7 @@ class SilverSpec:
         # `deleteWhen` and `truncateWhen` read the bronze row (`changes`, `fold_sql`): its columns, its types.
         check_conditions([(conditions.where(self.file, f"silver.{key}", text), text) for key, text in
                           (("deleteWhen", self.delete_when), ("truncateWhen", self.truncate_when)) if text],
-                         bronze, spark_functions=True)
+                         bronze, spark_dialect=True)
         clash = sorted(set(row.fieldNames()) & {*DEBEZIUM_COLUMNS, SEQUENCE, *KAFKA_COLUMNS, *HISTORY_COLUMNS})
         if clash:
             raise ConfigError(f"{self.file}: the rows' fields {clash} clash with silver's own columns")
