@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 
 from ingestion.config import PipelineConfig
 from ingestion.delta import ledger, routed, spark_tables, whole_batches
+from ingestion.delta.commit import committing
 from ingestion.delta.ledger import BatchKind, BatchRecord
 from ingestion.delta.reads import spark_layout
 from ingestion.delta.rs_reads import DeltaRsReader
@@ -103,14 +104,16 @@ def _rewind(spark: SparkSession, config: PipelineConfig, to_version: int | None,
         q_version = _quarantine_version(spark, config, version, times)
         if q_version is not None:
             whole_batches.restore(spark, config.quarantine_path, q_version, marker)
-        else:  # the quarantine table did not exist yet then: empty it
-            spark_tables.delete_all(spark, config.quarantine_path)
-    moved = _move_checkpoint_aside(spark, config.checkpoint_path)
+        else:  # the quarantine table did not exist yet then: empty it (a rewind's commit, as the restores)
+            with committing(spark, None, marker.to_user_metadata()):
+                spark_tables.delete_all(spark, config.quarantine_path)
     resume = ledger.next_offsets(ledger.history(spark, config.table_path))
+    back = _back_in_quarantine(spark, config, undone)
+    moved = _move_checkpoint_aside(spark, config.checkpoint_path)  # last, under the lock it holds
     log.debug("%s: rewound bronze to version %d and quarantine to %s; %s; the next run resumes from %s",
               config.name, version, q_version, _checkpoint_said(moved), resume)
     return RewindResult(version, q_version, resume, moved, tuple(r.version for r in undone if r.version is not None),
-                        _back_in_quarantine(spark, config, undone))
+                        back)
 
 
 def _back_in_quarantine(spark: SparkSession, config: PipelineConfig, undone: list[BatchRecord]) -> int:
@@ -149,8 +152,8 @@ def _rewind_routed(spark: SparkSession, config: PipelineConfig, to_version: int 
     targets = whole_batches.cut(tables, until, whole_batches.undone(
         tables, until, lambda batch: _finished(config.checkpoint_path, *batch)))
     if not targets:
-        log.info("%s: no table has a commit after %s: nothing rewound, the checkpoint stays", config.name,
-                 when.isoformat())
+        log.debug("%s: no table has a commit after %s: nothing rewound, the checkpoint stays", config.name,
+                  when.isoformat())
         return RewindResult(None, None, routed.recorded_offsets(config) or {}, None)
     for table, version in targets.items():  # refused before anything changes
         layout = spark_layout(spark, tables.paths[table])
@@ -162,13 +165,14 @@ def _rewind_routed(spark: SparkSession, config: PipelineConfig, to_version: int 
                                  f"{oldest}")
     reprocesses = [r for table, version in targets.items() for r in undone_reprocesses(tables.records(table), version)]
     whole_batches.apply(spark, config, tables, targets)
-    moved = _move_checkpoint_aside(spark, config.checkpoint_path)
     resume = routed.recorded_offsets(config) or {}
+    back = _back_in_quarantine(spark, config, reprocesses)
+    moved = _move_checkpoint_aside(spark, config.checkpoint_path)  # last, under the lock it holds
     log.debug("%s: rewound to %s: %s; %s; the next run resumes from %s", config.name, when.isoformat(),
               ", ".join(f"{t} to version {v}" for t, v in sorted(targets.items())), _checkpoint_said(moved), resume)
     return RewindResult(None, targets.pop("quarantine", None), resume, moved,
                         tuple(r.version for r in reprocesses if r.version is not None),
-                        _back_in_quarantine(spark, config, reprocesses), targets)
+                        back, targets)
 
 
 def _finished(location: str, app_id: str, batch_id: int) -> bool:
@@ -254,13 +258,14 @@ def quarantine_version_for(version: int, bronze_ms: Mapping[int, int], quarantin
                            kinds: Mapping[int, BatchKind]) -> int | None:
     """The newest quarantine version whose commits all belong at or before bronze `version` (None: none does). A
     batch commits quarantine first, then bronze, so its quarantine commit belongs with the bronze version committed
-    after it: it goes with `version` when made no later than that version. A quarantine reprocess commits bronze
-    first (a record leaves quarantine once bronze holds it), so its quarantine commit belongs with the bronze
-    version made before it: it goes with `version` when that one is `version` or older."""
+    after it: it goes with `version` when made no later than that version. A quarantine reprocess and a rewind
+    commit bronze first (a record leaves quarantine once bronze holds it; a rewind restores bronze, then
+    quarantine), so their quarantine commit belongs with the bronze version made before it: it goes with `version`
+    when that one is `version` or older."""
     until = bronze_ms[version]
     chosen = None
     for q, millis in sorted(quarantine_ms.items()):
-        if kinds.get(q) == BatchKind.REDECODE:
+        if kinds.get(q) in (BatchKind.REDECODE, BatchKind.REWIND):
             belongs = max((v for v, ms in bronze_ms.items() if ms <= millis), default=-1) <= version
         else:
             belongs = millis <= until

@@ -32,3 +32,12 @@ def test_a_reprocess_rerun_after_later_batches_is_not_taken_back_past_them() -> 
     quarantine = {0: 100, 1: 350, 2: 500}
     kinds = {0: STREAM, 1: STREAM, 2: REDECODE}
     assert [quarantine_version_for(v, bronze, quarantine, kinds) for v in (2, 3)] == [0, 2]
+
+
+def test_a_rewinds_quarantine_restore_goes_with_the_bronze_restore_before_it() -> None:
+    # batches (quarantine v1 at 100, bronze v1 at 110; quarantine v2 at 200, bronze v2 at 210), a rewind (bronze
+    # RESTORE v3 at 300, quarantine RESTORE v3 at 305), a batch (quarantine v4 at 400, bronze v4 at 410)
+    bronze = {0: 0, 1: 110, 2: 210, 3: 300, 4: 410}
+    quarantine = {0: 0, 1: 100, 2: 200, 3: 305, 4: 400}
+    kinds = {1: STREAM, 2: STREAM, 3: BatchKind.REWIND, 4: STREAM}
+    assert [quarantine_version_for(v, bronze, quarantine, kinds) for v in (2, 3, 4)] == [2, 3, 4]
