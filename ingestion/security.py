@@ -77,7 +77,17 @@ LIBRDKAFKA_ONLY = frozenset({
 })
 LIBRDKAFKA_ONLY_PREFIXES = ("sasl.oauthbearer.assertion.", "sasl.oauthbearer.client.credentials.")
 
-_HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}")  # host:port, [IPv6]:port
+# librdkafka's producer settings: the project's consumers and admin clients are given none of them.
+PRODUCER_ONLY = frozenset({
+    "transactional.id", "transaction.timeout.ms", "enable.idempotence", "enable.gapless.guarantee",
+    "queue.buffering.max.messages", "queue.buffering.max.kbytes", "queue.buffering.max.ms", "linger.ms",
+    "message.send.max.retries", "retries", "queue.buffering.backpressure.threshold",
+    "compression.codec", "compression.type", "batch.num.messages", "batch.size", "delivery.report.only.error",
+    "sticky.partitioning.linger.ms", "acks", "request.required.acks", "request.timeout.ms", "message.timeout.ms",
+    "delivery.timeout.ms", "partitioner", "compression.level",
+})
+
+_HOST_PORT = re.compile(r"(?i:(?:PLAINTEXT|SSL|SASL_PLAINTEXT|SASL_SSL)://)?(\[[0-9A-Fa-f:.%\w]+\]|[A-Za-z0-9_.-]+):([0-9]{1,5})")  # [proto://]host:port
 _QUIET = logging.getLogger("ingestion.security.librdkafka")  # librdkafka's warnings while probing settings
 _QUIET.addHandler(logging.NullHandler())
 _QUIET.propagate = False
@@ -246,9 +256,9 @@ def check(settings: Mapping[str, str]) -> str | None:
     if chosen is not None and chosen not in MECHANISMS:
         return f"key 'kafka.sasl.mechanism' must be one of {list(MECHANISMS)}, got {chosen!r}"
     servers = settings.get("bootstrap.servers")
-    if servers is not None and not all(_HOST_PORT.fullmatch(s.strip()) for s in servers.split(",")):
-        return (f"key 'kafka.bootstrap.servers' must be host:port pairs (a numeric port, no scheme) separated by "
-                f"commas, such as broker1:9092,broker2:9092, got {servers!r}")
+    if servers is not None and not _servers_ok(servers):
+        return (f"key 'kafka.bootstrap.servers' must be host:port pairs (a port up to 65535, as PLAINTEXT://host:port "
+                f"too) separated by commas, such as broker1:9092,broker2:9092, got {servers!r}")
     credentials = [k for k in ("sasl.username", "sasl.password", "sasl.jaas.config", "sasl.mechanism",
                                "sasl.mechanisms") if k in settings]
     if credentials and not given.startswith("SASL_"):  # the default, PLAINTEXT, too: they would be ignored
@@ -256,7 +266,9 @@ def check(settings: Mapping[str, str]) -> str | None:
         return (f"key 'kafka.{credentials[0]}' is set, but kafka.security.protocol is {given}{unset}, which does not "
                 "use SASL; set it to SASL_SSL or SASL_PLAINTEXT")
     if given.startswith("SASL_"):
-        if chosen is None:  # librdkafka and the Java client would try Kerberos (GSSAPI) and fail at connect time
+        kerberos = any(k.startswith("sasl.kerberos.") for k in settings) or \
+            "Krb5LoginModule" in settings.get("sasl.jaas.config", "")
+        if chosen is None and not kerberos:  # both clients would try Kerberos (GSSAPI), their default, and fail
             return (f"key 'kafka.sasl.mechanism' is needed with kafka.security.protocol {given}: set it to one of "
                     f"{[m for m in MECHANISMS if m != 'GSSAPI']} (or GSSAPI for Kerberos)")
         if ("sasl.username" in settings) != ("sasl.password" in settings):
@@ -276,20 +288,27 @@ def check(settings: Mapping[str, str]) -> str | None:
     return _librdkafka_refusal(settings)
 
 
+def _servers_ok(servers: str) -> bool:
+    """Whether a bootstrap list is host:port pairs both clients read (empty items between commas are skipped)."""
+    found = [_HOST_PORT.fullmatch(item.strip()) for item in servers.split(",") if item.strip()]
+    return bool(found) and all(m is not None and int(m.group(2)) <= 65535 for m in found)
+
+
 def _librdkafka_refusal(settings: Mapping[str, str]) -> str | None:
     """What librdkafka refuses among the client's settings (a value that is no number, out of range, not a
     boolean), as a message naming the key; None when it takes them. A consumer is made and closed with no broker to
     reach (about 2 ms); the security settings, checked above and read from files, are left out."""
     from confluent_kafka import Consumer, KafkaException
 
-    probe = {k: v for k, v in librdkafka_settings(settings).items()
-             if not k.startswith(("ssl.", "sasl.", "security.")) and k != "bootstrap.servers"}
+    probe = {k: v for k, v in librdkafka_settings(settings).items()  # as the consumer is given them
+             if not k.startswith(("ssl.", "sasl.", "security.")) and k != "bootstrap.servers" and k not in PRODUCER_ONLY}
     try:
         Consumer({"group.id": "ingest-check", **probe}, logger=_QUIET).close()
     except (KafkaException, ValueError, TypeError) as exc:
         error = exc.args[0] if exc.args else exc
         reason = " ".join((error.str() if hasattr(error, "str") else str(error)).split())
-        named = next((n for n in re.findall(r'"([^"]+)"', reason) if n in settings), None)
+        named = next((n for n in sorted(settings, key=len, reverse=True)
+                      if re.search(rf"(?<![\w.]){re.escape(n)}(?![\w.])", reason)), None)
         if named is None:
             return f"key 'kafka' holds a setting librdkafka refuses: {reason}"
         value = "'***'" if is_secret(named) else repr(settings[named])

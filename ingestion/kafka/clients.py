@@ -20,6 +20,7 @@ from typing import Any
 
 from ingestion.errors import IngestionError, KafkaUnreachableError, TopicNotFoundError
 from ingestion.kafka import access
+from ingestion.security import PRODUCER_ONLY
 
 ISOLATION = "isolation.level"
 READ_COMMITTED = "read_committed"
@@ -33,14 +34,6 @@ CONSUMER_ONLY = frozenset({
     "max.partition.fetch.bytes", "fetch.max.bytes", "fetch.min.bytes", "fetch.error.backoff.ms", ISOLATION,
     "auto.offset.reset", "enable.partition.eof", "check.crcs", "allow.auto.create.topics",
     "consume.callback.max.messages",
-})
-PRODUCER_ONLY = frozenset({
-    "transactional.id", "transaction.timeout.ms", "enable.idempotence", "enable.gapless.guarantee",
-    "queue.buffering.max.messages", "queue.buffering.max.kbytes", "queue.buffering.max.ms", "linger.ms",
-    "message.send.max.retries", "retries", "queue.buffering.backpressure.threshold",
-    "compression.codec", "compression.type", "batch.num.messages", "batch.size", "delivery.report.only.error",
-    "sticky.partitioning.linger.ms", "acks", "request.required.acks", "request.timeout.ms", "message.timeout.ms",
-    "delivery.timeout.ms", "partitioner", "compression.level",
 })
 
 

@@ -343,3 +343,16 @@ def test_conditions_are_checked_on_several_threads_at_once() -> None:
     for thread in threads:
         thread.join()
     assert len(said) == 1800 and said.count(None) == 900
+
+
+@pytest.mark.parametrize("kafka", [
+    '  bootstrap.servers: "PLAINTEXT://broker-1:9092,SASL_SSL://broker-2:9093"\n',
+    '  bootstrap.servers: "broker-1:9092,"\n',
+    '  bootstrap.servers: "[fe80::1%eth0]:9092"\n',
+    '  bootstrap.servers: "b:9092"\n  request.timeout.ms: 2147483647\n',  # the Java client's; librdkafka producers'
+    '  bootstrap.servers: "b:9092"\n  security.protocol: SASL_SSL\n  sasl.kerberos.service.name: kafka\n',
+])
+def test_valid_kafka_settings_of_either_client_load(kafka: str, tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(GOOD.replace('  bootstrap.servers: "127.0.0.1:9092"\n', kafka))
+    assert load_pipeline(path).kafka
