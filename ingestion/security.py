@@ -87,7 +87,9 @@ PRODUCER_ONLY = frozenset({
     "delivery.timeout.ms", "partitioner", "compression.level",
 })
 
-_HOST_PORT = re.compile(r"(?i:(?:PLAINTEXT|SSL|SASL_PLAINTEXT|SASL_SSL)://)?(\[[0-9A-Fa-f:.%\w]+\]|[A-Za-z0-9_.-]+):([0-9]{1,5})")  # [proto://]host:port
+# [proto://]host:port, [IPv6]:port (a zone id too)
+_HOST_PORT = re.compile(r"(?i:(?:PLAINTEXT|SSL|SASL_PLAINTEXT|SASL_SSL)://)?(\[[0-9A-Fa-f:.%\w]+\]|[A-Za-z0-9_.-]+)"
+                        r":([0-9]{1,5})")
 _QUIET = logging.getLogger("ingestion.security.librdkafka")  # librdkafka's warnings while probing settings
 _QUIET.addHandler(logging.NullHandler())
 _QUIET.propagate = False
@@ -301,7 +303,8 @@ def _librdkafka_refusal(settings: Mapping[str, str]) -> str | None:
     from confluent_kafka import Consumer, KafkaException
 
     probe = {k: v for k, v in librdkafka_settings(settings).items()  # as the consumer is given them
-             if not k.startswith(("ssl.", "sasl.", "security.")) and k != "bootstrap.servers" and k not in PRODUCER_ONLY}
+             if not k.startswith(("ssl.", "sasl.", "security.")) and k != "bootstrap.servers"
+             and k not in PRODUCER_ONLY}
     try:
         Consumer({"group.id": "ingest-check", **probe}, logger=_QUIET).close()
     except (KafkaException, ValueError, TypeError) as exc:
