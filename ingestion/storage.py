@@ -52,9 +52,16 @@ def nesting(one: str, other: str) -> str | None:
     (the reverse); None when they are apart."""
     if one == other:
         return "same"
-    if one.startswith(other.rstrip("/") + "/"):
+    if _below(one, other):
         return "inside"
-    return "holds" if other.startswith(one.rstrip("/") + "/") else None
+    return "holds" if _below(other, one) else None
+
+
+def _below(inner: str, outer: str) -> bool:
+    """Whether `inner` is in a folder of `outer` that is not hidden: `_checkpoints` or `.state` inside a table's
+    folder is Delta's own documented layout, which its readers and VACUUM pass over."""
+    prefix = outer.rstrip("/") + "/"
+    return inner.startswith(prefix) and not inner[len(prefix):].startswith(("_", "."))
 
 
 def _bucket(location: str) -> str:

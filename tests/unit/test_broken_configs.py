@@ -78,7 +78,7 @@ BROKEN: dict[str, tuple[str, str]] = {
                                            "sink.quarantineTable"),
     "quarantine as the table's file URI": (GOOD + "sink: {table: /tmp/q, quarantineTable: 'file:///tmp/x/../q/'}\n",
                                            "sink.quarantineTable"),
-    "checkpoint inside the table": (GOOD + "sink: {table: /tmp/q, checkpointLocation: /tmp/q/_checkpoint}\n",
+    "checkpoint inside the table": (GOOD + "sink: {table: /tmp/q, checkpointLocation: /tmp/q/checkpoint}\n",
                                     "sink.checkpointLocation"),
     "silver table holding bronze": (GOOD + "sink: {table: /tmp/lake/q}\nsilver: {key: id, table: /tmp/lake}\n",
                                     "silver.table"),
@@ -237,7 +237,7 @@ def test_locations_are_compared_as_the_folders_they_are_and_one_inside_another_c
     files = [tmp_path / f"{n}.yaml" for n in ("a", "b", "c", "d", "e")]
     for i, (file, sink) in enumerate(zip(files, [
             "table: .ingest/tables/base", f"table: 'file://{base}'", f"table: {base.parent / 'x' / '..' / 'base'}",
-            f"table: {base / 'inner'}", f"checkpointLocation: {base}/_checkpoint"], strict=True)):
+            f"table: {base / 'inner'}", f"checkpointLocation: {base}/checkpoint"], strict=True)):
         file.write_text(GOOD.replace("name: orders", f"name: p{i}") + f"sink:\n  {sink}\n")
     configs, errors = load_all(files)
     assert configs == []
@@ -247,8 +247,13 @@ def test_locations_are_compared_as_the_folders_they_are_and_one_inside_another_c
         "pipeline needs its own",
         f"{files[3]}: pipeline 'p3' has '{base / 'inner'}' as its table, which is inside the table of {files[0]}; "
         "each pipeline needs its own",
-        f"{files[4]}: pipeline 'p4' has '{base}/_checkpoint' as its checkpoint, which is inside the table of "
+        f"{files[4]}: pipeline 'p4' has '{base}/checkpoint' as its checkpoint, which is inside the table of "
         f"{files[0]}; each pipeline needs its own"]
+    # Delta's own layout, a checkpoint in the table's hidden `_checkpoints` folder (readers and VACUUM pass it over)
+    own = tmp_path / "g.yaml"
+    own.write_text(GOOD + f"sink:\n  table: {tmp_path / 'lake' / 'c'}\n  checkpointLocation: "
+                          f"{tmp_path / 'lake' / 'c' / '_checkpoints'}\n")
+    assert load_pipeline(own).checkpoint_path.endswith("/c/_checkpoints")
     apart = tmp_path / "f.yaml"  # a sibling folder whose name starts with the other's is apart
     apart.write_text(GOOD.replace("name: orders", "name: p5") + f"sink:\n  table: {base}2\n")
     assert [c.name for c in load_all([files[0], apart])[0]] == ["p0", "p5"]
