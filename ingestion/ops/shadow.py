@@ -356,9 +356,11 @@ def plan_start(config: PipelineConfig, other: PipelineConfig, *, start: str, end
             raise ShadowError(f"shadow {name!r} of {config.name} is {existing.state}; a new one needs another "
                               "--name")
         if (existing.versions, existing.spans) != ((low, high), spans) or \
-                existing.config_file != str(Path(other.file).resolve()):
+                existing.config_file != str(Path(other.file).resolve()) or \
+                (existing.config_digest and existing.config_digest != digest(other.file)):
             raise ShadowError(f"shadow {name!r} of {config.name} exists over {existing.covers} "
-                              f"({', '.join(map(str, existing.spans))}) with {existing.config_file}: drop it first "
+                              f"({', '.join(map(str, existing.spans))}) with {existing.config_file} as it was then: "
+                              f"drop it first "
                               f"(`ingest shadow drop {config.name} --name {name}`) or choose another --name")
     ctx = context.resolve(config)
     topics = {s.topic for s in spans}

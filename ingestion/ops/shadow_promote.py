@@ -120,8 +120,8 @@ def promote(spark: SparkSession, config: PipelineConfig, name: str) -> Promoted:
 def check_still_current(config: PipelineConfig, shadow: Shadow) -> None:
     """Refuse a shadow that no longer stands for what it would replace, before a JVM: its config file's text changed
     since it was made (its rows were decoded under the old one, and the promote would switch the pipeline to the
-    new), or the live table changed its rows after (a rewind; a promote, replay or reprocess of its offsets): the
-    promote would put back rows made from the live table as it was."""
+    new), or the live table changed its rows after (a rewind to before the shadow's last version; a promote, replay
+    or reprocess of its offsets): the promote would put back rows made from the live table as it was."""
     again = (f"drop it and start it again (`ingest shadow drop {config.name} --name {shadow.name}`, then `ingest "
              "shadow start`)")
     if shadow.config_digest and digest(shadow.config_file) != shadow.config_digest:
@@ -129,16 +129,24 @@ def check_still_current(config: PipelineConfig, shadow: Shadow) -> None:
                           f"its rows were decoded under the old text; {again}")
     if shadow.live_version is None:
         return
-    spans = {(s.topic, s.partition): s for s in shadow.spans}
     for r in rs_reads.history(config.table_path, config.storage_options() or None) or []:
-        if r.version is None or r.version <= shadow.live_version or r.kind in ledger.MAINTENANCE:
-            continue
-        if r.kind == BatchKind.REWIND or any(
-                (s := spans.get((x.topic, x.partition))) is not None and x.first <= s.last and x.last >= s.first
-                for x in r.ranges):
+        if r.version is not None and r.version > shadow.live_version and changes_rows(r, shadow):
             raise ShadowError(f"live version {r.version} ({r.kind}) changed {config.name}'s rows after shadow "
                               f"{shadow.name!r} was made from {shadow.covers}: promoting it would put back rows made "
                               f"from the table as it was; {again}")
+
+
+def changes_rows(record: BatchRecord, shadow: Shadow) -> bool:
+    """Whether a live commit changed rows of the shadow's offsets: a rewind to before the shadow's last version (a
+    rewind's batch id is the version it restored), or a commit holding offsets of its spans (maintenance holds
+    none)."""
+    if record.kind in ledger.MAINTENANCE:
+        return False
+    if record.kind == BatchKind.REWIND:
+        return record.batch_id < shadow.versions[1]
+    spans = {(s.topic, s.partition): s for s in shadow.spans}
+    return any((s := spans.get((x.topic, x.partition))) is not None and x.first <= s.last and x.last >= s.first
+               for x in record.ranges)
 
 
 def promote_undone(config: PipelineConfig, shadow: Shadow) -> bool:

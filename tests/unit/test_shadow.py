@@ -62,6 +62,18 @@ def test_spans_are_the_offsets_the_versions_hold() -> None:
     assert shadow.spans_of(redone, 6, 6) == (Span("t", 0, 20, 39), Span("t", 1, 5, 9))
 
 
+def test_a_live_commit_changes_a_shadows_rows_when_it_holds_its_offsets_or_rewinds_before_its_last_version() -> None:
+    from ingestion.ops.shadow_promote import changes_rows
+
+    made = shadow.Shadow("s", "/f.yaml", "/t__s", "/q__s", (2, 3), (Span("t", 0, 10, 29), Span("t", 1, 5, 9)))
+    assert not changes_rows(_record(5, [(0, 40, 49)]), made)  # the stream goes on after the shadow's offsets
+    assert changes_rows(_record(5, [(1, 7, 7)], BatchKind.REPLAY), made)
+    rewind = dataclasses.replace(_record(5, [(0, 0, 29), (1, 0, 9)], BatchKind.REWIND), batch_id=3)
+    assert not changes_rows(rewind, made)  # back to the shadow's last version: its rows are as they were
+    assert changes_rows(dataclasses.replace(rewind, batch_id=2), made)
+    assert not changes_rows(_record(5, [], BatchKind.OPTIMIZE), made)
+
+
 def test_a_range_kafka_no_longer_holds_is_refused_naming_the_first_missing_offset() -> None:
     spans = [Span("t", 0, 10, 29), Span("t", 1, 5, 9)]
     shadow.check_kafka_holds(spans, {"t": {0: (10, 100), 1: (0, 10)}})
