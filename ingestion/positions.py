@@ -114,6 +114,13 @@ def _pairs(text: str) -> dict[int, int]:
     return found
 
 
+
+def _whole(offset: object) -> int:
+    """An offset of Spark's JSON form: a whole number (JSON's 1.7 or true is no offset), else TypeError."""
+    if type(offset) is not int:
+        raise TypeError(offset)
+    return offset
+
 def _json(text: str, ending: bool) -> dict[str | None, dict[int, int]]:
     """Spark's JSON form, `{"topic": {"partition": offset}}`: offsets 0 or more, or -2 (earliest) when starting,
     -1 (latest) when ending; each topic and partition once."""
@@ -130,7 +137,7 @@ def _json(text: str, ending: bool) -> dict[str | None, dict[int, int]]:
     try:
         data = json.loads(text, object_pairs_hook=unique)
         found: dict[str | None, dict[int, int]] = {
-            str(t): {int(p): int(o) for p, o in parts.items()} for t, parts in data.items()}
+            str(t): {int(p): _whole(o) for p, o in parts.items()} for t, parts in data.items()}
     except (ValueError, AttributeError, TypeError):
         raise UsageError(f"cannot read {text!r} as a position: {form}") from None
     for topic, parts in found.items():

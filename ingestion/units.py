@@ -58,11 +58,14 @@ TIME_FORMS = ("an ISO-8601 time (2026-12-08, 2026-12-08T10:00:00, 2026-12-08T10:
 
 
 def parse_time(text: str) -> dt.datetime:
-    """The time `text` names, in UTC: ISO 8601 with or without a zone (none: UTC), or epoch milliseconds (digits
-    only: ISO's basic form would read them as a date). ValueError naming the value and `TIME_FORMS` otherwise."""
+    """The time `text` names, in UTC: ISO 8601 with or without a zone (none: UTC), or epoch milliseconds (13
+    digits or more, from 2001: fewer digits, `20261208`, would be read as a date by ISO's basic form and as 1970 as
+    milliseconds, so neither). ValueError naming the value and `TIME_FORMS` otherwise."""
     text = text.strip()
     try:
-        if text.isdigit():
+        if text.isdigit():  # epoch milliseconds have 13 digits from 2001 on; `20261208` is no time of Kafka's
+            if int(text) < 10**12:
+                raise ValueError(text)
             return dt.datetime.fromtimestamp(int(text) / 1000, dt.UTC)
         when = dt.datetime.fromisoformat(text)
     except (ValueError, OverflowError, OSError):

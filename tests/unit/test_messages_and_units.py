@@ -73,6 +73,16 @@ def test_a_time_no_command_can_read_is_a_usage_error_naming_the_option_and_the_f
         assert "ISO-8601" in err and "epoch milliseconds" in err and "ValueError" not in err, err
 
 
+def test_a_number_too_short_for_epoch_milliseconds_is_no_time() -> None:
+    """`20261208` would be a date to ISO's basic form and 1970 as milliseconds: neither is guessed."""
+    from ingestion.cli.parser import build_parser
+
+    with pytest.raises(ValueError, match="cannot read '20261208' as a time"):
+        parse_time("20261208")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["rewind", "orders", "--to-timestamp", "20261208"])
+
+
 def _pipeline(sink: dict[str, object], tmp_path: Path) -> object:
     return parse_pipeline({"name": "p", "topic": "t", "value": {"subject": "s"}, "sink": sink}, tmp_path / "p.yaml")
 

@@ -78,3 +78,11 @@ def test_a_start_after_its_end_is_refused_naming_both_before_anything_starts(
     assert said in err and "\n" not in err, err
     replay_range("0:100", "1:50")  # other partitions: Kafka's answer decides, each read to its end
     replay_range(starting("0:100"), ending("2026-11-21T05:00:00"))  # offsets and a time: not comparable here
+
+
+@pytest.mark.parametrize("offset", ["1.7", "true"])
+def test_an_offset_of_spark_s_json_form_that_is_no_whole_number_is_refused(offset: str) -> None:
+    from ingestion.cli.parser import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["replay", "orders", "--from", f'{{"orders": {{"0": {offset}}}}}'])
