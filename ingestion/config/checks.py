@@ -450,10 +450,7 @@ def _check_expectations(config: PipelineConfig) -> None:
 
 def _check_condition(file: Path, key: str, text: str, rule: str = "", *, spark_dialect: bool = False) -> None:
     """Refuse a SQL condition of the file that is not exactly one row-level condition (`conditions.problem`)."""
-    why = conditions.problem(text, spark_dialect=spark_dialect)
-    if why is not None:
-        raise ConfigError(f"{conditions.where(file, key, text, rule)}: must be one SQL condition on a row, such as "
-                          f"'qty > 0', but it {why}")
+    conditions.check(conditions.where(file, key, text, rule), text, spark_dialect=spark_dialect)
 
 
 # After the checks across sections (`_check_contradictions`), in this order.

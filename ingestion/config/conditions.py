@@ -16,6 +16,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from ingestion.errors import ConfigError
+
 _PROBE = "SELECT * FROM __ingest_row WHERE "
 # Spark's aggregates DuckDB has no function of that name for (DuckDB's own come from its catalog).
 _SPARK_AGGREGATES = frozenset({"collect_list", "collect_set", "percentile", "percentile_approx", "approx_percentile",
@@ -65,6 +67,13 @@ def _problem(text: str) -> str | None:
         if kind == "FUNCTION" and (name in _aggregates() or each.get("distinct") or each.get("filter")):
             return f"uses the aggregate function {name!r}; a condition is on one row"
     return None
+
+
+def check(where: str, text: str, *, spark_dialect: bool = False) -> None:
+    """ConfigError `<where>: must be one SQL condition on a row ...` when `text` is not one (`problem`)."""
+    why = problem(text, spark_dialect=spark_dialect)
+    if why is not None:
+        raise ConfigError(f"{where}: must be one SQL condition on a row, such as 'qty > 0', but it {why}")
 
 
 def where(file: object, key: str, text: str, rule: str = "") -> str:

@@ -101,9 +101,7 @@ def check_conditions(found: Iterable[tuple[str, str]], bronze_schema: T.StructTy
     with _connection() as con:
         con.register("bronze", empty)
         for where, text in found:
-            why = conditions.problem(text, spark_dialect=spark_dialect)
-            if why is not None:
-                raise ConfigError(f"{where}: must be one SQL condition on a row, but it {why}")
+            conditions.check(where, text, spark_dialect=spark_dialect)
             try:
                 kind = con.execute(f"DESCRIBE SELECT ({text}) AS v FROM bronze").fetchall()[0][1]
             except Exception as exc:  # noqa: BLE001 - DuckDB's parser, binder and catalog errors alike
