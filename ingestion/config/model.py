@@ -230,7 +230,12 @@ class Expectation:
 
     name: str
     expect: str
-    on_violation: Literal["warn", "quarantine", "fail"] = field(default="warn", metadata=_key("onViolation"))
+    # `drop` is SDP's name (expect_or_drop) for what `quarantine` does here: the row leaves bronze, kept in quarantine
+    on_violation: Literal["warn", "quarantine", "drop", "fail"] = field(default="warn", metadata=_key("onViolation"))
+
+    def __post_init__(self) -> None:
+        if self.on_violation == "drop":
+            object.__setattr__(self, "on_violation", "quarantine")
 
 
 ROUTE_PLACEHOLDERS = ("pipeline", "route")

@@ -518,14 +518,19 @@ def test_expectations_are_read_with_warn_by_default(tmp_path: Path) -> None:
         ("positive_qty", "qty > 0", "warn"), ("has_customer", "customer IS NOT NULL", "quarantine")]
 
 
+def test_sdps_drop_is_read_as_quarantine(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL + "expectations:\n  - name: a\n    expect: x > 0\n    onViolation: drop\n")
+    assert load_pipeline(path).expectations[0].on_violation == "quarantine"
+
+
 @pytest.mark.parametrize(("rules", "message"), [
     ("  - name: Bad-Name\n    expect: x > 0\n", "key 'expectations[0].name' must be lower-case letters, digits and "
      "'_', got 'Bad-Name'"),
     ("  - name: a\n    expect: x > 0\n  - name: a\n    expect: y > 0\n",
      "key 'expectations[1].name': each rule needs its own name, got 'a' twice"),
     ("  - name: a\n    expect: '  '\n", "key 'expectations[0].expect' is empty: give it a value"),
-    ("  - name: a\n    expect: x > 0\n    onViolation: drop\n",
-     "key 'expectations[0].onViolation' must be one of ['warn', 'quarantine', 'fail'], got 'drop'"),
+    ("  - name: a\n    expect: x > 0\n    onViolation: discard\n",
+     "key 'expectations[0].onViolation' must be one of ['warn', 'quarantine', 'drop', 'fail'], got 'discard'"),
     ("  - name: a\n", "missing required key 'expectations[0].expect'"),
     ("  name: a\n", "key 'expectations' must be a list of mappings"),
 ])
