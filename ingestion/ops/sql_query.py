@@ -98,6 +98,10 @@ def rewrite(query: str, tables: dict[str, str]) -> tuple[str, list[TableRef]]:
     return "".join(parts), [refs[k] for k in views]
 
 
+class UnknownColumn(IngestionError):
+    """The query names a column none of its tables has (DuckDB's words, with the columns it could mean)."""
+
+
 def duckdb_answer(query: str, configs: list[PipelineConfig]) -> pa.Table:
     """The query's result from DuckDB over the tables' Parquet files (at the version asked for, as the Delta log
     read by delta-rs lists them); NotForDuckDB when Spark must answer, UnknownTable when it names a table no
@@ -123,6 +127,14 @@ def duckdb_answer(query: str, configs: list[PipelineConfig]) -> pa.Table:
                 return con.sql(quoted).fetch_arrow_table()
             except Exception:  # noqa: BLE001 - the first refusal is the one to tell
                 pass
+        raise NotForDuckDB(_first_line(exc)) from None
+    except duckdb.BinderException as exc:
+        column = re.search(r'Referenced column "(.+?)" not found', str(exc))
+        # A column none of the tables has: Spark would not find it either, unless the query writes it in double
+        # quotes, which are a column's to DuckDB and a string's to Spark (`status = "paid"`).
+        if column is not None and f'"{column.group(1)}"' not in query:
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            raise UnknownColumn(" ".join(lines[:2]).removeprefix("Binder Error: ")) from None
         raise NotForDuckDB(_first_line(exc)) from None
     except duckdb.CatalogException as exc:
         missing = re.search(r"Table with name (.+?) does not exist", str(exc))

@@ -13,7 +13,15 @@ import pyarrow as pa
 import pytest
 
 from ingestion.errors import IngestionError
-from ingestion.ops.sql_query import NotForDuckDB, TableRef, UnknownTable, as_text, quote_reserved, rewrite
+from ingestion.ops.sql_query import (
+    NotForDuckDB,
+    TableRef,
+    UnknownColumn,
+    UnknownTable,
+    as_text,
+    quote_reserved,
+    rewrite,
+)
 
 TABLES = {"bronze.orders": "/t/orders", "bronze.orders_quarantine": "/t/orders_q", "payments": "/t/payments"}
 
@@ -91,6 +99,11 @@ def test_duckdb_answers_over_a_column_named_at_and_names_an_unknown_table(tmp_pa
         duckdb_answer("SELECT count(*) FROM silver.events", configs)
     with pytest.raises(NotForDuckDB, match="DuckDB: Catalog Error: Scalar Function with name no_such_fn"):
         duckdb_answer("SELECT no_such_fn(kind) FROM bronze.events", configs)
+    # A column no table has is said at once (Spark would not find it either); in double quotes it is Spark's string.
+    with pytest.raises(UnknownColumn, match=r'Referenced column "id" not found .*Candidate bindings: .*"kind"'):
+        duckdb_answer("SELECT count(DISTINCT id) FROM bronze.events", configs)
+    with pytest.raises(NotForDuckDB):
+        duckdb_answer('SELECT count(*) FROM bronze.events WHERE kind = "a"', configs)
 
 
 def test_nested_values_are_json_text_and_bytes_base64() -> None:
