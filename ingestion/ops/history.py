@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 from ingestion.config import PipelineConfig
 from ingestion.delta import routed
-from ingestion.delta.ledger import BatchKind, BatchRecord
+from ingestion.delta.ledger import START_BATCH_ID, BatchKind, BatchRecord
 from ingestion.ops.readers import Source, as_reader
 
 
@@ -44,7 +44,7 @@ def render(records: list[BatchRecord]) -> str:
     several = len({x.topic for r in records for x in r.ranges}) > 1
     for r in records:
         spans = ", ".join(f"{x.topic + '/' if several else ''}{x.partition}:{x.first}-{x.last}" for x in r.ranges)
-        batch = str(r.batch_id)
+        batch = "start" if r.kind == BatchKind.STREAM and r.batch_id == START_BATCH_ID else str(r.batch_id)
         if r.as_of is not None:
             spans = f"maintenance: no offsets of its own (ledger coverage as of version {r.as_of} recorded)"
         elif r.kind == BatchKind.REWIND:  # its batch id is the version it restored; its ranges, what that one held

@@ -131,6 +131,21 @@ def _back_in_quarantine(spark: SparkSession, config: PipelineConfig, undone: lis
     return spark.read.format("delta").load(config.quarantine_path).where(wanted).count()
 
 
+def check_version(config: PipelineConfig, to_version: int | None) -> None:
+    """A version after the table's newest (or a table not there yet), refused with delta-rs before a JVM starts."""
+    if to_version is None or config.routing is not None:
+        return
+    try:
+        newest = DeltaRsReader(config.storage_options() or None).version(config.table_path)
+    except Exception as exc:  # noqa: BLE001 - a log delta-rs cannot read: Spark's history decides, as before
+        log.debug("%s: the table's version not read with delta-rs (%s)", config.name, exc)
+        return
+    if newest is None:
+        raise IngestionError(f"{config.name}: no table at {config.table_path} yet: nothing to rewind")
+    if to_version > newest:
+        raise IngestionError(f"{config.table_path} has no version {to_version} (its newest is {newest})")
+
+
 def check_target(config: PipelineConfig, to_version: int | None) -> None:
     """A routed pipeline is rewound to a time (all its tables together), not to a version: each table has its own."""
     if config.routing is not None and to_version is not None:

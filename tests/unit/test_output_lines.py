@@ -120,17 +120,17 @@ def test_rewind_and_reprocess_lines_name_what_happened_without_none() -> None:
                                                    "quarantine table")
 
 
-def test_a_rewind_row_of_history_says_the_version_it_went_back_to_not_a_batch() -> None:
+def test_history_says_the_start_batch_and_a_rewinds_version_not_batch_numbers() -> None:
     import datetime as dt
 
     from ingestion.delta.ledger import BatchKind, BatchRecord, PartitionRange
     from ingestion.ops import history
 
     at = dt.datetime(2026, 12, 8, 3, 0, 0)
-    batch = BatchRecord("orders", "orders-1", 0, BatchKind.STREAM, 10, (1,), (PartitionRange("orders", 0, 0, 9, 10),),
-                        version=1, committed_at=at)
+    batch = BatchRecord("orders", "orders-1", -4, BatchKind.STREAM, 10, (1,), (PartitionRange("orders", 0, 0, 9, 10),),
+                        version=1, committed_at=at)  # the start batch
     back = BatchRecord("orders", "rewind", 1, BatchKind.REWIND, 0, (), (PartitionRange("orders", 0, 0, 9, 10),),
                        version=3, committed_at=at)
     assert history.render([batch, back]).splitlines()[1:] == [
-        "      1  2026-12-08 03:00:00  stream       0      10     0       1  0:0-9",
+        "      1  2026-12-08 03:00:00  stream   start      10     0       1  0:0-9",
         "      3  2026-12-08 03:00:00  rewind       -       0     0       -  back to version 1, which holds 0:0-9"]

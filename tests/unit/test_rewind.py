@@ -1,6 +1,8 @@
-"""Which quarantine version goes with a bronze version when a rewind restores both (ops/rewind.py)."""
+"""Rewind before a JVM and its pure parts: the quarantine version of a bronze version, a version the table lacks."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from ingestion.delta.ledger import BatchKind
 from ingestion.ops.rewind import quarantine_version_for
@@ -41,3 +43,25 @@ def test_a_rewinds_quarantine_restore_goes_with_the_bronze_restore_before_it() -
     quarantine = {0: 0, 1: 100, 2: 200, 3: 305, 4: 400}
     kinds = {1: STREAM, 2: STREAM, 3: BatchKind.REWIND, 4: STREAM}
     assert [quarantine_version_for(v, bronze, quarantine, kinds) for v in (2, 3, 4)] == [2, 3, 4]
+
+
+def test_a_version_the_table_does_not_have_is_refused_before_a_jvm(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pytest
+    from deltalake import write_deltalake
+
+    from ingestion.config import load_pipeline
+    from ingestion.errors import IngestionError
+    from ingestion.ops.rewind import check_version
+
+    file = tmp_path / "orders.yaml"
+    file.write_text(f"name: orders\ntopic: orders\nsink:\n  table: {tmp_path / 'orders'}\n")
+    config = load_pipeline(file)
+    with pytest.raises(IngestionError, match=r"no table at .* yet: nothing to rewind"):
+        check_version(config, 0)
+    for _ in range(2):
+        write_deltalake(str(tmp_path / "orders"), pa.table({"a": [1]}), mode="append")
+    check_version(config, 1)
+    check_version(config, None)
+    with pytest.raises(IngestionError, match=r"has no version 99 \(its newest is 1\)"):
+        check_version(config, 99)

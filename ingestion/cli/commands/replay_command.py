@@ -33,6 +33,7 @@ def rewind_tables(args: argparse.Namespace) -> int:
     config = load(args.pipeline)
     rewind.check_target(config, args.to_version)  # a routed pipeline's --to-version: before a JVM
     WriterLock(config.name, config.checkpoint_path, settings=config.spark).probe()  # a running pipeline: likewise
+    rewind.check_version(config, args.to_version)  # a version the table does not have: likewise
     spark = spark_session(f"ingest-{config.name}", [config])
     r = rewind.rewind(spark, config, to_version=args.to_version, to_timestamp=args.to_timestamp)
     print(rewind.render(r, args.pipeline))
