@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 import json
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,8 @@ from ingestion.errors import ConfigError, IngestionError, TopicNotFoundError
 from ingestion.paths import conf_dir, schemas_dir
 from ingestion.schema import connect_types, json_infer, json_schemas, json_values, protobuf_schemas
 from ingestion.schema.registry import source_for
+
+log = logging.getLogger(__name__)
 
 SAMPLED = 500  # records read to tell a topic without a subject, spread over its partitions (at least 10 each)
 
@@ -171,8 +174,14 @@ def _schemaless(topic: str, name: str, path: Path, partitions: int, values: list
             raise IngestionError(f"{missing}; its first records are JSON, but {exc}: write value.format and its "
                                  "schema by hand (docs/configuration.md)") from None
         schema_text = json.dumps(inferred, indent=2) + "\n"
+        mixed = json_infer.mixed_kinds(documents)
+        kept = "; ".join(f"{name} ({', '.join(kinds)})" for name, kinds in mixed.items())
+        if mixed:
+            log.warning("%s: %d field(s) held values of two kinds in the samples and are kept as their JSON text: %s; "
+                        "give each its type in %s", topic, len(mixed), kept, file)
         head = (f"plain JSON, no schema subject: {file.name} is inferred from {len(documents)} of {len(values)} "
-                f"sampled records{skipped}; check it (docs/json.md#a-schema-from-the-topic)")
+                f"sampled records{skipped}" + (f"; as JSON text, of two kinds of value: {kept}" if mixed else "")
+                + "; check it (docs/json.md#a-schema-from-the-topic)")
         value_line = (f"value: {{format: json, schemaFile: {_yaml_text(file.name)}}}  # a property the samples lacked "
                       "is a column once added to the file")
         fields = list(inferred["properties"])

@@ -76,6 +76,20 @@ def infer(documents: Iterable[dict[str, Any]]) -> dict[str, Any]:
             "properties": {name: _schema(seen) for name, seen in top.properties.items()}}
 
 
+def mixed_kinds(documents: Iterable[dict[str, Any]]) -> dict[str, list[str]]:
+    """The top-level properties the samples held two kinds of value in (kept as their JSON text, `ANY`), with the
+    kinds seen: what a reader of the inferred file should check first."""
+    top = _Seen()
+    for document in documents:
+        top.add(document)
+    found = {}
+    for name, seen in top.properties.items():
+        kinds = seen.kinds - {"null"}
+        if len(kinds - {"integer"} if "number" in kinds else kinds) > 1:
+            found[name] = sorted(kinds)
+    return found
+
+
 def _schema(seen: _Seen) -> dict[str, Any]:
     kinds = seen.kinds - {"null"}
     if kinds == {"integer", "number"}:

@@ -80,3 +80,10 @@ def test_seeded_random_documents_are_all_valid_against_what_was_inferred_from_th
         for document in documents:
             jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).validate(document)
             assert set(_decoded(schema, document)) == set(schema["properties"])
+
+
+def test_the_fields_of_two_kinds_of_value_are_named_with_the_kinds_seen() -> None:
+    documents = [{"id": 1, "amount": 2.5, "status": "a"}, {"id": 2, "amount": 3, "status": None},
+                 {"id": "3", "amount": 1.0, "status": 7}]
+    assert json_infer.mixed_kinds(documents) == {"id": ["integer", "string"], "status": ["integer", "string"]}
+    assert json_infer.infer(documents)["properties"]["amount"] == {"type": ["number", "null"]}
