@@ -227,7 +227,8 @@ def render(status: PipelineStatus) -> str:
     version = "no table yet" if status.table_version is None else f"table version {status.table_version}"
     last = ("no batch yet" if status.last_batch_id is None else
             ("last batch: the start batch" if status.last_batch_id == ledger.START_BATCH_ID else
-             f"last batch {status.last_batch_id}") + (f" at {status.last_batch_at}" if status.last_batch_at else ""))
+             f"last batch {status.last_batch_id}") + (f" at {_to_seconds(status.last_batch_at)}"
+                                                      if status.last_batch_at else ""))
     lag = "lag unknown (no answer from Kafka)" if status.lag_records is None else f"lag {status.lag_records} records"
     lines = [f"{status.pipeline}: {what}, {version}, {last}, {lag}",
              (f"  {status.files} files, average {(status.average_file_bytes or 0) / 1024:.1f} KiB"
@@ -253,3 +254,11 @@ def render(status: PipelineStatus) -> str:
         lines.append(f"  {name:>{width}} {latest:>10} {p.ingested_up_to:>10} {lag_records:>8} "
                      f"{seconds:>8} {p.quarantined:>11}")
     return "\n".join(lines)
+
+
+def _to_seconds(stamp: str) -> str:
+    """An ISO time as a line shows it: to the second, its zone kept (`--json` keeps the milliseconds)."""
+    try:
+        return dt.datetime.fromisoformat(stamp).isoformat(timespec="seconds")
+    except ValueError:
+        return stamp

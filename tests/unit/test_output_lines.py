@@ -17,10 +17,10 @@ def test_status_of_a_pipeline_without_batches_says_so() -> None:
     assert status.render(empty).splitlines()[:2] == [
         "orders: topic orders, no table yet, no batch yet, lag 0 records",
         "  no data files yet; last maintenance: never; no restorable version yet"]
-    ran = status.PipelineStatus("orders", "orders", "/t/orders", 4, 3, "2026-11-25T18:00:00", 0, [], files=2,
-                                average_file_bytes=2048, oldest_restorable=0, topics=["orders"])
+    ran = status.PipelineStatus("orders", "orders", "/t/orders", 4, 3, "2026-11-25T18:00:00.777000+00:00", 0, [],
+                                files=2, average_file_bytes=2048, oldest_restorable=0, topics=["orders"])
     assert status.render(ran).splitlines()[:2] == [
-        "orders: topic orders, table version 4, last batch 3 at 2026-11-25T18:00:00, lag 0 records",
+        "orders: topic orders, table version 4, last batch 3 at 2026-11-25T18:00:00+00:00, lag 0 records",
         "  2 files, average 2.0 KiB; last maintenance: never; oldest restorable version 0"]
     assert "None" not in status.render(empty) + status.render(ran)
 
