@@ -37,6 +37,7 @@ def problem(text: str, *, spark_dialect: bool = False) -> str | None:
 _UNPARSED = "does not parse"
 
 
+@functools.lru_cache(maxsize=1024)  # a file's conditions are checked at load and again against bronze's columns
 def _problem(text: str) -> str | None:
     import duckdb
 

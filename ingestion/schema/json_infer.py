@@ -62,12 +62,18 @@ def _string_format(text: str) -> str | None:
     return None
 
 
-def infer(documents: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """The JSON Schema of the top-level objects `documents` (at least one): an object of every property any of them
-    has, in the order first seen."""
+def _seen(documents: Iterable[dict[str, Any]]) -> _Seen:
+    """What the documents held, place by place."""
     top = _Seen()
     for document in documents:
         top.add(document)
+    return top
+
+
+def infer(documents: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The JSON Schema of the top-level objects `documents` (at least one): an object of every property any of them
+    has, in the order first seen."""
+    top = _seen(documents)
     if top.kinds != {"object"}:
         raise ValueError("the documents are not all JSON objects")
     if not top.properties:
@@ -79,9 +85,7 @@ def infer(documents: Iterable[dict[str, Any]]) -> dict[str, Any]:
 def mixed_kinds(documents: Iterable[dict[str, Any]]) -> dict[str, list[str]]:
     """The top-level properties the samples held two kinds of value in (kept as their JSON text, `ANY`), with the
     kinds seen: what a reader of the inferred file should check first."""
-    top = _Seen()
-    for document in documents:
-        top.add(document)
+    top = _seen(documents)
     found = {}
     for name, seen in top.properties.items():
         kinds = seen.kinds - {"null"}
